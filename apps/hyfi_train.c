@@ -1,0 +1,561 @@
+/* hyfi-train: train a CNN with hyfi on a data set and report throughput and
+ * test accuracy.
+ *
+ * First version: one model (`--model cnn`, see build_cnn), single process,
+ * SGD with momentum and weight decay at a constant learning rate. Flag names
+ * follow MPI4DL's benchmarks (--batch-size, --image-size, --num-classes,
+ * --num-epochs, --datapath, --learning-rate) so scripts carry over.
+ *
+ * Output: `step S loss L images/s R` every --print-freq steps, then a summary:
+ * mean and median images/s over the steps after the first 5 (warm-up: StarPU
+ * calibrates its performance models there), and the accuracy on the test split
+ * computed in eval mode (hyfi_infer: batch norm with running statistics). The
+ * test set is cut into batches of --batch-size; the last one is filled up with
+ * images from the start of the set, and those padding rows are not counted.
+ * --metrics FILE writes the same as JSON lines (see usage()).
+ *
+ * Exit status: 0 success, 1 a run-time failure (data files, hyfi/StarPU
+ * errors; the message says which), 2 a bad command line. */
+#ifndef _GNU_SOURCE
+#define _POSIX_C_SOURCE 200809L /* clock_gettime */
+#endif
+#include "data.h"
+
+#include <hyfi.h>
+
+#include <errno.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define WARMUP_STEPS 5
+#define MAX_IMAGE_SIDE 16384
+#define MIN_IMAGE_SIDE 4 /* two 2x2 max-pools leave at least 1x1 */
+
+typedef struct options {
+    const char *model;         /* "cnn" */
+    int batch_size;
+    int image_size;            /* 0: the data set's */
+    int num_classes;           /* 0: the data set's (synthetic: 10) */
+    hyfi_data_kind dataset;
+    const char *datapath;      /* NULL: the data set's default */
+    long long steps;           /* 0: whole epochs */
+    int num_epochs;
+    float lr, momentum, weight_decay;
+    uint64_t seed;
+    hyfi_device device;
+    const char *metrics;       /* NULL: none */
+    int print_freq;
+    long long eval_batches;    /* 0: the whole test split */
+    int verbose;
+} options;
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+        "usage: hyfi-train [options]\n"
+        "Train a CNN with hyfi (StarPU task graphs) and report images/s and test accuracy.\n"
+        "\n"
+        "  --model NAME          model: cnn (conv3x3(32)-bn-relu-maxpool2, conv3x3(64)-bn-relu-\n"
+        "                        maxpool2, conv3x3(128)-bn-relu, global average pool, fc)\n"
+        "                        [cnn]\n"
+        "  --dataset NAME        synthetic | fashion-mnist | mnist | cifar10 [synthetic]\n"
+        "                        synthetic: 10 x batch-size random 3-channel images with random\n"
+        "                        labels (like MPI4DL's FakeData), no test split\n"
+        "  --datapath DIR        data directory; fashion-mnist defaults to\n"
+        "                        " HYFI_FASHION_MNIST_DEFAULT_DIR " (Debian's\n"
+        "                        dataset-fashion-mnist); mnist and cifar10 need it\n"
+        "  --batch-size N        images per step [64]\n"
+        "  --image-size N        resize images to N x N (bilinear) [the data set's; synthetic 32]\n"
+        "  --num-classes N       classes of the classifier [the data set's; synthetic 10]\n"
+        "  --steps N             training steps; 0: whole epochs [0]\n"
+        "  --num-epochs N        epochs when --steps is 0 [1]\n"
+        "  --lr X                SGD learning rate (also --learning-rate) [0.05]\n"
+        "  --momentum X          SGD momentum, 0 <= X < 1 [0.9]\n"
+        "  --weight-decay X      L2 weight decay [5e-4]\n"
+        "  --seed N              seed of the parameters, the shuffling and synthetic data [42]\n"
+        "  --device D            auto | cpu | cuda [auto]\n"
+        "  --print-freq N        print a step line every N steps [50]\n"
+        "  --eval-batches K      evaluate on the first K test batches; 0: all [0]\n"
+        "  --metrics FILE        write JSON lines: per step {\"step\",\"loss\",\"images_per_sec\"},\n"
+        "                        then {\"summary\":true,\"mean_images_per_sec\",\n"
+        "                        \"median_images_per_sec\",\"test_accuracy\"} (null where not\n"
+        "                        applicable)\n"
+        "  -v, --verbose         print the StarPU workers found\n"
+        "  -h, --help            this text\n"
+        "\n"
+        "Exit status: 0 success, 1 run-time failure, 2 bad command line.\n");
+}
+
+/* ---------------------------------------------------------------- parsing */
+__attribute__((format(printf, 1, 2)))
+static int bad_usage(const char *fmt, ...)
+{
+    va_list ap;
+    fputs("hyfi-train: ", stderr);
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fputs("\n(hyfi-train --help lists the flags)\n", stderr);
+    return -1;
+}
+
+static int parse_ll(const char *flag, const char *s, long long lo, long long hi, long long *out)
+{
+    char *end;
+    errno = 0;
+    long long v = strtoll(s, &end, 10);
+    if (errno || end == s || *end || v < lo || v > hi)
+        return bad_usage("%s '%s' is not valid: expected an integer in %lld..%lld", flag, s, lo,
+                         hi);
+    *out = v;
+    return 0;
+}
+
+static int parse_int(const char *flag, const char *s, int lo, int hi, int *out)
+{
+    long long v;
+    if (parse_ll(flag, s, lo, hi, &v)) return -1;
+    *out = (int)v;
+    return 0;
+}
+
+/* A finite float in the interval lo..hi, each end open or closed. */
+static int parse_float(const char *flag, const char *s, double lo, bool lo_open, double hi,
+                       bool hi_open, float *out)
+{
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (errno || end == s || *end || !isfinite(v) || (lo_open ? v <= lo : v < lo) ||
+        (hi_open ? v >= hi : v > hi))
+        return bad_usage("%s '%s' is not valid: expected a number in %s%g, %g%s", flag, s,
+                         lo_open ? "(" : "[", lo, hi, hi_open ? ")" : "]");
+    *out = (float)v;
+    return 0;
+}
+
+/* 0: parsed; 1: --help shown; -1: bad command line (message printed). */
+static int parse_args(int argc, char **argv, options *o)
+{
+    *o = (options){.model = "cnn", .batch_size = 64, .dataset = HYFI_DATA_SYNTHETIC,
+                   .num_epochs = 1, .lr = 0.05f, .momentum = 0.9f, .weight_decay = 5e-4f,
+                   .seed = 42, .device = HYFI_DEVICE_AUTO, .print_freq = 50};
+    for (int i = 1; i < argc; i++) {
+        const char *arg = argv[i];
+        if (strcmp(arg, "-h") == 0 || strcmp(arg, "--help") == 0) {
+            usage(stdout);
+            return 1;
+        }
+        if (strcmp(arg, "-v") == 0 || strcmp(arg, "--verbose") == 0) {
+            o->verbose = 1;
+            continue;
+        }
+        if (strncmp(arg, "--", 2) != 0)
+            return bad_usage("unexpected argument '%s': flags start with --", arg);
+        /* --flag=value or --flag value */
+        char flag[64];
+        const char *val = NULL, *eq = strchr(arg, '=');
+        size_t flen = eq ? (size_t)(eq - arg) : strlen(arg);
+        if (flen >= sizeof flag) return bad_usage("unknown flag '%s'", arg);
+        memcpy(flag, arg, flen);
+        flag[flen] = 0;
+        static const char *const KNOWN[] = {
+            "--model", "--dataset", "--datapath", "--batch-size", "--image-size",
+            "--num-classes", "--steps", "--num-epochs", "--lr", "--learning-rate",
+            "--momentum", "--weight-decay", "--seed", "--device", "--print-freq",
+            "--eval-batches", "--metrics"};
+        bool known = false;
+        for (size_t k = 0; k < sizeof KNOWN / sizeof KNOWN[0]; k++) known |= !strcmp(flag, KNOWN[k]);
+        if (!known) return bad_usage("unknown flag '%s'", flag);
+        if (eq) {
+            val = eq + 1;
+        } else if (i + 1 < argc) {
+            val = argv[++i];
+        } else {
+            return bad_usage("%s needs a value", flag);
+        }
+        long long ll;
+        int rc = 0;
+        if (!strcmp(flag, "--model")) {
+            if (strcmp(val, "cnn") != 0)
+                return bad_usage("--model '%s' is not known; valid: cnn", val);
+            o->model = val;
+        } else if (!strcmp(flag, "--dataset")) {
+            if (hyfi_data_kind_from_name(val, &o->dataset) != 0)
+                return bad_usage("--dataset '%s' is not known; valid: synthetic, fashion-mnist, "
+                                 "mnist, cifar10", val);
+            if (o->dataset == HYFI_DATA_FOLDER)
+                return bad_usage("--dataset folder: folders of PNG/JPEG images are not supported "
+                                 "yet; valid: synthetic, fashion-mnist, mnist, cifar10");
+        } else if (!strcmp(flag, "--datapath")) {
+            if (!*val) return bad_usage("--datapath needs a directory");
+            o->datapath = val;
+        } else if (!strcmp(flag, "--batch-size")) {
+            rc = parse_int(flag, val, 1, 1 << 20, &o->batch_size);
+        } else if (!strcmp(flag, "--image-size")) {
+            rc = parse_int(flag, val, MIN_IMAGE_SIDE, MAX_IMAGE_SIDE, &o->image_size);
+        } else if (!strcmp(flag, "--num-classes")) {
+            rc = parse_int(flag, val, 2, 1 << 20, &o->num_classes);
+        } else if (!strcmp(flag, "--steps")) {
+            rc = parse_ll(flag, val, 0, LLONG_MAX / 2, &o->steps);
+        } else if (!strcmp(flag, "--num-epochs")) {
+            rc = parse_int(flag, val, 1, 1 << 20, &o->num_epochs);
+        } else if (!strcmp(flag, "--lr") || !strcmp(flag, "--learning-rate")) {
+            rc = parse_float(flag, val, 0, true, 1e3, false, &o->lr);
+        } else if (!strcmp(flag, "--momentum")) {
+            rc = parse_float(flag, val, 0, false, 1, true, &o->momentum);
+        } else if (!strcmp(flag, "--weight-decay")) {
+            rc = parse_float(flag, val, 0, false, 1, false, &o->weight_decay);
+        } else if (!strcmp(flag, "--seed")) {
+            char *end;
+            errno = 0;
+            unsigned long long v = strtoull(val, &end, 10);
+            if (errno || end == val || *end || val[0] == '-')
+                return bad_usage("--seed '%s' is not valid: expected an integer in 0..%llu", val,
+                                 (unsigned long long)UINT64_MAX);
+            o->seed = v;
+        } else if (!strcmp(flag, "--device")) {
+            if (!strcmp(val, "auto")) o->device = HYFI_DEVICE_AUTO;
+            else if (!strcmp(val, "cpu")) o->device = HYFI_DEVICE_CPU;
+            else if (!strcmp(val, "cuda")) o->device = HYFI_DEVICE_CUDA;
+            else return bad_usage("--device '%s' is not known; valid: auto, cpu, cuda", val);
+        } else if (!strcmp(flag, "--print-freq")) {
+            rc = parse_int(flag, val, 1, INT_MAX, &o->print_freq);
+        } else if (!strcmp(flag, "--eval-batches")) {
+            rc = parse_ll(flag, val, 0, LLONG_MAX / 2, &ll);
+            o->eval_batches = ll;
+        } else if (!strcmp(flag, "--metrics")) {
+            if (!*val) return bad_usage("--metrics needs a file name");
+            o->metrics = val;
+        }
+        if (rc) return -1;
+    }
+    return 0;
+}
+
+/* ------------------------------------------------------------------ model */
+/* The small CNN of --model cnn on (B, C, H, W) images with K classes:
+ *   conv1 3x3 pad 1 (B,32,H,W) -> bn1 -> relu1 -> pool1 2x2 (B,32,H/2,W/2)
+ *   conv2 3x3 pad 1 (B,64,H/2,W/2) -> bn2 -> relu2 -> pool2 2x2 (B,64,H/4,W/4)
+ *   conv3 3x3 pad 1 (B,128,H/4,W/4) -> bn3 -> relu3
+ *   gap (B,128,1,1) -> fc (B,K,1,1) -> loss (softmax cross-entropy, 1,1,1,1)
+ * Convolutions have no bias (batch norm follows). Returns the loss, or NULL
+ * after a builder error (hyfi_graph_error(g) says which). */
+static hyfi_tensor *build_cnn(hyfi_graph *g, int batch, int channels, int height, int width,
+                              int num_classes, hyfi_tensor **x, hyfi_tensor **y,
+                              hyfi_tensor **logits)
+{
+    static const struct {
+        const char *conv, *bn, *relu, *pool;
+        int out;
+    } STAGES[3] = {
+        {"conv1", "bn1", "relu1", "pool1", 32},
+        {"conv2", "bn2", "relu2", "pool2", 64},
+        {"conv3", "bn3", "relu3", NULL, 128},
+    };
+    *x = hyfi_input(g, "image", batch, channels, height, width); /* (B, C, H, W) */
+    *y = hyfi_labels(g, "label", batch);                         /* (B) */
+    hyfi_tensor *h = *x;
+    for (int s = 0; s < 3; s++) {
+        h = hyfi_conv2d(g, STAGES[s].conv, h,
+                        (hyfi_conv2d_params){.out_channels = STAGES[s].out, .kernel_h = 3,
+                                             .kernel_w = 3, .pad_h = 1, .pad_w = 1});
+        h = hyfi_batchnorm(g, STAGES[s].bn, h, 0, 0);
+        h = hyfi_relu(g, STAGES[s].relu, h);
+        if (STAGES[s].pool)
+            h = hyfi_maxpool(g, STAGES[s].pool, h, (hyfi_pool_params){.kernel_h = 2, .kernel_w = 2});
+    }
+    h = hyfi_global_avgpool(g, "gap", h);     /* (B, 128, 1, 1) */
+    *logits = hyfi_fc(g, "fc", h, num_classes, true); /* (B, K, 1, 1) */
+    hyfi_tensor *loss = hyfi_softmax_cross_entropy(g, "loss", *logits, *y);
+    return hyfi_graph_status(g) == HYFI_OK ? loss : NULL;
+}
+
+/* ---------------------------------------------------------------- helpers */
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* A JSON number, or null when not finite / not applicable. */
+static void json_num(FILE *f, bool have, double v)
+{
+    if (have && isfinite(v)) fprintf(f, "%.9g", v);
+    else fputs("null", f);
+}
+
+static int lib_fail(const char *what, hyfi_status s, const hyfi_graph *g)
+{
+    const char *msg = g ? hyfi_graph_error(g) : "";
+    if (!msg || !*msg) msg = hyfi_last_error();
+    fprintf(stderr, "hyfi-train: %s failed (%s): %s\n", what, hyfi_status_name(s),
+            msg && *msg ? msg : "no message");
+    return 1;
+}
+
+/* ------------------------------------------------------------------- main */
+int main(int argc, char **argv)
+{
+    options o;
+    int pr = parse_args(argc, argv, &o);
+    if (pr > 0) return 0;
+    if (pr < 0) return 2;
+
+    int rc = 1;
+    char err[1024] = "";
+    hyfi_dataset *train = NULL, *test = NULL;
+    hyfi_prefetch *pf = NULL;
+    hyfi_ctx *ctx = NULL;
+    hyfi_graph *g = NULL;
+    FILE *mf = NULL;
+    double *rates = NULL;
+    float *logits_buf = NULL;
+    hyfi_status st;
+
+    /* Data. */
+    hyfi_data_spec spec = {.kind = o.dataset, .split = HYFI_SPLIT_TRAIN, .dir = o.datapath};
+    if (o.dataset == HYFI_DATA_SYNTHETIC) {
+        spec.channels = 3;
+        spec.height = spec.width = o.image_size ? o.image_size : 32;
+        spec.num_classes = o.num_classes ? o.num_classes : 10;
+        spec.count = (size_t)10 * (size_t)o.batch_size;
+        spec.seed = o.seed;
+    }
+    int drc = hyfi_dataset_open(&spec, &train, err, sizeof err);
+    if (drc == 0 && o.dataset != HYFI_DATA_SYNTHETIC) {
+        spec.split = HYFI_SPLIT_TEST;
+        drc = hyfi_dataset_open(&spec, &test, err, sizeof err);
+    }
+    if (drc) {
+        fprintf(stderr, "hyfi-train: %s\n", err);
+        goto out;
+    }
+    const int C = hyfi_dataset_channels(train);
+    int H = hyfi_dataset_height(train), W = hyfi_dataset_width(train);
+    if (o.image_size && (o.image_size != H || o.image_size != W)) {
+        H = W = o.image_size;
+        if (hyfi_dataset_set_output(train, C, H, W, err, sizeof err) ||
+            (test && hyfi_dataset_set_output(test, C, H, W, err, sizeof err))) {
+            fprintf(stderr, "hyfi-train: %s\n", err);
+            goto out;
+        }
+    }
+    if (H < MIN_IMAGE_SIDE || W < MIN_IMAGE_SIDE) {
+        fprintf(stderr, "hyfi-train: images of %dx%d are too small for the cnn model (two 2x2 "
+                        "max-pools); pass --image-size %d or more\n", H, W, MIN_IMAGE_SIDE);
+        rc = 2;
+        goto out;
+    }
+    const int K = o.num_classes ? o.num_classes : hyfi_dataset_num_classes(train);
+    if (K < hyfi_dataset_num_classes(train)) {
+        fprintf(stderr, "hyfi-train: --num-classes %d is smaller than the %d classes of %s; pass "
+                        "--num-classes %d or more (or leave it out)\n",
+                K, hyfi_dataset_num_classes(train), hyfi_data_kind_name(o.dataset),
+                hyfi_dataset_num_classes(train));
+        rc = 2;
+        goto out;
+    }
+    const int B = o.batch_size;
+    const size_t ntrain = hyfi_dataset_size(train), numel = hyfi_dataset_image_numel(train);
+    const size_t spe = hyfi_data_steps_per_epoch(ntrain, B);
+    const long long total = o.steps > 0 ? o.steps : (long long)o.num_epochs * (long long)spe;
+
+    if (o.metrics && !(mf = fopen(o.metrics, "w"))) {
+        fprintf(stderr, "hyfi-train: --metrics %s: cannot open for writing: %s\n", o.metrics,
+                strerror(errno));
+        goto out;
+    }
+
+    /* Engine. */
+    hyfi_ctx_config cc = {.device = o.device, .ncpus = 0, .ncuda = -1, .mpi = 0,
+                          .scheduler = NULL, .verbose = o.verbose};
+    if ((st = hyfi_ctx_create(&ctx, &cc)) != HYFI_OK) {
+        lib_fail("starting the engine (hyfi_ctx_create)", st, NULL);
+        goto out;
+    }
+    if ((st = hyfi_graph_create(ctx, o.seed, &g)) != HYFI_OK) {
+        lib_fail("hyfi_graph_create", st, NULL);
+        goto out;
+    }
+    hyfi_tensor *tx, *ty, *tlogits;
+    hyfi_tensor *loss = build_cnn(g, B, C, H, W, K, &tx, &ty, &tlogits);
+    if (!loss) {
+        lib_fail("building the cnn model", hyfi_graph_status(g), g);
+        goto out;
+    }
+    hyfi_train_config tc = {.lr = o.lr, .momentum = o.momentum, .weight_decay = o.weight_decay};
+    if ((st = hyfi_graph_compile(g, loss, &tc)) != HYFI_OK) {
+        lib_fail("hyfi_graph_compile", st, g);
+        goto out;
+    }
+
+    printf("hyfi-train: model %s (%zu parameters), data %s: %zu train%s images of %dx%dx%d, %d "
+           "classes\n",
+           o.model, hyfi_param_numel(g), hyfi_data_kind_name(o.dataset), ntrain,
+           test ? "" : " (no test split)", C, H, W, K);
+    if (test) printf("hyfi-train: %zu test images\n", hyfi_dataset_size(test));
+    printf("hyfi-train: batch %d, %lld steps (%zu per epoch), lr %g, momentum %g, weight decay %g, "
+           "seed %" PRIu64 ", %d CPU + %d CUDA workers\n",
+           B, total, spe, (double)o.lr, (double)o.momentum, (double)o.weight_decay, o.seed,
+           hyfi_ctx_ncpu_workers(ctx), hyfi_ctx_ncuda_workers(ctx));
+    fflush(stdout);
+
+    /* Training. */
+    rates = malloc((size_t)(total > 0 ? total : 1) * sizeof *rates);
+    if (!rates) {
+        fprintf(stderr, "hyfi-train: out of memory for %lld step timings\n", total);
+        goto out;
+    }
+    hyfi_prefetch_config pc = {.batch = B, .seed = o.seed, .shuffle = 1,
+                               .num_steps = (uint64_t)total};
+    if (hyfi_prefetch_start(train, &pc, &pf, err, sizeof err)) {
+        fprintf(stderr, "hyfi-train: %s\n", err);
+        goto out;
+    }
+    double t_prev = now_s();
+    for (long long s = 0; s < total; s++) {
+        hyfi_batch b;
+        int prc = hyfi_prefetch_next(pf, &b);
+        if (prc) {
+            fprintf(stderr, "hyfi-train: preparing batch %lld failed: %s\n", s + 1,
+                    hyfi_data_status_name(prc));
+            goto out;
+        }
+        float l = NAN;
+        if ((st = hyfi_set_input(g, tx, b.x, (size_t)B * numel)) != HYFI_OK ||
+            (st = hyfi_set_labels(g, ty, b.y, (size_t)B)) != HYFI_OK) {
+            lib_fail("copying a batch in", st, g);
+            goto out;
+        }
+        if ((st = hyfi_train_step(g, &l)) != HYFI_OK) {
+            char what[64];
+            snprintf(what, sizeof what, "training step %lld", s + 1);
+            lib_fail(what, st, g);
+            goto out;
+        }
+        double t = now_s();
+        rates[s] = B / (t - t_prev);
+        t_prev = t;
+        if ((s + 1) % o.print_freq == 0 || s == 0 || s + 1 == total) {
+            printf("step %lld loss %.4f images/s %.1f\n", s + 1, (double)l, rates[s]);
+            fflush(stdout);
+        }
+        if (mf) {
+            fprintf(mf, "{\"step\":%lld,\"loss\":", s + 1);
+            json_num(mf, true, l);
+            fputs(",\"images_per_sec\":", mf);
+            json_num(mf, true, rates[s]);
+            fputs("}\n", mf);
+        }
+    }
+    hyfi_prefetch_stop(pf);
+    pf = NULL;
+
+    /* Throughput over the steps after the warm-up. */
+    long long nmeas = total > WARMUP_STEPS ? total - WARMUP_STEPS : 0;
+    double mean = 0, median = 0;
+    if (nmeas > 0) {
+        for (long long s = WARMUP_STEPS; s < total; s++) mean += rates[s];
+        mean /= (double)nmeas;
+        qsort(rates + WARMUP_STEPS, (size_t)nmeas, sizeof *rates, cmp_double);
+        const double *r = rates + WARMUP_STEPS;
+        median = nmeas % 2 ? r[nmeas / 2] : 0.5 * (r[nmeas / 2 - 1] + r[nmeas / 2]);
+    }
+
+    /* Test accuracy in eval mode. */
+    bool have_acc = false;
+    double acc = 0;
+    size_t correct = 0, counted = 0;
+    if (test) {
+        const size_t ntest = hyfi_dataset_size(test);
+        size_t nb = hyfi_data_steps_per_epoch(ntest, B);
+        if (o.eval_batches > 0 && (size_t)o.eval_batches < nb) nb = (size_t)o.eval_batches;
+        logits_buf = malloc((size_t)B * (size_t)K * sizeof *logits_buf);
+        if (!logits_buf) {
+            fprintf(stderr, "hyfi-train: out of memory for the logits\n");
+            goto out;
+        }
+        hyfi_prefetch_config ec = {.batch = B, .shuffle = 0, .num_steps = nb};
+        if (hyfi_prefetch_start(test, &ec, &pf, err, sizeof err)) {
+            fprintf(stderr, "hyfi-train: %s\n", err);
+            goto out;
+        }
+        double t0 = now_s();
+        for (size_t k = 0; k < nb; k++) {
+            hyfi_batch b;
+            int prc = hyfi_prefetch_next(pf, &b);
+            if (prc) {
+                fprintf(stderr, "hyfi-train: preparing test batch %zu failed: %s\n", k + 1,
+                        hyfi_data_status_name(prc));
+                goto out;
+            }
+            if ((st = hyfi_set_input(g, tx, b.x, (size_t)B * numel)) != HYFI_OK ||
+                (st = hyfi_set_labels(g, ty, b.y, (size_t)B)) != HYFI_OK ||
+                (st = hyfi_infer(g, NULL)) != HYFI_OK ||
+                (st = hyfi_tensor_read(g, tlogits, logits_buf, (size_t)B * (size_t)K)) != HYFI_OK) {
+                lib_fail("evaluation (hyfi_infer)", st, g);
+                goto out;
+            }
+            /* rows past the end of the test set are padding: not counted */
+            size_t valid = ntest - b.start < (size_t)B ? ntest - b.start : (size_t)B;
+            for (size_t r = 0; r < valid; r++) {
+                const float *z = logits_buf + r * (size_t)K; /* (K) */
+                int best = 0;
+                for (int c = 1; c < K; c++)
+                    if (z[c] > z[best]) best = c;
+                correct += best == b.y[r];
+            }
+            counted += valid;
+        }
+        hyfi_prefetch_stop(pf);
+        pf = NULL;
+        have_acc = counted > 0;
+        acc = have_acc ? (double)correct / (double)counted : 0;
+        printf("eval: %zu batches, %zu images in %.2f s\n", nb, counted, now_s() - t0);
+    }
+
+    printf("summary: %lld steps, images/s mean ", total);
+    if (nmeas > 0) printf("%.1f median %.1f (excluding %d warm-up steps)", mean, median, WARMUP_STEPS);
+    else printf("n/a median n/a (no steps after the %d warm-up steps)", WARMUP_STEPS);
+    if (have_acc) printf(", test accuracy %.4f (%zu/%zu)\n", acc, correct, counted);
+    else printf(", test accuracy n/a (%s)\n", test ? "no test images" : "no test split");
+    if (mf) {
+        fputs("{\"summary\":true,\"mean_images_per_sec\":", mf);
+        json_num(mf, nmeas > 0, mean);
+        fputs(",\"median_images_per_sec\":", mf);
+        json_num(mf, nmeas > 0, median);
+        fputs(",\"test_accuracy\":", mf);
+        json_num(mf, have_acc, acc);
+        fputs("}\n", mf);
+    }
+    rc = 0;
+
+out:
+    hyfi_prefetch_stop(pf);
+    if (mf && fclose(mf) != 0 && rc == 0) {
+        fprintf(stderr, "hyfi-train: --metrics %s: write failed: %s\n", o.metrics, strerror(errno));
+        rc = 1;
+    }
+    free(rates);
+    free(logits_buf);
+    if (g) hyfi_graph_destroy(g);
+    hyfi_ctx_destroy(ctx);
+    hyfi_dataset_free(train);
+    hyfi_dataset_free(test);
+    return rc;
+}

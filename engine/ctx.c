@@ -1,0 +1,135 @@
+/* Context: StarPU (and StarPU-MPI) initialisation and shutdown, worker choice,
+ * per-worker set-up (oneDNN threads on CPU workers, cuDNN/cuBLAS handles on
+ * CUDA workers). One context per process. */
+#include "internal.h"
+#include "dnnl_common.h"
+
+#include <errno.h>
+#include <starpu_mpi.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static int g_ctx_alive;
+
+static int launched_by_mpiexec(void)
+{
+    static const char *vars[] = {"PMI_RANK", "PMI_SIZE", "PMIX_RANK", "OMPI_COMM_WORLD_SIZE",
+                                 "MPI_LOCALNRANKS"};
+    for (size_t i = 0; i < sizeof vars / sizeof *vars; i++)
+        if (getenv(vars[i])) return 1;
+    return 0;
+}
+
+static void set_worker_threads(void *arg)
+{
+    hyfi_cpu_set_threads(*(int *)arg);
+}
+
+hyfi_status hyfi_ctx_create(hyfi_ctx **out, const hyfi_ctx_config *cfg_in)
+{
+    if (!out) return hyfi_fail(HYFI_ERR_ARG, "hyfi_ctx_create: ctx pointer is NULL");
+    *out = NULL;
+    if (g_ctx_alive)
+        return hyfi_fail(HYFI_ERR_STATE, "hyfi_ctx_create: a context already exists in this "
+                                         "process; destroy it first (one per process)");
+    hyfi_ctx_config cfg = {HYFI_DEVICE_AUTO, -1, -1, -1, NULL, 0, 0};
+    if (cfg_in) cfg = *cfg_in;
+    if (cfg.device != HYFI_DEVICE_AUTO && cfg.device != HYFI_DEVICE_CPU &&
+        cfg.device != HYFI_DEVICE_CUDA)
+        return hyfi_fail(HYFI_ERR_ARG, "hyfi_ctx_create: unknown device %d; use "
+                                       "HYFI_DEVICE_AUTO, _CPU or _CUDA", (int)cfg.device);
+    if (cfg.device == HYFI_DEVICE_CUDA && !HYFI_HAVE_CUDA)
+        return hyfi_fail(HYFI_ERR_UNSUPPORTED, "CUDA requested but this hyfi was built without "
+                                               "CUDA codelets; rebuild with nvcc and cuDNN, or "
+                                               "use the CPU device");
+
+    hyfi_ctx *ctx = calloc(1, sizeof *ctx);
+    if (!ctx) return hyfi_fail(HYFI_ERR_NOMEM, "hyfi_ctx_create: out of memory");
+    ctx->mpi = cfg.mpi < 0 ? launched_by_mpiexec() : cfg.mpi;
+    ctx->verbose = cfg.verbose;
+
+    struct starpu_conf conf;
+    starpu_conf_init(&conf);
+    conf.sched_policy_name = cfg.scheduler ? cfg.scheduler : "dmda";
+    if (cfg.ncpus > 0) conf.ncpus = cfg.ncpus;
+    if (cfg.device == HYFI_DEVICE_CPU) conf.ncuda = 0;
+    else if (cfg.ncuda >= 0) conf.ncuda = cfg.ncuda;
+    if (cfg.device == HYFI_DEVICE_CUDA && cfg.ncpus <= 0) conf.ncpus = 0;
+    conf.nopencl = 0;
+
+    int rc;
+    if (ctx->mpi) {
+        rc = starpu_mpi_init_conf(NULL, NULL, 1, MPI_COMM_WORLD, &conf);
+    } else {
+        rc = starpu_init(&conf);
+    }
+    if (rc != 0) {
+        int mpi = ctx->mpi;
+        free(ctx);
+        if (rc == -ENODEV)
+            return hyfi_fail(HYFI_ERR_UNSUPPORTED,
+                             "StarPU found no worker for this configuration (device %s, ncpus "
+                             "%d); allow CPU workers or check STARPU_NCPU/STARPU_NCUDA",
+                             cfg.device == HYFI_DEVICE_CUDA ? "cuda" : "cpu/auto", cfg.ncpus);
+        return hyfi_fail(HYFI_ERR_RUNTIME, "StarPU%s initialisation failed (%d: %s)",
+                         mpi ? "-MPI" : "", rc, strerror(-rc));
+    }
+    ctx->ncpu = (int)starpu_cpu_worker_get_count();
+    ctx->ncuda = (int)starpu_cuda_worker_get_count();
+    if (ctx->mpi) {
+        starpu_mpi_comm_rank(MPI_COMM_WORLD, &ctx->rank);
+        starpu_mpi_comm_size(MPI_COMM_WORLD, &ctx->nranks);
+    } else {
+        ctx->rank = 0;
+        ctx->nranks = 1;
+    }
+    if (cfg.device == HYFI_DEVICE_CUDA && ctx->ncuda == 0) {
+        if (ctx->mpi) starpu_mpi_shutdown();
+        else starpu_shutdown();
+        free(ctx);
+        return hyfi_fail(HYFI_ERR_UNSUPPORTED,
+                         "device cuda: StarPU found no CUDA worker (no GPU visible, or "
+                         "STARPU_NCUDA=0); use device cpu or auto");
+    }
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    ctx->cpu_threads = cfg.cpu_threads > 0 ? cfg.cpu_threads
+                                           : (int)((cores > 0 ? cores : 1) /
+                                                   (ctx->ncpu > 0 ? ctx->ncpu : 1));
+    if (ctx->cpu_threads < 1) ctx->cpu_threads = 1;
+    if (ctx->ncpu > 0)
+        starpu_execute_on_each_worker(set_worker_threads, &ctx->cpu_threads, STARPU_CPU);
+    rc = hyfi_ops_init();
+    if (rc != 0) {
+        hyfi_ops_fini();
+        if (ctx->mpi) starpu_mpi_shutdown();
+        else starpu_shutdown();
+        free(ctx);
+        return hyfi_fail(HYFI_ERR_RUNTIME, "creating cuDNN/cuBLAS handles on the CUDA workers "
+                                           "failed (code %d)", rc);
+    }
+    if (ctx->verbose)
+        fprintf(stderr, "hyfi: rank %d/%d, %d CPU workers x %d threads, %d CUDA workers, "
+                        "scheduler %s\n", ctx->rank, ctx->nranks, ctx->ncpu, ctx->cpu_threads,
+                ctx->ncuda, conf.sched_policy_name);
+    g_ctx_alive = 1;
+    *out = ctx;
+    return HYFI_OK;
+}
+
+void hyfi_ctx_destroy(hyfi_ctx *ctx)
+{
+    if (!ctx) return;
+    starpu_task_wait_for_all();
+    hyfi_ops_fini();
+    if (ctx->mpi) starpu_mpi_shutdown();
+    else starpu_shutdown();
+    free(ctx);
+    g_ctx_alive = 0;
+}
+
+int hyfi_ctx_rank(const hyfi_ctx *ctx) { return ctx ? ctx->rank : 0; }
+int hyfi_ctx_nranks(const hyfi_ctx *ctx) { return ctx ? ctx->nranks : 1; }
+int hyfi_ctx_ncpu_workers(const hyfi_ctx *ctx) { return ctx ? ctx->ncpu : 0; }
+int hyfi_ctx_ncuda_workers(const hyfi_ctx *ctx) { return ctx ? ctx->ncuda : 0; }

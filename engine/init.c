@@ -1,0 +1,60 @@
+/* Deterministic parameter initialisation. A parameter's values depend only on
+ * the graph seed and the parameter's name (never on creation order or on how
+ * the graph is later partitioned): value i comes from a counter-based
+ * generator keyed by hash(seed, name) and i. */
+#include "internal.h"
+
+#include <math.h>
+#include <string.h>
+
+static uint64_t mix64(uint64_t z)
+{
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+static uint64_t name_key(uint64_t seed, const char *name)
+{
+    uint64_t h = 0xCBF29CE484222325ull; /* FNV-1a */
+    for (const unsigned char *p = (const unsigned char *)name; *p; p++) {
+        h ^= *p;
+        h *= 0x100000001B3ull;
+    }
+    return mix64(h ^ mix64(seed + 0x9E3779B97F4A7C15ull));
+}
+
+/* Uniform in (0, 1) from the i-th counter value. */
+static double unit(uint64_t key, uint64_t i)
+{
+    uint64_t r = mix64(key + (i + 1) * 0x9E3779B97F4A7C15ull);
+    return ((double)(r >> 11) + 0.5) * (1.0 / 9007199254740992.0);
+}
+
+void hyfi_param_init(float *dst, const hyfi_tensor *t, uint64_t seed)
+{
+    uint64_t key = name_key(seed, t->name);
+    size_t n = t->numel;
+    double fan = t->fan_in > 0 ? (double)t->fan_in : 1.0;
+    switch (t->init) {
+    case INIT_ZERO:
+        memset(dst, 0, n * sizeof *dst);
+        break;
+    case INIT_ONE:
+        for (size_t i = 0; i < n; i++) dst[i] = 1.0f;
+        break;
+    case INIT_HE_NORMAL: {
+        double std = sqrt(2.0 / fan);
+        for (size_t i = 0; i < n; i++) { /* Box-Muller, one value per pair of draws */
+            double u1 = unit(key, 2 * (uint64_t)i), u2 = unit(key, 2 * (uint64_t)i + 1);
+            dst[i] = (float)(std * sqrt(-2.0 * log(u1)) * cos(2.0 * M_PI * u2));
+        }
+        break;
+    }
+    case INIT_UNIFORM: {
+        double bound = 1.0 / sqrt(fan);
+        for (size_t i = 0; i < n; i++) dst[i] = (float)(bound * (2.0 * unit(key, i) - 1.0));
+        break;
+    }
+    }
+}

@@ -1,0 +1,243 @@
+/* hyfi — train deep CNNs as StarPU task graphs.
+ *
+ * A worked example: a small CNN trained with SGD on 28x28 grey images.
+ *
+ *     #include <hyfi.h>
+ *
+ *     hyfi_ctx *ctx;
+ *     if (hyfi_ctx_create(&ctx, NULL) != HYFI_OK) {          // NULL: defaults
+ *         fprintf(stderr, "%s\n", hyfi_last_error());
+ *         return 1;
+ *     }
+ *     hyfi_graph *g;
+ *     hyfi_graph_create(ctx, 42, &g);                        // 42: parameter seed
+ *
+ *     // Build: every builder takes (graph, name, inputs..., params) and returns a
+ *     // tensor. Errors are sticky: check hyfi_graph_status() once at the end.
+ *     hyfi_tensor *x = hyfi_input(g, "image", 64, 1, 28, 28);   // NCHW float32
+ *     hyfi_tensor *y = hyfi_labels(g, "label", 64);             // int32 class ids
+ *     hyfi_tensor *h = hyfi_conv2d(g, "conv1", x, (hyfi_conv2d_params){
+ *         .out_channels = 16, .kernel_h = 3, .kernel_w = 3, .pad_h = 1, .pad_w = 1});
+ *     h = hyfi_batchnorm(g, "bn1", h, 0, 0);                    // 0, 0: momentum 0.1, eps 1e-5
+ *     h = hyfi_relu(g, "relu1", h);
+ *     h = hyfi_maxpool(g, "pool1", h, (hyfi_pool_params){.kernel_h = 2, .kernel_w = 2});
+ *     h = hyfi_global_avgpool(g, "gap", h);
+ *     h = hyfi_fc(g, "fc", h, 10, true);
+ *     hyfi_tensor *loss = hyfi_softmax_cross_entropy(g, "loss", h, y);
+ *     if (hyfi_graph_status(g) != HYFI_OK) {
+ *         fprintf(stderr, "%s\n", hyfi_graph_error(g));
+ *         return 1;
+ *     }
+ *
+ *     // Compile: derives the backward pass and registers every tensor with StarPU.
+ *     hyfi_train_config tc = {.lr = 0.05f, .momentum = 0.9f, .weight_decay = 5e-4f};
+ *     if (hyfi_graph_compile(g, loss, &tc) != HYFI_OK) { ... hyfi_graph_error(g) ... }
+ *
+ *     for (int step = 0; step < steps; step++) {
+ *         hyfi_set_input(g, x, images + step * 64 * 784, 64 * 784);
+ *         hyfi_set_labels(g, y, labels + step * 64, 64);
+ *         float l;
+ *         if (hyfi_train_step(g, &l) != HYFI_OK) { ... }       // forward, backward, SGD
+ *     }
+ *     hyfi_infer(g, NULL);                                     // eval-mode forward
+ *     float logits[64 * 10];
+ *     hyfi_tensor_read(g, hyfi_tensor_find(g, "fc"), logits, 64 * 10);
+ *     hyfi_save_params(g, "model.hyfi");                       // atomic write
+ *     hyfi_graph_destroy(g);
+ *     hyfi_ctx_destroy(ctx);
+ *
+ * Every call returns a hyfi_status; on failure a readable message naming the
+ * problem and the fix is available from hyfi_last_error() (per thread), and for
+ * graph calls also from hyfi_graph_error(). The library never exits or aborts on
+ * user error.
+ *
+ * Tensors are float32 in NCHW order (labels: int32, one per image). A tensor
+ * handle belongs to its graph and lives until hyfi_graph_destroy().
+ */
+#ifndef HYFI_H
+#define HYFI_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ------------------------------------------------------------ status codes */
+typedef enum hyfi_status {
+    HYFI_OK = 0,
+    HYFI_ERR_ARG,         /* an argument is invalid (NULL, negative size, unknown name) */
+    HYFI_ERR_SHAPE,       /* tensor shapes do not fit the op */
+    HYFI_ERR_STATE,       /* the call is not valid now (e.g. building after compile) */
+    HYFI_ERR_NOMEM,       /* out of memory */
+    HYFI_ERR_IO,          /* a file is missing, unreadable, corrupt or cannot be written */
+    HYFI_ERR_RUNTIME,     /* StarPU, MPI or a kernel failed while running */
+    HYFI_ERR_UNSUPPORTED, /* asked for something this build or machine lacks (e.g. CUDA) */
+    HYFI_ERR_DATA         /* bad data: a label out of range, a non-finite loss */
+} hyfi_status;
+
+/* Short name of a status ("HYFI_ERR_SHAPE"). */
+const char *hyfi_status_name(hyfi_status s);
+/* Message of the last failed call on this thread ("" if none). */
+const char *hyfi_last_error(void);
+/* Library version string. */
+const char *hyfi_version(void);
+
+/* ----------------------------------------------------------------- context */
+typedef struct hyfi_ctx hyfi_ctx;
+
+typedef enum hyfi_device {
+    HYFI_DEVICE_AUTO = 0, /* CPU workers plus every CUDA GPU there is */
+    HYFI_DEVICE_CPU,      /* CPU workers only */
+    HYFI_DEVICE_CUDA      /* CUDA workers required (fails clearly without a GPU); kernels run
+                             on the GPUs, CPU workers only where an op has no CUDA path */
+} hyfi_device;
+
+typedef struct hyfi_ctx_config {
+    hyfi_device device;
+    int ncpus;            /* CPU workers; <= 0: StarPU's choice (one per free core) */
+    int ncuda;            /* CUDA workers; < 0: every GPU */
+    int mpi;              /* 1: StarPU-MPI (run under mpiexec); 0: single process;
+                             -1 (or config NULL): StarPU-MPI when launched by mpiexec */
+    const char *scheduler;/* StarPU scheduler; NULL: "dmda" (perf-model based) */
+    int cpu_threads;      /* threads of one CPU kernel (oneDNN); <= 0: cores / CPU workers */
+    int verbose;          /* 1: print the workers found */
+} hyfi_ctx_config;
+
+/* Initialise StarPU (and StarPU-MPI when asked). One context per process. */
+hyfi_status hyfi_ctx_create(hyfi_ctx **ctx, const hyfi_ctx_config *cfg);
+/* Wait for all tasks, shut StarPU(-MPI) down, free the context. NULL is fine. */
+void hyfi_ctx_destroy(hyfi_ctx *ctx);
+int hyfi_ctx_rank(const hyfi_ctx *ctx);       /* MPI rank, 0 without MPI */
+int hyfi_ctx_nranks(const hyfi_ctx *ctx);     /* MPI size, 1 without MPI */
+int hyfi_ctx_ncpu_workers(const hyfi_ctx *ctx);
+int hyfi_ctx_ncuda_workers(const hyfi_ctx *ctx);
+
+/* ------------------------------------------------------------------- graph */
+typedef struct hyfi_graph hyfi_graph;
+typedef struct hyfi_tensor hyfi_tensor;
+
+/* A new, empty graph. `seed` makes parameter initialisation deterministic: a
+ * parameter's initial values depend only on the seed and its name. */
+hyfi_status hyfi_graph_create(hyfi_ctx *ctx, uint64_t seed, hyfi_graph **g);
+void hyfi_graph_destroy(hyfi_graph *g);
+/* Sticky builder status: the first error of any builder call, HYFI_OK if none. */
+hyfi_status hyfi_graph_status(const hyfi_graph *g);
+const char *hyfi_graph_error(const hyfi_graph *g);
+
+/* Builders. `name` must be unique in the graph (NULL: a generated name). On an
+ * error, or when an input is NULL, a builder records the error and returns NULL. */
+
+/* An input batch (N,C,H,W), written with hyfi_set_input before each step. */
+hyfi_tensor *hyfi_input(hyfi_graph *g, const char *name, int n, int c, int h, int w);
+/* Class labels (N) as int32, written with hyfi_set_labels. */
+hyfi_tensor *hyfi_labels(hyfi_graph *g, const char *name, int n);
+
+typedef struct hyfi_conv2d_params {
+    int out_channels;
+    int kernel_h, kernel_w;
+    int stride_h, stride_w; /* 0 means 1 */
+    int pad_h, pad_w;       /* zero padding on each side */
+    int groups;             /* 0 means 1; in_channels for depthwise */
+    bool bias;
+} hyfi_conv2d_params;
+/* Parameters "<name>.weight" (Cout, Cin/groups, KH, KW), He-normal (fan-in) init,
+ * and "<name>.bias" (Cout), zero init, when p.bias. */
+hyfi_tensor *hyfi_conv2d(hyfi_graph *g, const char *name, hyfi_tensor *x,
+                         hyfi_conv2d_params p);
+
+/* Batch normalisation over (N,H,W) per channel: batch statistics in training,
+ * running statistics in hyfi_infer. momentum <= 0: 0.1; eps <= 0: 1e-5.
+ * Parameters "<name>.gamma" (ones), "<name>.beta" (zeros) and state
+ * "<name>.running_mean", "<name>.running_var". */
+hyfi_tensor *hyfi_batchnorm(hyfi_graph *g, const char *name, hyfi_tensor *x, float momentum,
+                            float eps);
+hyfi_tensor *hyfi_relu(hyfi_graph *g, const char *name, hyfi_tensor *x);
+
+typedef struct hyfi_pool_params {
+    int kernel_h, kernel_w;
+    int stride_h, stride_w; /* 0 means the kernel size */
+    int pad_h, pad_w;
+    bool count_include_pad; /* average pooling: divide by the whole window */
+} hyfi_pool_params;
+hyfi_tensor *hyfi_maxpool(hyfi_graph *g, const char *name, hyfi_tensor *x, hyfi_pool_params p);
+hyfi_tensor *hyfi_avgpool(hyfi_graph *g, const char *name, hyfi_tensor *x, hyfi_pool_params p);
+/* (N,C,H,W) -> (N,C,1,1) */
+hyfi_tensor *hyfi_global_avgpool(hyfi_graph *g, const char *name, hyfi_tensor *x);
+/* Elementwise sum of two tensors of the same shape. */
+hyfi_tensor *hyfi_add(hyfi_graph *g, const char *name, hyfi_tensor *a, hyfi_tensor *b);
+/* Concatenation along channels of `count` tensors with equal N, H, W. */
+hyfi_tensor *hyfi_concat(hyfi_graph *g, const char *name, int count, hyfi_tensor *const *xs);
+/* Fully connected layer on x flattened to (N, C*H*W) -> (N, out, 1, 1). Parameters
+ * "<name>.weight" (out, C*H*W) and "<name>.bias" (out), uniform ±1/sqrt(fan-in). */
+hyfi_tensor *hyfi_fc(hyfi_graph *g, const char *name, hyfi_tensor *x, int out_features,
+                     bool bias);
+/* Mean over the batch of the softmax cross-entropy of logits (N,K,1,1) against
+ * labels (N); a scalar tensor (1,1,1,1). */
+hyfi_tensor *hyfi_softmax_cross_entropy(hyfi_graph *g, const char *name, hyfi_tensor *logits,
+                                        hyfi_tensor *labels);
+
+/* ---------------------------------------------------------------- training */
+typedef struct hyfi_train_config {
+    float lr;             /* SGD learning rate */
+    float momentum;       /* 0: plain SGD */
+    float weight_decay;   /* L2, added to the gradient as in PyTorch's SGD */
+} hyfi_train_config;
+
+/* Finish the graph: derive the backward pass from `loss`, initialise the
+ * parameters, register every tensor with StarPU. No builder calls after this.
+ * cfg NULL: lr 0.01, no momentum, no weight decay. */
+hyfi_status hyfi_graph_compile(hyfi_graph *g, hyfi_tensor *loss, const hyfi_train_config *cfg);
+hyfi_status hyfi_set_lr(hyfi_graph *g, float lr);
+
+/* Copy a batch in. count must equal the tensor's number of elements. */
+hyfi_status hyfi_set_input(hyfi_graph *g, hyfi_tensor *t, const float *data, size_t count);
+hyfi_status hyfi_set_labels(hyfi_graph *g, hyfi_tensor *t, const int32_t *labels, size_t count);
+
+/* One training step: forward (batch-norm in training mode), backward, SGD
+ * update, as StarPU tasks; waits for them. *loss (may be NULL) gets the loss. */
+hyfi_status hyfi_train_step(hyfi_graph *g, float *loss);
+/* Forward only, batch norm with running statistics; no update. *loss may be NULL. */
+hyfi_status hyfi_infer(hyfi_graph *g, float *loss);
+/* Forward only; training = true normalises with batch statistics (and updates
+ * the running ones) exactly as hyfi_train_step's forward does, without the
+ * backward or the update (loss evaluations, finite differences). */
+hyfi_status hyfi_forward(hyfi_graph *g, bool training, float *loss);
+
+/* ------------------------------------------------------------- inspection */
+hyfi_tensor *hyfi_tensor_find(hyfi_graph *g, const char *name);
+const char *hyfi_tensor_name(const hyfi_tensor *t);
+/* dims[0..3] = N, C, H, W (labels: N, 1, 1, 1). */
+void hyfi_tensor_shape(const hyfi_tensor *t, int dims[4]);
+size_t hyfi_tensor_numel(const hyfi_tensor *t);
+bool hyfi_tensor_is_param(const hyfi_tensor *t);
+
+/* Copy a tensor's current values out (activations after a step, parameters,
+ * running statistics). count must equal its number of elements. */
+hyfi_status hyfi_tensor_read(hyfi_graph *g, const hyfi_tensor *t, float *out, size_t count);
+/* Gradient of the loss with respect to t after the last hyfi_train_step
+ * (parameters and activations). */
+hyfi_status hyfi_grad_read(hyfi_graph *g, const hyfi_tensor *t, float *out, size_t count);
+/* Overwrite a parameter or state tensor (after compile). */
+hyfi_status hyfi_tensor_write(hyfi_graph *g, hyfi_tensor *t, const float *data, size_t count);
+
+/* Parameters (trainable) in creation order; state tensors (running statistics)
+ * are not among them. */
+int hyfi_param_count(const hyfi_graph *g);
+hyfi_tensor *hyfi_param(hyfi_graph *g, int i);
+/* Total number of trainable values. */
+size_t hyfi_param_numel(const hyfi_graph *g);
+
+/* Save every parameter and state tensor (name, shape, values) to `path`,
+ * atomically: a temporary file beside it is written, flushed and renamed. */
+hyfi_status hyfi_save_params(hyfi_graph *g, const char *path);
+/* Load a file written by hyfi_save_params into a compiled graph with the same
+ * tensors; names and shapes must match (the error says which does not). */
+hyfi_status hyfi_load_params(hyfi_graph *g, const char *path);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,12 @@
+/* StarPU codelets of the batch-norm family: buffers in kernel order (outputs first); see codelet_common.h. */
+#include "codelet_common.h"
+
+/* y, mean, var, run_mean, run_var, x, gamma, beta */
+HYFI_CODELET(batchnorm_forward_train, HYFI_F(0), HYFI_F(1), HYFI_F(2), HYFI_F(3), HYFI_F(4),
+             HYFI_F(5), HYFI_F(6), HYFI_F(7), &t->u.bn)
+/* y, x, gamma, beta, run_mean, run_var */
+HYFI_CODELET(batchnorm_forward_eval, HYFI_F(0), HYFI_F(1), HYFI_F(2), HYFI_F(3), HYFI_F(4),
+             HYFI_F(5), &t->u.bn)
+/* dx, dgamma, dbeta, dy, x, gamma, mean, var */
+HYFI_CODELET(batchnorm_backward, HYFI_F(0), HYFI_F(1), HYFI_F(2), HYFI_F(3), HYFI_F(4),
+             HYFI_F(5), HYFI_F(6), HYFI_F(7), &t->u.bn, t->acc)

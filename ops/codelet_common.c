@@ -1,0 +1,85 @@
+/* Codelet support: failure reporting, per-CUDA-worker handles, footprints. */
+#include "codelet_common.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+
+static pthread_mutex_t g_err_lock = PTHREAD_MUTEX_INITIALIZER;
+static char g_err[256];
+static int g_err_set;
+
+void hyfi_ops_report(const char *name, int rc)
+{
+    if (rc == 0) return;
+    pthread_mutex_lock(&g_err_lock);
+    if (!g_err_set) {
+        snprintf(g_err, sizeof g_err, "kernel %s failed with code %d on worker %d (%s)", name,
+                 rc, starpu_worker_get_id(),
+                 starpu_worker_get_type(starpu_worker_get_id()) == STARPU_CUDA_WORKER ? "CUDA"
+                                                                                      : "CPU");
+        g_err_set = 1;
+    }
+    pthread_mutex_unlock(&g_err_lock);
+}
+
+int hyfi_ops_take_error(char *msg, size_t len)
+{
+    pthread_mutex_lock(&g_err_lock);
+    int had = g_err_set;
+    if (had && msg && len) snprintf(msg, len, "%s", g_err);
+    g_err_set = 0;
+    pthread_mutex_unlock(&g_err_lock);
+    return had;
+}
+
+uint32_t hyfi_ops_footprint(struct starpu_task *task)
+{
+    uint32_t h = starpu_hash_crc32c_be_n(task->cl_arg, task->cl_arg_size, 0);
+    unsigned n = STARPU_TASK_GET_NBUFFERS(task);
+    for (unsigned i = 0; i < n; i++)
+        h = starpu_hash_crc32c_be(
+            (uint32_t)starpu_data_get_size(STARPU_TASK_GET_HANDLE(task, i)), h);
+    return h;
+}
+
+#if HYFI_HAVE_CUDA
+static hyfi_cuda_env g_cuda_env[STARPU_NMAXWORKERS];
+static int g_cuda_init_rc[STARPU_NMAXWORKERS];
+
+static void cuda_env_init_on_worker(void *arg)
+{
+    (void)arg;
+    int id = starpu_worker_get_id();
+    g_cuda_init_rc[id] = hyfi_cuda_env_init(&g_cuda_env[id], starpu_cuda_get_local_stream());
+}
+
+static void cuda_env_fini_on_worker(void *arg)
+{
+    (void)arg;
+    hyfi_cuda_env_fini(&g_cuda_env[starpu_worker_get_id()]);
+}
+
+hyfi_cuda_env *hyfi_ops_cuda_env(void)
+{
+    return &g_cuda_env[starpu_worker_get_id()];
+}
+
+int hyfi_ops_init(void)
+{
+    if (starpu_cuda_worker_get_count() == 0) return 0;
+    starpu_execute_on_each_worker(cuda_env_init_on_worker, NULL, STARPU_CUDA);
+    for (int i = 0; i < STARPU_NMAXWORKERS; i++)
+        if (g_cuda_init_rc[i]) return g_cuda_init_rc[i];
+    return 0;
+}
+
+void hyfi_ops_fini(void)
+{
+    if (starpu_cuda_worker_get_count() == 0) return;
+    starpu_execute_on_each_worker(cuda_env_fini_on_worker, NULL, STARPU_CUDA);
+}
+#else
+int hyfi_ops_init(void) { return 0; }
+void hyfi_ops_fini(void) {}
+#endif

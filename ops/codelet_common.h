@@ -1,0 +1,127 @@
+/* StarPU glue shared by the codelet files (ops/<op>_codelet.c) and the engine.
+ *
+ * Every hyfi codelet takes a variable number of vector buffers (float32, or
+ * int32 for labels) in the order of its kernel's pointer arguments (outputs
+ * first), access modes chosen per task by the engine, and one hyfi_task_args as
+ * cl_arg. A codelet function only unpacks buffers and calls the kernel of its
+ * path; a failing kernel is recorded with hyfi_ops_report and surfaced by the
+ * engine after the step (a codelet cannot return an error to StarPU).
+ */
+#ifndef HYFI_OPS_CODELET_COMMON_H
+#define HYFI_OPS_CODELET_COMMON_H
+
+#include "hyfi_config.h"
+#include "kernels.h"
+#include <starpu.h>
+
+#if HYFI_HAVE_CUDA
+#include "kernels_cuda.h"
+#endif
+
+/* The argument block of every hyfi task. */
+typedef struct {
+    int acc;                  /* gradient outputs accumulate (see kernels.h) */
+    union {
+        hyfi_conv2d_args conv;
+        hyfi_batchnorm_args bn;
+        hyfi_pool_args pool;
+        hyfi_concat_args concat;
+        hyfi_fc_args fc;
+        hyfi_xent_args xent;
+        hyfi_sgd_args sgd;
+        struct {
+            size_t count;
+            float value;
+        } elt;
+    } u;
+} hyfi_task_args;
+
+/* Record a kernel failure (rc != 0) of codelet `name`; the first one is kept. */
+void hyfi_ops_report(const char *name, int rc);
+/* Move the recorded failure, if any, into msg; returns 1 if there was one. */
+int hyfi_ops_take_error(char *msg, size_t len);
+
+/* Per-CUDA-worker environment (handles on the worker's stream). */
+int hyfi_ops_init(void);   /* after starpu_init: handles on every CUDA worker */
+void hyfi_ops_fini(void);  /* before starpu_shutdown */
+#if HYFI_HAVE_CUDA
+hyfi_cuda_env *hyfi_ops_cuda_env(void);
+#endif
+
+/* Perf-model footprint: the buffer sizes and the argument block, so that two
+ * convolutions with equal sizes but other kernels are calibrated apart. */
+uint32_t hyfi_ops_footprint(struct starpu_task *task);
+
+#define HYFI_F(i) ((float *)STARPU_VECTOR_GET_PTR(buffers[i]))
+#define HYFI_I(i) ((int32_t *)STARPU_VECTOR_GET_PTR(buffers[i]))
+
+/* HYFI_CODELET(op_pass, kernel arguments...) defines the CPU (and CUDA) function
+ * of codelet hyfi_cl_<op_pass>, calling hyfi_<op_pass>_cpu / _cuda with the
+ * given arguments, where `t` is the task's hyfi_task_args and HYFI_F(i) the i-th
+ * buffer; plus a history-based perf model with the symbol hyfi_<op_pass>. */
+#define HYFI_CODELET_COMMON_(op)                                                  \
+    static struct starpu_perfmodel op##_model = {                                \
+        .type = STARPU_HISTORY_BASED,                                            \
+        .symbol = "hyfi_" #op,                                                   \
+        .footprint = hyfi_ops_footprint,                                         \
+    };                                                                           \
+    static void op##_cpu_func(void *buffers[], void *cl_arg);
+
+#if HYFI_HAVE_CUDA
+#define HYFI_CODELET(op, ...)                                                     \
+    HYFI_CODELET_COMMON_(op)                                                     \
+    static void op##_cuda_func(void *buffers[], void *cl_arg)                    \
+    {                                                                            \
+        const hyfi_task_args *t = cl_arg;                                        \
+        (void)t;                                                                 \
+        hyfi_ops_report(#op, hyfi_##op##_cuda(hyfi_ops_cuda_env(), __VA_ARGS__)); \
+    }                                                                            \
+    struct starpu_codelet hyfi_cl_##op = {                                       \
+        .cpu_funcs = {op##_cpu_func},                                            \
+        .cpu_funcs_name = {#op "_cpu_func"},                                     \
+        .cuda_funcs = {op##_cuda_func},                                          \
+        .cuda_flags = {STARPU_CUDA_ASYNC},                                       \
+        .nbuffers = STARPU_VARIABLE_NBUFFERS,                                    \
+        .model = &op##_model,                                                    \
+        .name = "hyfi_" #op,                                                     \
+    };                                                                           \
+    static void op##_cpu_func(void *buffers[], void *cl_arg)                     \
+    {                                                                            \
+        const hyfi_task_args *t = cl_arg;                                        \
+        (void)t;                                                                 \
+        hyfi_ops_report(#op, hyfi_##op##_cpu(__VA_ARGS__));                      \
+    }
+#else
+#define HYFI_CODELET(op, ...)                                                     \
+    HYFI_CODELET_COMMON_(op)                                                     \
+    struct starpu_codelet hyfi_cl_##op = {                                       \
+        .cpu_funcs = {op##_cpu_func},                                            \
+        .cpu_funcs_name = {#op "_cpu_func"},                                     \
+        .nbuffers = STARPU_VARIABLE_NBUFFERS,                                    \
+        .model = &op##_model,                                                    \
+        .name = "hyfi_" #op,                                                     \
+    };                                                                           \
+    static void op##_cpu_func(void *buffers[], void *cl_arg)                     \
+    {                                                                            \
+        const hyfi_task_args *t = cl_arg;                                        \
+        (void)t;                                                                 \
+        hyfi_ops_report(#op, hyfi_##op##_cpu(__VA_ARGS__));                      \
+    }
+#endif
+
+/* Every codelet, named after the kernel it calls. Buffers in kernel order. */
+extern struct starpu_codelet hyfi_cl_conv2d_forward, hyfi_cl_conv2d_backward_data,
+    hyfi_cl_conv2d_backward_weight;
+extern struct starpu_codelet hyfi_cl_batchnorm_forward_train, hyfi_cl_batchnorm_forward_eval,
+    hyfi_cl_batchnorm_backward;
+extern struct starpu_codelet hyfi_cl_relu_forward, hyfi_cl_relu_backward, hyfi_cl_add_forward,
+    hyfi_cl_accumulate, hyfi_cl_fill;
+extern struct starpu_codelet hyfi_cl_maxpool_forward, hyfi_cl_maxpool_backward,
+    hyfi_cl_avgpool_forward, hyfi_cl_avgpool_backward, hyfi_cl_gap_forward, hyfi_cl_gap_backward;
+extern struct starpu_codelet hyfi_cl_concat_forward, hyfi_cl_concat_backward;
+extern struct starpu_codelet hyfi_cl_fc_forward, hyfi_cl_fc_backward_data,
+    hyfi_cl_fc_backward_weight;
+extern struct starpu_codelet hyfi_cl_xent_forward, hyfi_cl_xent_backward;
+extern struct starpu_codelet hyfi_cl_sgd_update;
+
+#endif

@@ -1,0 +1,296 @@
+/* conv2d_cpu.c: CPU path of the 2-D convolution on oneDNN (forward, backward
+ * data, backward weights with the bias gradient).
+ *
+ * The primitive descriptors are created with format "any" for the activations
+ * and the weights and the direct algorithm, so that oneDNN picks its fastest
+ * (blocked) layouts, as PyTorch's oneDNN path does. The user buffers are plain
+ * NCHW / OIHW (GOIHW when grouped: (G, Cout/G, Cin/G, KH, KW), the same bytes
+ * as (Cout, Cin/G, KH, KW)); an input whose chosen layout differs is reordered
+ * into a per-thread scratch buffer (hyfi_cpu_scratch), an output is computed in
+ * scratch and reordered back. acc == 1 outputs are always computed in scratch
+ * and added to the user buffer by a reorder with a sum post-op (plain C add as
+ * a fallback). The bias stays plain (dnnl_x).
+ *
+ * Scratch slots used within one call: 0, 1, 2, 3 (one per tensor argument);
+ * slot 0 again for the accumulation fallback once the primitive has run.
+ */
+#include "kernels.h"
+#include "dnnl_common.h"
+
+#include <stddef.h>
+
+/* Inside the functions below: on failure set rc and jump to `out`. */
+#define CK_DNNL(call)                                                           \
+    do {                                                                        \
+        dnnl_status_t st_ = (call);                                             \
+        if (st_ != dnnl_success) {                                              \
+            rc = -(int)st_ - 1;                                                 \
+            goto out;                                                           \
+        }                                                                       \
+    } while (0)
+#define CK(call)                                                                \
+    do {                                                                        \
+        rc = (call);                                                            \
+        if (rc != 0) goto out;                                                  \
+    } while (0)
+
+/* Plain user descriptors, "any" descriptors and geometry of one convolution. */
+typedef struct {
+    dnnl_memory_desc_t src, wei, bia, dst;       /* plain: nchw, (g)oihw, x, nchw */
+    dnnl_memory_desc_t src_any, wei_any, dst_any;
+    dnnl_dims_t strides, pad_l, pad_r;
+} conv_desc;
+
+static int conv_desc_init(conv_desc *d, const hyfi_conv2d_args *a)
+{
+    const int G = a->groups;
+    dnnl_dims_t sdims = {a->n, a->c_in, a->h, a->w};
+    dnnl_dims_t ddims = {a->n, a->c_out, a->ho, a->wo};
+    dnnl_dims_t bdims = {a->c_out};
+    dnnl_dims_t wdims = {a->c_out, a->c_in, a->kh, a->kw};
+    dnnl_dims_t gdims = {G, a->c_out / G, a->c_in / G, a->kh, a->kw};
+    int rc;
+    if ((rc = hyfi_dnnl_md(&d->src, 4, sdims, dnnl_nchw))) return rc;
+    if ((rc = hyfi_dnnl_md(&d->dst, 4, ddims, dnnl_nchw))) return rc;
+    if ((rc = hyfi_dnnl_md(&d->bia, 1, bdims, dnnl_x))) return rc;
+    if (G == 1) {
+        if ((rc = hyfi_dnnl_md(&d->wei, 4, wdims, dnnl_oihw))) return rc;
+        if ((rc = hyfi_dnnl_md(&d->wei_any, 4, wdims, dnnl_format_tag_any))) return rc;
+    } else {
+        if ((rc = hyfi_dnnl_md(&d->wei, 5, gdims, dnnl_goihw))) return rc;
+        if ((rc = hyfi_dnnl_md(&d->wei_any, 5, gdims, dnnl_format_tag_any))) return rc;
+    }
+    if ((rc = hyfi_dnnl_md(&d->src_any, 4, sdims, dnnl_format_tag_any))) return rc;
+    if ((rc = hyfi_dnnl_md(&d->dst_any, 4, ddims, dnnl_format_tag_any))) return rc;
+    d->strides[0] = a->sh;
+    d->strides[1] = a->sw;
+    /* Symmetric padding; oneDNN checks (in - k + pl + pr) / s + 1 == out with
+     * integer division, so pr = pl is valid for every floor-mode output size. */
+    d->pad_l[0] = d->pad_r[0] = a->ph;
+    d->pad_l[1] = d->pad_r[1] = a->pw;
+    return 0;
+}
+
+/* Forward-training primitive descriptor (also the hint of the backward ones). */
+static int fwd_pd_create(dnnl_primitive_desc_t *pd, const conv_desc *d, int with_bias)
+{
+    dnnl_convolution_desc_t cd;
+    HYFI_DNNL_CHECK(dnnl_convolution_forward_desc_init(
+        &cd, dnnl_forward_training, dnnl_convolution_direct, &d->src_any, &d->wei_any,
+        with_bias ? &d->bia : NULL, &d->dst_any, d->strides, d->pad_l, d->pad_r));
+    HYFI_DNNL_CHECK(dnnl_primitive_desc_create(pd, &cd, NULL, hyfi_dnnl_engine(), NULL));
+    return 0;
+}
+
+/* One tensor argument: `user` wraps the caller's plain buffer, `prim` is what
+ * the primitive reads or writes (== user, or scratch in the chosen layout). */
+typedef struct {
+    dnnl_memory_t user, prim;
+} conv_arg;
+
+static void arg_free(conv_arg *t)
+{
+    if (t->prim && t->prim != t->user) dnnl_memory_destroy(t->prim);
+    if (t->user) dnnl_memory_destroy(t->user);
+    t->prim = t->user = NULL;
+}
+
+/* Memory of layout `md` on scratch slot `slot`. */
+static int scratch_mem(dnnl_memory_t *mem, const dnnl_memory_desc_t *md, int slot)
+{
+    size_t bytes = dnnl_memory_desc_get_size(md);
+    float *p = hyfi_cpu_scratch(slot, (bytes + sizeof(float) - 1) / sizeof(float));
+    if (!p) return -1;
+    return hyfi_dnnl_mem(mem, md, p);
+}
+
+/* Input: wrap `ptr` (layout user_md); reorder it into `want` if that differs. */
+static int arg_in(conv_arg *t, const dnnl_memory_desc_t *user_md, const float *ptr,
+                  const dnnl_memory_desc_t *want, int slot)
+{
+    int rc = hyfi_dnnl_mem(&t->user, user_md, (void *)ptr);
+    if (rc) return rc;
+    if (dnnl_memory_desc_equal(user_md, want)) {
+        t->prim = t->user;
+        return 0;
+    }
+    if ((rc = scratch_mem(&t->prim, want, slot))) return rc;
+    return hyfi_dnnl_reorder(t->user, t->prim);
+}
+
+/* Output: the primitive writes straight into `ptr` when the layouts agree and
+ * nothing is accumulated, else into scratch (finished by arg_out_finish). */
+static int arg_out(conv_arg *t, const dnnl_memory_desc_t *user_md, float *ptr,
+                   const dnnl_memory_desc_t *want, int slot, int acc)
+{
+    int rc = hyfi_dnnl_mem(&t->user, user_md, ptr);
+    if (rc) return rc;
+    if (!acc && dnnl_memory_desc_equal(user_md, want)) {
+        t->prim = t->user;
+        return 0;
+    }
+    return scratch_mem(&t->prim, want, slot);
+}
+
+/* user += reorder(prim): a reorder with a sum post-op; when oneDNN has none
+ * for this pair of layouts, reorder into plain scratch (slot fb_slot) and add. */
+static int reorder_add(dnnl_memory_t prim, dnnl_memory_t user, int fb_slot)
+{
+    const dnnl_memory_desc_t *smd, *dmd;
+    HYFI_DNNL_CHECK(dnnl_memory_get_memory_desc(prim, &smd));
+    HYFI_DNNL_CHECK(dnnl_memory_get_memory_desc(user, &dmd));
+    dnnl_engine_t e = hyfi_dnnl_engine();
+    dnnl_primitive_attr_t attr = NULL;
+    dnnl_post_ops_t po = NULL;
+    dnnl_primitive_desc_t pd = NULL;
+    dnnl_memory_t tmp = NULL;
+    int rc = 0;
+    CK_DNNL(dnnl_primitive_attr_create(&attr));
+    CK_DNNL(dnnl_post_ops_create(&po));
+    CK_DNNL(dnnl_post_ops_append_sum(po, 1.0f));
+    CK_DNNL(dnnl_primitive_attr_set_post_ops(attr, po));
+    if (dnnl_reorder_primitive_desc_create(&pd, smd, e, dmd, e, attr) == dnnl_success) {
+        dnnl_exec_arg_t args[2] = {{DNNL_ARG_FROM, prim}, {DNNL_ARG_TO, user}};
+        rc = hyfi_dnnl_run(pd, 2, args);
+    } else {
+        pd = NULL;
+        void *sp, *dp;
+        CK_DNNL(dnnl_memory_get_data_handle(user, &dp));
+        if (dnnl_memory_desc_equal(smd, dmd)) {
+            CK_DNNL(dnnl_memory_get_data_handle(prim, &sp));
+        } else {
+            CK(scratch_mem(&tmp, dmd, fb_slot));
+            CK(hyfi_dnnl_reorder(prim, tmp));
+            CK_DNNL(dnnl_memory_get_data_handle(tmp, &sp));
+        }
+        float *dst = dp;
+        const float *src = sp;
+        size_t count = dnnl_memory_desc_get_size(dmd) / sizeof(float);
+        for (size_t i = 0; i < count; i++) dst[i] += src[i];
+    }
+out:
+    if (tmp) dnnl_memory_destroy(tmp);
+    if (pd) dnnl_primitive_desc_destroy(pd);
+    if (po) dnnl_post_ops_destroy(po);
+    if (attr) dnnl_primitive_attr_destroy(attr);
+    return rc;
+}
+
+/* Bring an output computed in scratch back to the user buffer (add if acc). */
+static int arg_out_finish(conv_arg *t, int acc, int fb_slot)
+{
+    if (t->prim == t->user) return 0;
+    return acc ? reorder_add(t->prim, t->user, fb_slot) : hyfi_dnnl_reorder(t->prim, t->user);
+}
+
+/* y (N,Cout,Ho,Wo), x (N,Cin,H,W), w (Cout,Cin/G,KH,KW), b (Cout) or NULL */
+int hyfi_conv2d_forward_cpu(float *y, const float *x, const float *w, const float *b,
+                            const hyfi_conv2d_args *a)
+{
+    const int with_bias = a->has_bias && b;
+    conv_desc d;
+    dnnl_primitive_desc_t pd = NULL;
+    conv_arg src = {0}, wei = {0}, bia = {0}, dst = {0};
+    int rc;
+    CK(conv_desc_init(&d, a));
+    CK(fwd_pd_create(&pd, &d, with_bias));
+    CK(arg_in(&src, &d.src, x, dnnl_primitive_desc_query_md(pd, dnnl_query_src_md, 0), 0));
+    CK(arg_in(&wei, &d.wei, w, dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0), 1));
+    CK(arg_out(&dst, &d.dst, y, dnnl_primitive_desc_query_md(pd, dnnl_query_dst_md, 0), 2, 0));
+    dnnl_exec_arg_t args[4] = {{DNNL_ARG_SRC, src.prim},
+                               {DNNL_ARG_WEIGHTS, wei.prim},
+                               {DNNL_ARG_DST, dst.prim},
+                               {DNNL_ARG_BIAS, NULL}};
+    if (with_bias) {
+        CK(arg_in(&bia, &d.bia, b, dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 1),
+                  3));
+        args[3].memory = bia.prim;
+    }
+    CK(hyfi_dnnl_run(pd, with_bias ? 4 : 3, args));
+    CK(arg_out_finish(&dst, 0, 0));
+out:
+    arg_free(&src);
+    arg_free(&wei);
+    arg_free(&bia);
+    arg_free(&dst);
+    if (pd) dnnl_primitive_desc_destroy(pd);
+    return rc;
+}
+
+/* dx (N,Cin,H,W), dy (N,Cout,Ho,Wo), w (Cout,Cin/G,KH,KW) */
+int hyfi_conv2d_backward_data_cpu(float *dx, const float *dy, const float *w,
+                                  const hyfi_conv2d_args *a, int acc)
+{
+    conv_desc d;
+    dnnl_primitive_desc_t fpd = NULL, pd = NULL;
+    conv_arg ddst = {0}, wei = {0}, dsrc = {0};
+    int rc;
+    CK(conv_desc_init(&d, a));
+    CK(fwd_pd_create(&fpd, &d, 0));
+    dnnl_convolution_desc_t cd;
+    CK_DNNL(dnnl_convolution_backward_data_desc_init(&cd, dnnl_convolution_direct, &d.src_any,
+                                                     &d.wei_any, &d.dst_any, d.strides,
+                                                     d.pad_l, d.pad_r));
+    CK_DNNL(dnnl_primitive_desc_create(&pd, &cd, NULL, hyfi_dnnl_engine(), fpd));
+    CK(arg_in(&ddst, &d.dst, dy, dnnl_primitive_desc_query_md(pd, dnnl_query_diff_dst_md, 0),
+              0));
+    CK(arg_in(&wei, &d.wei, w, dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0), 1));
+    CK(arg_out(&dsrc, &d.src, dx, dnnl_primitive_desc_query_md(pd, dnnl_query_diff_src_md, 0),
+               2, acc));
+    dnnl_exec_arg_t args[3] = {{DNNL_ARG_DIFF_DST, ddst.prim},
+                               {DNNL_ARG_WEIGHTS, wei.prim},
+                               {DNNL_ARG_DIFF_SRC, dsrc.prim}};
+    CK(hyfi_dnnl_run(pd, 3, args));
+    CK(arg_out_finish(&dsrc, acc, 0));
+out:
+    arg_free(&ddst);
+    arg_free(&wei);
+    arg_free(&dsrc);
+    if (pd) dnnl_primitive_desc_destroy(pd);
+    if (fpd) dnnl_primitive_desc_destroy(fpd);
+    return rc;
+}
+
+/* dw (Cout,Cin/G,KH,KW), db (Cout) or NULL, dy (N,Cout,Ho,Wo), x (N,Cin,H,W) */
+int hyfi_conv2d_backward_weight_cpu(float *dw, float *db, const float *dy, const float *x,
+                                    const hyfi_conv2d_args *a, int acc)
+{
+    const int with_bias = a->has_bias && db;
+    conv_desc d;
+    dnnl_primitive_desc_t fpd = NULL, pd = NULL;
+    conv_arg src = {0}, ddst = {0}, dwei = {0}, dbia = {0};
+    int rc;
+    CK(conv_desc_init(&d, a));
+    CK(fwd_pd_create(&fpd, &d, with_bias));
+    dnnl_convolution_desc_t cd;
+    CK_DNNL(dnnl_convolution_backward_weights_desc_init(
+        &cd, dnnl_convolution_direct, &d.src_any, &d.wei_any, with_bias ? &d.bia : NULL,
+        &d.dst_any, d.strides, d.pad_l, d.pad_r));
+    CK_DNNL(dnnl_primitive_desc_create(&pd, &cd, NULL, hyfi_dnnl_engine(), fpd));
+    CK(arg_in(&src, &d.src, x, dnnl_primitive_desc_query_md(pd, dnnl_query_src_md, 0), 0));
+    CK(arg_in(&ddst, &d.dst, dy, dnnl_primitive_desc_query_md(pd, dnnl_query_diff_dst_md, 0),
+              1));
+    CK(arg_out(&dwei, &d.wei, dw,
+               dnnl_primitive_desc_query_md(pd, dnnl_query_diff_weights_md, 0), 2, acc));
+    dnnl_exec_arg_t args[4] = {{DNNL_ARG_SRC, src.prim},
+                               {DNNL_ARG_DIFF_DST, ddst.prim},
+                               {DNNL_ARG_DIFF_WEIGHTS, dwei.prim},
+                               {DNNL_ARG_DIFF_BIAS, NULL}};
+    if (with_bias) {
+        CK(arg_out(&dbia, &d.bia, db,
+                   dnnl_primitive_desc_query_md(pd, dnnl_query_diff_weights_md, 1), 3, acc));
+        args[3].memory = dbia.prim;
+    }
+    CK(hyfi_dnnl_run(pd, with_bias ? 4 : 3, args));
+    /* The inputs are consumed: slots 0 and 1 are free for the add fallback. */
+    CK(arg_out_finish(&dwei, acc, 0));
+    if (with_bias) CK(arg_out_finish(&dbia, acc, 1));
+out:
+    arg_free(&src);
+    arg_free(&ddst);
+    arg_free(&dwei);
+    arg_free(&dbia);
+    if (pd) dnnl_primitive_desc_destroy(pd);
+    if (fpd) dnnl_primitive_desc_destroy(fpd);
+    return rc;
+}

@@ -1,0 +1,223 @@
+// conv2d_cuda.cu: CUDA path of the 2-D convolution on cuDNN 9's legacy API
+// (cross-correlation, float, NCHW / KCRS, groups through
+// cudnnSetConvolutionGroupCount; depthwise is groups == Cin).
+//
+//   forward          cudnnConvolutionForward (beta 0), then cudnnAddTensor for the bias
+//   backward data    cudnnConvolutionBackwardData, beta = acc
+//   backward weights cudnnConvolutionBackwardFilter, beta = acc, and
+//                    cudnnConvolutionBackwardBias for the bias gradient, beta = acc
+//
+// Algorithms come from the cudnnGet*Algorithm_v7 heuristics: the first result
+// that is supported, is not a tensor-core (TF32) one, and whose workspace the
+// worker can get from hyfi_cuda_workspace (at most CONV_WS_CAP bytes). The
+// convolution descriptor uses CUDNN_FMA_MATH: on Ampere and later
+// CUDNN_DEFAULT_MATH lets cuDNN use TF32 tensor cores for float, which would
+// not match the CPU path; FMA_MATH is what PyTorch sets when TF32 is off.
+//
+// Descriptors are created per call (host-only, cheap) and destroyed by RAII.
+// Everything is enqueued on env->stream (the cuDNN handle is bound to it).
+#include "cuda_common.h"
+
+namespace {
+
+// Largest workspace an algorithm may ask for; bigger ones are skipped.
+constexpr size_t CONV_WS_CAP = size_t(1) << 30;
+
+struct ConvDescs {
+    cudnnTensorDescriptor_t x = nullptr, y = nullptr, b = nullptr;
+    cudnnFilterDescriptor_t w = nullptr;
+    cudnnConvolutionDescriptor_t conv = nullptr;
+
+    ConvDescs() = default;
+    ConvDescs(const ConvDescs &) = delete;
+    ConvDescs &operator=(const ConvDescs &) = delete;
+    ~ConvDescs()
+    {
+        if (x) cudnnDestroyTensorDescriptor(x);
+        if (y) cudnnDestroyTensorDescriptor(y);
+        if (b) cudnnDestroyTensorDescriptor(b);
+        if (w) cudnnDestroyFilterDescriptor(w);
+        if (conv) cudnnDestroyConvolutionDescriptor(conv);
+    }
+
+    // x (N,Cin,H,W), y (N,Cout,Ho,Wo), w (Cout,Cin/G,KH,KW), b (1,Cout,1,1) when with_bias.
+    int init(const hyfi_conv2d_args *a, bool with_bias)
+    {
+        HYFI_CUDNN_CHECK(cudnnCreateTensorDescriptor(&x));
+        HYFI_CUDNN_CHECK(cudnnSetTensor4dDescriptor(x, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT,
+                                                    a->n, a->c_in, a->h, a->w));
+        HYFI_CUDNN_CHECK(cudnnCreateTensorDescriptor(&y));
+        HYFI_CUDNN_CHECK(cudnnSetTensor4dDescriptor(y, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT,
+                                                    a->n, a->c_out, a->ho, a->wo));
+        HYFI_CUDNN_CHECK(cudnnCreateFilterDescriptor(&w));
+        HYFI_CUDNN_CHECK(cudnnSetFilter4dDescriptor(w, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NCHW,
+                                                    a->c_out, a->c_in / a->groups, a->kh,
+                                                    a->kw));
+        HYFI_CUDNN_CHECK(cudnnCreateConvolutionDescriptor(&conv));
+        HYFI_CUDNN_CHECK(cudnnSetConvolution2dDescriptor(conv, a->ph, a->pw, a->sh, a->sw, 1, 1,
+                                                         CUDNN_CROSS_CORRELATION,
+                                                         CUDNN_DATA_FLOAT));
+        HYFI_CUDNN_CHECK(cudnnSetConvolutionGroupCount(conv, a->groups));
+        HYFI_CUDNN_CHECK(cudnnSetConvolutionMathType(conv, CUDNN_FMA_MATH));
+        if (with_bias) {
+            HYFI_CUDNN_CHECK(cudnnCreateTensorDescriptor(&b));
+            HYFI_CUDNN_CHECK(cudnnSetTensor4dDescriptor(b, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT,
+                                                        1, a->c_out, 1, 1));
+        }
+        // The output size cuDNN derives must be the one the caller allocated.
+        int n, c, h, wd;
+        HYFI_CUDNN_CHECK(cudnnGetConvolution2dForwardOutputDim(conv, x, w, &n, &c, &h, &wd));
+        if (n != a->n || c != a->c_out || h != a->ho || wd != a->wo)
+            return -2000 - (int)CUDNN_STATUS_BAD_PARAM;
+        return 0;
+    }
+};
+
+bool not_tensor_op(cudnnMathType_t m)
+{
+    return m != CUDNN_TENSOR_OP_MATH && m != CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION;
+}
+
+// Workspace of `bytes` for this worker; false when it cannot be had. A failed
+// cudaMalloc leaves an error that cudaGetLastError would report later: clear it.
+bool get_workspace(hyfi_cuda_env *env, size_t bytes, void **ws)
+{
+    *ws = nullptr;
+    if (bytes == 0) return true;
+    if (bytes > CONV_WS_CAP) return false;
+    void *p = hyfi_cuda_workspace(env, bytes);
+    if (!p) {
+        (void)cudaGetLastError();
+        return false;
+    }
+    *ws = p;
+    return true;
+}
+
+const int NO_ALGO = -2000 - (int)CUDNN_STATUS_NOT_SUPPORTED;
+
+int pick_fwd(hyfi_cuda_env *env, const ConvDescs &d, cudnnConvolutionFwdAlgo_t *algo,
+             void **ws, size_t *bytes)
+{
+    cudnnConvolutionFwdAlgoPerf_t perf[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
+    int n = 0;
+    HYFI_CUDNN_CHECK(cudnnGetConvolutionForwardAlgorithm_v7(
+        env->cudnn, d.x, d.w, d.conv, d.y, CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &n, perf));
+    for (int i = 0; i < n; i++) {
+        if (perf[i].status != CUDNN_STATUS_SUCCESS || !not_tensor_op(perf[i].mathType)) continue;
+        size_t sz = 0;
+        if (cudnnGetConvolutionForwardWorkspaceSize(env->cudnn, d.x, d.w, d.conv, d.y,
+                                                    perf[i].algo, &sz) != CUDNN_STATUS_SUCCESS)
+            continue;
+        if (!get_workspace(env, sz, ws)) continue;
+        *algo = perf[i].algo;
+        *bytes = sz;
+        return 0;
+    }
+    return NO_ALGO;
+}
+
+int pick_bwd_data(hyfi_cuda_env *env, const ConvDescs &d, cudnnConvolutionBwdDataAlgo_t *algo,
+                  void **ws, size_t *bytes)
+{
+    cudnnConvolutionBwdDataAlgoPerf_t perf[CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT];
+    int n = 0;
+    HYFI_CUDNN_CHECK(cudnnGetConvolutionBackwardDataAlgorithm_v7(
+        env->cudnn, d.w, d.y, d.conv, d.x, CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &n, perf));
+    for (int i = 0; i < n; i++) {
+        if (perf[i].status != CUDNN_STATUS_SUCCESS || !not_tensor_op(perf[i].mathType)) continue;
+        size_t sz = 0;
+        if (cudnnGetConvolutionBackwardDataWorkspaceSize(env->cudnn, d.w, d.y, d.conv, d.x,
+                                                         perf[i].algo,
+                                                         &sz) != CUDNN_STATUS_SUCCESS)
+            continue;
+        if (!get_workspace(env, sz, ws)) continue;
+        *algo = perf[i].algo;
+        *bytes = sz;
+        return 0;
+    }
+    return NO_ALGO;
+}
+
+int pick_bwd_filter(hyfi_cuda_env *env, const ConvDescs &d,
+                    cudnnConvolutionBwdFilterAlgo_t *algo, void **ws, size_t *bytes)
+{
+    cudnnConvolutionBwdFilterAlgoPerf_t perf[CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT];
+    int n = 0;
+    HYFI_CUDNN_CHECK(cudnnGetConvolutionBackwardFilterAlgorithm_v7(
+        env->cudnn, d.x, d.y, d.conv, d.w, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &n, perf));
+    for (int i = 0; i < n; i++) {
+        if (perf[i].status != CUDNN_STATUS_SUCCESS || !not_tensor_op(perf[i].mathType)) continue;
+        size_t sz = 0;
+        if (cudnnGetConvolutionBackwardFilterWorkspaceSize(env->cudnn, d.x, d.y, d.conv, d.w,
+                                                           perf[i].algo,
+                                                           &sz) != CUDNN_STATUS_SUCCESS)
+            continue;
+        if (!get_workspace(env, sz, ws)) continue;
+        *algo = perf[i].algo;
+        *bytes = sz;
+        return 0;
+    }
+    return NO_ALGO;
+}
+
+} // namespace
+
+// y (N,Cout,Ho,Wo), x (N,Cin,H,W), w (Cout,Cin/G,KH,KW), b (Cout) or NULL
+extern "C" int hyfi_conv2d_forward_cuda(hyfi_cuda_env *env, float *y, const float *x,
+                                        const float *w, const float *b,
+                                        const hyfi_conv2d_args *a)
+{
+    const bool with_bias = a->has_bias && b;
+    ConvDescs d;
+    int rc = d.init(a, with_bias);
+    if (rc) return rc;
+    cudnnConvolutionFwdAlgo_t algo;
+    void *ws;
+    size_t bytes;
+    if ((rc = pick_fwd(env, d, &algo, &ws, &bytes))) return rc;
+    const float one = 1.0f, zero = 0.0f;
+    HYFI_CUDNN_CHECK(cudnnConvolutionForward(env->cudnn, &one, d.x, x, d.w, w, d.conv, algo, ws,
+                                             bytes, &zero, d.y, y));
+    if (with_bias) HYFI_CUDNN_CHECK(cudnnAddTensor(env->cudnn, &one, d.b, b, &one, d.y, y));
+    return 0;
+}
+
+// dx (N,Cin,H,W), dy (N,Cout,Ho,Wo), w (Cout,Cin/G,KH,KW)
+extern "C" int hyfi_conv2d_backward_data_cuda(hyfi_cuda_env *env, float *dx, const float *dy,
+                                              const float *w, const hyfi_conv2d_args *a,
+                                              int acc)
+{
+    ConvDescs d;
+    int rc = d.init(a, false);
+    if (rc) return rc;
+    cudnnConvolutionBwdDataAlgo_t algo;
+    void *ws;
+    size_t bytes;
+    if ((rc = pick_bwd_data(env, d, &algo, &ws, &bytes))) return rc;
+    const float one = 1.0f, beta = acc ? 1.0f : 0.0f;
+    HYFI_CUDNN_CHECK(cudnnConvolutionBackwardData(env->cudnn, &one, d.w, w, d.y, dy, d.conv,
+                                                  algo, ws, bytes, &beta, d.x, dx));
+    return 0;
+}
+
+// dw (Cout,Cin/G,KH,KW), db (Cout) or NULL, dy (N,Cout,Ho,Wo), x (N,Cin,H,W)
+extern "C" int hyfi_conv2d_backward_weight_cuda(hyfi_cuda_env *env, float *dw, float *db,
+                                                const float *dy, const float *x,
+                                                const hyfi_conv2d_args *a, int acc)
+{
+    const bool with_bias = a->has_bias && db;
+    ConvDescs d;
+    int rc = d.init(a, with_bias);
+    if (rc) return rc;
+    cudnnConvolutionBwdFilterAlgo_t algo;
+    void *ws;
+    size_t bytes;
+    if ((rc = pick_bwd_filter(env, d, &algo, &ws, &bytes))) return rc;
+    const float one = 1.0f, beta = acc ? 1.0f : 0.0f;
+    HYFI_CUDNN_CHECK(cudnnConvolutionBackwardFilter(env->cudnn, &one, d.x, x, d.y, dy, d.conv,
+                                                    algo, ws, bytes, &beta, d.w, dw));
+    if (with_bias)
+        HYFI_CUDNN_CHECK(cudnnConvolutionBackwardBias(env->cudnn, &one, d.y, dy, &beta, d.b, db));
+    return 0;
+}

@@ -1,0 +1,49 @@
+/* Shared oneDNN plumbing for the CPU kernels (ops/<op>_cpu.c): one CPU engine
+ * for the process, one stream per thread, plain-layout memory descriptors and
+ * a small primitive-run helper. No StarPU here.
+ *
+ * oneDNN keeps its own cache of primitives keyed by descriptor, so kernels
+ * create their primitive descriptor and primitive per call; the cache makes the
+ * second call with the same shape cheap.
+ */
+#ifndef HYFI_OPS_DNNL_COMMON_H
+#define HYFI_OPS_DNNL_COMMON_H
+
+#include <oneapi/dnnl/dnnl.h>
+#include <stddef.h>
+
+/* Process-wide CPU engine (created on first use; NULL if oneDNN fails). */
+dnnl_engine_t hyfi_dnnl_engine(void);
+/* This thread's stream on that engine (created on first use). */
+dnnl_stream_t hyfi_dnnl_stream(void);
+
+/* Plain descriptors: dims given outermost first. */
+int hyfi_dnnl_md(dnnl_memory_desc_t *md, int ndims, const dnnl_dim_t *dims,
+                 dnnl_format_tag_t tag);
+/* Wrap a user pointer (no copy) in a memory object; caller destroys it. */
+int hyfi_dnnl_mem(dnnl_memory_t *mem, const dnnl_memory_desc_t *md, void *ptr);
+
+/* Create the primitive for `pd`, execute it with the (arg, memory) pairs, wait
+ * on the stream, destroy the primitive. Returns 0 or a negative dnnl status. */
+int hyfi_dnnl_run(const_dnnl_primitive_desc_t pd, int nargs, const dnnl_exec_arg_t *args);
+
+/* Run a reorder between two memories (e.g. plain <-> blocked layouts). */
+int hyfi_dnnl_reorder(dnnl_memory_t src, dnnl_memory_t dst);
+
+/* Return -(int)status from the enclosing int function when a dnnl call fails. */
+#define HYFI_DNNL_CHECK(call)                                                   \
+    do {                                                                        \
+        dnnl_status_t hyfi_st_ = (call);                                        \
+        if (hyfi_st_ != dnnl_success) return -(int)hyfi_st_ - 1;                \
+    } while (0)
+
+/* Scratch buffer for the calling thread, grown as needed (64-byte aligned);
+ * `slot` picks one of a few independent buffers. NULL when out of memory. */
+float *hyfi_cpu_scratch(int slot, size_t count);
+
+
+
+/* Threads a oneDNN call of the calling thread may use (OpenMP runtime). */
+void hyfi_cpu_set_threads(int n);
+
+#endif

@@ -1,0 +1,231 @@
+/* Kernel interface of every op family: argument structs and the functions of
+ * the three paths that implement them.
+ *
+ *   <op>_<pass>_ref   naive loops, the specification and the test oracle (ops/<op>_ref.c)
+ *   <op>_<pass>_cpu   CPU implementation, oneDNN where it has the primitive (ops/<op>_cpu.c)
+ *   <op>_<pass>_cuda  cuDNN / cuBLAS / own kernels on a stream (ops/<op>_cuda.cu,
+ *                     declared in ops/kernels_cuda.h)
+ *
+ * Kernels know nothing of StarPU or of the graph. Conventions (llm.c style):
+ * outputs first, then inputs, then the argument struct; gradients are
+ * d-prefixed; every tensor is dense float32 in NCHW order unless said; the
+ * comment beside each argument gives its shape.
+ *
+ * Accumulation: every gradient output has a flag `acc`. acc == 0 overwrites the
+ * output, acc == 1 adds to what is there (dx += ...). The engine uses it when a
+ * tensor feeds several ops (residual adds) and to sum weight gradients over
+ * micro-batches and tiles.
+ *
+ * The _ref and _cpu functions return 0 on success and a negative value when a
+ * library call fails (oneDNN status); they never exit. Shapes are validated by
+ * the graph builder before a kernel is ever called.
+ *
+ * Numerical contracts shared by all paths (so that a forward on one path and
+ * its backward on another agree):
+ *   - batch norm saves the batch mean and the *biased* batch variance per
+ *     channel; running statistics are updated with the unbiased variance,
+ *     running = (1 - momentum) * running + momentum * batch (PyTorch).
+ *   - max pooling routes the gradient of a window to the first maximum in
+ *     row-major window order; padded positions are -inf and never chosen.
+ *   - average pooling divides by the full window (count_include_pad = 1) or by
+ *     the number of in-image positions (count_include_pad = 0).
+ *   - softmax cross-entropy: loss = mean over the batch of -log softmax(z)[label];
+ *     it saves the probabilities; the backward is scale * (p - onehot(label)).
+ */
+#ifndef HYFI_OPS_KERNELS_H
+#define HYFI_OPS_KERNELS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ------------------------------------------------------------------ conv2d */
+typedef struct {
+    int n, c_in, h, w;        /* input  (N, Cin, H, W) */
+    int c_out, ho, wo;        /* output (N, Cout, Ho, Wo) */
+    int kh, kw;               /* kernel */
+    int sh, sw;               /* stride */
+    int ph, pw;               /* zero padding, same on both sides of an axis */
+    int groups;               /* Cin and Cout divisible by it; Cin == groups is depthwise */
+    int has_bias;
+} hyfi_conv2d_args;
+
+/* Output size of one axis: (in + 2p - k) / s + 1. */
+int hyfi_conv_out_size(int in, int k, int s, int p);
+
+/* y (N,Cout,Ho,Wo), x (N,Cin,H,W), w (Cout,Cin/G,KH,KW), b (Cout) or NULL */
+int hyfi_conv2d_forward_ref(float *y, const float *x, const float *w, const float *b,
+                            const hyfi_conv2d_args *a);
+/* dx (N,Cin,H,W), dy (N,Cout,Ho,Wo), w (Cout,Cin/G,KH,KW) */
+int hyfi_conv2d_backward_data_ref(float *dx, const float *dy, const float *w,
+                                  const hyfi_conv2d_args *a, int acc);
+/* dw (Cout,Cin/G,KH,KW), db (Cout) or NULL, dy (N,Cout,Ho,Wo), x (N,Cin,H,W) */
+int hyfi_conv2d_backward_weight_ref(float *dw, float *db, const float *dy, const float *x,
+                                    const hyfi_conv2d_args *a, int acc);
+
+int hyfi_conv2d_forward_cpu(float *y, const float *x, const float *w, const float *b,
+                            const hyfi_conv2d_args *a);
+int hyfi_conv2d_backward_data_cpu(float *dx, const float *dy, const float *w,
+                                  const hyfi_conv2d_args *a, int acc);
+int hyfi_conv2d_backward_weight_cpu(float *dw, float *db, const float *dy, const float *x,
+                                    const hyfi_conv2d_args *a, int acc);
+
+/* --------------------------------------------------------------- batchnorm */
+typedef struct {
+    int n, c, h, w;           /* x and y (N, C, H, W) */
+    float eps;                /* added to the variance, e.g. 1e-5 */
+    float momentum;           /* running-statistics momentum, e.g. 0.1 */
+} hyfi_batchnorm_args;
+
+/* Training mode: normalise with batch statistics, save them, update running ones.
+ * y (N,C,H,W), mean (C), var (C) biased batch variance, run_mean (C) and run_var (C)
+ * updated in place, x (N,C,H,W), gamma (C), beta (C) */
+int hyfi_batchnorm_forward_train_ref(float *y, float *mean, float *var, float *run_mean,
+                                     float *run_var, const float *x, const float *gamma,
+                                     const float *beta, const hyfi_batchnorm_args *a);
+/* Eval mode: normalise with the running statistics.
+ * y (N,C,H,W), x (N,C,H,W), gamma, beta, run_mean, run_var (C) */
+int hyfi_batchnorm_forward_eval_ref(float *y, const float *x, const float *gamma,
+                                    const float *beta, const float *run_mean,
+                                    const float *run_var, const hyfi_batchnorm_args *a);
+/* Backward of the training-mode forward (batch statistics are functions of x).
+ * dx (N,C,H,W), dgamma (C), dbeta (C), dy (N,C,H,W), x (N,C,H,W), gamma (C),
+ * mean (C), var (C) as saved by the forward. acc applies to dx, dgamma and dbeta. */
+int hyfi_batchnorm_backward_ref(float *dx, float *dgamma, float *dbeta, const float *dy,
+                                const float *x, const float *gamma, const float *mean,
+                                const float *var, const hyfi_batchnorm_args *a, int acc);
+
+int hyfi_batchnorm_forward_train_cpu(float *y, float *mean, float *var, float *run_mean,
+                                     float *run_var, const float *x, const float *gamma,
+                                     const float *beta, const hyfi_batchnorm_args *a);
+int hyfi_batchnorm_forward_eval_cpu(float *y, const float *x, const float *gamma,
+                                    const float *beta, const float *run_mean,
+                                    const float *run_var, const hyfi_batchnorm_args *a);
+int hyfi_batchnorm_backward_cpu(float *dx, float *dgamma, float *dbeta, const float *dy,
+                                const float *x, const float *gamma, const float *mean,
+                                const float *var, const hyfi_batchnorm_args *a, int acc);
+
+/* ---------------------------------------------------------------- eltwise */
+/* y = max(x, 0); y, x (count) */
+int hyfi_relu_forward_ref(float *y, const float *x, size_t count);
+/* dx = dy where y > 0 else 0; dx, dy, y (count) */
+int hyfi_relu_backward_ref(float *dx, const float *dy, const float *y, size_t count, int acc);
+/* y = a + b; y, a, b (count) */
+int hyfi_add_forward_ref(float *y, const float *a, const float *b, size_t count);
+/* dst = dst * acc + src (the backward of add, identity and copies); dst, src (count) */
+int hyfi_accumulate_ref(float *dst, const float *src, size_t count, int acc);
+/* dst = value; dst (count) */
+int hyfi_fill_ref(float *dst, float value, size_t count);
+
+int hyfi_relu_forward_cpu(float *y, const float *x, size_t count);
+int hyfi_relu_backward_cpu(float *dx, const float *dy, const float *y, size_t count, int acc);
+int hyfi_add_forward_cpu(float *y, const float *a, const float *b, size_t count);
+int hyfi_accumulate_cpu(float *dst, const float *src, size_t count, int acc);
+int hyfi_fill_cpu(float *dst, float value, size_t count);
+
+/* ------------------------------------------------------------------- pool */
+typedef struct {
+    int n, c, h, w;           /* input (N, C, H, W) */
+    int ho, wo;               /* output (N, C, Ho, Wo) */
+    int kh, kw, sh, sw, ph, pw;
+    int count_include_pad;    /* average pooling only */
+} hyfi_pool_args;
+
+/* y (N,C,Ho,Wo), x (N,C,H,W) */
+int hyfi_maxpool_forward_ref(float *y, const float *x, const hyfi_pool_args *a);
+/* dx (N,C,H,W), dy (N,C,Ho,Wo), x (N,C,H,W): the argmax is recomputed from x */
+int hyfi_maxpool_backward_ref(float *dx, const float *dy, const float *x,
+                              const hyfi_pool_args *a, int acc);
+/* y (N,C,Ho,Wo), x (N,C,H,W) */
+int hyfi_avgpool_forward_ref(float *y, const float *x, const hyfi_pool_args *a);
+/* dx (N,C,H,W), dy (N,C,Ho,Wo) */
+int hyfi_avgpool_backward_ref(float *dx, const float *dy, const hyfi_pool_args *a, int acc);
+/* Global average pooling: y (N,C) = mean over H*W of x (N,C,H,W); a->ho = a->wo = 1 */
+int hyfi_gap_forward_ref(float *y, const float *x, const hyfi_pool_args *a);
+/* dx (N,C,H,W) = dy (N,C) / (H*W) */
+int hyfi_gap_backward_ref(float *dx, const float *dy, const hyfi_pool_args *a, int acc);
+
+int hyfi_maxpool_forward_cpu(float *y, const float *x, const hyfi_pool_args *a);
+int hyfi_maxpool_backward_cpu(float *dx, const float *dy, const float *x,
+                              const hyfi_pool_args *a, int acc);
+int hyfi_avgpool_forward_cpu(float *y, const float *x, const hyfi_pool_args *a);
+int hyfi_avgpool_backward_cpu(float *dx, const float *dy, const hyfi_pool_args *a, int acc);
+int hyfi_gap_forward_cpu(float *y, const float *x, const hyfi_pool_args *a);
+int hyfi_gap_backward_cpu(float *dx, const float *dy, const hyfi_pool_args *a, int acc);
+
+/* ----------------------------------------------------------------- concat */
+/* Channel concatenation is done part by part: part i of y holds channels
+ * [c_offset, c_offset + c_part) of y (N, c_total, H, W). */
+typedef struct {
+    int n, hw;                /* batch and H*W */
+    int c_part, c_offset, c_total;
+} hyfi_concat_args;
+
+/* Copy x (N,c_part,H,W) into its channels of y (N,c_total,H,W); other channels untouched. */
+int hyfi_concat_forward_ref(float *y, const float *x, const hyfi_concat_args *a);
+/* dx (N,c_part,H,W) = its channels of dy (N,c_total,H,W) */
+int hyfi_concat_backward_ref(float *dx, const float *dy, const hyfi_concat_args *a, int acc);
+int hyfi_concat_forward_cpu(float *y, const float *x, const hyfi_concat_args *a);
+int hyfi_concat_backward_cpu(float *dx, const float *dy, const hyfi_concat_args *a, int acc);
+
+/* --------------------------------------------------------------------- fc */
+typedef struct {
+    int n;                    /* batch */
+    int in, out;              /* features; x is (N, in) = (N, C*H*W) flattened */
+    int has_bias;
+} hyfi_fc_args;
+
+/* y (N,out), x (N,in), w (out,in), b (out) or NULL */
+int hyfi_fc_forward_ref(float *y, const float *x, const float *w, const float *b,
+                        const hyfi_fc_args *a);
+/* dx (N,in), dy (N,out), w (out,in) */
+int hyfi_fc_backward_data_ref(float *dx, const float *dy, const float *w,
+                              const hyfi_fc_args *a, int acc);
+/* dw (out,in), db (out) or NULL, dy (N,out), x (N,in) */
+int hyfi_fc_backward_weight_ref(float *dw, float *db, const float *dy, const float *x,
+                                const hyfi_fc_args *a, int acc);
+int hyfi_fc_forward_cpu(float *y, const float *x, const float *w, const float *b,
+                        const hyfi_fc_args *a);
+int hyfi_fc_backward_data_cpu(float *dx, const float *dy, const float *w,
+                              const hyfi_fc_args *a, int acc);
+int hyfi_fc_backward_weight_cpu(float *dw, float *db, const float *dy, const float *x,
+                                const hyfi_fc_args *a, int acc);
+
+/* ------------------------------------------------------------------- xent */
+typedef struct {
+    int n, k;                 /* batch, classes */
+    float scale;              /* backward scale, 1/N for the batch mean; the engine may
+                                 use 1/global_batch when the batch is split */
+} hyfi_xent_args;
+
+/* loss (1) = sum over the batch of -log softmax(z)[label] * scale,
+ * prob (N,K) softmax(z), logits (N,K), labels (N) int32 in [0,K).
+ * A label outside [0,K) contributes nothing and returns -2 (bad data). */
+int hyfi_xent_forward_ref(float *loss, float *prob, const float *logits,
+                          const int32_t *labels, const hyfi_xent_args *a);
+/* dlogits (N,K) = scale * (prob - onehot(label)) * dloss, dloss (1) */
+int hyfi_xent_backward_ref(float *dlogits, const float *prob, const int32_t *labels,
+                           const float *dloss, const hyfi_xent_args *a, int acc);
+int hyfi_xent_forward_cpu(float *loss, float *prob, const float *logits,
+                          const int32_t *labels, const hyfi_xent_args *a);
+int hyfi_xent_backward_cpu(float *dlogits, const float *prob, const int32_t *labels,
+                           const float *dloss, const hyfi_xent_args *a, int acc);
+
+/* -------------------------------------------------------------------- sgd */
+typedef struct {
+    size_t count;
+    float lr, momentum, weight_decay;
+} hyfi_sgd_args;
+
+/* PyTorch SGD: g' = g + wd*w; v = momentum*v + g' (v = g' when momentum == 0);
+ * w -= lr * v.  w, v, g (count) */
+int hyfi_sgd_update_ref(float *w, float *v, const float *g, const hyfi_sgd_args *a);
+int hyfi_sgd_update_cpu(float *w, float *v, const float *g, const hyfi_sgd_args *a);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,90 @@
+#!/usr/bin/env bash
+# Install everything hyfi needs on a fresh Debian 12 machine, idempotently:
+#   1. Debian packages (build tools, MPICH, hwloc, FxT, oneDNN, data packages);
+#   2. StarPU 1.4.x with CUDA, StarPU-MPI on MPICH and FxT, built from Debian's
+#      source package (newest 1.4.x of sid, else trixie) into $HYFI_DEPS/starpu.
+# Steps already done are skipped. Prints the environment to use at the end;
+# `source scripts/env.sh` sets it.
+#
+# Environment: HYFI_DEPS (default /opt/hyfi-deps), HYFI_SETUP_EXTRA="pkg …"
+# (more apt packages), HYFI_SKIP_APT=1 (no apt at all).
+set -euo pipefail
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+deps="${HYFI_DEPS:-/opt/hyfi-deps}"
+sudo=""; [ "$(id -u)" = 0 ] || sudo="sudo"
+log() { printf '[setup] %s\n' "$*"; }
+
+pkgs=(build-essential meson ninja-build pkg-config curl ca-certificates xz-utils
+      libmpich-dev mpich libhwloc-dev hwloc libfxt-dev fxt-tools libnuma-dev
+      libdnnl-dev libopenblas-dev zlib1g-dev libpng-dev libjpeg-dev
+      dataset-fashion-mnist python3 ${HYFI_SETUP_EXTRA:-})
+
+missing=()
+for p in "${pkgs[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p")
+done
+if [ "${HYFI_SKIP_APT:-0}" != 1 ] && [ ${#missing[@]} -gt 0 ]; then
+  log "installing Debian packages: ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  $sudo apt-get update -qq
+  $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+else
+  log "Debian packages present"
+fi
+
+# MPICH, never Open MPI: pin the alternatives so that mpicc/mpiexec are MPICH's.
+for alt in mpi mpirun; do
+  target=$(update-alternatives --list "$alt" 2>/dev/null | grep -m1 mpich || true)
+  [ -n "$target" ] && $sudo update-alternatives --set "$alt" "$target" >/dev/null 2>&1 || true
+done
+
+# ---------------------------------------------------------------- StarPU
+starpu_prefix="$deps/starpu"
+if [ -f "$starpu_prefix/.hyfi-complete" ]; then
+  log "StarPU present in $starpu_prefix ($(cat "$starpu_prefix/.hyfi-complete"))"
+else
+  log "building StarPU 1.4 from Debian's source package"
+  work="$(mktemp -d)"; trap 'rm -rf "$work"' EXIT
+  # Source entries for trixie and sid, from the archive this machine already uses.
+  srcfile=/etc/apt/sources.list.d/hyfi-src.sources
+  if [ ! -f "$srcfile" ]; then
+    uri=$(awk '/^URIs:/{print $2; exit}' /etc/apt/sources.list.d/*.sources 2>/dev/null || true)
+    [ -n "$uri" ] || uri=$(awk '$1=="deb"{for(i=2;i<=NF;i++) if($i ~ /^[a-z]+:\/\//){print $i; exit}}' /etc/apt/sources.list)
+    [ -n "$uri" ] || { echo "setup: cannot find the Debian archive address in /etc/apt/sources.list*" >&2; exit 1; }
+    printf 'Types: deb-src\nURIs: %s\nSuites: sid trixie\nComponents: main\nSigned-By: /usr/share/keyrings/debian-archive-keyring.gpg\n' "$uri" | $sudo tee "$srcfile" >/dev/null
+    $sudo apt-get update -qq
+  fi
+  # Newest 1.4.x among the source versions apt knows.
+  ver=$(apt-cache showsrc starpu 2>/dev/null | awk '/^Version:/{print $2}' | grep '^1\.4\.' | sort -V | tail -1)
+  [ -n "$ver" ] || { echo "setup: no StarPU 1.4 source package found (apt-cache showsrc starpu)" >&2; exit 1; }
+  upstream="${ver%-*}"; upstream="${upstream#*:}"
+  (cd "$work" && apt-get source --download-only -qq "starpu=$ver" >/dev/null)
+  tarball=$(ls "$work"/starpu_"$upstream".orig.tar.* | head -1)
+  tar -xf "$tarball" -C "$work"
+  src=$(find "$work" -maxdepth 1 -type d -name "starpu-*" | head -1)
+  # CUDA 13 removed cudaDeviceProp.computeMode; ask the attribute instead where the old line remains.
+  drv="$src/src/drivers/cuda/driver_cuda.c"
+  if grep -q 'props\[devid\]\.computeMode' "$drv"; then
+    log "patching computeMode for CUDA 13"
+    sed -i 's/if (props\[devid\]\.computeMode == cudaComputeModeExclusive)/int hyfi_cm = 0; cudaDeviceGetAttribute(\&hyfi_cm, cudaDevAttrComputeMode, devid); if (hyfi_cm == cudaComputeModeExclusive)/' "$drv"
+    grep -q 'props\[devid\]\.computeMode' "$drv" && { echo "setup: computeMode patch did not apply" >&2; exit 1; }
+  fi
+  cuda_opts=(--disable-cuda)
+  cuda_home="${CUDA_HOME:-/usr/local/cuda}"
+  [ -x "$cuda_home/bin/nvcc" ] && cuda_opts=(--enable-cuda "--with-cuda-dir=$cuda_home")
+  (cd "$src" && ./configure -q --prefix="$starpu_prefix" "${cuda_opts[@]}" \
+      --with-mpicc=/usr/bin/mpicc.mpich --with-mpicxx=/usr/bin/mpicxx.mpich \
+      --with-mpiexec=/usr/bin/mpiexec.mpich --enable-mpi --with-fxt \
+      --enable-maxcpus=64 --enable-maxnumanodes=4 --enable-maxbuffers=16 \
+      --disable-static --disable-opencl --disable-hip --disable-fortran \
+      --disable-build-doc --disable-build-examples --disable-build-tests \
+      --disable-starpufft --disable-socl --disable-openmp --disable-starpupy \
+      --disable-glpk --disable-hdf5 --disable-leveldb --disable-mlr \
+      --disable-valgrind --enable-blas-lib=none >"$work/configure.log" 2>&1) \
+    || { tail -40 "$work/configure.log" >&2; echo "setup: StarPU configure failed" >&2; exit 1; }
+  (cd "$src" && make -s -j"$(nproc)" >"$work/make.log" 2>&1 && make -s install >>"$work/make.log" 2>&1) \
+    || { tail -40 "$work/make.log" >&2; echo "setup: StarPU build failed" >&2; exit 1; }
+  echo "$ver ${cuda_opts[0]}" > "$starpu_prefix/.hyfi-complete"
+  log "StarPU $ver installed in $starpu_prefix"
+fi
+log "done; use: source scripts/env.sh"

@@ -1,0 +1,305 @@
+/* Engine tests through the public API and StarPU: a graph that uses every op
+ * is trained for a step; its gradients are checked against finite differences
+ * of the whole network's loss, the SGD update against its formula, parameter
+ * files round-trip (and a corrupt one is refused without touching the model),
+ * initialisation is deterministic, training on a fixed batch lowers the loss,
+ * and bad input gives clear errors instead of aborting. */
+#include "hyfi.h"
+#include "testutil.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define B 4
+#define K 5
+
+typedef struct {
+    hyfi_graph *g;
+    hyfi_tensor *x, *y, *loss, *logits;
+} net;
+
+/* Every op once: conv (bias, groups, 1x3), batch norm, relu, max and average
+ * pooling, add, concat, global average pooling, fc, softmax cross-entropy. */
+static int build(hyfi_ctx *ctx, net *n, int smooth)
+{
+    if (hyfi_graph_create(ctx, 7, &n->g) != HYFI_OK) return -1;
+    hyfi_graph *g = n->g;
+    n->x = hyfi_input(g, "x", B, 3, 9, 8);
+    n->y = hyfi_labels(g, "y", B);
+    hyfi_tensor *h = hyfi_conv2d(g, "c1", n->x, (hyfi_conv2d_params){
+        .out_channels = 6, .kernel_h = 3, .kernel_w = 3, .pad_h = 1, .pad_w = 1, .bias = true});
+    h = hyfi_batchnorm(g, "bn1", h, 0, 0);
+    h = hyfi_relu(g, "r1", h);
+    hyfi_tensor *a = hyfi_conv2d(g, "c2", h, (hyfi_conv2d_params){
+        .out_channels = 6, .kernel_h = 1, .kernel_w = 3, .pad_w = 1, .groups = 3});
+    hyfi_tensor *s = hyfi_add(g, "add", a, h);
+    hyfi_pool_params pp = {.kernel_h = 3, .kernel_w = 3, .stride_h = 2, .stride_w = 2,
+                           .pad_h = 1, .pad_w = 1};
+    hyfi_tensor *p1 = smooth ? hyfi_avgpool(g, "p1", s, pp) : hyfi_maxpool(g, "p1", s, pp);
+    pp.count_include_pad = false;
+    hyfi_tensor *p2 = hyfi_avgpool(g, "p2", h, pp);
+    hyfi_tensor *cat[2] = {p1, p2};
+    h = hyfi_concat(g, "cat", 2, cat);
+    h = hyfi_conv2d(g, "c3", h, (hyfi_conv2d_params){.out_channels = 8, .kernel_h = 3,
+                                                       .kernel_w = 3, .stride_h = 2,
+                                                       .stride_w = 2, .pad_h = 1, .pad_w = 1});
+    h = hyfi_batchnorm(g, "bn3", h, 0, 0);
+    h = hyfi_global_avgpool(g, "gap", h);
+    n->logits = hyfi_fc(g, "fc", h, K, true);
+    n->loss = hyfi_softmax_cross_entropy(g, "loss", n->logits, n->y);
+    if (hyfi_graph_status(g) != HYFI_OK) {
+        printf("build failed: %s\n", hyfi_graph_error(g));
+        return -1;
+    }
+    return 0;
+}
+
+static void set_batch(net *n, uint64_t seed)
+{
+    float x[B * 3 * 9 * 8];
+    int32_t y[B];
+    uint64_t st = seed;
+    tu_fill(x, sizeof x / sizeof *x, &st, -1, 1);
+    for (int i = 0; i < B; i++) y[i] = tu_randint(&st, 0, K - 1);
+    hyfi_set_input(n->g, n->x, x, sizeof x / sizeof *x);
+    hyfi_set_labels(n->g, n->y, y, B);
+}
+
+typedef struct {
+    net *n;
+    hyfi_tensor *p;
+    float *vals;
+} fd_ctx;
+
+static double fd_loss(void *arg)
+{
+    fd_ctx *c = arg;
+    hyfi_tensor_write(c->n->g, c->p, c->vals, hyfi_tensor_numel(c->p));
+    float l = 0;
+    hyfi_forward(c->n->g, true, &l);
+    return l;
+}
+
+static void test_gradients(hyfi_ctx *ctx)
+{
+    net n;
+    if (build(ctx, &n, 1)) {
+        tu_check(1, "build");
+        return;
+    }
+    hyfi_train_config tc = {.lr = 0.1f, .momentum = 0.9f, .weight_decay = 0.01f};
+    tu_check(hyfi_graph_compile(n.g, n.loss, &tc) != HYFI_OK, "compile");
+    set_batch(&n, 11);
+    int np = hyfi_param_count(n.g);
+    float **w0 = calloc((size_t)np, sizeof *w0), **gr = calloc((size_t)np, sizeof *gr);
+    for (int i = 0; i < np; i++) {
+        hyfi_tensor *p = hyfi_param(n.g, i);
+        size_t m = hyfi_tensor_numel(p);
+        w0[i] = tu_alloc(m);
+        gr[i] = tu_alloc(m);
+        hyfi_tensor_read(n.g, p, w0[i], m);
+    }
+    float loss0 = 0, lossf = 0;
+    tu_check(hyfi_forward(n.g, true, &lossf) != HYFI_OK, "forward");
+    tu_check(hyfi_train_step(n.g, &loss0) != HYFI_OK, "train step");
+    tu_check(fabsf(loss0 - lossf) > 1e-6f * fabsf(lossf), "train-step loss equals forward loss");
+    printf("loss %.6f (log K = %.6f)\n", loss0, log((double)K));
+
+    /* SGD with momentum from zero: w1 = w0 - lr * (g + wd * w0). */
+    for (int i = 0; i < np; i++) {
+        hyfi_tensor *p = hyfi_param(n.g, i);
+        size_t m = hyfi_tensor_numel(p);
+        float *w1 = tu_alloc(m), *want = tu_alloc(m);
+        hyfi_grad_read(n.g, p, gr[i], m);
+        hyfi_tensor_read(n.g, p, w1, m);
+        for (size_t j = 0; j < m; j++) want[j] = w0[i][j] - tc.lr * (gr[i][j] + tc.weight_decay * w0[i][j]);
+        char name[160];
+        snprintf(name, sizeof name, "sgd update of %s", hyfi_tensor_name(p));
+        tu_check(tu_compare(name, w1, want, m, (tu_tol){"sgd", 1e-5, 1e-7}), name);
+        hyfi_tensor_write(n.g, p, w0[i], m); /* back to the point the gradient was taken at */
+        free(w1);
+        free(want);
+    }
+    /* Whole-network finite differences of the training-mode loss. */
+    uint64_t st = 99;
+    for (int i = 0; i < np; i++) {
+        hyfi_tensor *p = hyfi_param(n.g, i);
+        size_t m = hyfi_tensor_numel(p);
+        fd_ctx c = {&n, p, w0[i]};
+        char name[160];
+        snprintf(name, sizeof name, "d loss / d %s (finite differences)", hyfi_tensor_name(p));
+        tu_check(tu_grad_check(name, w0[i], m, gr[i], fd_loss, &c, 12, 3e-3f,
+                               (tu_tol){"fd-net", 2e-2, 5e-4}, &st), name);
+        hyfi_tensor_write(n.g, p, w0[i], m);
+    }
+    /* The gradient of an activation is readable too. */
+    float gl[B * K];
+    tu_check(hyfi_grad_read(n.g, n.logits, gl, B * K) != HYFI_OK, "activation gradient");
+    double rowsum = 0;
+    for (int i = 0; i < K; i++) rowsum += gl[i];
+    tu_check(fabs(rowsum) > 1e-6, "softmax gradient rows sum to zero");
+    for (int i = 0; i < np; i++) {
+        free(w0[i]);
+        free(gr[i]);
+    }
+    free(w0);
+    free(gr);
+    hyfi_graph_destroy(n.g);
+}
+
+static void test_training_and_io(hyfi_ctx *ctx)
+{
+    net n, m;
+    if (build(ctx, &n, 0) || build(ctx, &m, 0)) {
+        tu_check(1, "build");
+        return;
+    }
+    hyfi_train_config tc = {.lr = 0.05f, .momentum = 0.9f};
+    hyfi_graph_compile(n.g, n.loss, &tc);
+    hyfi_graph_compile(m.g, m.loss, &tc);
+    /* Same seed, same names: same initial parameters. */
+    hyfi_tensor *w = hyfi_tensor_find(n.g, "c1.weight"), *wm = hyfi_tensor_find(m.g, "c1.weight");
+    size_t cnt = hyfi_tensor_numel(w);
+    float *a = tu_alloc(cnt), *b = tu_alloc(cnt);
+    hyfi_tensor_read(n.g, w, a, cnt);
+    hyfi_tensor_read(m.g, wm, b, cnt);
+    tu_check(memcmp(a, b, cnt * sizeof *a) != 0, "deterministic initialisation");
+    set_batch(&n, 5);
+    float first = 0, last = 0;
+    for (int s = 0; s < 30; s++) {
+        float l;
+        if (hyfi_train_step(n.g, &l) != HYFI_OK) {
+            printf("step failed: %s\n", hyfi_last_error());
+            tu_check(1, "train step");
+            break;
+        }
+        if (s == 0) first = l;
+        last = l;
+    }
+    printf("fixed batch: loss %.4f -> %.4f after 30 steps\n", first, last);
+    tu_check(!(last < 0.5f * first), "training lowers the loss on a fixed batch");
+
+    char path[] = "/tmp/hyfi-test-params-XXXXXX";
+    int fd = mkstemp(path);
+    close(fd);
+    tu_check(hyfi_save_params(n.g, path) != HYFI_OK, "save");
+    tu_check(hyfi_load_params(m.g, path) != HYFI_OK, "load");
+    hyfi_tensor_read(n.g, w, a, cnt);
+    hyfi_tensor_read(m.g, wm, b, cnt);
+    tu_check(memcmp(a, b, cnt * sizeof *a) != 0, "load restores the saved values");
+    float ln, lm;
+    set_batch(&m, 5);
+    hyfi_infer(n.g, &ln);
+    hyfi_infer(m.g, &lm);
+    tu_check(ln != lm, "loaded model infers the same loss (running statistics saved)");
+    /* Corrupt the file: loading fails, names the file, and leaves the model alone. */
+    FILE *f = fopen(path, "r+b");
+    fseek(f, 40, SEEK_SET);
+    fputc(0x5a, f);
+    fclose(f);
+    hyfi_status s = hyfi_load_params(m.g, path);
+    printf("corrupt file: %s: %s\n", hyfi_status_name(s), hyfi_last_error());
+    tu_check(s != HYFI_ERR_IO || !strstr(hyfi_last_error(), path), "corrupt file refused");
+    hyfi_tensor_read(m.g, wm, b, cnt);
+    tu_check(memcmp(a, b, cnt * sizeof *a) != 0, "refused load leaves parameters intact");
+    s = hyfi_load_params(m.g, "/nonexistent/params.hyfi");
+    tu_check(s != HYFI_ERR_IO, "missing file is an I/O error");
+    unlink(path);
+    s = hyfi_save_params(n.g, "/nonexistent-dir/params.hyfi");
+    printf("unwritable: %s\n", hyfi_last_error());
+    tu_check(s != HYFI_ERR_IO, "unwritable path is an I/O error");
+    free(a);
+    free(b);
+    hyfi_graph_destroy(n.g);
+    hyfi_graph_destroy(m.g);
+}
+
+static void expect(hyfi_status got, hyfi_status want, const char *what)
+{
+    printf("%-4s %-40s -> %s: %s\n", got == want ? "ok" : "FAIL", what, hyfi_status_name(got),
+           hyfi_last_error());
+    tu_check(got != want, what);
+}
+
+static void test_errors(hyfi_ctx *ctx)
+{
+    hyfi_graph *g;
+    hyfi_graph_create(ctx, 1, &g);
+    hyfi_tensor *x = hyfi_input(g, "x", 2, 3, 8, 8);
+    hyfi_tensor *h = hyfi_conv2d(g, "c", x, (hyfi_conv2d_params){.out_channels = 4,
+                                                                  .kernel_h = 3, .kernel_w = 3,
+                                                                  .groups = 2});
+    expect(hyfi_graph_status(g), HYFI_ERR_SHAPE, "groups not dividing channels");
+    tu_check(h != NULL, "failed builder returns NULL");
+    h = hyfi_relu(g, "r", h); /* NULL propagates, first error kept */
+    tu_check(strstr(hyfi_graph_error(g), "groups") == NULL, "first error is sticky");
+    hyfi_graph_destroy(g);
+
+    hyfi_graph_create(ctx, 1, &g);
+    x = hyfi_input(g, "x", 2, 3, 8, 8);
+    hyfi_conv2d(g, "x", x, (hyfi_conv2d_params){.out_channels = 4, .kernel_h = 3, .kernel_w = 3});
+    expect(hyfi_graph_status(g), HYFI_ERR_ARG, "duplicate name");
+    hyfi_graph_destroy(g);
+
+    hyfi_graph_create(ctx, 1, &g);
+    x = hyfi_input(g, "x", 2, 3, 4, 4);
+    hyfi_conv2d(g, "c", x, (hyfi_conv2d_params){.out_channels = 4, .kernel_h = 7, .kernel_w = 7});
+    expect(hyfi_graph_status(g), HYFI_ERR_SHAPE, "kernel larger than image");
+    hyfi_graph_destroy(g);
+
+    hyfi_graph_create(ctx, 1, &g);
+    x = hyfi_input(g, "x", 2, 3, 4, 4);
+    hyfi_tensor *y = hyfi_input(g, "y", 2, 4, 4, 4);
+    hyfi_add(g, "a", x, y);
+    expect(hyfi_graph_status(g), HYFI_ERR_SHAPE, "add of different shapes");
+    hyfi_graph_destroy(g);
+
+    hyfi_graph_create(ctx, 1, &g);
+    x = hyfi_input(g, "x", 2, 3, 4, 4);
+    hyfi_tensor *lab = hyfi_labels(g, "l", 3);
+    h = hyfi_fc(g, "fc", x, 10, true);
+    hyfi_tensor *loss = hyfi_softmax_cross_entropy(g, "loss", h, lab);
+    expect(hyfi_graph_status(g), HYFI_ERR_SHAPE, "labels for another batch size");
+    expect(hyfi_graph_compile(g, loss, NULL), HYFI_ERR_SHAPE, "compile after a builder error");
+    hyfi_graph_destroy(g);
+
+    hyfi_graph_create(ctx, 1, &g);
+    x = hyfi_input(g, "x", 2, 3, 4, 4);
+    lab = hyfi_labels(g, "l", 2);
+    h = hyfi_fc(g, "fc", x, 10, true);
+    loss = hyfi_softmax_cross_entropy(g, "loss", h, lab);
+    expect(hyfi_train_step(g, NULL), HYFI_ERR_STATE, "step before compile");
+    expect(hyfi_graph_compile(g, h, NULL), HYFI_ERR_ARG, "loss that is not a loss");
+    hyfi_train_config bad = {.lr = -1};
+    expect(hyfi_graph_compile(g, loss, &bad), HYFI_ERR_ARG, "negative learning rate");
+    expect(hyfi_graph_compile(g, loss, NULL), HYFI_OK, "compile");
+    hyfi_relu(g, "late", x);
+    expect(hyfi_graph_status(g), HYFI_ERR_STATE, "builder after compile");
+    float data[96] = {0};
+    expect(hyfi_set_input(g, x, data, 95), HYFI_ERR_SHAPE, "input of the wrong size");
+    int32_t labels[2] = {3, 10};
+    expect(hyfi_set_labels(g, lab, labels, 2), HYFI_ERR_DATA, "label out of range");
+    expect(hyfi_load_params(g, "/nonexistent"), HYFI_ERR_IO, "load of a missing file");
+    hyfi_graph_destroy(g);
+
+    hyfi_ctx *second;
+    expect(hyfi_ctx_create(&second, NULL), HYFI_ERR_STATE, "second context");
+}
+
+int main(void)
+{
+    hyfi_ctx_config cfg = {.device = HYFI_DEVICE_CPU, .mpi = 0};
+    hyfi_ctx *ctx;
+    if (hyfi_ctx_create(&ctx, &cfg) != HYFI_OK) {
+        printf("context: %s\n", hyfi_last_error());
+        return 1;
+    }
+    test_gradients(ctx);
+    test_training_and_io(ctx);
+    test_errors(ctx);
+    hyfi_ctx_destroy(ctx);
+    return tu_finish();
+}

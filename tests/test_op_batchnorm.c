@@ -1,0 +1,240 @@
+/* test_op_batchnorm.c: batch normalisation kernels.
+ *   (1) CPU (oneDNN) vs reference: training forward (y, saved mean and biased
+ *       variance, running statistics), eval forward, backward, on several
+ *       shapes (odd sizes, batch 1 and 3, 1x1 spatial);
+ *   (2) reference backward vs finite differences of the reference training
+ *       forward (loss = dot(y, r)) for dx, dgamma and dbeta;
+ *   (3) acc = 1 accumulates on the reference and CPU paths;
+ *   plus M = N*H*W == 1 (no division by zero in the unbiased factor).
+ */
+#include "kernels.h"
+#include "testutil.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct {
+    int n, c, h, w;
+} shape;
+
+static const shape g_shapes[] = {
+    {2, 3, 5, 7}, {1, 5, 7, 5}, {3, 4, 1, 1}, {1, 3, 2, 1}, {3, 7, 9, 9}, {4, 16, 8, 8},
+    {1, 1, 15, 15}, {8, 32, 14, 14},
+};
+
+static hyfi_batchnorm_args make_args(shape s)
+{
+    hyfi_batchnorm_args a = {s.n, s.c, s.h, s.w, 1e-5f, 0.1f};
+    return a;
+}
+
+static void name_of(char *buf, size_t len, const char *what, shape s)
+{
+    snprintf(buf, len, "%s %dx%dx%dx%d", what, s.n, s.c, s.h, s.w);
+}
+
+/* (1) and (3): CPU vs reference, accumulation on both paths. */
+static void test_cpu_vs_ref(shape s, uint64_t *seed)
+{
+    hyfi_batchnorm_args a = make_args(s);
+    const size_t cnt = (size_t)s.n * s.c * s.h * s.w, C = (size_t)s.c;
+    float *x = tu_alloc(cnt), *dy = tu_alloc(cnt), *g = tu_alloc(C), *b = tu_alloc(C);
+    float *y_r = tu_alloc(cnt), *y_c = tu_alloc(cnt);
+    float *mean_r = tu_alloc(C), *var_r = tu_alloc(C), *mean_c = tu_alloc(C), *var_c = tu_alloc(C);
+    float *rm_r = tu_alloc(C), *rv_r = tu_alloc(C), *rm_c = tu_alloc(C), *rv_c = tu_alloc(C);
+    float *dx_r = tu_alloc(cnt), *dx_c = tu_alloc(cnt), *dg_r = tu_alloc(C), *dg_c = tu_alloc(C);
+    float *db_r = tu_alloc(C), *db_c = tu_alloc(C);
+    float *dx0 = tu_alloc(cnt), *dg0 = tu_alloc(C), *db0 = tu_alloc(C);
+    float *dx_a = tu_alloc(cnt), *dg_a = tu_alloc(C), *db_a = tu_alloc(C);
+    float *want = tu_alloc(cnt);
+    char nm[128];
+
+    /* Per-channel offsets and scales so that the channels differ. */
+    for (int n = 0; n < s.n; n++)
+        for (int c = 0; c < s.c; c++) {
+            float off = (float)c * 0.3f - 0.5f, sc = 0.5f + 0.1f * (float)c;
+            float *p = x + ((size_t)n * s.c + c) * s.h * s.w;
+            for (int i = 0; i < s.h * s.w; i++) p[i] = off + sc * tu_uniform(seed, -1.f, 1.f);
+        }
+    tu_fill(dy, cnt, seed, -1.f, 1.f);
+    tu_fill(g, C, seed, 0.5f, 1.5f);
+    tu_fill(b, C, seed, -0.5f, 0.5f);
+    tu_fill(rm_r, C, seed, -0.2f, 0.2f);
+    tu_fill(rv_r, C, seed, 0.5f, 1.5f);
+    memcpy(rm_c, rm_r, C * sizeof(float));
+    memcpy(rv_c, rv_r, C * sizeof(float));
+
+    /* Training forward. */
+    int rc = hyfi_batchnorm_forward_train_ref(y_r, mean_r, var_r, rm_r, rv_r, x, g, b, &a);
+    rc |= hyfi_batchnorm_forward_train_cpu(y_c, mean_c, var_c, rm_c, rv_c, x, g, b, &a);
+    tu_check(rc != 0, "batchnorm forward_train return codes");
+    name_of(nm, sizeof nm, "bn fwd_train y", s);
+    tu_check(tu_compare(nm, y_c, y_r, cnt, TU_TOL_CPU_VS_REF), nm);
+    name_of(nm, sizeof nm, "bn fwd_train mean", s);
+    tu_check(tu_compare(nm, mean_c, mean_r, C, TU_TOL_CPU_VS_REF), nm);
+    name_of(nm, sizeof nm, "bn fwd_train var", s);
+    tu_check(tu_compare(nm, var_c, var_r, C, TU_TOL_CPU_VS_REF), nm);
+    name_of(nm, sizeof nm, "bn fwd_train run_mean", s);
+    tu_check(tu_compare(nm, rm_c, rm_r, C, TU_TOL_CPU_VS_REF), nm);
+    name_of(nm, sizeof nm, "bn fwd_train run_var", s);
+    tu_check(tu_compare(nm, rv_c, rv_r, C, TU_TOL_CPU_VS_REF), nm);
+
+    /* Eval forward with the (updated) running statistics. */
+    rc = hyfi_batchnorm_forward_eval_ref(y_r, x, g, b, rm_r, rv_r, &a);
+    rc |= hyfi_batchnorm_forward_eval_cpu(y_c, x, g, b, rm_r, rv_r, &a);
+    tu_check(rc != 0, "batchnorm forward_eval return codes");
+    name_of(nm, sizeof nm, "bn fwd_eval y", s);
+    tu_check(tu_compare(nm, y_c, y_r, cnt, TU_TOL_CPU_VS_REF), nm);
+
+    /* Backward with the reference's saved statistics. */
+    rc = hyfi_batchnorm_backward_ref(dx_r, dg_r, db_r, dy, x, g, mean_r, var_r, &a, 0);
+    rc |= hyfi_batchnorm_backward_cpu(dx_c, dg_c, db_c, dy, x, g, mean_r, var_r, &a, 0);
+    tu_check(rc != 0, "batchnorm backward return codes");
+    name_of(nm, sizeof nm, "bn bwd dx", s);
+    tu_check(tu_compare(nm, dx_c, dx_r, cnt, TU_TOL_CPU_VS_REF), nm);
+    /* dgamma and dbeta are sums of M = N*H*W terms of size O(1) that largely cancel:
+     * float32 accumulation leaves an absolute error that grows like sqrt(M) times
+     * the rounding unit, independent of the (possibly tiny) result, so the
+     * absolute tolerance of these two is scaled by sqrt(M). */
+    tu_tol tsum = TU_TOL_CPU_VS_REF;
+    const double M = (double)s.n * s.h * s.w;
+    tsum.what = "cpu-vs-ref, atol*sqrt(M)";
+    tsum.atol *= M > 1 ? sqrt(M) : 1.0;
+    name_of(nm, sizeof nm, "bn bwd dgamma", s);
+    tu_check(tu_compare(nm, dg_c, dg_r, C, tsum), nm);
+    name_of(nm, sizeof nm, "bn bwd dbeta", s);
+    tu_check(tu_compare(nm, db_c, db_r, C, tsum), nm);
+
+    /* acc = 1 on both paths: result = previous content + acc=0 result. */
+    tu_fill(dx0, cnt, seed, -1.f, 1.f);
+    tu_fill(dg0, C, seed, -1.f, 1.f);
+    tu_fill(db0, C, seed, -1.f, 1.f);
+    for (int path = 0; path < 2; path++) {
+        memcpy(dx_a, dx0, cnt * sizeof(float));
+        memcpy(dg_a, dg0, C * sizeof(float));
+        memcpy(db_a, db0, C * sizeof(float));
+        rc = path ? hyfi_batchnorm_backward_cpu(dx_a, dg_a, db_a, dy, x, g, mean_r, var_r, &a, 1)
+                  : hyfi_batchnorm_backward_ref(dx_a, dg_a, db_a, dy, x, g, mean_r, var_r, &a, 1);
+        tu_check(rc != 0, "batchnorm backward acc return code");
+        const float *base_dx = path ? dx_c : dx_r, *base_dg = path ? dg_c : dg_r;
+        const float *base_db = path ? db_c : db_r;
+        for (size_t i = 0; i < cnt; i++) want[i] = dx0[i] + base_dx[i];
+        name_of(nm, sizeof nm, path ? "bn bwd acc cpu dx" : "bn bwd acc ref dx", s);
+        tu_check(tu_compare(nm, dx_a, want, cnt, TU_TOL_CPU_VS_REF), nm);
+        for (size_t i = 0; i < C; i++) want[i] = dg0[i] + base_dg[i];
+        name_of(nm, sizeof nm, path ? "bn bwd acc cpu dgamma" : "bn bwd acc ref dgamma", s);
+        tu_check(tu_compare(nm, dg_a, want, C, TU_TOL_CPU_VS_REF), nm);
+        for (size_t i = 0; i < C; i++) want[i] = db0[i] + base_db[i];
+        name_of(nm, sizeof nm, path ? "bn bwd acc cpu dbeta" : "bn bwd acc ref dbeta", s);
+        tu_check(tu_compare(nm, db_a, want, C, TU_TOL_CPU_VS_REF), nm);
+    }
+
+    free(x); free(dy); free(g); free(b); free(y_r); free(y_c);
+    free(mean_r); free(var_r); free(mean_c); free(var_c);
+    free(rm_r); free(rv_r); free(rm_c); free(rv_c);
+    free(dx_r); free(dx_c); free(dg_r); free(dg_c); free(db_r); free(db_c);
+    free(dx0); free(dg0); free(db0); free(dx_a); free(dg_a); free(db_a); free(want);
+}
+
+/* (2) finite differences: loss = dot(y, r) of the reference training forward. */
+typedef struct {
+    hyfi_batchnorm_args a;
+    float *x, *g, *b, *r, *y, *mean, *var, *rm, *rv;
+    size_t cnt;
+} fd_ctx;
+
+static double fd_loss(void *p)
+{
+    fd_ctx *c = p;
+    hyfi_batchnorm_forward_train_ref(c->y, c->mean, c->var, c->rm, c->rv, c->x, c->g, c->b,
+                                     &c->a);
+    return tu_dot(c->y, c->r, c->cnt);
+}
+
+/* x (N,C,H,W) for the finite differences: per channel, the M values are evenly
+ * spaced over [-1.5, 1.5] in random order with a small jitter, so that even a
+ * channel of 2 or 3 values has a variance far from 0 and the forward stays
+ * close to linear over +-eps. */
+static void spread_fill(float *x, shape s, uint64_t *seed)
+{
+    const int hw = s.h * s.w, M = s.n * hw;
+    int *perm = malloc((size_t)M * sizeof *perm);
+    if (!perm) exit(99);
+    for (int c = 0; c < s.c; c++) {
+        for (int i = 0; i < M; i++) perm[i] = i;
+        for (int i = M - 1; i > 0; i--) {
+            int j = tu_randint(seed, 0, i), t = perm[i];
+            perm[i] = perm[j];
+            perm[j] = t;
+        }
+        const float step = 3.f / (float)M;
+        for (int i = 0; i < M; i++) {
+            float v = -1.5f + step * ((float)perm[i] + 0.5f) + tu_uniform(seed, -0.25f, 0.25f) * step;
+            x[((size_t)(i / hw) * s.c + c) * hw + i % hw] = v;
+        }
+    }
+    free(perm);
+}
+
+static void test_fd(shape s, uint64_t *seed)
+{
+    fd_ctx c;
+    c.a = make_args(s);
+    c.cnt = (size_t)s.n * s.c * s.h * s.w;
+    const size_t C = (size_t)s.c;
+    c.x = tu_alloc(c.cnt); c.r = tu_alloc(c.cnt); c.y = tu_alloc(c.cnt);
+    c.g = tu_alloc(C); c.b = tu_alloc(C); c.mean = tu_alloc(C); c.var = tu_alloc(C);
+    c.rm = tu_alloc(C); c.rv = tu_alloc(C);
+    float *dx = tu_alloc(c.cnt), *dg = tu_alloc(C), *db = tu_alloc(C);
+    char nm[128];
+    spread_fill(c.x, s, seed);
+    tu_fill(c.r, c.cnt, seed, -1.f, 1.f);
+    tu_fill(c.g, C, seed, 0.5f, 1.5f);
+    tu_fill(c.b, C, seed, -0.5f, 0.5f);
+    fd_loss(&c);
+    hyfi_batchnorm_backward_ref(dx, dg, db, c.r, c.x, c.g, c.mean, c.var, &c.a, 0);
+    name_of(nm, sizeof nm, "bn fd dx", s);
+    tu_check(tu_grad_check(nm, c.x, c.cnt, dx, fd_loss, &c, 64, 1e-2f, TU_TOL_FD, seed), nm);
+    name_of(nm, sizeof nm, "bn fd dgamma", s);
+    tu_check(tu_grad_check(nm, c.g, C, dg, fd_loss, &c, -1, 1e-2f, TU_TOL_FD, seed), nm);
+    name_of(nm, sizeof nm, "bn fd dbeta", s);
+    tu_check(tu_grad_check(nm, c.b, C, db, fd_loss, &c, -1, 1e-2f, TU_TOL_FD, seed), nm);
+    free(c.x); free(c.r); free(c.y); free(c.g); free(c.b); free(c.mean); free(c.var);
+    free(c.rm); free(c.rv); free(dx); free(dg); free(db);
+}
+
+/* M == 1: variance 0, unbiased factor 1; running stats stay finite on both paths. */
+static void test_m1(void)
+{
+    hyfi_batchnorm_args a = {1, 2, 1, 1, 1e-5f, 0.1f};
+    float x[2] = {0.7f, -1.3f}, g[2] = {1.f, 2.f}, b[2] = {0.1f, -0.2f};
+    for (int path = 0; path < 2; path++) {
+        float y[2], mean[2], var[2], rm[2] = {0.5f, -0.5f}, rv[2] = {1.f, 2.f};
+        int rc = path ? hyfi_batchnorm_forward_train_cpu(y, mean, var, rm, rv, x, g, b, &a)
+                      : hyfi_batchnorm_forward_train_ref(y, mean, var, rm, rv, x, g, b, &a);
+        int bad = rc != 0;
+        for (int c = 0; c < 2; c++) {
+            float want_rm = 0.9f * (c ? -0.5f : 0.5f) + 0.1f * x[c];
+            float want_rv = 0.9f * (c ? 2.f : 1.f);
+            bad |= !isfinite(rm[c]) || !isfinite(rv[c]) || !isfinite(y[c]);
+            bad |= fabsf(rm[c] - want_rm) > 1e-6f || fabsf(rv[c] - want_rv) > 1e-6f;
+            bad |= fabsf(var[c]) > 1e-6f || fabsf(y[c] - b[c]) > 1e-5f;
+        }
+        printf("%-4s bn M==1 running stats %s\n", bad ? "FAIL" : "ok", path ? "cpu" : "ref");
+        tu_check(bad, path ? "bn M==1 cpu" : "bn M==1 ref");
+    }
+}
+
+int main(void)
+{
+    uint64_t seed = getenv("TU_SEED") ? strtoull(getenv("TU_SEED"), NULL, 0) : 0x5EEDB47C4A11ull;
+    for (size_t i = 0; i < sizeof g_shapes / sizeof g_shapes[0]; i++)
+        test_cpu_vs_ref(g_shapes[i], &seed);
+    const shape fd_shapes[] = {{2, 3, 5, 7}, {1, 2, 3, 1}, {3, 4, 1, 1}, {2, 2, 3, 3}};
+    for (size_t i = 0; i < sizeof fd_shapes / sizeof fd_shapes[0]; i++)
+        test_fd(fd_shapes[i], &seed);
+    test_m1();
+    return tu_finish();
+}

@@ -1,0 +1,200 @@
+/* test_op_conv2d.c: the conv2d kernels (forward, backward data, backward
+ * weights with bias) of the CPU path against the naive reference on a set of
+ * shapes (odd sizes, 1x7 / 7x1, strides, padding, groups, depthwise, with and
+ * without bias), the reference backwards against finite differences of the
+ * reference forward, and acc = 1 accumulation on both paths. */
+#include "kernels.h"
+#include "testutil.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static hyfi_conv2d_args mk(int n, int cin, int h, int w, int cout, int kh, int kw, int sh,
+                           int sw, int ph, int pw, int groups, int has_bias)
+{
+    hyfi_conv2d_args a = {.n = n, .c_in = cin, .h = h, .w = w, .c_out = cout,
+                          .kh = kh, .kw = kw, .sh = sh, .sw = sw, .ph = ph, .pw = pw,
+                          .groups = groups, .has_bias = has_bias};
+    a.ho = hyfi_conv_out_size(h, kh, sh, ph);
+    a.wo = hyfi_conv_out_size(w, kw, sw, pw);
+    return a;
+}
+
+static size_t x_count(const hyfi_conv2d_args *a) { return (size_t)a->n * a->c_in * a->h * a->w; }
+static size_t y_count(const hyfi_conv2d_args *a)
+{
+    return (size_t)a->n * a->c_out * a->ho * a->wo;
+}
+static size_t w_count(const hyfi_conv2d_args *a)
+{
+    return (size_t)a->c_out * (a->c_in / a->groups) * a->kh * a->kw;
+}
+
+static void describe(char *buf, size_t len, const hyfi_conv2d_args *a)
+{
+    snprintf(buf, len, "N%d C%d %dx%d -> C%d k%dx%d s%d,%d p%d,%d g%d%s", a->n, a->c_in, a->h,
+             a->w, a->c_out, a->kh, a->kw, a->sh, a->sw, a->ph, a->pw, a->groups,
+             a->has_bias ? " bias" : "");
+}
+
+/* Finite differences: loss = dot(forward_ref(x, w, b), r). */
+typedef struct {
+    const hyfi_conv2d_args *a;
+    float *x, *w, *b, *y;
+    const float *r;
+} fd_ctx;
+
+static double fd_loss(void *p)
+{
+    fd_ctx *c = p;
+    hyfi_conv2d_forward_ref(c->y, c->x, c->w, c->b, c->a);
+    return tu_dot(c->y, c->r, y_count(c->a));
+}
+
+static void name(char *buf, size_t len, const char *what, const char *shape)
+{
+    snprintf(buf, len, "%s [%s]", what, shape);
+}
+
+/* amp: data range [-amp, amp]; the larger cases use 0.5 so that the float
+ * rounding of their long sums stays well inside the absolute tolerance. */
+static void test_shape(const hyfi_conv2d_args *a, int do_fd, float amp, uint64_t *seed)
+{
+    char shp[128], nm[256];
+    describe(shp, sizeof shp, a);
+    const size_t nx = x_count(a), ny = y_count(a), nw = w_count(a), nb = (size_t)a->c_out;
+    float *x = tu_alloc(nx), *w = tu_alloc(nw), *b = tu_alloc(nb), *dy = tu_alloc(ny);
+    float *y_ref = tu_alloc(ny), *y_cpu = tu_alloc(ny);
+    float *dx_ref = tu_alloc(nx), *dx_cpu = tu_alloc(nx), *dx_base = tu_alloc(nx);
+    float *dw_ref = tu_alloc(nw), *dw_cpu = tu_alloc(nw), *dw_base = tu_alloc(nw);
+    float *db_ref = tu_alloc(nb), *db_cpu = tu_alloc(nb), *db_base = tu_alloc(nb);
+    float *want = tu_alloc(nx > nw ? (nx > ny ? nx : ny) : (nw > ny ? nw : ny));
+    tu_fill(x, nx, seed, -amp, amp);
+    tu_fill(w, nw, seed, -amp, amp);
+    tu_fill(b, nb, seed, -amp, amp);
+    tu_fill(dy, ny, seed, -amp, amp);
+    tu_fill(dx_base, nx, seed, -1.f, 1.f);
+    tu_fill(dw_base, nw, seed, -1.f, 1.f);
+    tu_fill(db_base, nb, seed, -1.f, 1.f);
+    float *bp = a->has_bias ? b : NULL, *dbr = a->has_bias ? db_ref : NULL;
+    float *dbc = a->has_bias ? db_cpu : NULL;
+    int rc;
+
+    /* forward */
+    hyfi_conv2d_forward_ref(y_ref, x, w, bp, a);
+    rc = hyfi_conv2d_forward_cpu(y_cpu, x, w, bp, a);
+    name(nm, sizeof nm, "forward cpu", shp);
+    tu_check(rc != 0 || tu_compare(nm, y_cpu, y_ref, ny, TU_TOL_CPU_VS_REF), nm);
+
+    /* backward data, acc = 0 then acc = 1 */
+    hyfi_conv2d_backward_data_ref(dx_ref, dy, w, a, 0);
+    for (size_t i = 0; i < nx; i++) dx_cpu[i] = 1e30f; /* must be overwritten */
+    rc = hyfi_conv2d_backward_data_cpu(dx_cpu, dy, w, a, 0);
+    name(nm, sizeof nm, "backward_data cpu", shp);
+    tu_check(rc != 0 || tu_compare(nm, dx_cpu, dx_ref, nx, TU_TOL_CPU_VS_REF), nm);
+    for (size_t i = 0; i < nx; i++) want[i] = dx_base[i] + dx_ref[i];
+    memcpy(dx_ref, dx_base, nx * sizeof(float));
+    memcpy(dx_cpu, dx_base, nx * sizeof(float));
+    hyfi_conv2d_backward_data_ref(dx_ref, dy, w, a, 1);
+    rc = hyfi_conv2d_backward_data_cpu(dx_cpu, dy, w, a, 1);
+    name(nm, sizeof nm, "backward_data ref acc=1", shp);
+    tu_check(tu_compare(nm, dx_ref, want, nx, TU_TOL_CPU_VS_REF), nm);
+    name(nm, sizeof nm, "backward_data cpu acc=1", shp);
+    tu_check(rc != 0 || tu_compare(nm, dx_cpu, dx_ref, nx, TU_TOL_CPU_VS_REF), nm);
+
+    /* backward weights (+ bias), acc = 0 then acc = 1 */
+    hyfi_conv2d_backward_weight_ref(dw_ref, dbr, dy, x, a, 0);
+    for (size_t i = 0; i < nw; i++) dw_cpu[i] = 1e30f;
+    for (size_t i = 0; i < nb; i++) db_cpu[i] = 1e30f;
+    rc = hyfi_conv2d_backward_weight_cpu(dw_cpu, dbc, dy, x, a, 0);
+    name(nm, sizeof nm, "backward_weight dw cpu", shp);
+    tu_check(rc != 0 || tu_compare(nm, dw_cpu, dw_ref, nw, TU_TOL_CPU_VS_REF), nm);
+    if (a->has_bias) {
+        name(nm, sizeof nm, "backward_weight db cpu", shp);
+        tu_check(rc != 0 || tu_compare(nm, db_cpu, db_ref, nb, TU_TOL_CPU_VS_REF), nm);
+    }
+    for (size_t i = 0; i < nw; i++) want[i] = dw_base[i] + dw_ref[i];
+    memcpy(dw_ref, dw_base, nw * sizeof(float));
+    memcpy(dw_cpu, dw_base, nw * sizeof(float));
+    float *db_want = tu_alloc(nb);
+    for (size_t i = 0; i < nb; i++) db_want[i] = db_base[i] + db_ref[i];
+    memcpy(db_ref, db_base, nb * sizeof(float));
+    memcpy(db_cpu, db_base, nb * sizeof(float));
+    hyfi_conv2d_backward_weight_ref(dw_ref, dbr, dy, x, a, 1);
+    rc = hyfi_conv2d_backward_weight_cpu(dw_cpu, dbc, dy, x, a, 1);
+    name(nm, sizeof nm, "backward_weight dw ref acc=1", shp);
+    tu_check(tu_compare(nm, dw_ref, want, nw, TU_TOL_CPU_VS_REF), nm);
+    name(nm, sizeof nm, "backward_weight dw cpu acc=1", shp);
+    tu_check(rc != 0 || tu_compare(nm, dw_cpu, dw_ref, nw, TU_TOL_CPU_VS_REF), nm);
+    if (a->has_bias) {
+        name(nm, sizeof nm, "backward_weight db ref acc=1", shp);
+        tu_check(tu_compare(nm, db_ref, db_want, nb, TU_TOL_CPU_VS_REF), nm);
+        name(nm, sizeof nm, "backward_weight db cpu acc=1", shp);
+        tu_check(rc != 0 || tu_compare(nm, db_cpu, db_ref, nb, TU_TOL_CPU_VS_REF), nm);
+    }
+    free(db_want);
+
+    /* finite differences of the reference: loss = dot(y, r), so dL/dy = r */
+    if (do_fd) {
+        float *r = dy, *ytmp = tu_alloc(ny);
+        fd_ctx c = {a, x, w, bp, ytmp, r};
+        const float eps = 1e-2f;
+        hyfi_conv2d_backward_data_ref(dx_ref, r, w, a, 0);
+        hyfi_conv2d_backward_weight_ref(dw_ref, dbr, r, x, a, 0);
+        name(nm, sizeof nm, "fd dx", shp);
+        tu_check(tu_grad_check(nm, x, nx, dx_ref, fd_loss, &c, 64, eps, TU_TOL_FD, seed), nm);
+        name(nm, sizeof nm, "fd dw", shp);
+        tu_check(tu_grad_check(nm, w, nw, dw_ref, fd_loss, &c, 64, eps, TU_TOL_FD, seed), nm);
+        if (a->has_bias) {
+            name(nm, sizeof nm, "fd db", shp);
+            tu_check(tu_grad_check(nm, b, nb, db_ref, fd_loss, &c, -1, eps, TU_TOL_FD, seed),
+                     nm);
+        }
+        free(ytmp);
+    }
+
+    free(x); free(w); free(b); free(dy);
+    free(y_ref); free(y_cpu);
+    free(dx_ref); free(dx_cpu); free(dx_base);
+    free(dw_ref); free(dw_cpu); free(dw_base);
+    free(db_ref); free(db_cpu); free(db_base);
+    free(want);
+}
+
+int main(void)
+{
+    uint64_t seed = 0xC0417D2024ull;
+
+    /* output size helper */
+    int os_ok = hyfi_conv_out_size(9, 3, 1, 1) == 9 && hyfi_conv_out_size(7, 3, 2, 1) == 4 &&
+                hyfi_conv_out_size(8, 1, 2, 0) == 4 && hyfi_conv_out_size(13, 7, 2, 3) == 7 &&
+                hyfi_conv_out_size(224, 7, 2, 3) == 112 && hyfi_conv_out_size(5, 5, 2, 2) == 3;
+    printf("%-4s hyfi_conv_out_size\n", os_ok ? "ok" : "FAIL");
+    tu_check(!os_ok, "hyfi_conv_out_size");
+
+    /* n cin h w cout kh kw sh sw ph pw groups bias; finite differences; data range */
+    const struct { hyfi_conv2d_args a; int fd; float amp; } cases[] = {
+        {mk(2, 3, 9, 7, 5, 3, 3, 1, 1, 1, 1, 1, 1), 1, 1.f},
+        {mk(2, 3, 9, 7, 5, 3, 3, 1, 1, 1, 1, 1, 0), 0, 1.f},
+        {mk(1, 4, 8, 8, 6, 1, 7, 1, 1, 0, 3, 1, 1), 1, 1.f},
+        {mk(1, 4, 8, 8, 6, 7, 1, 1, 1, 3, 0, 1, 0), 1, 1.f},
+        {mk(3, 6, 11, 10, 6, 3, 3, 2, 2, 1, 1, 6, 1), 1, 1.f},   /* depthwise */
+        {mk(2, 4, 7, 5, 8, 5, 5, 2, 2, 2, 2, 2, 0), 1, 1.f},     /* groups = 2 */
+        {mk(2, 4, 7, 5, 8, 5, 5, 2, 2, 2, 2, 2, 1), 0, 1.f},
+        {mk(2, 8, 9, 9, 16, 1, 1, 2, 2, 0, 0, 1, 0), 1, 1.f},    /* 1x1 stride 2 */
+        {mk(1, 3, 13, 13, 8, 7, 7, 2, 2, 3, 3, 1, 1), 1, 1.f},   /* stem-like 7x7 s2 p3 */
+        {mk(3, 5, 7, 5, 7, 3, 3, 2, 2, 0, 0, 1, 1), 1, 1.f},     /* odd, stride 2, no padding */
+        {mk(1, 3, 6, 9, 4, 2, 3, 1, 2, 1, 0, 1, 1), 1, 1.f},     /* even kernel, mixed strides */
+        /* larger channel counts so that oneDNN picks blocked layouts */
+        {mk(2, 32, 14, 14, 64, 3, 3, 1, 1, 1, 1, 1, 1), 0, 0.5f},
+        {mk(2, 32, 15, 15, 32, 3, 3, 2, 2, 1, 1, 32, 1), 0, 0.5f}, /* depthwise */
+        {mk(2, 48, 10, 10, 24, 3, 3, 2, 2, 1, 1, 3, 0), 0, 0.5f},  /* groups = 3, 16 per group */
+        {mk(1, 64, 8, 8, 128, 1, 1, 1, 1, 0, 0, 1, 0), 0, 0.5f},
+        {mk(2, 16, 9, 9, 16, 1, 7, 1, 1, 0, 3, 1, 1), 0, 0.5f},
+        {mk(2, 16, 9, 9, 24, 7, 1, 1, 1, 3, 0, 1, 0), 0, 0.5f},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+        test_shape(&cases[i].a, cases[i].fd, cases[i].amp, &seed);
+    return tu_finish();
+}
