@@ -6,7 +6,13 @@
  * follow MPI4DL's benchmarks (--batch-size, --image-size, --num-classes,
  * --num-epochs, --datapath, --learning-rate) so scripts carry over.
  *
- * Output: `step S loss L images/s R` every --print-freq steps, then a summary:
+ * A step's images/s is B divided by the wall time since the end of the
+ * previous step (waiting for the batch, copying it in, forward, backward and
+ * update); batches are prepared by a prefetch thread (apps/data.h) meanwhile.
+ * Single process for now: the context is created with mpi = 0.
+ *
+ * Output: `step S loss L images/s R` every --print-freq steps (and the first
+ * and last), then a summary:
  * mean and median images/s over the steps after the first 5 (warm-up: StarPU
  * calibrates its performance models there), and the accuracy on the test split
  * computed in eval mode (hyfi_infer: batch norm with running statistics). The

@@ -103,6 +103,9 @@ typedef struct hyfi_ctx_config {
                              -1 (or config NULL): StarPU-MPI when launched by mpiexec */
     const char *scheduler;/* StarPU scheduler; NULL: "dmda" (perf-model based) */
     int cpu_threads;      /* threads of one CPU kernel (oneDNN); <= 0: cores / CPU workers */
+    int bind_workers;     /* 1: pin StarPU workers to cores; 0: let the OS place them (faster
+                             when the application's own threads share the cores); the
+                             environment variable STARPU_WORKERS_NOBIND, if set, wins */
     int verbose;          /* 1: print the workers found */
 } hyfi_ctx_config;
 

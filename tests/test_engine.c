@@ -5,6 +5,7 @@
  * initialisation is deterministic, training on a fixed batch lowers the loss,
  * and bad input gives clear errors instead of aborting. */
 #include "hyfi.h"
+#include "testnet.h"
 #include "testutil.h"
 
 #include <math.h>
@@ -13,63 +14,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#define B 4
-#define K 5
-
 typedef struct {
-    hyfi_graph *g;
-    hyfi_tensor *x, *y, *loss, *logits;
-} net;
-
-/* Every op once: conv (bias, groups, 1x3), batch norm, relu, max and average
- * pooling, add, concat, global average pooling, fc, softmax cross-entropy. */
-static int build(hyfi_ctx *ctx, net *n, int smooth)
-{
-    if (hyfi_graph_create(ctx, 7, &n->g) != HYFI_OK) return -1;
-    hyfi_graph *g = n->g;
-    n->x = hyfi_input(g, "x", B, 3, 9, 8);
-    n->y = hyfi_labels(g, "y", B);
-    hyfi_tensor *h = hyfi_conv2d(g, "c1", n->x, (hyfi_conv2d_params){
-        .out_channels = 6, .kernel_h = 3, .kernel_w = 3, .pad_h = 1, .pad_w = 1, .bias = true});
-    h = hyfi_batchnorm(g, "bn1", h, 0, 0);
-    h = hyfi_relu(g, "r1", h);
-    hyfi_tensor *a = hyfi_conv2d(g, "c2", h, (hyfi_conv2d_params){
-        .out_channels = 6, .kernel_h = 1, .kernel_w = 3, .pad_w = 1, .groups = 3});
-    hyfi_tensor *s = hyfi_add(g, "add", a, h);
-    hyfi_pool_params pp = {.kernel_h = 3, .kernel_w = 3, .stride_h = 2, .stride_w = 2,
-                           .pad_h = 1, .pad_w = 1};
-    hyfi_tensor *p1 = smooth ? hyfi_avgpool(g, "p1", s, pp) : hyfi_maxpool(g, "p1", s, pp);
-    pp.count_include_pad = false;
-    hyfi_tensor *p2 = hyfi_avgpool(g, "p2", h, pp);
-    hyfi_tensor *cat[2] = {p1, p2};
-    h = hyfi_concat(g, "cat", 2, cat);
-    h = hyfi_conv2d(g, "c3", h, (hyfi_conv2d_params){.out_channels = 8, .kernel_h = 3,
-                                                       .kernel_w = 3, .stride_h = 2,
-                                                       .stride_w = 2, .pad_h = 1, .pad_w = 1});
-    h = hyfi_batchnorm(g, "bn3", h, 0, 0);
-    h = hyfi_global_avgpool(g, "gap", h);
-    n->logits = hyfi_fc(g, "fc", h, K, true);
-    n->loss = hyfi_softmax_cross_entropy(g, "loss", n->logits, n->y);
-    if (hyfi_graph_status(g) != HYFI_OK) {
-        printf("build failed: %s\n", hyfi_graph_error(g));
-        return -1;
-    }
-    return 0;
-}
-
-static void set_batch(net *n, uint64_t seed)
-{
-    float x[B * 3 * 9 * 8];
-    int32_t y[B];
-    uint64_t st = seed;
-    tu_fill(x, sizeof x / sizeof *x, &st, -1, 1);
-    for (int i = 0; i < B; i++) y[i] = tu_randint(&st, 0, K - 1);
-    hyfi_set_input(n->g, n->x, x, sizeof x / sizeof *x);
-    hyfi_set_labels(n->g, n->y, y, B);
-}
-
-typedef struct {
-    net *n;
+    testnet *n;
     hyfi_tensor *p;
     float *vals;
 } fd_ctx;
@@ -85,14 +31,14 @@ static double fd_loss(void *arg)
 
 static void test_gradients(hyfi_ctx *ctx)
 {
-    net n;
-    if (build(ctx, &n, 1)) {
+    testnet n;
+    if (testnet_build(ctx, &n, 1)) {
         tu_check(1, "build");
         return;
     }
     hyfi_train_config tc = {.lr = 0.1f, .momentum = 0.9f, .weight_decay = 0.01f};
     tu_check(hyfi_graph_compile(n.g, n.loss, &tc) != HYFI_OK, "compile");
-    set_batch(&n, 11);
+    testnet_batch(&n, 11);
     int np = hyfi_param_count(n.g);
     float **w0 = calloc((size_t)np, sizeof *w0), **gr = calloc((size_t)np, sizeof *gr);
     for (int i = 0; i < np; i++) {
@@ -106,7 +52,7 @@ static void test_gradients(hyfi_ctx *ctx)
     tu_check(hyfi_forward(n.g, true, &lossf) != HYFI_OK, "forward");
     tu_check(hyfi_train_step(n.g, &loss0) != HYFI_OK, "train step");
     tu_check(fabsf(loss0 - lossf) > 1e-6f * fabsf(lossf), "train-step loss equals forward loss");
-    printf("loss %.6f (log K = %.6f)\n", loss0, log((double)K));
+    printf("loss %.6f (log K = %.6f)\n", loss0, log((double)TN_CLASSES));
 
     /* SGD with momentum from zero: w1 = w0 - lr * (g + wd * w0). */
     for (int i = 0; i < np; i++) {
@@ -136,10 +82,10 @@ static void test_gradients(hyfi_ctx *ctx)
         hyfi_tensor_write(n.g, p, w0[i], m);
     }
     /* The gradient of an activation is readable too. */
-    float gl[B * K];
-    tu_check(hyfi_grad_read(n.g, n.logits, gl, B * K) != HYFI_OK, "activation gradient");
+    float gl[TN_BATCH * TN_CLASSES];
+    tu_check(hyfi_grad_read(n.g, n.logits, gl, TN_BATCH * TN_CLASSES) != HYFI_OK, "activation gradient");
     double rowsum = 0;
-    for (int i = 0; i < K; i++) rowsum += gl[i];
+    for (int i = 0; i < TN_CLASSES; i++) rowsum += gl[i];
     tu_check(fabs(rowsum) > 1e-6, "softmax gradient rows sum to zero");
     for (int i = 0; i < np; i++) {
         free(w0[i]);
@@ -152,8 +98,8 @@ static void test_gradients(hyfi_ctx *ctx)
 
 static void test_training_and_io(hyfi_ctx *ctx)
 {
-    net n, m;
-    if (build(ctx, &n, 0) || build(ctx, &m, 0)) {
+    testnet n, m;
+    if (testnet_build(ctx, &n, 0) || testnet_build(ctx, &m, 0)) {
         tu_check(1, "build");
         return;
     }
@@ -167,7 +113,7 @@ static void test_training_and_io(hyfi_ctx *ctx)
     hyfi_tensor_read(n.g, w, a, cnt);
     hyfi_tensor_read(m.g, wm, b, cnt);
     tu_check(memcmp(a, b, cnt * sizeof *a) != 0, "deterministic initialisation");
-    set_batch(&n, 5);
+    testnet_batch(&n, 5);
     float first = 0, last = 0;
     for (int s = 0; s < 30; s++) {
         float l;
@@ -191,7 +137,7 @@ static void test_training_and_io(hyfi_ctx *ctx)
     hyfi_tensor_read(m.g, wm, b, cnt);
     tu_check(memcmp(a, b, cnt * sizeof *a) != 0, "load restores the saved values");
     float ln, lm;
-    set_batch(&m, 5);
+    testnet_batch(&m, 5);
     hyfi_infer(n.g, &ln);
     hyfi_infer(m.g, &lm);
     tu_check(ln != lm, "loaded model infers the same loss (running statistics saved)");
