@@ -40,9 +40,12 @@ done
 
 # ---------------------------------------------------------------- StarPU
 starpu_prefix="$deps/starpu"
-if [ -f "$starpu_prefix/.hyfi-complete" ]; then
+# Bump when the configure options below change: an older build is then rebuilt.
+recipe="recipe-2"
+if [ -f "$starpu_prefix/.hyfi-complete" ] && grep -q "$recipe" "$starpu_prefix/.hyfi-complete"; then
   log "StarPU present in $starpu_prefix ($(cat "$starpu_prefix/.hyfi-complete"))"
 else
+  rm -rf "$starpu_prefix"
   log "building StarPU 1.4 from Debian's source package"
   work="$(mktemp -d)"; trap 'rm -rf "$work"' EXIT
   # Source entries for trixie and sid, from the archive this machine already uses.
@@ -76,6 +79,7 @@ else
       --with-mpicc=/usr/bin/mpicc.mpich --with-mpicxx=/usr/bin/mpicxx.mpich \
       --with-mpiexec=/usr/bin/mpiexec.mpich --enable-mpi --with-fxt \
       --enable-maxcpus=64 --enable-maxnumanodes=4 --enable-maxbuffers=16 \
+      --enable-blocking-drivers \
       --disable-static --disable-opencl --disable-hip --disable-fortran \
       --disable-build-doc --disable-build-examples --disable-build-tests \
       --disable-starpufft --disable-socl --disable-openmp --disable-starpupy \
@@ -84,7 +88,7 @@ else
     || { tail -40 "$work/configure.log" >&2; echo "setup: StarPU configure failed" >&2; exit 1; }
   (cd "$src" && make -s -j"$(nproc)" >"$work/make.log" 2>&1 && make -s install >>"$work/make.log" 2>&1) \
     || { tail -40 "$work/make.log" >&2; echo "setup: StarPU build failed" >&2; exit 1; }
-  echo "$ver ${cuda_opts[0]}" > "$starpu_prefix/.hyfi-complete"
+  echo "$ver ${cuda_opts[0]} $recipe" > "$starpu_prefix/.hyfi-complete"
   log "StarPU $ver installed in $starpu_prefix"
 fi
 log "done; use: source scripts/env.sh"
