@@ -14,7 +14,8 @@
 # and the archive is rewritten only when its contents changed.
 #
 # Environment: HYFI_NVCC_ARCH (sm_90), HYFI_BUNDLE_DATA=0 (leave the data
-# out), HYFI_BUNDLE_MAX_MIB (58: above it the data is left out), HYFI_DEPS.
+# out), HYFI_BUNDLE_MAX_MIB (58: above it the data is left out), HYFI_DEPS,
+# HYFI_BUILD_JOBS (ninja jobs when build-gpu/ exists already: 1).
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 # shellcheck source=env.sh
@@ -40,6 +41,11 @@ grep -q -- '--enable-cuda' "$starpu_prefix/.hyfi-complete" \
 
 # ------------------------------------------------------------------ build
 log "building $bdir (release, CUDA codelets, -arch=$arch)"
+# An existing build folder is brought up to date with few jobs (shared
+# machines); a fresh one gets ninja's default through scripts/build.sh.
+if [ -f "$bdir/build.ninja" ]; then
+  ninja -C "$bdir" -j "${HYFI_BUILD_JOBS:-1}" >/dev/null || { ninja -C "$bdir" -j 1; die "the build of $bdir failed"; }
+fi
 bash "$root/scripts/build.sh" "$bdir" -Dnvcc_arch="$arch" >/dev/null
 # An existing build folder keeps its options: make sure of the ones we need.
 cur_arch=$(meson introspect --buildoptions "$bdir" 2>/dev/null \
@@ -149,7 +155,7 @@ nstrip=0
 while IFS= read -r -d '' f; do
   is_elf "$f" || continue
   chmod u+w "$f"
-  strip --strip-unneeded "$f" 2>/dev/null && nstrip=$((nstrip + 1)) || log "warning: could not strip ${f#"$stage"/}"
+  if strip --strip-unneeded "$f" 2>/dev/null; then nstrip=$((nstrip + 1)); else log "warning: could not strip ${f#"$stage"/}"; fi
 done < <(find "$stage" -type f -print0)
 log "staged: libhyfi, hyfi-train, $ntests test executables, $(find "$stage/lib" -maxdepth 1 -name '*.so*' | wc -l) libraries, $(ls "$stage/bin" | wc -l) tools; $nstrip files stripped"
 
@@ -207,6 +213,6 @@ if [ "$with_data" = 1 ] && [ "$size" -gt $((max_mib * 1024 * 1024)) ]; then
 fi
 rm -f "$out.tmp"
 mib=$(awk -v s="$size" 'BEGIN { printf "%.1f", s / 1048576 }')
-log "wrote ${out#"$root"/}: $mib MiB ($size bytes), $( [ "$with_data" = 1 ] && echo "with" || echo "WITHOUT") the Fashion-MNIST data"
+log "bundle ${out#"$root"/}: $mib MiB ($size bytes), $( [ "$with_data" = 1 ] && echo "with" || echo "WITHOUT") the Fashion-MNIST data"
 [ "$size" -le $((60 * 1024 * 1024)) ] || log "warning: over 60 MiB: with the working tree it may not fit the 64 MiB that a run can carry"
 log "on the GPU machine: carry '.gpu-bundle' and run: bash scripts/gpu-run.sh [tests|train|all]"
