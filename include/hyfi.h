@@ -1,50 +1,62 @@
 /* hyfi — train deep CNNs as StarPU task graphs.
  *
- * A worked example: a small CNN trained with SGD on 28x28 grey images.
+ * A worked example: a small CNN trained with SGD on 28x28 grey images. It is
+ * complete: tests/meson.build compiles the lines between the markers and runs
+ * them, so it stays true.
  *
+ * [example]
  *     #include <hyfi.h>
+ *     #include <stdio.h>
  *
- *     hyfi_ctx *ctx;
- *     if (hyfi_ctx_create(&ctx, NULL) != HYFI_OK) {          // NULL: defaults
- *         fprintf(stderr, "%s\n", hyfi_last_error());
- *         return 1;
+ *     // images: steps x 64 images of 1x28x28 floats; labels: steps x 64 class ids.
+ *     int train(const float *images, const int32_t *labels, int steps)
+ *     {
+ *         hyfi_ctx *ctx;
+ *         if (hyfi_ctx_create(&ctx, NULL) != HYFI_OK) {      // NULL: defaults
+ *             fprintf(stderr, "%s\n", hyfi_last_error());
+ *             return 1;
+ *         }
+ *         hyfi_graph *g;
+ *         hyfi_graph_create(ctx, 42, &g);                    // 42: parameter seed
+ *
+ *         // Build: every builder takes (graph, name, inputs..., params) and returns
+ *         // a tensor. Errors are sticky: check hyfi_graph_status() once at the end.
+ *         hyfi_tensor *x = hyfi_input(g, "image", 64, 1, 28, 28); // NCHW float32
+ *         hyfi_tensor *y = hyfi_labels(g, "label", 64);           // int32 class ids
+ *         hyfi_tensor *h = hyfi_conv2d(g, "conv1", x, (hyfi_conv2d_params){
+ *             .out_channels = 16, .kernel_h = 3, .kernel_w = 3, .pad_h = 1, .pad_w = 1});
+ *         h = hyfi_batchnorm(g, "bn1", h, 0, 0);          // 0, 0: momentum 0.1, eps 1e-5
+ *         h = hyfi_relu(g, "relu1", h);
+ *         h = hyfi_maxpool(g, "pool1", h, (hyfi_pool_params){.kernel_h = 2, .kernel_w = 2});
+ *         h = hyfi_global_avgpool(g, "gap", h);
+ *         h = hyfi_fc(g, "fc", h, 10, true);
+ *         hyfi_tensor *loss = hyfi_softmax_cross_entropy(g, "loss", h, y);
+ *
+ *         // Compile: derive the backward pass, register every tensor with StarPU.
+ *         hyfi_train_config tc = {.lr = 0.05f, .momentum = 0.9f, .weight_decay = 5e-4f};
+ *         if (hyfi_graph_status(g) != HYFI_OK || hyfi_graph_compile(g, loss, &tc) != HYFI_OK) {
+ *             fprintf(stderr, "%s\n", hyfi_graph_error(g));
+ *             return 1;
+ *         }
+ *         for (int step = 0; step < steps; step++) {
+ *             float l;
+ *             hyfi_set_input(g, x, images + (size_t)step * 64 * 784, 64 * 784);
+ *             hyfi_set_labels(g, y, labels + (size_t)step * 64, 64);
+ *             if (hyfi_train_step(g, &l) != HYFI_OK) {      // forward, backward, SGD
+ *                 fprintf(stderr, "%s\n", hyfi_last_error());
+ *                 return 1;
+ *             }
+ *             printf("step %d loss %.4f\n", step, l);
+ *         }
+ *         float logits[64 * 10];
+ *         hyfi_infer(g, NULL);                               // eval-mode forward
+ *         hyfi_tensor_read(g, hyfi_tensor_find(g, "fc"), logits, 64 * 10);
+ *         hyfi_status s = hyfi_save_params(g, "model.hyfi"); // atomic write
+ *         hyfi_graph_destroy(g);
+ *         hyfi_ctx_destroy(ctx);
+ *         return s == HYFI_OK ? 0 : 1;
  *     }
- *     hyfi_graph *g;
- *     hyfi_graph_create(ctx, 42, &g);                        // 42: parameter seed
- *
- *     // Build: every builder takes (graph, name, inputs..., params) and returns a
- *     // tensor. Errors are sticky: check hyfi_graph_status() once at the end.
- *     hyfi_tensor *x = hyfi_input(g, "image", 64, 1, 28, 28);   // NCHW float32
- *     hyfi_tensor *y = hyfi_labels(g, "label", 64);             // int32 class ids
- *     hyfi_tensor *h = hyfi_conv2d(g, "conv1", x, (hyfi_conv2d_params){
- *         .out_channels = 16, .kernel_h = 3, .kernel_w = 3, .pad_h = 1, .pad_w = 1});
- *     h = hyfi_batchnorm(g, "bn1", h, 0, 0);                    // 0, 0: momentum 0.1, eps 1e-5
- *     h = hyfi_relu(g, "relu1", h);
- *     h = hyfi_maxpool(g, "pool1", h, (hyfi_pool_params){.kernel_h = 2, .kernel_w = 2});
- *     h = hyfi_global_avgpool(g, "gap", h);
- *     h = hyfi_fc(g, "fc", h, 10, true);
- *     hyfi_tensor *loss = hyfi_softmax_cross_entropy(g, "loss", h, y);
- *     if (hyfi_graph_status(g) != HYFI_OK) {
- *         fprintf(stderr, "%s\n", hyfi_graph_error(g));
- *         return 1;
- *     }
- *
- *     // Compile: derives the backward pass and registers every tensor with StarPU.
- *     hyfi_train_config tc = {.lr = 0.05f, .momentum = 0.9f, .weight_decay = 5e-4f};
- *     if (hyfi_graph_compile(g, loss, &tc) != HYFI_OK) { ... hyfi_graph_error(g) ... }
- *
- *     for (int step = 0; step < steps; step++) {
- *         hyfi_set_input(g, x, images + step * 64 * 784, 64 * 784);
- *         hyfi_set_labels(g, y, labels + step * 64, 64);
- *         float l;
- *         if (hyfi_train_step(g, &l) != HYFI_OK) { ... }       // forward, backward, SGD
- *     }
- *     hyfi_infer(g, NULL);                                     // eval-mode forward
- *     float logits[64 * 10];
- *     hyfi_tensor_read(g, hyfi_tensor_find(g, "fc"), logits, 64 * 10);
- *     hyfi_save_params(g, "model.hyfi");                       // atomic write
- *     hyfi_graph_destroy(g);
- *     hyfi_ctx_destroy(ctx);
+ * [/example]
  *
  * Every call returns a hyfi_status; on failure a readable message naming the
  * problem and the fix is available from hyfi_last_error() (per thread), and for
