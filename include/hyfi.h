@@ -245,6 +245,20 @@ hyfi_tensor *hyfi_param(hyfi_graph *g, int i);
 /* Total number of trainable values. */
 size_t hyfi_param_numel(const hyfi_graph *g);
 
+/* One op of the graph, for summaries (--dry-run) and cost-based partitioning.
+ * Valid before and after compile. */
+typedef struct hyfi_op_info {
+    const char *name;     /* the op's (and its output tensor's) name */
+    const char *kind;     /* "conv2d", "batchnorm", "relu", ... */
+    int out_dims[4];      /* output N, C, H, W */
+    size_t params;        /* trainable values owned by the op */
+    double flops;         /* forward floating-point operations for the whole batch
+                             (multiply-add = 2); the backward costs about twice that */
+    size_t act_bytes;     /* bytes of the output activation (float32) */
+} hyfi_op_info;
+int hyfi_graph_op_count(const hyfi_graph *g);
+hyfi_status hyfi_graph_op_info(const hyfi_graph *g, int i, hyfi_op_info *info);
+
 /* Save every parameter and state tensor (name, shape, values) to `path`,
  * atomically: a temporary file beside it is written, flushed and renamed. */
 hyfi_status hyfi_save_params(hyfi_graph *g, const char *path);

@@ -23,9 +23,14 @@ tmp=$(mktemp -d "${TMPDIR:-/tmp}/hyfi_e2e.XXXXXX") || exit 1
 trap 'rm -rf "$tmp"' EXIT
 metrics=$tmp/metrics.jsonl
 
+# Recipe: one epoch of the small CNN at batch 64 with SGD (momentum 0.9, weight
+# decay 5e-4) and a cosine learning rate from 0.1 to 0. The same recipe run
+# with the ops' CPU kernels outside the engine reached 0.870-0.875 over 4
+# seeds; at a constant lr 0.05 it ended near 0.79 (eval-mode batch norm lags
+# weights that still move fast), hence the schedule.
 "$train" --dataset fashion-mnist --datapath "$datadir" --num-epochs 1 --batch-size 64 \
-    --lr 0.05 --momentum 0.9 --weight-decay 5e-4 --seed 42 --print-freq 100 \
-    --metrics "$metrics" "$@"
+    --lr 0.1 --lr-schedule cosine --momentum 0.9 --weight-decay 5e-4 --seed 42 \
+    --print-freq 100 --metrics "$metrics" "$@"
 rc=$?
 if [ $rc -ne 0 ]; then
     echo "FAIL: hyfi-train exited with status $rc"

@@ -235,6 +235,34 @@ static void test_errors(hyfi_ctx *ctx)
     expect(hyfi_ctx_create(&second, NULL), HYFI_ERR_STATE, "second context");
 }
 
+/* Op summaries: parameter counts add up, conv FLOPs follow the formula. */
+static void test_op_info(hyfi_ctx *ctx)
+{
+    testnet n;
+    if (testnet_build(ctx, &n, 0)) {
+        tu_check(1, "build");
+        return;
+    }
+    size_t params = 0;
+    int nops = hyfi_graph_op_count(n.g);
+    for (int i = 0; i < nops; i++) {
+        hyfi_op_info info;
+        tu_check(hyfi_graph_op_info(n.g, i, &info) != HYFI_OK, "op info");
+        params += info.params;
+        if (strcmp(info.name, "c1") == 0) {
+            /* 3 -> 6 channels, 3x3, 9x8 output, batch 4, with bias */
+            double want = 2.0 * TN_BATCH * 6 * 9 * 8 * 3 * 9 + TN_BATCH * 6 * 9 * 8;
+            tu_check(info.flops != want || info.params != 6 * 3 * 9 + 6 ||
+                         strcmp(info.kind, "conv2d") != 0, "conv2d info");
+        }
+    }
+    printf("%d ops, %zu parameters\n", nops, params);
+    tu_check(params != hyfi_param_numel(n.g), "op parameters add up to the graph's");
+    hyfi_op_info info;
+    tu_check(hyfi_graph_op_info(n.g, nops, &info) != HYFI_ERR_ARG, "op index out of range");
+    hyfi_graph_destroy(n.g);
+}
+
 int main(void)
 {
     hyfi_ctx_config cfg = {.device = HYFI_DEVICE_CPU, .mpi = 0};
@@ -243,6 +271,7 @@ int main(void)
         printf("context: %s\n", hyfi_last_error());
         return 1;
     }
+    test_op_info(ctx);
     test_gradients(ctx);
     test_training_and_io(ctx);
     test_errors(ctx);
