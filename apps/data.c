@@ -481,7 +481,7 @@ int hyfi_dataset_synthetic(int channels, int height, int width, int num_classes,
         return fail(err, errlen, HYFI_DATA_ERR_NOMEM, "synthetic: out of memory");
     }
     for (int c = 0; c < channels; c++) mean[c] = std[c] = 0.5f;
-    hyfi_dataset *ds;
+    hyfi_dataset *ds = NULL;
     int rc = ds_new(HYFI_DATA_SYNTHETIC, HYFI_SPLIT_TRAIN, count, channels, height, width,
                     num_classes, mean, std, &ds, err, errlen);
     free(mean);
@@ -762,7 +762,7 @@ int hyfi_dataset_load_cifar10(const char *dir, hyfi_data_split split, hyfi_datas
 
     static const float MEAN[3] = {0.4914f, 0.4822f, 0.4465f};
     static const float STD[3] = {0.2470f, 0.2435f, 0.2616f};
-    hyfi_dataset *ds;
+    hyfi_dataset *ds = NULL;
     int rc = ds_new(HYFI_DATA_CIFAR10, split, total, 3, CIFAR_SIDE, CIFAR_SIDE, CIFAR_CLASSES,
                     MEAN, STD, &ds, err, errlen);
     if (rc) return rc;

@@ -2,7 +2,8 @@
  * test accuracy.
  *
  * First version: one model (`--model cnn`, see build_cnn), single process,
- * SGD with momentum and weight decay at a constant learning rate. Flag names
+ * SGD with momentum and weight decay at a constant learning rate, or one
+ * decaying to 0 along a cosine over the run (--lr-schedule cosine). Flag names
  * follow MPI4DL's benchmarks (--batch-size, --image-size, --num-classes,
  * --num-epochs, --datapath, --learning-rate) so scripts carry over.
  *
@@ -54,6 +55,7 @@ typedef struct options {
     long long steps;           /* 0: whole epochs */
     int num_epochs;
     float lr, momentum, weight_decay;
+    int cosine;                /* --lr-schedule cosine */
     uint64_t seed;
     hyfi_device device;
     const char *metrics;       /* NULL: none */
@@ -83,6 +85,8 @@ static void usage(FILE *f)
         "  --steps N             training steps; 0: whole epochs [0]\n"
         "  --num-epochs N        epochs when --steps is 0 [1]\n"
         "  --lr X                SGD learning rate (also --learning-rate) [0.05]\n"
+        "  --lr-schedule S       constant | cosine: lr * (1 + cos(pi * step / steps)) / 2,\n"
+        "                        from lr down to 0 over the run [constant]\n"
         "  --momentum X          SGD momentum, 0 <= X < 1 [0.9]\n"
         "  --weight-decay X      L2 weight decay [5e-4]\n"
         "  --seed N              seed of the parameters, the shuffling and synthetic data [42]\n"
@@ -175,7 +179,7 @@ static int parse_args(int argc, char **argv, options *o)
         static const char *const KNOWN[] = {
             "--model", "--dataset", "--datapath", "--batch-size", "--image-size",
             "--num-classes", "--steps", "--num-epochs", "--lr", "--learning-rate",
-            "--momentum", "--weight-decay", "--seed", "--device", "--print-freq",
+            "--lr-schedule", "--momentum", "--weight-decay", "--seed", "--device", "--print-freq",
             "--eval-batches", "--metrics"};
         bool known = false;
         for (size_t k = 0; k < sizeof KNOWN / sizeof KNOWN[0]; k++) known |= !strcmp(flag, KNOWN[k]);
@@ -215,6 +219,10 @@ static int parse_args(int argc, char **argv, options *o)
             rc = parse_int(flag, val, 1, 1 << 20, &o->num_epochs);
         } else if (!strcmp(flag, "--lr") || !strcmp(flag, "--learning-rate")) {
             rc = parse_float(flag, val, 0, true, 1e3, false, &o->lr);
+        } else if (!strcmp(flag, "--lr-schedule")) {
+            if (!strcmp(val, "constant")) o->cosine = 0;
+            else if (!strcmp(val, "cosine")) o->cosine = 1;
+            else return bad_usage("--lr-schedule '%s' is not known; valid: constant, cosine", val);
         } else if (!strcmp(flag, "--momentum")) {
             rc = parse_float(flag, val, 0, false, 1, true, &o->momentum);
         } else if (!strcmp(flag, "--weight-decay")) {
@@ -290,6 +298,13 @@ static double now_s(void)
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* Learning rate of step s (0-based) of `total` under --lr-schedule cosine. */
+static float cosine_lr(float lr, long long s, long long total)
+{
+    const double pi = 3.14159265358979323846;
+    return (float)(lr * 0.5 * (1.0 + cos(pi * (double)s / (double)total)));
 }
 
 static int cmp_double(const void *a, const void *b)
@@ -415,9 +430,10 @@ int main(int argc, char **argv)
            o.model, hyfi_param_numel(g), hyfi_data_kind_name(o.dataset), ntrain,
            test ? "" : " (no test split)", C, H, W, K);
     if (test) printf("hyfi-train: %zu test images\n", hyfi_dataset_size(test));
-    printf("hyfi-train: batch %d, %lld steps (%zu per epoch), lr %g, momentum %g, weight decay %g, "
-           "seed %" PRIu64 ", %d CPU + %d CUDA workers\n",
-           B, total, spe, (double)o.lr, (double)o.momentum, (double)o.weight_decay, o.seed,
+    printf("hyfi-train: batch %d, %lld steps (%zu per epoch), lr %g (%s), momentum %g, weight "
+           "decay %g, seed %" PRIu64 ", %d CPU + %d CUDA workers\n",
+           B, total, spe, (double)o.lr, o.cosine ? "cosine" : "constant", (double)o.momentum,
+           (double)o.weight_decay, o.seed,
            hyfi_ctx_ncpu_workers(ctx), hyfi_ctx_ncuda_workers(ctx));
     fflush(stdout);
 
@@ -443,6 +459,10 @@ int main(int argc, char **argv)
             goto out;
         }
         float l = NAN;
+        if (o.cosine && (st = hyfi_set_lr(g, cosine_lr(o.lr, s, total))) != HYFI_OK) {
+            lib_fail("hyfi_set_lr", st, g);
+            goto out;
+        }
         if ((st = hyfi_set_input(g, tx, b.x, (size_t)B * numel)) != HYFI_OK ||
             (st = hyfi_set_labels(g, ty, b.y, (size_t)B)) != HYFI_OK) {
             lib_fail("copying a batch in", st, g);
