@@ -9,4 +9,6 @@ bash "$root/scripts/build.sh" "$root/build"
 # shellcheck source=env.sh
 source "$root/scripts/env.sh"
 export STARPU_HOME="${STARPU_HOME:-$root/build/starpu-home}"
-exec "$root/build/apps/hyfi-train" --dataset fashion-mnist "$@"
+# One epoch with a cosine learning-rate schedule reaches ~87% test accuracy
+# (constant rates stay near 79%: see docs/results.md); later flags override.
+exec "$root/build/apps/hyfi-train" --dataset fashion-mnist --lr 0.1 --lr-schedule cosine "$@"
