@@ -1,7 +1,7 @@
 /* hyfi data module: image classification data sets for the hyfi apps.
  *
- * Plain C11 + zlib + pthreads; no StarPU and no dependency on hyfi.h, so it can
- * be tested (tests/test_data.c) and reused on its own.
+ * Plain C11 + zlib + libpng + libjpeg + pthreads; no StarPU and no dependency
+ * on hyfi.h, so it can be tested (tests/test_data.c) and reused on its own.
  *
  * A hyfi_dataset holds N labelled images. Images come out of it as float32 in
  * C x H x W order (one image) or N x C x H x W (a batch), normalised per
@@ -30,7 +30,50 @@
  *     the label (uniform in 0..classes-1) and then uniform raw bytes 0..255 for
  *     every pixel. Images are generated on demand (no memory is held for them),
  *     so any count and size work. There is no test split of synthetic data.
- *   - a folder of PNG/JPEG files is not supported yet (HYFI_DATA_ERR_UNSUPPORTED).
+ *   - folder (torchvision's ImageFolder, MPI4DL's app 1): <dir> holds one
+ *     subfolder per class; class ids are the subfolder names sorted bytewise
+ *     (strcmp: "Zebra" < "apple"). A class folder holds PNG and JPEG images
+ *     (.png, .jpg, .jpeg, any case), also in nested subfolders (a folder's files
+ *     in bytewise name order, then its subfolders', recursively, at most 16
+ *     deep); other files are ignored, and so are entries whose name starts with
+ *     '.'. A class folder without images, or a <dir> without class folders, is
+ *     an error naming it. Splits: when <dir> has both train/ and val/ (or, without
+ *     val/, test/) subfolders they are the train and test splits, and the test
+ *     split's class folders must be classes of train/ (ids are train/'s, so a
+ *     test split may lack classes); otherwise <dir> is the train split and there
+ *     is no test split (hyfi_data_has_test_split says which).
+ *     The file's content decides the decoder (PNG signature or JPEG SOI marker),
+ *     not its extension. PNG (libpng): 1/2/4/8/16-bit grey, grey+alpha,
+ *     palette, RGB, RGBA, interlaced or not; alpha and palette transparency are
+ *     dropped, no gamma correction; 16-bit samples keep their precision (raw
+ *     value x/65535 instead of x/255). JPEG (libjpeg): greyscale and YCbCr/RGB,
+ *     baseline or progressive; CMYK/YCCK is refused naming the file. A grey
+ *     image has 1 channel, every other one 3; the split's native channel count
+ *     is 3 when it has any 3-channel image, else 1 (grey images are then
+ *     replicated), and its native height x width is that of its first image.
+ *     Every image is converted from its own size to the output geometry (steps
+ *     2-4 below), so a split may mix sizes. Normalisation: the ImageNet
+ *     constants of the torchvision recipes, mean (0.485, 0.456, 0.406), std
+ *     (0.229, 0.224, 0.225); a 1-channel split gets their BT.601
+ *     luminance-weighted values (mean 0.4590, std 0.2256; see step 4).
+ *     Decoding is lazy: loading lists the files and reads only each file's
+ *     header (size, colour type: a file that is no PNG/JPEG, a truncated header,
+ *     an image over 2^26 pixels or a CMYK JPEG fail the load naming the file);
+ *     pixels are decoded when an image is asked for, i.e. per batch in the
+ *     prefetch thread, which overlaps it with training like a DataLoader worker.
+ *     Why lazy: the output size is only known after loading (set_output), the
+ *     module already produces synthetic images on demand in that thread, and
+ *     images may be large (512x512 histology tiles): the dataset holds only the
+ *     paths and labels (about 100 bytes an image, far below N x C x S x S) and
+ *     each caller (thread) one decoded image at a time. The cost is that a file
+ *     corrupt past its header (truncated data, CRC error, bad Huffman code,
+ *     premature end of a JPEG) is found when first read: hyfi_dataset_image_err,
+ *     hyfi_dataset_batch_err and the prefetcher (hyfi_prefetch_error) return
+ *     HYFI_DATA_ERR_FORMAT with a message naming the file. libpng and libjpeg
+ *     errors are caught with setjmp/longjmp (their default handlers exit or
+ *     abort) and their warnings are silenced, except libjpeg's corrupt-data
+ *     ones (premature end, bad Huffman/arithmetic code, lost sync), which are
+ *     errors: libjpeg would otherwise fill the rest of the image with grey.
  *
  * Output geometry: hyfi_dataset_set_output() asks for another channel count
  * and/or image size; every later image/batch is converted on the fly:
@@ -46,6 +89,10 @@
  *      1 -> N, and for 3 -> 1 the luminance-weighted means and stds (the std of
  *      the luminance is approximated by the weighted stds, exact for perfectly
  *      correlated channels).
+ *   Folder images go from their own channel count and size: conversion then
+ *   resize when the output has fewer channels, resize then replication when it
+ *   has more (the same values: both steps are linear and act per pixel or per
+ *   channel), so at most one image at its file's size is held as floats.
  *
  * Shuffling: hyfi_dataset_permutation(seed, epoch) is Fisher-Yates driven by a
  * splitmix64 generator seeded with seed + epoch (unbiased bounded draws), so a
@@ -87,7 +134,7 @@ enum {
     HYFI_DATA_ERR_IO = -3,           /* a file exists but cannot be read */
     HYFI_DATA_ERR_FORMAT = -4,       /* corrupt: magic, dimensions, truncation, labels */
     HYFI_DATA_ERR_NOMEM = -5,        /* out of memory */
-    HYFI_DATA_ERR_UNSUPPORTED = -6,  /* not implemented (image folders, odd conversions) */
+    HYFI_DATA_ERR_UNSUPPORTED = -6,  /* not implemented (odd conversions, CMYK JPEG) */
     HYFI_DATA_ERR_THREAD = -7        /* pthread creation failed */
 };
 
@@ -99,7 +146,7 @@ typedef enum hyfi_data_kind {
     HYFI_DATA_FASHION_MNIST,
     HYFI_DATA_MNIST,
     HYFI_DATA_CIFAR10,
-    HYFI_DATA_FOLDER      /* folder of PNG/JPEG: not supported yet */
+    HYFI_DATA_FOLDER      /* folder of class folders of PNG/JPEG images */
 } hyfi_data_kind;
 
 typedef enum hyfi_data_split {
@@ -116,6 +163,10 @@ int hyfi_data_kind_from_name(const char *name, hyfi_data_kind *kind);
 const char *hyfi_data_kind_name(hyfi_data_kind kind);
 /* Default directory of a kind, or NULL when the caller must give one. */
 const char *hyfi_data_default_dir(hyfi_data_kind kind);
+/* 1 when the kind has a test split in `dir` (NULL: the default directory):
+ * fashion-mnist, mnist and cifar10 always (a missing file is an error of the
+ * open), synthetic never, folder when dir has train/ and val/ or test/. */
+int hyfi_data_has_test_split(hyfi_data_kind kind, const char *dir);
 
 /* ----------------------------------------------------------------- dataset */
 typedef struct hyfi_dataset hyfi_dataset;
@@ -126,6 +177,11 @@ int hyfi_dataset_load_idx(hyfi_data_kind kind, const char *dir, hyfi_data_split 
 /* CIFAR-10 binary batches from `dir` (required). */
 int hyfi_dataset_load_cifar10(const char *dir, hyfi_data_split split, hyfi_dataset **out,
                               char *err, size_t errlen);
+/* A folder of class folders of PNG/JPEG images (see the file comment). The
+ * test split fails with HYFI_DATA_ERR_NOTFOUND when dir has no train/ + val/
+ * (or test/) subfolders. */
+int hyfi_dataset_load_folder(const char *dir, hyfi_data_split split, hyfi_dataset **out,
+                             char *err, size_t errlen);
 /* `count` synthetic images of channels x height x width with labels in
  * 0..num_classes-1, determined by `seed` (see the file comment). */
 int hyfi_dataset_synthetic(int channels, int height, int width, int num_classes, size_t count,
@@ -142,7 +198,8 @@ typedef struct hyfi_data_spec {
     uint64_t seed;
 } hyfi_data_spec;
 /* Dispatch on spec->kind. The synthetic kind has no test split (the call fails
- * with HYFI_DATA_ERR_ARG); HYFI_DATA_FOLDER fails with HYFI_DATA_ERR_UNSUPPORTED. */
+ * with HYFI_DATA_ERR_ARG), nor has a folder without train/ + val/ (or test/)
+ * (HYFI_DATA_ERR_NOTFOUND). */
 int hyfi_dataset_open(const hyfi_data_spec *spec, hyfi_dataset **out, char *err, size_t errlen);
 
 void hyfi_dataset_free(hyfi_dataset *ds); /* NULL is fine */
@@ -174,13 +231,20 @@ float hyfi_dataset_std(const hyfi_dataset *ds, int c);
 const int32_t *hyfi_dataset_labels(const hyfi_dataset *ds);
 int32_t hyfi_dataset_label(const hyfi_dataset *ds, size_t i);
 
-/* Image i, normalised, at the output geometry: out has image_numel floats. */
+/* Image i, normalised, at the output geometry: out has image_numel floats.
+ * Folder images are decoded here and can fail (HYFI_DATA_ERR_FORMAT, _IO,
+ * _NOTFOUND); the _err variant writes a message naming the file. */
 int hyfi_dataset_image(const hyfi_dataset *ds, size_t i, float *out);
+int hyfi_dataset_image_err(const hyfi_dataset *ds, size_t i, float *out, char *err,
+                           size_t errlen);
 
 /* A batch: x (B, C, H, W) at the output geometry, y (B) labels (y may be
- * NULL); row r is image perm[(start + r) mod N] (perm NULL: the identity). */
+ * NULL); row r is image perm[(start + r) mod N] (perm NULL: the identity).
+ * Stops at the first image that fails (the _err variant says which). */
 int hyfi_dataset_batch(const hyfi_dataset *ds, const size_t *perm, size_t start, int B,
                        float *x, int32_t *y);
+int hyfi_dataset_batch_err(const hyfi_dataset *ds, const size_t *perm, size_t start, int B,
+                           float *x, int32_t *y, char *err, size_t errlen);
 
 /* --------------------------------------------------------------- shuffling */
 /* perm[0..n-1] := the permutation of epoch `epoch` for `seed` (Fisher-Yates,
@@ -229,8 +293,12 @@ typedef struct hyfi_batch {
 int hyfi_prefetch_start(const hyfi_dataset *ds, const hyfi_prefetch_config *cfg,
                         hyfi_prefetch **out, char *err, size_t errlen);
 /* Wait for the next batch: 0 and *b filled; HYFI_DATA_END after num_steps
- * batches; a negative code if the thread failed (out of memory). */
+ * batches; a negative code if the thread failed (out of memory, a folder image
+ * that cannot be decoded): hyfi_prefetch_error then says why. */
 int hyfi_prefetch_next(hyfi_prefetch *p, hyfi_batch *b);
+/* The message of the thread's failure, naming the file where there is one;
+ * "" while it has not failed. Valid until hyfi_prefetch_stop. */
+const char *hyfi_prefetch_error(hyfi_prefetch *p);
 /* Stop and join the thread, free the buffers. NULL is fine. */
 void hyfi_prefetch_stop(hyfi_prefetch *p);
 

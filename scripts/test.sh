@@ -31,7 +31,10 @@ run_suites() { # build_dir, meson test args...
   local b="$1"; shift
   local rc=0
   meson test -C "$b" --print-errorlogs --num-processes 1 "$@" || rc=$?
-  read -r p f s < <(count "$b/meson-logs/testlog.json")
+  # meson names the log after the test setup (testlog-<setup>.json): take the newest.
+  local log
+  log=$(ls -t "$b"/meson-logs/testlog*.json | head -1)
+  read -r p f s < <(count "$log")
   pass=$((pass + p)); fail=$((fail + f)); skip=$((skip + s))
   return 0
 }
