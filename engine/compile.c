@@ -271,6 +271,32 @@ static int emit_fill_zero(program *P, hyfi_tensor *t, const char *name)
     return 0;
 }
 
+/* Backward of an op with a weight and an optional bias (conv2d, fc): the data
+ * gradient (skipped when x needs none) and the parameter gradients. */
+static int emit_weighted_backward(program *P, const node *nd, hyfi_task_args *a,
+                                  struct starpu_codelet *cl_data,
+                                  struct starpu_codelet *cl_weight)
+{
+    char nm[64];
+    hyfi_tensor *y = nd->out, *x = nd->in[0];
+    if (x->requires_grad) {
+        task_name(nm, sizeof nm, nd, "bwd_data");
+        a->acc = x->gwritten;
+        TASK(P, cl_data, nm, a);
+        GRAD_OUT(x), R(y->gh), R(nd->p[0]->h);
+        x->gwritten = 1;
+    }
+    task_name(nm, sizeof nm, nd, "bwd_weight");
+    a->acc = 0;
+    TASK(P, cl_weight, nm, a);
+    W(nd->p[0]->gh);
+    if (nd->p[1]) W(nd->p[1]->gh);
+    R(y->gh), R(x->h);
+    nd->p[0]->gwritten = 1;
+    if (nd->p[1]) nd->p[1]->gwritten = 1;
+    return 0;
+}
+
 static int emit_backward(program *P, const node *nd)
 {
     char nm[64];
@@ -279,22 +305,8 @@ static int emit_backward(program *P, const node *nd)
     switch (nd->op) {
     case OP_CONV2D:
         a.u.conv = nd->a.conv;
-        if (x->requires_grad) {
-            task_name(nm, sizeof nm, nd, "bwd_data");
-            a.acc = x->gwritten;
-            TASK(P, &hyfi_cl_conv2d_backward_data, nm, &a);
-            GRAD_OUT(x), R(y->gh), R(nd->p[0]->h);
-            x->gwritten = 1;
-        }
-        task_name(nm, sizeof nm, nd, "bwd_weight");
-        a.acc = 0;
-        TASK(P, &hyfi_cl_conv2d_backward_weight, nm, &a);
-        W(nd->p[0]->gh);
-        if (nd->p[1]) W(nd->p[1]->gh);
-        R(y->gh), R(x->h);
-        nd->p[0]->gwritten = 1;
-        if (nd->p[1]) nd->p[1]->gwritten = 1;
-        break;
+        return emit_weighted_backward(P, nd, &a, &hyfi_cl_conv2d_backward_data,
+                                      &hyfi_cl_conv2d_backward_weight);
     case OP_BATCHNORM:
         /* One kernel writes dx, dgamma and dbeta with one acc flag: when dx
          * accumulates, the parameter gradients are zeroed first. */
@@ -365,22 +377,8 @@ static int emit_backward(program *P, const node *nd)
     }
     case OP_FC:
         a.u.fc = nd->a.fc;
-        if (x->requires_grad) {
-            task_name(nm, sizeof nm, nd, "bwd_data");
-            a.acc = x->gwritten;
-            TASK(P, &hyfi_cl_fc_backward_data, nm, &a);
-            GRAD_OUT(x), R(y->gh), R(nd->p[0]->h);
-            x->gwritten = 1;
-        }
-        task_name(nm, sizeof nm, nd, "bwd_weight");
-        a.acc = 0;
-        TASK(P, &hyfi_cl_fc_backward_weight, nm, &a);
-        W(nd->p[0]->gh);
-        if (nd->p[1]) W(nd->p[1]->gh);
-        R(y->gh), R(x->h);
-        nd->p[0]->gwritten = 1;
-        if (nd->p[1]) nd->p[1]->gwritten = 1;
-        break;
+        return emit_weighted_backward(P, nd, &a, &hyfi_cl_fc_backward_data,
+                                      &hyfi_cl_fc_backward_weight);
     case OP_XENT:
         a.u.xent = nd->a.xent;
         a.acc = x->gwritten;
