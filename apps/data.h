@@ -89,10 +89,11 @@
  *      1 -> N, and for 3 -> 1 the luminance-weighted means and stds (the std of
  *      the luminance is approximated by the weighted stds, exact for perfectly
  *      correlated channels).
- *   Folder images go from their own channel count and size: conversion then
- *   resize when the output has fewer channels, resize then replication when it
- *   has more (the same values: both steps are linear and act per pixel or per
- *   channel), so at most one image at its file's size is held as floats.
+ *   Folder images start from their own channel count (1 or 3) and size, raw
+ *   value x/255 (x/65535 for 16-bit PNG): conversion then resize when the
+ *   output has as many or fewer channels, resize then replication when it has
+ *   more (the same values: both steps are linear, one per pixel, the other per
+ *   channel), so a caller holds one image at its file's size as floats.
  *
  * Shuffling: hyfi_dataset_permutation(seed, epoch) is Fisher-Yates driven by a
  * splitmix64 generator seeded with seed + epoch (unbiased bounded draws), so a
@@ -105,7 +106,9 @@
  *
  * Prefetcher: a pthread fills one of two batch buffers while the caller uses
  * the other (double buffering); hyfi_prefetch_next() hands out the next batch
- * and gives the previous one back to the thread.
+ * and gives the previous one back to the thread. For a folder data set that
+ * thread also decodes the batch's files; a file it cannot decode ends the run
+ * of batches with hyfi_prefetch_error() naming it.
  *
  * Errors: every function that can fail returns 0 or a negative HYFI_DATA_ERR_*
  * code and, where it takes `char *err, size_t errlen`, writes a message that

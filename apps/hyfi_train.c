@@ -73,12 +73,17 @@ static void usage(FILE *f)
         "  --model NAME          model: cnn (conv3x3(32)-bn-relu-maxpool2, conv3x3(64)-bn-relu-\n"
         "                        maxpool2, conv3x3(128)-bn-relu, global average pool, fc)\n"
         "                        [cnn]\n"
-        "  --dataset NAME        synthetic | fashion-mnist | mnist | cifar10 [synthetic]\n"
+        "  --dataset NAME        synthetic | fashion-mnist | mnist | cifar10 | folder\n"
+        "                        [synthetic]\n"
         "                        synthetic: 10 x batch-size random 3-channel images with random\n"
         "                        labels (like MPI4DL's FakeData), no test split\n"
+        "                        folder: DIR/CLASS/*.png|*.jpg|*.jpeg (torchvision ImageFolder,\n"
+        "                        MPI4DL's app 1), classes sorted by name; DIR/train and\n"
+        "                        DIR/val (or DIR/test) when present are the train and test\n"
+        "                        splits, else no test split; images decoded per batch\n"
         "  --datapath DIR        data directory; fashion-mnist defaults to\n"
         "                        " HYFI_FASHION_MNIST_DEFAULT_DIR " (Debian's\n"
-        "                        dataset-fashion-mnist); mnist and cifar10 need it\n"
+        "                        dataset-fashion-mnist); mnist, cifar10 and folder need it\n"
         "  --batch-size N        images per step [64]\n"
         "  --image-size N        resize images to N x N (bilinear) [the data set's; synthetic 32]\n"
         "  --num-classes N       classes of the classifier [the data set's; synthetic 10]\n"
@@ -200,10 +205,7 @@ static int parse_args(int argc, char **argv, options *o)
         } else if (!strcmp(flag, "--dataset")) {
             if (hyfi_data_kind_from_name(val, &o->dataset) != 0)
                 return bad_usage("--dataset '%s' is not known; valid: synthetic, fashion-mnist, "
-                                 "mnist, cifar10", val);
-            if (o->dataset == HYFI_DATA_FOLDER)
-                return bad_usage("--dataset folder: folders of PNG/JPEG images are not supported "
-                                 "yet; valid: synthetic, fashion-mnist, mnist, cifar10");
+                                 "mnist, cifar10, folder", val);
         } else if (!strcmp(flag, "--datapath")) {
             if (!*val) return bad_usage("--datapath needs a directory");
             o->datapath = val;
@@ -358,7 +360,7 @@ int main(int argc, char **argv)
         spec.seed = o.seed;
     }
     int drc = hyfi_dataset_open(&spec, &train, err, sizeof err);
-    if (drc == 0 && o.dataset != HYFI_DATA_SYNTHETIC) {
+    if (drc == 0 && hyfi_data_has_test_split(o.dataset, o.datapath)) {
         spec.split = HYFI_SPLIT_TEST;
         drc = hyfi_dataset_open(&spec, &test, err, sizeof err);
     }
@@ -375,6 +377,14 @@ int main(int argc, char **argv)
             fprintf(stderr, "hyfi-train: %s\n", err);
             goto out;
         }
+    }
+    /* A folder's test split may differ from train in channels (grey only) or
+     * native size (its first image): give it the train geometry. */
+    if (test && (hyfi_dataset_channels(test) != C || hyfi_dataset_height(test) != H ||
+                 hyfi_dataset_width(test) != W) &&
+        hyfi_dataset_set_output(test, C, H, W, err, sizeof err)) {
+        fprintf(stderr, "hyfi-train: %s\n", err);
+        goto out;
     }
     if (H < MIN_IMAGE_SIDE || W < MIN_IMAGE_SIDE) {
         fprintf(stderr, "hyfi-train: images of %dx%d are too small for the cnn model (two 2x2 "
@@ -454,8 +464,8 @@ int main(int argc, char **argv)
         hyfi_batch b;
         int prc = hyfi_prefetch_next(pf, &b);
         if (prc) {
-            fprintf(stderr, "hyfi-train: preparing batch %lld failed: %s\n", s + 1,
-                    hyfi_data_status_name(prc));
+            fprintf(stderr, "hyfi-train: preparing batch %lld failed: %s: %s\n", s + 1,
+                    hyfi_data_status_name(prc), hyfi_prefetch_error(pf));
             goto out;
         }
         float l = NAN;
@@ -526,8 +536,8 @@ int main(int argc, char **argv)
             hyfi_batch b;
             int prc = hyfi_prefetch_next(pf, &b);
             if (prc) {
-                fprintf(stderr, "hyfi-train: preparing test batch %zu failed: %s\n", k + 1,
-                        hyfi_data_status_name(prc));
+                fprintf(stderr, "hyfi-train: preparing test batch %zu failed: %s: %s\n", k + 1,
+                        hyfi_data_status_name(prc), hyfi_prefetch_error(pf));
                 goto out;
             }
             if ((st = hyfi_set_input(g, tx, b.x, (size_t)B * numel)) != HYFI_OK ||
