@@ -4,8 +4,7 @@
  * on odd shapes, batch 1 and 3, 1x1 spatial, a large M, and M == 1.
  * Called by tests/test_cuda_ops.c when a GPU exists; returns the number of
  * failures. */
-#include "kernels_cuda.h"
-#include "testutil.h"
+#include "cuda_testutil.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -14,32 +13,13 @@
 
 int cuda_test_batchnorm(uint64_t *seed);
 
-/* Device copy of a host array (NULL on failure). */
-static float *bnc_upload(const float *h, size_t n)
-{
-    float *d = NULL;
-    if (cudaMalloc((void **)&d, (n ? n : 1) * sizeof(float)) != cudaSuccess) return NULL;
-    if (cudaMemcpy(d, h, n * sizeof(float), cudaMemcpyHostToDevice) != cudaSuccess) {
-        cudaFree(d);
-        return NULL;
-    }
-    return d;
-}
-
-/* Synchronise, copy the device array back, compare with `want`; 1 on failure. */
+/* tu_cuda_check_tol, named "<what> cuda/cpu <shape>". */
 static int bnc_check(const char *what, const char *shp, int rc, const float *d,
                      const float *want, size_t n, cudaStream_t s, tu_tol tol)
 {
     char name[160];
     snprintf(name, sizeof name, "%s cuda/cpu %s", what, shp);
-    float *got = tu_alloc(n);
-    int bad = rc != 0 || cudaStreamSynchronize(s) != cudaSuccess ||
-              cudaMemcpy(got, d, n * sizeof(float), cudaMemcpyDeviceToHost) != cudaSuccess;
-    if (bad) printf("FAIL %s: rc %d / CUDA error\n", name, rc);
-    else bad = tu_compare(name, got, want, n, tol);
-    tu_check(bad, name);
-    free(got);
-    return bad;
+    return tu_cuda_check_tol(name, rc, d, want, n, s, tol);
 }
 
 static int bnc_case(hyfi_cuda_env *env, int n, int c, int h, int w, uint64_t *seed)
@@ -94,12 +74,14 @@ static int bnc_case(hyfi_cuda_env *env, int n, int c, int h, int w, uint64_t *se
         fails++;
     }
 
-    float *d_x = bnc_upload(x, cnt), *d_dy = bnc_upload(dy, cnt), *d_g = bnc_upload(g, C);
-    float *d_b = bnc_upload(b, C), *d_rm = bnc_upload(rm0, C), *d_rv = bnc_upload(rv0, C);
-    float *d_rmc = bnc_upload(rm, C), *d_rvc = bnc_upload(rv, C);
-    float *d_meanc = bnc_upload(mean, C), *d_varc = bnc_upload(var, C);
-    float *d_y = bnc_upload(dx0, cnt), *d_mean = bnc_upload(dg0, C), *d_var = bnc_upload(db0, C);
-    float *d_dx = bnc_upload(dx0, cnt), *d_dg = bnc_upload(dg0, C), *d_db = bnc_upload(db0, C);
+    float *d_x = tu_cuda_upload(x, cnt), *d_dy = tu_cuda_upload(dy, cnt);
+    float *d_g = tu_cuda_upload(g, C), *d_b = tu_cuda_upload(b, C);
+    float *d_rm = tu_cuda_upload(rm0, C), *d_rv = tu_cuda_upload(rv0, C);
+    float *d_rmc = tu_cuda_upload(rm, C), *d_rvc = tu_cuda_upload(rv, C);
+    float *d_meanc = tu_cuda_upload(mean, C), *d_varc = tu_cuda_upload(var, C);
+    float *d_y = tu_cuda_upload(dx0, cnt), *d_mean = tu_cuda_upload(dg0, C);
+    float *d_var = tu_cuda_upload(db0, C), *d_dx = tu_cuda_upload(dx0, cnt);
+    float *d_dg = tu_cuda_upload(dg0, C), *d_db = tu_cuda_upload(db0, C);
     if (!d_x || !d_dy || !d_g || !d_b || !d_rm || !d_rv || !d_rmc || !d_rvc || !d_meanc ||
         !d_varc || !d_y || !d_mean || !d_var || !d_dx || !d_dg || !d_db) {
         tu_check(1, "cuda_batchnorm: cudaMalloc");
@@ -125,9 +107,8 @@ static int bnc_case(hyfi_cuda_env *env, int n, int c, int h, int w, uint64_t *se
     fails += bnc_check("bn bwd dx", shp, rc, d_dx, dx, cnt, env->stream, tol);
     fails += bnc_check("bn bwd dgamma", shp, rc, d_dg, dg, C, env->stream, tsum);
     fails += bnc_check("bn bwd dbeta", shp, rc, d_db, db, C, env->stream, tsum);
-    if (cudaMemcpy(d_dx, dx0, cnt * sizeof(float), cudaMemcpyHostToDevice) != cudaSuccess ||
-        cudaMemcpy(d_dg, dg0, C * sizeof(float), cudaMemcpyHostToDevice) != cudaSuccess ||
-        cudaMemcpy(d_db, db0, C * sizeof(float), cudaMemcpyHostToDevice) != cudaSuccess) {
+    if (tu_cuda_copy_in(d_dx, dx0, cnt) || tu_cuda_copy_in(d_dg, dg0, C) ||
+        tu_cuda_copy_in(d_db, db0, C)) {
         tu_check(1, "cuda_batchnorm: cudaMemcpy");
         fails++;
         goto out;
@@ -153,16 +134,7 @@ int cuda_test_batchnorm(uint64_t *seed)
 {
     cudaStream_t stream;
     hyfi_cuda_env env;
-    if (cudaStreamCreate(&stream) != cudaSuccess) {
-        tu_check(1, "cuda_batchnorm: stream");
-        return 1;
-    }
-    if (hyfi_cuda_env_init(&env, stream) != 0) {
-        tu_check(1, "cuda_batchnorm: env");
-        hyfi_cuda_env_fini(&env);
-        cudaStreamDestroy(stream);
-        return 1;
-    }
+    if (tu_cuda_open(&env, &stream, "cuda_batchnorm")) return 1;
     int fails = 0;
     fails += bnc_case(&env, 2, 3, 5, 7, seed);
     fails += bnc_case(&env, 1, 5, 7, 5, seed);
@@ -172,7 +144,6 @@ int cuda_test_batchnorm(uint64_t *seed)
     fails += bnc_case(&env, 3, 7, 9, 9, seed);
     fails += bnc_case(&env, 8, 32, 14, 14, seed);
     fails += bnc_case(&env, 16, 5, 28, 28, seed);
-    hyfi_cuda_env_fini(&env);
-    cudaStreamDestroy(stream);
+    tu_cuda_close(&env, stream);
     return fails;
 }

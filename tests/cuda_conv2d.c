@@ -3,8 +3,7 @@
  * forward, backward data and backward weights with acc = 0 and acc = 1.
  * Called by tests/test_cuda_ops.c when a GPU exists; returns the number of
  * failed checks. */
-#include "kernels_cuda.h"
-#include "testutil.h"
+#include "cuda_testutil.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -23,36 +22,13 @@ static hyfi_conv2d_args cc_mk(int n, int cin, int h, int w, int cout, int kh, in
     return a;
 }
 
-/* Device copy of host data (NULL on failure). */
-static float *cc_upload(const float *h, size_t n)
-{
-    float *d = NULL;
-    if (cudaMalloc((void **)&d, (n ? n : 1) * sizeof(float)) != cudaSuccess) return NULL;
-    if (cudaMemcpy(d, h, n * sizeof(float), cudaMemcpyHostToDevice) != cudaSuccess) {
-        cudaFree(d);
-        return NULL;
-    }
-    return d;
-}
-
-static int cc_download(float *h, const float *d, size_t n)
-{
-    return cudaMemcpy(h, d, n * sizeof(float), cudaMemcpyDeviceToHost) == cudaSuccess ? 0 : 1;
-}
-
-/* One check: kernel status, then the comparison; counted with tu_check. */
-static int cc_check(int rc, const char *what, const char *shape, const float *got,
-                    const float *want, size_t n)
+/* One check of a device result against the CPU one, named "<what> [<shape>]". */
+static int cc_check(int rc, const char *what, const char *shape, const float *d,
+                    const float *want, size_t n, cudaStream_t s)
 {
     char nm[256];
     snprintf(nm, sizeof nm, "%s [%s]", what, shape);
-    int bad = rc != 0;
-    if (bad)
-        printf("FAIL %s: status %d\n", nm, rc);
-    else
-        bad = tu_compare(nm, got, want, n, TU_TOL_CUDA_VS_CPU);
-    tu_check(bad, nm);
-    return bad;
+    return tu_cuda_check(nm, rc, d, want, n, s);
 }
 
 static int cc_shape(hyfi_cuda_env *env, const hyfi_conv2d_args *a, float amp, uint64_t *seed)
@@ -72,9 +48,6 @@ static int cc_shape(hyfi_cuda_env *env, const hyfi_conv2d_args *a, float amp, ui
     float *y_cpu = tu_alloc(ny), *dx_cpu = tu_alloc(nx), *dxa_cpu = tu_alloc(nx);
     float *dw_cpu = tu_alloc(nw), *dwa_cpu = tu_alloc(nw), *db_cpu = tu_alloc(nb),
           *dba_cpu = tu_alloc(nb);
-    float *y_gpu = tu_alloc(ny), *dx_gpu = tu_alloc(nx), *dxa_gpu = tu_alloc(nx);
-    float *dw_gpu = tu_alloc(nw), *dwa_gpu = tu_alloc(nw), *db_gpu = tu_alloc(nb),
-          *dba_gpu = tu_alloc(nb);
     tu_fill(x, nx, seed, -amp, amp);
     tu_fill(w, nw, seed, -amp, amp);
     tu_fill(b, nb, seed, -amp, amp);
@@ -101,11 +74,11 @@ static int cc_shape(hyfi_cuda_env *env, const hyfi_conv2d_args *a, float amp, ui
 
     /* device buffers: inputs, and outputs pre-filled (NaN pattern for acc = 0,
      * so that they must be overwritten; the base for acc = 1) */
-    float *d_x = cc_upload(x, nx), *d_w = cc_upload(w, nw), *d_b = cc_upload(b, nb);
-    float *d_dy = cc_upload(dy, ny), *d_y = cc_upload(y_gpu, ny);
-    float *d_dx = cc_upload(dx0, nx), *d_dxa = cc_upload(dx0, nx);
-    float *d_dw = cc_upload(dw0, nw), *d_dwa = cc_upload(dw0, nw);
-    float *d_db = cc_upload(db0, nb), *d_dba = cc_upload(db0, nb);
+    float *d_x = tu_cuda_upload(x, nx), *d_w = tu_cuda_upload(w, nw);
+    float *d_b = tu_cuda_upload(b, nb), *d_dy = tu_cuda_upload(dy, ny), *d_y = tu_cuda_zeros(ny);
+    float *d_dx = tu_cuda_upload(dx0, nx), *d_dxa = tu_cuda_upload(dx0, nx);
+    float *d_dw = tu_cuda_upload(dw0, nw), *d_dwa = tu_cuda_upload(dw0, nw);
+    float *d_db = tu_cuda_upload(db0, nb), *d_dba = tu_cuda_upload(db0, nb);
     int have_all = d_x && d_w && d_b && d_dy && d_y && d_dx && d_dxa && d_dw && d_dwa && d_db &&
                    d_dba;
     if (!have_all) {
@@ -124,30 +97,17 @@ static int cc_shape(hyfi_cuda_env *env, const hyfi_conv2d_args *a, float amp, ui
                                                      d_x, a, 0);
         int r_bw1 = hyfi_conv2d_backward_weight_cuda(env, d_dwa, a->has_bias ? d_dba : NULL,
                                                      d_dy, d_x, a, 1);
-        int bad = cudaStreamSynchronize(env->stream) != cudaSuccess;
-        bad |= cc_download(y_gpu, d_y, ny) | cc_download(dx_gpu, d_dx, nx) |
-               cc_download(dxa_gpu, d_dxa, nx) | cc_download(dw_gpu, d_dw, nw) |
-               cc_download(dwa_gpu, d_dwa, nw) | cc_download(db_gpu, d_db, nb) |
-               cc_download(dba_gpu, d_dba, nb);
-        if (bad) {
-            printf("FAIL conv2d stream/copy [%s]: %s\n", shp,
-                   cudaGetErrorString(cudaGetLastError()));
-            tu_check(1, "conv2d stream/copy");
-            fails++;
-        } else {
-            fails += cc_check(r_fwd, "conv2d forward cuda", shp, y_gpu, y_cpu, ny);
-            fails += cc_check(r_bd0, "conv2d backward_data cuda", shp, dx_gpu, dx_cpu, nx);
-            fails += cc_check(r_bd1, "conv2d backward_data cuda acc=1", shp, dxa_gpu, dxa_cpu,
-                              nx);
-            fails += cc_check(r_bw0, "conv2d backward_weight dw cuda", shp, dw_gpu, dw_cpu, nw);
-            fails += cc_check(r_bw1, "conv2d backward_weight dw cuda acc=1", shp, dwa_gpu,
-                              dwa_cpu, nw);
-            if (a->has_bias) {
-                fails += cc_check(r_bw0, "conv2d backward_weight db cuda", shp, db_gpu, db_cpu,
-                                  nb);
-                fails += cc_check(r_bw1, "conv2d backward_weight db cuda acc=1", shp, dba_gpu,
-                                  dba_cpu, nb);
-            }
+        cudaStream_t st = env->stream;
+        fails += cc_check(r_fwd, "conv2d forward cuda", shp, d_y, y_cpu, ny, st);
+        fails += cc_check(r_bd0, "conv2d backward_data cuda", shp, d_dx, dx_cpu, nx, st);
+        fails += cc_check(r_bd1, "conv2d backward_data cuda acc=1", shp, d_dxa, dxa_cpu, nx, st);
+        fails += cc_check(r_bw0, "conv2d backward_weight dw cuda", shp, d_dw, dw_cpu, nw, st);
+        fails += cc_check(r_bw1, "conv2d backward_weight dw cuda acc=1", shp, d_dwa, dwa_cpu, nw,
+                          st);
+        if (a->has_bias) {
+            fails += cc_check(r_bw0, "conv2d backward_weight db cuda", shp, d_db, db_cpu, nb, st);
+            fails += cc_check(r_bw1, "conv2d backward_weight db cuda acc=1", shp, d_dba, dba_cpu,
+                              nb, st);
         }
     }
 
@@ -157,8 +117,6 @@ static int cc_shape(hyfi_cuda_env *env, const hyfi_conv2d_args *a, float amp, ui
     free(x); free(w); free(b); free(dy); free(dx0); free(dw0); free(db0);
     free(y_cpu); free(dx_cpu); free(dxa_cpu); free(dw_cpu); free(dwa_cpu); free(db_cpu);
     free(dba_cpu);
-    free(y_gpu); free(dx_gpu); free(dxa_gpu); free(dw_gpu); free(dwa_gpu); free(db_gpu);
-    free(dba_gpu);
     return fails;
 }
 
@@ -166,16 +124,7 @@ int cuda_test_conv2d(uint64_t *seed)
 {
     cudaStream_t stream;
     hyfi_cuda_env env;
-    if (cudaStreamCreate(&stream) != cudaSuccess) {
-        tu_check(1, "conv2d cuda stream");
-        return 1;
-    }
-    if (hyfi_cuda_env_init(&env, stream) != 0) {
-        tu_check(1, "conv2d cuda env");
-        hyfi_cuda_env_fini(&env);
-        cudaStreamDestroy(stream);
-        return 1;
-    }
+    if (tu_cuda_open(&env, &stream, "cuda_conv2d")) return 1;
     /* n cin h w cout kh kw sh sw ph pw groups bias; data range */
     const struct { hyfi_conv2d_args a; float amp; } cases[] = {
         {cc_mk(2, 3, 9, 7, 5, 3, 3, 1, 1, 1, 1, 1, 1), 1.f},
@@ -197,7 +146,6 @@ int cuda_test_conv2d(uint64_t *seed)
     int fails = 0;
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
         fails += cc_shape(&env, &cases[i].a, cases[i].amp, seed);
-    hyfi_cuda_env_fini(&env);
-    cudaStreamDestroy(stream);
+    tu_cuda_close(&env, stream);
     return fails;
 }

@@ -2,37 +2,11 @@
  * path: in = 1, out = 10, odd batches, with and without bias; forward, and the
  * backwards with acc 0 and 1. Called by tests/test_cuda_ops.c when a GPU
  * exists; returns the number of failures. */
-#include "kernels_cuda.h"
-#include "testutil.h"
+#include "cuda_testutil.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-static float *fcc_upload(const float *h, size_t n)
-{
-    float *d = NULL;
-    if (cudaMalloc((void **)&d, (n ? n : 1) * sizeof(float)) != cudaSuccess) return NULL;
-    if (cudaMemcpy(d, h, n * sizeof(float), cudaMemcpyHostToDevice) != cudaSuccess) {
-        cudaFree(d);
-        return NULL;
-    }
-    return d;
-}
-
-/* Synchronise, copy back, compare with `want`; 1 on failure. */
-static int fcc_check(const char *name, int rc, const float *d, const float *want, size_t n,
-                     cudaStream_t s)
-{
-    float *got = tu_alloc(n);
-    int bad = rc != 0 || cudaStreamSynchronize(s) != cudaSuccess ||
-              cudaMemcpy(got, d, n * sizeof(float), cudaMemcpyDeviceToHost) != cudaSuccess;
-    if (bad) printf("FAIL %s: rc %d / CUDA error\n", name, rc);
-    else bad = tu_compare(name, got, want, n, TU_TOL_CUDA_VS_CPU);
-    tu_check(bad, name);
-    free(got);
-    return bad;
-}
 
 static int fcc_case(hyfi_cuda_env *env, const hyfi_fc_args *a, uint64_t *seed)
 {
@@ -52,9 +26,10 @@ static int fcc_case(hyfi_cuda_env *env, const hyfi_fc_args *a, uint64_t *seed)
     tu_fill(bw, nw, seed, -1.0f, 1.0f);
     tu_fill(bb, nb, seed, -1.0f, 1.0f);
     const float *hb = a->has_bias ? b : NULL;
-    float *d_x = fcc_upload(x, nx), *d_w = fcc_upload(w, nw), *d_b = fcc_upload(b, nb);
-    float *d_dy = fcc_upload(dy, ny), *d_y = fcc_upload(wy, ny);
-    float *d_dx = fcc_upload(bx, nx), *d_dw = fcc_upload(bw, nw), *d_db = fcc_upload(bb, nb);
+    float *d_x = tu_cuda_upload(x, nx), *d_w = tu_cuda_upload(w, nw);
+    float *d_b = tu_cuda_upload(b, nb), *d_dy = tu_cuda_upload(dy, ny);
+    float *d_y = tu_cuda_upload(wy, ny), *d_dx = tu_cuda_upload(bx, nx);
+    float *d_dw = tu_cuda_upload(bw, nw), *d_db = tu_cuda_upload(bb, nb);
     if (!d_x || !d_w || !d_b || !d_dy || !d_y || !d_dx || !d_dw || !d_db) {
         tu_check(1, "cuda_fc: cudaMalloc");
         fails++;
@@ -63,28 +38,28 @@ static int fcc_case(hyfi_cuda_env *env, const hyfi_fc_args *a, uint64_t *seed)
 
     hyfi_fc_forward_cpu(wy, x, w, hb, a);
     snprintf(name, sizeof name, "fc_forward cuda/cpu %s", s);
-    fails += fcc_check(name, hyfi_fc_forward_cuda(env, d_y, d_x, d_w, hb ? d_b : NULL, a), d_y,
-                       wy, ny, env->stream);
+    fails += tu_cuda_check(name, hyfi_fc_forward_cuda(env, d_y, d_x, d_w, hb ? d_b : NULL, a),
+                           d_y, wy, ny, env->stream);
 
     for (int acc = 0; acc <= 1; acc++) {
         memcpy(wx, bx, nx * sizeof(float));
         hyfi_fc_backward_data_cpu(wx, dy, w, a, acc);
-        cudaMemcpy(d_dx, bx, nx * sizeof(float), cudaMemcpyHostToDevice);
+        tu_cuda_copy_in(d_dx, bx, nx);
         snprintf(name, sizeof name, "fc_backward_data cuda/cpu %s acc=%d", s, acc);
-        fails += fcc_check(name, hyfi_fc_backward_data_cuda(env, d_dx, d_dy, d_w, a, acc), d_dx,
-                           wx, nx, env->stream);
+        fails += tu_cuda_check(name, hyfi_fc_backward_data_cuda(env, d_dx, d_dy, d_w, a, acc),
+                               d_dx, wx, nx, env->stream);
 
         memcpy(ww, bw, nw * sizeof(float));
         memcpy(wb, bb, nb * sizeof(float));
         hyfi_fc_backward_weight_cpu(ww, a->has_bias ? wb : NULL, dy, x, a, acc);
-        cudaMemcpy(d_dw, bw, nw * sizeof(float), cudaMemcpyHostToDevice);
-        cudaMemcpy(d_db, bb, nb * sizeof(float), cudaMemcpyHostToDevice);
+        tu_cuda_copy_in(d_dw, bw, nw);
+        tu_cuda_copy_in(d_db, bb, nb);
         int rc = hyfi_fc_backward_weight_cuda(env, d_dw, a->has_bias ? d_db : NULL, d_dy, d_x, a,
                                               acc);
         snprintf(name, sizeof name, "fc_backward_weight dw cuda/cpu %s acc=%d", s, acc);
-        fails += fcc_check(name, rc, d_dw, ww, nw, env->stream);
+        fails += tu_cuda_check(name, rc, d_dw, ww, nw, env->stream);
         snprintf(name, sizeof name, "fc_backward_weight db cuda/cpu %s acc=%d", s, acc);
-        fails += fcc_check(name, rc, d_db, wb, nb, env->stream);
+        fails += tu_cuda_check(name, rc, d_db, wb, nb, env->stream);
     }
 
 out:
@@ -99,16 +74,7 @@ int cuda_test_fc(uint64_t *seed)
 {
     cudaStream_t stream;
     hyfi_cuda_env env;
-    if (cudaStreamCreate(&stream) != cudaSuccess) {
-        tu_check(1, "cuda_fc: stream");
-        return 1;
-    }
-    if (hyfi_cuda_env_init(&env, stream) != 0) {
-        tu_check(1, "cuda_fc: env");
-        hyfi_cuda_env_fini(&env);
-        cudaStreamDestroy(stream);
-        return 1;
-    }
+    if (tu_cuda_open(&env, &stream, "cuda_fc")) return 1;
     static const hyfi_fc_args shapes[] = {
         {1, 1, 10, 1}, {7, 1, 10, 0}, {3, 3 * 7 * 5, 10, 1}, {7, 17, 3, 1},
         {33, 128, 20, 0}, {129, 1000, 37, 1},
@@ -116,7 +82,6 @@ int cuda_test_fc(uint64_t *seed)
     int fails = 0;
     for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
         fails += fcc_case(&env, &shapes[i], seed);
-    hyfi_cuda_env_fini(&env);
-    cudaStreamDestroy(stream);
+    tu_cuda_close(&env, stream);
     return fails;
 }

@@ -5,8 +5,7 @@
  * p0 on 7x7, 3x3 s1 p1, asymmetric windows, a ResNet-sized 3x3 s2 p1).
  * Called by tests/test_cuda_ops.c when a GPU exists; returns the number of
  * failures. */
-#include "kernels_cuda.h"
-#include "testutil.h"
+#include "cuda_testutil.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -14,32 +13,13 @@
 
 int cuda_test_pool(uint64_t *seed);
 
-/* Device copy of a host array (NULL on failure). */
-static float *plc_upload(const float *h, size_t n)
-{
-    float *d = NULL;
-    if (cudaMalloc((void **)&d, (n ? n : 1) * sizeof(float)) != cudaSuccess) return NULL;
-    if (cudaMemcpy(d, h, n * sizeof(float), cudaMemcpyHostToDevice) != cudaSuccess) {
-        cudaFree(d);
-        return NULL;
-    }
-    return d;
-}
-
-/* Synchronise, copy the device array back, compare with `want`; 1 on failure. */
+/* tu_cuda_check, named "<what> cuda/cpu <shape>". */
 static int plc_check(const char *what, const char *shp, int rc, const float *d,
                      const float *want, size_t n, cudaStream_t s)
 {
     char name[200];
     snprintf(name, sizeof name, "%s cuda/cpu %s", what, shp);
-    float *got = tu_alloc(n);
-    int bad = rc != 0 || cudaStreamSynchronize(s) != cudaSuccess ||
-              cudaMemcpy(got, d, n * sizeof(float), cudaMemcpyDeviceToHost) != cudaSuccess;
-    if (bad) printf("FAIL %s: rc %d / CUDA error\n", name, rc);
-    else bad = tu_compare(name, got, want, n, TU_TOL_CUDA_VS_CPU);
-    tu_check(bad, name);
-    free(got);
-    return bad;
+    return tu_cuda_check(name, rc, d, want, n, s);
 }
 
 /* kind: 0 max, 1 avg, 2 gap; tied: x in {-1, 0, 1}. */
@@ -82,15 +62,10 @@ static int plc_case(hyfi_cuda_env *env, const hyfi_pool_args *a, int kind, int t
         tu_check(1, "cuda_pool: cpu path");
         fails++;
     }
-    float *d_x = plc_upload(x, nx), *d_dy = plc_upload(dy, ny), *d_y = plc_upload(y, ny);
-    float *d_dx = plc_upload(dx0, nx);
+    float *d_x = tu_cuda_upload(x, nx), *d_dy = tu_cuda_upload(dy, ny), *d_y = tu_cuda_zeros(ny);
+    float *d_dx = tu_cuda_upload(dx0, nx);
     if (!d_x || !d_dy || !d_y || !d_dx) {
         tu_check(1, "cuda_pool: cudaMalloc");
-        fails++;
-        goto out;
-    }
-    if (cudaMemset(d_y, 0, ny * sizeof(float)) != cudaSuccess) {
-        tu_check(1, "cuda_pool: cudaMemset");
         fails++;
         goto out;
     }
@@ -101,7 +76,7 @@ static int plc_case(hyfi_cuda_env *env, const hyfi_pool_args *a, int kind, int t
     fails += plc_check(what, shp, rc, d_y, y, ny, env->stream);
     for (int acc = 0; acc < 2; acc++) {
         /* acc = 0 must overwrite: start from dx0 in both cases */
-        if (cudaMemcpy(d_dx, dx0, nx * sizeof(float), cudaMemcpyHostToDevice) != cudaSuccess) {
+        if (tu_cuda_copy_in(d_dx, dx0, nx)) {
             tu_check(1, "cuda_pool: cudaMemcpy");
             fails++;
             goto out;
@@ -125,16 +100,7 @@ int cuda_test_pool(uint64_t *seed)
 {
     cudaStream_t stream;
     hyfi_cuda_env env;
-    if (cudaStreamCreate(&stream) != cudaSuccess) {
-        tu_check(1, "cuda_pool: stream");
-        return 1;
-    }
-    if (hyfi_cuda_env_init(&env, stream) != 0) {
-        tu_check(1, "cuda_pool: env");
-        hyfi_cuda_env_fini(&env);
-        cudaStreamDestroy(stream);
-        return 1;
-    }
+    if (tu_cuda_open(&env, &stream, "cuda_pool")) return 1;
     /* n, c, h, w, kh, kw, sh, sw, ph, pw */
     static const int cases[][10] = {
         {3, 5, 7, 9, 3, 3, 2, 2, 1, 1},   {1, 3, 15, 15, 3, 3, 2, 2, 1, 1},
@@ -162,7 +128,6 @@ int cuda_test_pool(uint64_t *seed)
         hyfi_pool_args a = {s[0], s[1], s[2], s[3], 1, 1, s[2], s[3], 1, 1, 0, 0, 0};
         fails += plc_case(&env, &a, 2, 0, seed);
     }
-    hyfi_cuda_env_fini(&env);
-    cudaStreamDestroy(stream);
+    tu_cuda_close(&env, stream);
     return fails;
 }

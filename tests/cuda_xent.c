@@ -3,37 +3,11 @@
  * forward cannot return -2); loss, probabilities, and the backward with acc 0
  * and 1. Called by tests/test_cuda_ops.c when a GPU exists; returns the number
  * of failures. */
-#include "kernels_cuda.h"
-#include "testutil.h"
+#include "cuda_testutil.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-static void *xc_upload(const void *h, size_t bytes)
-{
-    void *d = NULL;
-    if (cudaMalloc(&d, bytes ? bytes : 4) != cudaSuccess) return NULL;
-    if (cudaMemcpy(d, h, bytes, cudaMemcpyHostToDevice) != cudaSuccess) {
-        cudaFree(d);
-        return NULL;
-    }
-    return d;
-}
-
-/* Synchronise, copy back, compare with `want`; 1 on failure. */
-static int xc_check(const char *name, int rc, const float *d, const float *want, size_t n,
-                    cudaStream_t s)
-{
-    float *got = tu_alloc(n);
-    int bad = rc != 0 || cudaStreamSynchronize(s) != cudaSuccess ||
-              cudaMemcpy(got, d, n * sizeof(float), cudaMemcpyDeviceToHost) != cudaSuccess;
-    if (bad) printf("FAIL %s: rc %d / CUDA error\n", name, rc);
-    else bad = tu_compare(name, got, want, n, TU_TOL_CUDA_VS_CPU);
-    tu_check(bad, name);
-    free(got);
-    return bad;
-}
 
 static int xc_case(hyfi_cuda_env *env, int n, int k, int bad_labels, uint64_t *seed)
 {
@@ -55,10 +29,10 @@ static int xc_case(hyfi_cuda_env *env, int n, int k, int bad_labels, uint64_t *s
     float dloss = 0.7f, loss;
     hyfi_xent_forward_cpu(&loss, p, z, labels, &a);
 
-    float *d_z = xc_upload(z, nz * sizeof(float)), *d_p = xc_upload(base, nz * sizeof(float));
-    float *d_g = xc_upload(base, nz * sizeof(float)), *d_dloss = xc_upload(&dloss, sizeof(float));
-    float *d_loss = xc_upload(&dloss, sizeof(float));
-    int32_t *d_labels = xc_upload(labels, (size_t)n * sizeof(int32_t));
+    float *d_z = tu_cuda_upload(z, nz), *d_p = tu_cuda_upload(base, nz);
+    float *d_g = tu_cuda_upload(base, nz), *d_dloss = tu_cuda_upload(&dloss, 1);
+    float *d_loss = tu_cuda_upload(&dloss, 1);
+    int32_t *d_labels = tu_cuda_upload_bytes(labels, (size_t)n * sizeof(int32_t));
     if (!d_z || !d_p || !d_g || !d_dloss || !d_loss || !d_labels) {
         tu_check(1, "cuda_xent: cudaMalloc");
         fails++;
@@ -66,19 +40,19 @@ static int xc_case(hyfi_cuda_env *env, int n, int k, int bad_labels, uint64_t *s
     }
     int rc = hyfi_xent_forward_cuda(env, d_loss, d_p, d_z, d_labels, &a);
     snprintf(name, sizeof name, "xent_forward loss cuda/cpu %s", s);
-    fails += xc_check(name, rc, d_loss, &loss, 1, env->stream);
+    fails += tu_cuda_check(name, rc, d_loss, &loss, 1, env->stream);
     snprintf(name, sizeof name, "xent_forward prob cuda/cpu %s", s);
-    fails += xc_check(name, rc, d_p, p, nz, env->stream);
+    fails += tu_cuda_check(name, rc, d_p, p, nz, env->stream);
 
     /* Backward from the CPU probabilities, so that only the backward is tested. */
-    cudaMemcpy(d_p, p, nz * sizeof(float), cudaMemcpyHostToDevice);
+    tu_cuda_copy_in(d_p, p, nz);
     for (int acc = 0; acc <= 1; acc++) {
         memcpy(want, base, nz * sizeof(float));
         hyfi_xent_backward_cpu(want, p, labels, &dloss, &a, acc);
-        cudaMemcpy(d_g, base, nz * sizeof(float), cudaMemcpyHostToDevice);
+        tu_cuda_copy_in(d_g, base, nz);
         snprintf(name, sizeof name, "xent_backward cuda/cpu %s acc=%d", s, acc);
-        fails += xc_check(name, hyfi_xent_backward_cuda(env, d_g, d_p, d_labels, d_dloss, &a, acc),
-                          d_g, want, nz, env->stream);
+        rc = hyfi_xent_backward_cuda(env, d_g, d_p, d_labels, d_dloss, &a, acc);
+        fails += tu_cuda_check(name, rc, d_g, want, nz, env->stream);
     }
 out:
     cudaFree(d_z); cudaFree(d_p); cudaFree(d_g); cudaFree(d_dloss); cudaFree(d_loss);
@@ -91,16 +65,7 @@ int cuda_test_xent(uint64_t *seed)
 {
     cudaStream_t stream;
     hyfi_cuda_env env;
-    if (cudaStreamCreate(&stream) != cudaSuccess) {
-        tu_check(1, "cuda_xent: stream");
-        return 1;
-    }
-    if (hyfi_cuda_env_init(&env, stream) != 0) {
-        tu_check(1, "cuda_xent: env");
-        hyfi_cuda_env_fini(&env);
-        cudaStreamDestroy(stream);
-        return 1;
-    }
+    if (tu_cuda_open(&env, &stream, "cuda_xent")) return 1;
     int fails = 0;
     fails += xc_case(&env, 1, 10, 0, seed);
     fails += xc_case(&env, 7, 10, 0, seed);
@@ -108,7 +73,6 @@ int cuda_test_xent(uint64_t *seed)
     fails += xc_case(&env, 7, 3, 0, seed);
     fails += xc_case(&env, 300, 1000, 0, seed);
     fails += xc_case(&env, 7, 10, 1, seed);
-    hyfi_cuda_env_fini(&env);
-    cudaStreamDestroy(stream);
+    tu_cuda_close(&env, stream);
     return fails;
 }
