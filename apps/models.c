@@ -155,10 +155,11 @@ int model_check(const model_config *c, int channels, int height, int width, char
         } else if (!cifar_blocks(c->resnet_version, c->depth)) {
             bool other = cifar_blocks(3 - c->resnet_version, c->depth) != 0;
             return fail(err, errlen, "ResNet depth %d is not valid for the CIFAR-family ResNet "
-                                     "v%d: use a depth of %s%s, or one of the ImageNet depths 18, "
-                                     "34, 50, 101, 152%s",
+                                     "v%d: use a depth of %s, or one of the ImageNet depths 18, "
+                                     "34, 50, 101, 152%s%s",
                         c->depth, c->resnet_version, depth_hint(c->resnet_version),
-                        c->style == RESNET_STYLE_CIFAR ? " (with --resnet-style auto)" : "",
+                        c->style == RESNET_STYLE_CIFAR ? " with --resnet-style auto or imagenet"
+                                                       : "",
                         other ? (c->resnet_version == 1 ? "; depth fits --resnet-version 2"
                                                         : "; depth fits --resnet-version 1")
                               : "");
