@@ -1,7 +1,9 @@
 /* hyfi-train: train a CNN with hyfi on a data set and report throughput and
  * test accuracy.
  *
- * First version: one model (`--model cnn`, see build_cnn), single process,
+ * Models (apps/models.h): cnn, resnet (v1/v2, CIFAR and ImageNet families),
+ * amoebanet (AmoebaNet-D); --dry-run builds the graph, prints a summary of its
+ * ops (shapes, parameters, FLOPs) and exits without compiling. Single process,
  * SGD with momentum and weight decay at a constant learning rate, or one
  * decaying to 0 along a cosine over the run (--lr-schedule cosine). Flag names
  * follow MPI4DL's benchmarks (--batch-size, --image-size, --num-classes,
@@ -27,6 +29,7 @@
 #define _POSIX_C_SOURCE 200809L /* clock_gettime */
 #endif
 #include "data.h"
+#include "models.h"
 
 #include <hyfi.h>
 
@@ -43,10 +46,11 @@
 
 #define WARMUP_STEPS 5
 #define MAX_IMAGE_SIDE 16384
-#define MIN_IMAGE_SIDE 4 /* two 2x2 max-pools leave at least 1x1 */
+#define MIN_IMAGE_SIDE 1 /* each model checks its own minimum (models.h) */
 
 typedef struct options {
-    const char *model;         /* "cnn" */
+    model_config mc;           /* --model and its flags (num_classes set in main) */
+    int dry_run;               /* --dry-run: summary of the graph, no training */
     int batch_size;
     int image_size;            /* 0: the data set's */
     int num_classes;           /* 0: the data set's (synthetic: 10) */
@@ -70,9 +74,33 @@ static void usage(FILE *f)
         "usage: hyfi-train [options]\n"
         "Train a CNN with hyfi (StarPU task graphs) and report images/s and test accuracy.\n"
         "\n"
-        "  --model NAME          model: cnn (conv3x3(32)-bn-relu-maxpool2, conv3x3(64)-bn-relu-\n"
-        "                        maxpool2, conv3x3(128)-bn-relu, global average pool, fc)\n"
-        "                        [cnn]\n"
+        "  --model NAME          cnn | resnet | amoebanet [cnn] (apps/models.h has the details)\n"
+        "                        cnn: conv3x3(32)-bn-relu-maxpool2, conv3x3(64)-bn-relu-\n"
+        "                        maxpool2, conv3x3(128)-bn-relu, global average pool, fc\n"
+        "                        resnet: ResNet of --depth and --resnet-version\n"
+        "                        amoebanet: AmoebaNet-D (--num-layers, --num-filters), images\n"
+        "                        of 32x32 or more\n"
+        "  --depth N             ResNet depth [%d]. Depths 18, 34, 50, 101, 152: ImageNet\n"
+        "                        family (7x7/2 stem, max-pool, 4 stages; v1 = torchvision's\n"
+        "                        resnetN; images of 32x32 or more); any other depth: CIFAR\n"
+        "                        family (3x3 stem, 3 stages of 16/32/64 basic blocks for v1,\n"
+        "                        depth 6n+2: 8, 20, 56, 110, 164, ...; pre-activation\n"
+        "                        bottlenecks 16->64, 64->128, 128->256 for v2, depth 9n+2:\n"
+        "                        11, 20, 56, 110, 164, 1001, ...)\n"
+        "  --resnet-version V    1: post-activation (He et al. 2015); 2: pre-activation\n"
+        "                        (He et al. 2016; at ImageNet depths the pre-activation\n"
+        "                        ResNet on the ImageNet stem) [%d]\n"
+        "  --resnet-style S      auto | cifar | imagenet: the family rule above (auto), or\n"
+        "                        forced (e.g. cifar for MPI4DL's v2-101, n = 11) [auto]\n"
+        "  --num-layers L        AmoebaNet-D normal cells, a multiple of 3: L/3 in each of\n"
+        "                        3 groups [%d, MPI4DL's default]\n"
+        "  --num-filters F       AmoebaNet-D filters, a multiple of 4 (stem F/4, cells F/2\n"
+        "                        up to 4F) [%d, MPI4DL's default: 312M parameters, very slow\n"
+        "                        on CPUs; try --num-layers 6 --num-filters 64]\n"
+        "  --dry-run             build the graph, print per op its name, kind, output shape,\n"
+        "                        parameters and FLOPs per image, then the totals (parameters,\n"
+        "                        forward FLOPs per image, activation memory per image) and\n"
+        "                        exit 0 without compiling or training\n"
         "  --dataset NAME        synthetic | fashion-mnist | mnist | cifar10 | folder\n"
         "                        [synthetic]\n"
         "                        synthetic: 10 x batch-size random 3-channel images with random\n"
@@ -105,7 +133,9 @@ static void usage(FILE *f)
         "  -v, --verbose         print the StarPU workers found\n"
         "  -h, --help            this text\n"
         "\n"
-        "Exit status: 0 success, 1 run-time failure, 2 bad command line.\n");
+        "Exit status: 0 success, 1 run-time failure, 2 bad command line.\n",
+        MODEL_DEFAULT_DEPTH, MODEL_DEFAULT_RESNET_VERSION, MODEL_DEFAULT_NUM_LAYERS,
+        MODEL_DEFAULT_NUM_FILTERS);
 }
 
 /* ---------------------------------------------------------------- parsing */
@@ -159,9 +189,10 @@ static int parse_float(const char *flag, const char *s, double lo, bool lo_open,
 /* 0: parsed; 1: --help shown; -1: bad command line (message printed). */
 static int parse_args(int argc, char **argv, options *o)
 {
-    *o = (options){.model = "cnn", .batch_size = 64, .dataset = HYFI_DATA_SYNTHETIC,
+    *o = (options){.batch_size = 64, .dataset = HYFI_DATA_SYNTHETIC,
                    .num_epochs = 1, .lr = 0.05f, .momentum = 0.9f, .weight_decay = 5e-4f,
-                   .seed = 42, .device = HYFI_DEVICE_AUTO, .print_freq = 50};
+                   .seed = 42, .device = HYFI_DEVICE_AUTO, .print_freq = 50,
+                   .mc = model_config_default()};
     for (int i = 1; i < argc; i++) {
         const char *arg = argv[i];
         if (strcmp(arg, "-h") == 0 || strcmp(arg, "--help") == 0) {
@@ -170,6 +201,10 @@ static int parse_args(int argc, char **argv, options *o)
         }
         if (strcmp(arg, "-v") == 0 || strcmp(arg, "--verbose") == 0) {
             o->verbose = 1;
+            continue;
+        }
+        if (strcmp(arg, "--dry-run") == 0) {
+            o->dry_run = 1;
             continue;
         }
         if (strncmp(arg, "--", 2) != 0)
@@ -185,7 +220,8 @@ static int parse_args(int argc, char **argv, options *o)
             "--model", "--dataset", "--datapath", "--batch-size", "--image-size",
             "--num-classes", "--steps", "--num-epochs", "--lr", "--learning-rate",
             "--lr-schedule", "--momentum", "--weight-decay", "--seed", "--device", "--print-freq",
-            "--eval-batches", "--metrics"};
+            "--eval-batches", "--metrics", "--depth", "--resnet-version", "--resnet-style",
+            "--num-layers", "--num-filters"};
         bool known = false;
         for (size_t k = 0; k < sizeof KNOWN / sizeof KNOWN[0]; k++) known |= !strcmp(flag, KNOWN[k]);
         if (!known) return bad_usage("unknown flag '%s'", flag);
@@ -199,9 +235,20 @@ static int parse_args(int argc, char **argv, options *o)
         long long ll;
         int rc = 0;
         if (!strcmp(flag, "--model")) {
-            if (strcmp(val, "cnn") != 0)
-                return bad_usage("--model '%s' is not known; valid: cnn", val);
-            o->model = val;
+            if (model_kind_from_name(val, &o->mc.kind) != 0)
+                return bad_usage("--model '%s' is not known; valid: cnn, resnet, amoebanet", val);
+        } else if (!strcmp(flag, "--depth")) {
+            rc = parse_int(flag, val, 1, MODEL_MAX_DEPTH, &o->mc.depth);
+        } else if (!strcmp(flag, "--resnet-version")) {
+            rc = parse_int(flag, val, 1, 2, &o->mc.resnet_version);
+        } else if (!strcmp(flag, "--resnet-style")) {
+            if (resnet_style_from_name(val, &o->mc.style) != 0)
+                return bad_usage("--resnet-style '%s' is not known; valid: auto, cifar, imagenet",
+                                 val);
+        } else if (!strcmp(flag, "--num-layers")) {
+            rc = parse_int(flag, val, 1, MODEL_MAX_NUM_LAYERS, &o->mc.num_layers);
+        } else if (!strcmp(flag, "--num-filters")) {
+            rc = parse_int(flag, val, 1, MODEL_MAX_NUM_FILTERS, &o->mc.num_filters);
         } else if (!strcmp(flag, "--dataset")) {
             if (hyfi_data_kind_from_name(val, &o->dataset) != 0)
                 return bad_usage("--dataset '%s' is not known; valid: synthetic, fashion-mnist, "
@@ -253,45 +300,14 @@ static int parse_args(int argc, char **argv, options *o)
         }
         if (rc) return -1;
     }
+    /* The model's own rules (ResNet depths, L and F of AmoebaNet-D); the
+     * image size is checked once the data set's is known. */
+    char err[512];
+    model_config mc = o->mc;
+    mc.num_classes = 2;
+    if (model_check(&mc, 3, MAX_IMAGE_SIDE, MAX_IMAGE_SIDE, err, sizeof err))
+        return bad_usage("%s", err);
     return 0;
-}
-
-/* ------------------------------------------------------------------ model */
-/* The small CNN of --model cnn on (B, C, H, W) images with K classes:
- *   conv1 3x3 pad 1 (B,32,H,W) -> bn1 -> relu1 -> pool1 2x2 (B,32,H/2,W/2)
- *   conv2 3x3 pad 1 (B,64,H/2,W/2) -> bn2 -> relu2 -> pool2 2x2 (B,64,H/4,W/4)
- *   conv3 3x3 pad 1 (B,128,H/4,W/4) -> bn3 -> relu3
- *   gap (B,128,1,1) -> fc (B,K,1,1) -> loss (softmax cross-entropy, 1,1,1,1)
- * Convolutions have no bias (batch norm follows). Returns the loss, or NULL
- * after a builder error (hyfi_graph_error(g) says which). */
-static hyfi_tensor *build_cnn(hyfi_graph *g, int batch, int channels, int height, int width,
-                              int num_classes, hyfi_tensor **x, hyfi_tensor **y,
-                              hyfi_tensor **logits)
-{
-    static const struct {
-        const char *conv, *bn, *relu, *pool;
-        int out;
-    } STAGES[3] = {
-        {"conv1", "bn1", "relu1", "pool1", 32},
-        {"conv2", "bn2", "relu2", "pool2", 64},
-        {"conv3", "bn3", "relu3", NULL, 128},
-    };
-    *x = hyfi_input(g, "image", batch, channels, height, width); /* (B, C, H, W) */
-    *y = hyfi_labels(g, "label", batch);                         /* (B) */
-    hyfi_tensor *h = *x;
-    for (int s = 0; s < 3; s++) {
-        h = hyfi_conv2d(g, STAGES[s].conv, h,
-                        (hyfi_conv2d_params){.out_channels = STAGES[s].out, .kernel_h = 3,
-                                             .kernel_w = 3, .pad_h = 1, .pad_w = 1});
-        h = hyfi_batchnorm(g, STAGES[s].bn, h, 0, 0);
-        h = hyfi_relu(g, STAGES[s].relu, h);
-        if (STAGES[s].pool)
-            h = hyfi_maxpool(g, STAGES[s].pool, h, (hyfi_pool_params){.kernel_h = 2, .kernel_w = 2});
-    }
-    h = hyfi_global_avgpool(g, "gap", h);     /* (B, 128, 1, 1) */
-    *logits = hyfi_fc(g, "fc", h, num_classes, true); /* (B, K, 1, 1) */
-    hyfi_tensor *loss = hyfi_softmax_cross_entropy(g, "loss", *logits, *y);
-    return hyfi_graph_status(g) == HYFI_OK ? loss : NULL;
 }
 
 /* ---------------------------------------------------------------- helpers */
@@ -329,6 +345,82 @@ static int lib_fail(const char *what, hyfi_status s, const hyfi_graph *g)
     fprintf(stderr, "hyfi-train: %s failed (%s): %s\n", what, hyfi_status_name(s),
             msg && *msg ? msg : "no message");
     return 1;
+}
+
+/* ---------------------------------------------------------------- dry run */
+/* --dry-run: build the model on a CPU-only context (no data is read beyond
+ * the geometry), print one line per op and the totals, exit 0 without
+ * compiling. FLOPs and activation bytes are per image (the op's values for the
+ * batch divided by B). Returns the exit status. */
+static int dry_run(const options *o, int C, int H, int W, int K)
+{
+    const int B = o->batch_size;
+    char err[1024], what[200];
+    hyfi_ctx *ctx = NULL;
+    hyfi_graph *g = NULL;
+    hyfi_status st;
+    int rc = 1;
+    hyfi_ctx_config cc = {.device = HYFI_DEVICE_CPU, .ncpus = 1, .mpi = 0,
+                          .verbose = o->verbose};
+    if ((st = hyfi_ctx_create(&ctx, &cc)) != HYFI_OK) {
+        lib_fail("starting the engine (hyfi_ctx_create)", st, NULL);
+        return 1;
+    }
+    if ((st = hyfi_graph_create(ctx, o->seed, &g)) != HYFI_OK) {
+        lib_fail("hyfi_graph_create", st, NULL);
+        goto done;
+    }
+    hyfi_tensor *x = hyfi_input(g, "image", B, C, H, W);
+    hyfi_tensor *y = hyfi_labels(g, "label", B);
+    hyfi_tensor *logits = hyfi_model_build(g, &o->mc, x, err, sizeof err);
+    if (!logits) {
+        fprintf(stderr, "hyfi-train: %s\n", err);
+        goto done;
+    }
+    hyfi_softmax_cross_entropy(g, "loss", logits, y);
+    if ((st = hyfi_graph_status(g)) != HYFI_OK) {
+        lib_fail("building the loss", st, g);
+        goto done;
+    }
+    model_describe(&o->mc, what, sizeof what);
+    printf("hyfi-train: dry run: %s on %dx%dx%d images, %d classes, batch %d\n", what, C, H, W,
+           K, B);
+    printf("%5s  %-40s %-22s %-22s %12s %16s\n", "op", "name", "kind", "output (N,C,H,W)",
+           "params", "FLOPs/image");
+    const int nops = hyfi_graph_op_count(g);
+    size_t params = 0, act = 0;
+    double flops = 0;
+    for (int i = 0; i < nops; i++) {
+        hyfi_op_info oi;
+        if ((st = hyfi_graph_op_info(g, i, &oi)) != HYFI_OK) {
+            lib_fail("hyfi_graph_op_info", st, g);
+            goto done;
+        }
+        char shape[64];
+        snprintf(shape, sizeof shape, "(%d,%d,%d,%d)", oi.out_dims[0], oi.out_dims[1],
+                 oi.out_dims[2], oi.out_dims[3]);
+        printf("%5d  %-40s %-22s %-22s %12zu %16.0f\n", i, oi.name, oi.kind, shape, oi.params,
+               oi.flops / B);
+        params += oi.params;
+        flops += oi.flops / B;
+        act += oi.act_bytes;
+    }
+    const double act_img = (double)act / B;
+    printf("ops: %d\n", nops);
+    printf("parameters: %zu (%.3f M)\n", params, (double)params / 1e6);
+    printf("forward FLOPs per image: %.0f (%.3f GFLOPs; the backward costs about twice that)\n",
+           flops, flops / 1e9);
+    printf("activation memory per image: %.0f bytes (%.2f MiB; sum of the op outputs, float32; "
+           "x %d images: %.1f MiB)\n",
+           act_img, act_img / (1 << 20), B, (double)act / (1 << 20));
+    if (params != hyfi_param_numel(g))
+        fprintf(stderr, "hyfi-train: warning: op parameters %zu differ from the graph's %zu\n",
+                params, hyfi_param_numel(g));
+    rc = 0;
+done:
+    if (g) hyfi_graph_destroy(g);
+    hyfi_ctx_destroy(ctx);
+    return rc;
 }
 
 /* ------------------------------------------------------------------- main */
@@ -386,9 +478,8 @@ int main(int argc, char **argv)
         fprintf(stderr, "hyfi-train: %s\n", err);
         goto out;
     }
-    if (H < MIN_IMAGE_SIDE || W < MIN_IMAGE_SIDE) {
-        fprintf(stderr, "hyfi-train: images of %dx%d are too small for the cnn model (two 2x2 "
-                        "max-pools); pass --image-size %d or more\n", H, W, MIN_IMAGE_SIDE);
+    if (model_check(&o.mc, C, H, W, err, sizeof err)) {
+        fprintf(stderr, "hyfi-train: %s\n", err);
         rc = 2;
         goto out;
     }
@@ -406,6 +497,11 @@ int main(int argc, char **argv)
     const size_t spe = hyfi_data_steps_per_epoch(ntrain, B);
     const long long total = o.steps > 0 ? o.steps : (long long)o.num_epochs * (long long)spe;
 
+    o.mc.num_classes = K;
+    if (o.dry_run) {
+        rc = dry_run(&o, C, H, W, K);
+        goto out;
+    }
     if (o.metrics && !(mf = fopen(o.metrics, "w"))) {
         fprintf(stderr, "hyfi-train: --metrics %s: cannot open for writing: %s\n", o.metrics,
                 strerror(errno));
@@ -423,10 +519,16 @@ int main(int argc, char **argv)
         lib_fail("hyfi_graph_create", st, NULL);
         goto out;
     }
-    hyfi_tensor *tx, *ty, *tlogits;
-    hyfi_tensor *loss = build_cnn(g, B, C, H, W, K, &tx, &ty, &tlogits);
-    if (!loss) {
-        lib_fail("building the cnn model", hyfi_graph_status(g), g);
+    hyfi_tensor *tx = hyfi_input(g, "image", B, C, H, W); /* (B, C, H, W) */
+    hyfi_tensor *ty = hyfi_labels(g, "label", B);         /* (B) */
+    hyfi_tensor *tlogits = hyfi_model_build(g, &o.mc, tx, err, sizeof err); /* (B, K, 1, 1) */
+    if (!tlogits) {
+        fprintf(stderr, "hyfi-train: %s\n", err);
+        goto out;
+    }
+    hyfi_tensor *loss = hyfi_softmax_cross_entropy(g, "loss", tlogits, ty);
+    if (hyfi_graph_status(g) != HYFI_OK) {
+        lib_fail("building the loss", hyfi_graph_status(g), g);
         goto out;
     }
     hyfi_train_config tc = {.lr = o.lr, .momentum = o.momentum, .weight_decay = o.weight_decay};
@@ -435,9 +537,11 @@ int main(int argc, char **argv)
         goto out;
     }
 
+    char model_what[200];
+    model_describe(&o.mc, model_what, sizeof model_what);
     printf("hyfi-train: model %s (%zu parameters), data %s: %zu train%s images of %dx%dx%d, %d "
            "classes\n",
-           o.model, hyfi_param_numel(g), hyfi_data_kind_name(o.dataset), ntrain,
+           model_what, hyfi_param_numel(g), hyfi_data_kind_name(o.dataset), ntrain,
            test ? "" : " (no test split)", C, H, W, K);
     if (test) printf("hyfi-train: %zu test images\n", hyfi_dataset_size(test));
     printf("hyfi-train: batch %d, %lld steps (%zu per epoch), lr %g (%s), momentum %g, weight "

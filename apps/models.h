@@ -29,8 +29,10 @@
  *     three stages of n basic blocks with 16, 32, 64 filters (stride 2 in
  *     the first block of stages 2 and 3); block = conv3x3(stride)-bn-relu-
  *     conv3x3-bn, plus the shortcut (identity, or a projection 1x1
- *     conv(stride) + bn where the shape changes), then relu; global average
- *     pool, fc. ResNet-20: 272,474 parameters with 10 classes. Images >= 4.
+ *     conv(stride) + bn where the shape changes; the Keras example's and
+ *     MPI4DL's projection has no bn and their convolutions have biases), then
+ *     relu; global average pool, fc. ResNet-20: 272,474 parameters with 10
+ *     classes. Images >= 4.
  *   CIFAR v2 (pre-activation bottleneck, He et al. 2016, as in the Keras
  *     example / MPI4DL's get_resnet_v2; 9n+2 layers): conv3x3(16)-bn-relu;
  *     three stages of n bottleneck blocks, 16->64, 64->128, 128->256 (the
@@ -42,7 +44,9 @@
  *     bn-relu (the stem's follows); then bn-relu, global average pool, fc.
  *     These are Keras's widths (bottlenecks of 16, 64, 128), wider than He et
  *     al.'s 16, 32, 64: v2-110 has 3,291,610 parameters with 10 classes,
- *     v2-164 4,925,530, v2-1001 30,251,290. Images >= 4.
+ *     v2-164 4,925,530, v2-1001 30,251,290. Unlike Keras and MPI4DL, the
+ *     convolutions have no bias, and the pool is global (theirs is an 8x8
+ *     average pool: the same at 32x32). Images >= 4.
  *   ImageNet v1 = torchvision's resnet18/34/50/101/152 (v1.5: stride on the
  *     3x3 conv of bottlenecks): conv7x7/2(64)-bn-relu-maxpool3x3/2, stages of
  *     [2,2,2,2] / [3,4,6,3] basic blocks (18/34) or [3,4,6,3] / [3,4,23,3] /
