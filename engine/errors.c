@@ -35,29 +35,32 @@ hyfi_status hyfi_fail(hyfi_status s, const char *fmt, ...)
     return s;
 }
 
+/* Format into the thread's last error; on g, keep the message too (sticky:
+ * also set the graph's status when it is the first builder error). */
+static hyfi_status record(hyfi_graph *g, int sticky, hyfi_status s, const char *fmt, va_list ap)
+{
+    vsnprintf(t_last_error, sizeof t_last_error, fmt, ap);
+    if (g && g->status == HYFI_OK) {
+        if (sticky) g->status = s;
+        snprintf(g->error, sizeof g->error, "%s", t_last_error);
+    }
+    return s;
+}
+
 hyfi_status hyfi_graph_fail(hyfi_graph *g, hyfi_status s, const char *fmt, ...)
 {
-    char msg[512];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
+    record(g, 1, s, fmt, ap);
     va_end(ap);
-    snprintf(t_last_error, sizeof t_last_error, "%s", msg);
-    if (g && g->status == HYFI_OK) {
-        g->status = s;
-        snprintf(g->error, sizeof g->error, "%s", msg);
-    }
     return s;
 }
 
 hyfi_status hyfi_call_fail(hyfi_graph *g, hyfi_status s, const char *fmt, ...)
 {
-    char msg[512];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
+    record(g, 0, s, fmt, ap);
     va_end(ap);
-    snprintf(t_last_error, sizeof t_last_error, "%s", msg);
-    if (g && g->status == HYFI_OK) snprintf(g->error, sizeof g->error, "%s", msg);
     return s;
 }

@@ -59,17 +59,22 @@ uint32_t hyfi_ops_footprint(struct starpu_task *task);
  * of codelet hyfi_cl_<op_pass>, calling hyfi_<op_pass>_cpu / _cuda with the
  * given arguments, where `t` is the task's hyfi_task_args and HYFI_F(i) the i-th
  * buffer; plus a history-based perf model with the symbol hyfi_<op_pass>. */
-#define HYFI_CODELET_COMMON_(op)                                                  \
+#define HYFI_CODELET_COMMON_(op, ...)                                             \
     static struct starpu_perfmodel op##_model = {                                \
         .type = STARPU_HISTORY_BASED,                                            \
         .symbol = "hyfi_" #op,                                                   \
         .footprint = hyfi_ops_footprint,                                         \
     };                                                                           \
-    static void op##_cpu_func(void *buffers[], void *cl_arg);
+    static void op##_cpu_func(void *buffers[], void *cl_arg)                     \
+    {                                                                            \
+        const hyfi_task_args *t = cl_arg;                                        \
+        (void)t;                                                                 \
+        hyfi_ops_report(#op, hyfi_##op##_cpu(__VA_ARGS__));                      \
+    }
 
 #if HYFI_HAVE_CUDA
 #define HYFI_CODELET(op, ...)                                                     \
-    HYFI_CODELET_COMMON_(op)                                                     \
+    HYFI_CODELET_COMMON_(op, __VA_ARGS__)                                        \
     static void op##_cuda_func(void *buffers[], void *cl_arg)                    \
     {                                                                            \
         const hyfi_task_args *t = cl_arg;                                        \
@@ -84,29 +89,17 @@ uint32_t hyfi_ops_footprint(struct starpu_task *task);
         .nbuffers = STARPU_VARIABLE_NBUFFERS,                                    \
         .model = &op##_model,                                                    \
         .name = "hyfi_" #op,                                                     \
-    };                                                                           \
-    static void op##_cpu_func(void *buffers[], void *cl_arg)                     \
-    {                                                                            \
-        const hyfi_task_args *t = cl_arg;                                        \
-        (void)t;                                                                 \
-        hyfi_ops_report(#op, hyfi_##op##_cpu(__VA_ARGS__));                      \
-    }
+    };
 #else
 #define HYFI_CODELET(op, ...)                                                     \
-    HYFI_CODELET_COMMON_(op)                                                     \
+    HYFI_CODELET_COMMON_(op, __VA_ARGS__)                                        \
     struct starpu_codelet hyfi_cl_##op = {                                       \
         .cpu_funcs = {op##_cpu_func},                                            \
         .cpu_funcs_name = {#op "_cpu_func"},                                     \
         .nbuffers = STARPU_VARIABLE_NBUFFERS,                                    \
         .model = &op##_model,                                                    \
         .name = "hyfi_" #op,                                                     \
-    };                                                                           \
-    static void op##_cpu_func(void *buffers[], void *cl_arg)                     \
-    {                                                                            \
-        const hyfi_task_args *t = cl_arg;                                        \
-        (void)t;                                                                 \
-        hyfi_ops_report(#op, hyfi_##op##_cpu(__VA_ARGS__));                      \
-    }
+    };
 #endif
 
 /* Every codelet, named after the kernel it calls. Buffers in kernel order. */
