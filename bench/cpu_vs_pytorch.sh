@@ -1,0 +1,273 @@
+#!/usr/bin/env bash
+# hyfi vs PyTorch training throughput on the CPU, side by side.
+#
+#   bench/cpu_vs_pytorch.sh [options]
+#
+# For each row (model, batch, image size) it runs hyfi-train --dataset
+# synthetic and bench/torch_train.py (Debian's python3-torch, /usr/bin/python3)
+# with the same model config, batch, image size, 10 classes and optimizer (SGD,
+# lr, momentum 0.9, weight decay 5e-4), R times each, alternating hyfi and
+# PyTorch (ABBA order: hyfi first in odd repetitions, PyTorch first in even
+# ones), and prints a markdown table of the medians over the repetitions of
+# each run's median images/s (both sides drop 5 warm-up steps, then measure N
+# steps). Each run's "foreign" CPU load (CPU time that other processes used
+# during the run, in cores: busy time from /proc/stat minus the run's own
+# user+system time, over its wall time) is recorded, so that noise from other
+# work on the machine shows in the table.
+#
+# Rows (10 classes):
+#   cnn        hyfi's small CNN, batch 64, 28x28
+#   resnet18   ResNet-18 v1 (ImageNet style, torchvision layout), batch 8, 64x64
+#   resnet110  ResNet-110 v2 (CIFAR style, pre-activation bottleneck), batch 32, 32x32
+#   amoebanet  AmoebaNet-D (L=6, F=64), batch 4, 128x128
+#
+# Options:
+#   -r, --reps R        repetitions per side and row [3]
+#   -n, --steps N       measured steps per run for every row [per row: cnn 60,
+#                       resnet18 30, resnet110 12, amoebanet 25]
+#   --rows LIST         comma-separated subset of: cnn,resnet18,resnet110,amoebanet [all]
+#   --threads T         PyTorch threads (torch.set_num_threads) [nproc]
+#   --lr X              learning rate of both sides [0.05, hyfi-train's default]
+#   --build DIR         hyfi build folder [build]; built with scripts/build.sh if
+#                       hyfi-train is missing
+#   --out DIR           where logs, metrics and the table go [build/bench-cpu]
+#   --no-calibrate      skip hyfi's untimed calibration run per row (StarPU
+#                       performance models; kept in $STARPU_HOME, default
+#                       <out>/starpu-home)
+#   --hyfi-env 'K=V ..' extra environment of the hyfi runs (e.g. STARPU_NCPU=1)
+#   --knobs 'A;B;..'    instead of the comparison: run hyfi alone under each
+#                       environment A, B, ... (each 'K=V K=V', or 'default'),
+#                       round-robin within each repetition, and print a table
+#                       of the rows' median images/s per environment, e.g.
+#                       --knobs 'default;STARPU_NCPU=1;STARPU_SCHED=eager'
+#   -h, --help          this text
+#
+# Not part of the test suite (meson does not know bench/). Takes about 8-10
+# minutes with the defaults on 2 cores.
+set -euo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$root"
+
+reps=3 steps="" rows="cnn,resnet18,resnet110,amoebanet" threads="$(nproc)" lr=0.05
+bdir="$root/build" out="" calibrate=1 hyfi_env="" knobs=""
+usage() { sed -n '2,/^set -euo/p' "${BASH_SOURCE[0]}" | sed '$d' | sed 's/^# \{0,1\}//'; }
+while [ $# -gt 0 ]; do
+  case "$1" in
+    -r|--reps) reps="$2"; shift 2 ;;
+    -n|--steps) steps="$2"; shift 2 ;;
+    --rows) rows="$2"; shift 2 ;;
+    --threads) threads="$2"; shift 2 ;;
+    --lr) lr="$2"; shift 2 ;;
+    --build) bdir="$(cd "$2" 2>/dev/null && pwd || echo "$2")"; shift 2 ;;
+    --out) out="$2"; shift 2 ;;
+    --no-calibrate) calibrate=0; shift ;;
+    --hyfi-env) hyfi_env="$2"; shift 2 ;;
+    --knobs) knobs="$2"; shift 2 ;;
+    -h|--help) usage; exit 0 ;;
+    *) echo "cpu_vs_pytorch.sh: unknown option '$1' (--help lists them)" >&2; exit 2 ;;
+  esac
+done
+[[ "$reps" =~ ^[1-9][0-9]*$ ]] || { echo "cpu_vs_pytorch.sh: --reps needs a positive integer" >&2; exit 2; }
+[ -z "$steps" ] || [[ "$steps" =~ ^[1-9][0-9]*$ ]] || { echo "cpu_vs_pytorch.sh: --steps needs a positive integer" >&2; exit 2; }
+out="${out:-$bdir/bench-cpu}"
+mkdir -p "$out"
+out="$(cd "$out" && pwd)"
+
+# shellcheck source=../scripts/env.sh
+source "$root/scripts/env.sh"
+export STARPU_HOME="${STARPU_HOME:-$out/starpu-home}"
+mkdir -p "$STARPU_HOME"
+PY=/usr/bin/python3 # the Python that sees python3-torch
+"$PY" -c 'import torch' 2>/dev/null || { echo "cpu_vs_pytorch.sh: $PY cannot import torch (apt install python3-torch)" >&2; exit 1; }
+
+train="$bdir/apps/hyfi-train"
+if [ ! -x "$train" ]; then
+  echo "[bench] building hyfi into $bdir" >&2
+  bash "$root/scripts/build.sh" "$bdir" >&2
+fi
+help="$("$train" --help)"
+have_model() { grep -q -- "$1" <<<"$help"; }
+
+WARMUP=5 # hyfi-train's fixed warm-up; torch_train.py --warmup matches it
+WARM_CAL=10 # steps of hyfi's calibration run
+
+# name | hyfi/torch model flags | batch | image size | default measured steps | label
+row_def() {
+  case "$1" in
+    cnn)       echo "--model cnn|64|28|60|cnn (3 conv)" ;;
+    resnet18)  echo "--model resnet --resnet-version 1 --depth 18|8|64|30|ResNet-18 v1 (ImageNet style)" ;;
+    resnet110) echo "--model resnet --resnet-version 2 --depth 110|32|32|12|ResNet-110 v2 (CIFAR style)" ;;
+    amoebanet) echo "--model amoebanet --num-layers 6 --num-filters 64|4|128|25|AmoebaNet-D (6, 64)" ;;
+    *) return 1 ;;
+  esac
+}
+
+cpu_busy() { # jiffies the CPUs were busy (all but idle and iowait)
+  awk '/^cpu /{print $2+$3+$4+$7+$8+$9}' /proc/stat
+}
+hz=$(getconf CLK_TCK)
+
+# run_one SIDE LOGBASE CMD...: runs CMD, writes LOGBASE.log and appends one
+# JSON line {side, rate, mean, wall, own_cpu, foreign} to $out/runs.jsonl.
+run_one() {
+  local side="$1" base="$2"; shift 2
+  local b0 b1 t0 t1 tf="$base.time"
+  b0=$(cpu_busy); t0=$(date +%s.%N)
+  if ! /usr/bin/time -f "%U %S" -o "$tf" "$@" >"$base.log" 2>&1; then
+    echo "[bench] FAILED: $* (log: $base.log)" >&2
+    tail -5 "$base.log" >&2
+    return 1
+  fi
+  t1=$(date +%s.%N); b1=$(cpu_busy)
+  "$PY" - "$side" "$base" "$t0" "$t1" "$b0" "$b1" "$hz" "$tf" >>"$out/runs.jsonl" <<'PY'
+import json, sys
+side, base, t0, t1, b0, b1, hz, tf = sys.argv[1:]
+wall = float(t1) - float(t0)
+u, s = map(float, open(tf).read().split()[-2:])
+own = u + s
+busy = (int(b1) - int(b0)) / int(hz)
+if side != "torch":
+    summ = [json.loads(l) for l in open(base + ".metrics") if '"summary"' in l][-1]
+    med, mean = summ["median_images_per_sec"], summ["mean_images_per_sec"]
+else:
+    r = json.loads([l for l in open(base + ".log") if l.startswith("{")][-1])
+    med, mean = r["median_images_per_sec"], r["mean_images_per_sec"]
+print(json.dumps({"run": base.rsplit("/", 1)[-1], "side": side, "median": med, "mean": mean,
+                  "wall": round(wall, 2), "own_cpu": round(own, 2),
+                  "foreign": round(max(0.0, busy - own) / wall, 2)}))
+PY
+  tail -1 "$out/runs.jsonl" >&2
+}
+
+# Sides of a row: hyfi and torch, or one hyfi side per --knobs environment.
+declare -a sides=() side_env=()
+if [ -n "$knobs" ]; then
+  IFS=';' read -r -a side_env <<<"$knobs"
+  for i in "${!side_env[@]}"; do
+    side_env[$i]="$(echo ${side_env[$i]})" # trim
+    [ "${side_env[$i]}" = default ] && side_env[$i]=""
+    sides+=("k$i")
+  done
+else
+  sides=(hyfi torch); side_env=("" "")
+fi
+base_home="$STARPU_HOME"
+
+start=$(date +%s)
+: >"$out/runs.jsonl"
+declare -a done_rows=() skipped=()
+IFS=, read -r -a rowlist <<<"$rows"
+for row in "${rowlist[@]}"; do
+  def=$(row_def "$row") || { echo "cpu_vs_pytorch.sh: unknown row '$row'" >&2; exit 2; }
+  IFS='|' read -r mflags batch size nsteps label <<<"$def"
+  nsteps="${steps:-$nsteps}"
+  model="$(awk '{print $2}' <<<"$mflags")"
+  if ! have_model "$model"; then
+    echo "[bench] $row: hyfi-train has no --model $model yet; skipped" >&2
+    skipped+=("$row"); continue
+  fi
+  # shellcheck disable=SC2206
+  hyfi_args=($mflags --dataset synthetic --batch-size "$batch" --image-size "$size"
+             --num-classes 10 --lr "$lr" --momentum 0.9 --weight-decay 5e-4 --print-freq 1000000)
+  # shellcheck disable=SC2206
+  torch_cmd=("$PY" "$root/bench/torch_train.py" $mflags --use-torch-models --batch-size "$batch"
+             --image-size "$size" --num-classes 10 --lr "$lr" --momentum 0.9 --weight-decay 5e-4
+             --threads "$threads" --warmup "$WARMUP" --steps "$nsteps")
+  # hyfi command of side i (its environment; in knob mode its own STARPU_HOME)
+  hyfi_cmd_of() {
+    local e="$hyfi_env ${side_env[$1]}" home="$base_home"
+    [ -n "$knobs" ] && home="$base_home-${sides[$1]}"
+    mkdir -p "$home"
+    # shellcheck disable=SC2086
+    hyfi_cmd=(env STARPU_HOME="$home" $e "$train" "${hyfi_args[@]}")
+  }
+  if [ "$calibrate" = 1 ]; then
+    for i in "${!sides[@]}"; do
+      [ "${sides[$i]}" = torch ] && continue
+      hyfi_cmd_of "$i"
+      echo "[bench] $row: hyfi calibration run ($WARM_CAL steps, untimed) ${side_env[$i]}" >&2
+      "${hyfi_cmd[@]}" --steps "$WARM_CAL" >"$out/$row.${sides[$i]}.calibrate.log" 2>&1 ||
+        { echo "[bench] $row: hyfi calibration run failed (log: $out/$row.${sides[$i]}.calibrate.log)" >&2
+          tail -5 "$out/$row.${sides[$i]}.calibrate.log" >&2; exit 1; }
+    done
+  fi
+  ns=${#sides[@]}
+  for ((r = 1; r <= reps; r++)); do
+    # order: ABBA for two sides (A first in odd repetitions), rotation for more
+    for ((j = 0; j < ns; j++)); do
+      if [ "$ns" = 2 ]; then i=$(( r % 2 ? j : 1 - j )); else i=$(( (j + r - 1) % ns )); fi
+      side="${sides[$i]}"
+      base="$out/$row.$side.$r"
+      if [ "$side" = torch ]; then
+        run_one torch "$base" "${torch_cmd[@]}"
+      else
+        hyfi_cmd_of "$i"
+        run_one "$side" "$base" "${hyfi_cmd[@]}" --steps $((nsteps + WARMUP)) --metrics "$base.metrics"
+      fi
+    done
+  done
+  done_rows+=("$row|$batch|$size|$nsteps|$label")
+done
+
+# ------------------------------------------------------------------ table
+cpu="$(awk -F': ' '/^model name/{print $2; exit}' /proc/cpuinfo)"
+envs=""
+for v in OMP_NUM_THREADS OPENBLAS_NUM_THREADS MKL_NUM_THREADS OMP_WAIT_POLICY STARPU_NCPU STARPU_SCHED STARPU_WORKERS_NOBIND; do
+  envs+="$v=${!v-unset} "
+done
+knob_list=""
+for i in "${!sides[@]}"; do knob_list+="${sides[$i]}=${side_env[$i]:-default};"; done
+{
+  if [ -n "$knobs" ]; then
+    echo "hyfi alone under several environments (knobs), CPU training, synthetic data"
+  else
+    echo "hyfi vs PyTorch $("$PY" -c 'import torch; print(torch.__version__)'), CPU training, synthetic data"
+  fi
+  echo
+  echo "- machine: $(nproc) cores, $cpu; $(uname -srm)"
+  echo "- date: $(date -u '+%Y-%m-%d %H:%M UTC'); git $(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo '?')$(git -C "$root" diff --quiet 2>/dev/null || echo ' (uncommitted changes)')"
+  echo "- env: ${envs% }; hyfi extra env: ${hyfi_env:-none}; PyTorch threads: $threads"
+  echo "- SGD lr $lr, momentum 0.9, weight decay 5e-4; 10 classes; $WARMUP warm-up steps dropped; $reps repetitions per side (alternating); value = median over repetitions of each run's median images/s; range = min-max of the runs' medians; best/best = ratio of the fastest runs (noise only slows runs down); foreign = most CPU (in cores) that other processes used during any run of the row"
+  echo
+  "$PY" - "$out/runs.jsonl" "$knob_list" "${done_rows[@]}" <<'PY'
+import json, statistics, sys
+runs = [json.loads(l) for l in open(sys.argv[1])]
+sides = [kv.split("=", 1) for kv in sys.argv[2].split(";") if kv]
+rows = [spec.split("|") for spec in sys.argv[3:]]
+
+def stat(row, side):
+    xs = [r["median"] for r in runs if r["run"].startswith(row + "." + side + ".")]
+    return (statistics.median(xs), min(xs), max(xs)) if xs else None
+
+def fmt(t):
+    if t is None:
+        return "n/a"
+    return ("%.1f (%.1f-%.1f)" if t[0] < 100 else "%.0f (%.0f-%.0f)") % t
+
+def foreign(row):
+    return max(r["foreign"] for r in runs if r["run"].startswith(row + "."))
+
+if [s for s, _ in sides] == ["hyfi", "torch"]:
+    print("| model | batch | image | steps | hyfi img/s (range) | PyTorch img/s (range) "
+          "| hyfi/PyTorch | best/best | foreign load |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for row, batch, size, steps, label in rows:
+        h, t = stat(row, "hyfi"), stat(row, "torch")
+        print("| %s | %s | %sx%s | %s | %s | %s | %.2f | %.2f | %.2f |" % (
+            label, batch, size, size, steps, fmt(h), fmt(t), h[0] / t[0], h[2] / t[2],
+            foreign(row)))
+else:
+    print("| model | batch | image | " + " | ".join(e.replace("STARPU_", "") for _, e in sides)
+          + " | best | foreign load |")
+    print("|---|---|---|" + "---|" * len(sides) + "---|---|")
+    for row, batch, size, steps, label in rows:
+        st = [stat(row, s) for s, _ in sides]
+        best = max(range(len(sides)), key=lambda i: st[i][0])
+        print("| %s | %s | %sx%s | %s | %s | %.2f |" % (
+            label, batch, size, size, " | ".join(fmt(x) for x in st),
+            sides[best][1].replace("STARPU_", ""), foreign(row)))
+PY
+  for s in "${skipped[@]}"; do echo; echo "($s skipped: hyfi-train has no such --model yet)"; done
+  echo
+  echo "total bench time $(( $(date +%s) - start )) s; runs in $out/runs.jsonl"
+} | tee "$out/table.md"
