@@ -66,7 +66,15 @@ typedef struct options {
     int print_freq;
     long long eval_batches;    /* 0: the whole test split */
     int verbose;
+    /* parallelism (hyfi_plan_config) */
+    int split_size;            /* --split-size: stages */
+    int *balance;              /* --balance a,b,...: layers per stage (nbalance entries) */
+    int nbalance;
+    int parts;                 /* --parts: micro-batches */
+    hyfi_schedule schedule;    /* --schedule */
 } options;
+
+#define MAX_STAGES 4096
 
 static void usage(FILE *f)
 {
@@ -130,6 +138,19 @@ static void usage(FILE *f)
         "                        then {\"summary\":true,\"mean_images_per_sec\",\n"
         "                        \"median_images_per_sec\",\"test_accuracy\"} (null where not\n"
         "                        applicable)\n"
+        "\n"
+        "Parallelism (run under mpiexec for several ranks; every plan also runs in one\n"
+        "process, its places sharing the process's workers):\n"
+        "  --split-size S        cut the model's layers into S stages, one place each\n"
+        "                        (layer parallelism); places are spread over the MPI ranks,\n"
+        "                        at most one rank per stage [1]\n"
+        "  --balance a,b,...     layers per stage (S numbers summing to the model's layer\n"
+        "                        count: --dry-run lists the layers) [balanced by FLOPs]\n"
+        "  --parts M             micro-batches per step (pipeline parallelism); M divides\n"
+        "                        the batch; batch norm works per micro-batch [1]\n"
+        "  --schedule S          gpipe | 1f1b: all forwards then all backwards, or one\n"
+        "                        forward one backward (fewer activations alive) [gpipe]\n"
+        "\n"
         "  -v, --verbose         print the StarPU workers found\n"
         "  -h, --help            this text\n"
         "\n"
@@ -221,7 +242,8 @@ static int parse_args(int argc, char **argv, options *o)
             "--num-classes", "--steps", "--num-epochs", "--lr", "--learning-rate",
             "--lr-schedule", "--momentum", "--weight-decay", "--seed", "--device", "--print-freq",
             "--eval-batches", "--metrics", "--depth", "--resnet-version", "--resnet-style",
-            "--num-layers", "--num-filters"};
+            "--num-layers", "--num-filters", "--split-size", "--balance", "--parts",
+            "--schedule"};
         bool known = false;
         for (size_t k = 0; k < sizeof KNOWN / sizeof KNOWN[0]; k++) known |= !strcmp(flag, KNOWN[k]);
         if (!known) return bad_usage("unknown flag '%s'", flag);
@@ -297,8 +319,43 @@ static int parse_args(int argc, char **argv, options *o)
         } else if (!strcmp(flag, "--metrics")) {
             if (!*val) return bad_usage("--metrics needs a file name");
             o->metrics = val;
+        } else if (!strcmp(flag, "--split-size")) {
+            rc = parse_int(flag, val, 1, MAX_STAGES, &o->split_size);
+        } else if (!strcmp(flag, "--parts")) {
+            rc = parse_int(flag, val, 1, 1 << 20, &o->parts);
+        } else if (!strcmp(flag, "--schedule")) {
+            if (!strcmp(val, "gpipe")) o->schedule = HYFI_SCHEDULE_GPIPE;
+            else if (!strcmp(val, "1f1b")) o->schedule = HYFI_SCHEDULE_1F1B;
+            else return bad_usage("--schedule '%s' is not known; valid: gpipe, 1f1b", val);
+        } else if (!strcmp(flag, "--balance")) {
+            free(o->balance);
+            o->balance = NULL;
+            o->nbalance = 0;
+            int cap = 1;
+            for (const char *c = val; *c; c++) cap += *c == ',';
+            if (cap > MAX_STAGES) return bad_usage("--balance has more than %d entries", MAX_STAGES);
+            o->balance = malloc((size_t)cap * sizeof *o->balance);
+            if (!o->balance) return bad_usage("out of memory parsing --balance");
+            const char *c = val;
+            for (;;) {
+                char *end;
+                errno = 0;
+                long v = strtol(c, &end, 10);
+                if (end == c || errno || v < 1 || v > 1000000 || (*end && *end != ','))
+                    return bad_usage("--balance '%s' is not valid: expected positive layer "
+                                     "counts separated by commas, e.g. 3,4,4", val);
+                o->balance[o->nbalance++] = (int)v;
+                if (!*end) break;
+                c = end + 1;
+            }
         }
         if (rc) return -1;
+    }
+    if (o->balance) {
+        if (!o->split_size) o->split_size = o->nbalance;
+        if (o->nbalance != o->split_size)
+            return bad_usage("--balance has %d entries but --split-size is %d; give one layer "
+                             "count per stage", o->nbalance, o->split_size);
     }
     /* The model's own rules (ResNet depths, L and F of AmoebaNet-D); the
      * image size is checked once the data set's is known. */
@@ -385,8 +442,8 @@ static int dry_run(const options *o, int C, int H, int W, int K)
     model_describe(&o->mc, what, sizeof what);
     printf("hyfi-train: dry run: %s on %dx%dx%d images, %d classes, batch %d\n", what, C, H, W,
            K, B);
-    printf("%5s  %-40s %-22s %-22s %12s %16s\n", "op", "name", "kind", "output (N,C,H,W)",
-           "params", "FLOPs/image");
+    printf("%5s  %-40s %-22s %-22s %12s %16s  %s\n", "op", "name", "kind", "output (N,C,H,W)",
+           "params", "FLOPs/image", "layer");
     const int nops = hyfi_graph_op_count(g);
     size_t params = 0, act = 0;
     double flops = 0;
@@ -399,14 +456,15 @@ static int dry_run(const options *o, int C, int H, int W, int K)
         char shape[64];
         snprintf(shape, sizeof shape, "(%d,%d,%d,%d)", oi.out_dims[0], oi.out_dims[1],
                  oi.out_dims[2], oi.out_dims[3]);
-        printf("%5d  %-40s %-22s %-22s %12zu %16.0f\n", i, oi.name, oi.kind, shape, oi.params,
-               oi.flops / B);
+        printf("%5d  %-40s %-22s %-22s %12zu %16.0f  %d %s\n", i, oi.name, oi.kind, shape,
+               oi.params, oi.flops / B, oi.layer, oi.layer_name);
         params += oi.params;
         flops += oi.flops / B;
         act += oi.act_bytes;
     }
     const double act_img = (double)act / B;
     printf("ops: %d\n", nops);
+    printf("layers: %d (the units of --balance)\n", hyfi_layer_count(g));
     printf("parameters: %zu (%.3f M)\n", params, (double)params / 1e6);
     printf("forward FLOPs per image: %.0f (%.3f GFLOPs; the backward costs about twice that)\n",
            flops, flops / 1e9);
@@ -428,6 +486,7 @@ int main(int argc, char **argv)
 {
     options o;
     int pr = parse_args(argc, argv, &o);
+    if (pr != 0) free(o.balance);
     if (pr > 0) return 0;
     if (pr < 0) return 2;
 
@@ -502,17 +561,25 @@ int main(int argc, char **argv)
         rc = dry_run(&o, C, H, W, K);
         goto out;
     }
-    if (o.metrics && !(mf = fopen(o.metrics, "w"))) {
-        fprintf(stderr, "hyfi-train: --metrics %s: cannot open for writing: %s\n", o.metrics,
-                strerror(errno));
-        goto out;
-    }
-
-    /* Engine. */
-    hyfi_ctx_config cc = {.device = o.device, .ncpus = 0, .ncuda = -1, .mpi = 0,
+    /* Engine: StarPU-MPI when launched by mpiexec. Every rank runs this same
+     * program on the same data (seeded); rank 0 prints and writes the metrics. */
+    hyfi_ctx_config cc = {.device = o.device, .ncpus = 0, .ncuda = -1, .mpi = -1,
                           .scheduler = NULL, .verbose = o.verbose};
     if ((st = hyfi_ctx_create(&ctx, &cc)) != HYFI_OK) {
         lib_fail("starting the engine (hyfi_ctx_create)", st, NULL);
+        goto out;
+    }
+    const int lead = hyfi_ctx_rank(ctx) == 0;
+    if (!lead) {
+        /* other ranks stay quiet on stdout */
+        if (!freopen("/dev/null", "w", stdout)) {
+            fprintf(stderr, "hyfi-train: rank %d: cannot silence stdout\n", hyfi_ctx_rank(ctx));
+            goto out;
+        }
+    }
+    if (lead && o.metrics && !(mf = fopen(o.metrics, "w"))) {
+        fprintf(stderr, "hyfi-train: --metrics %s: cannot open for writing: %s\n", o.metrics,
+                strerror(errno));
         goto out;
     }
     if ((st = hyfi_graph_create(ctx, o.seed, &g)) != HYFI_OK) {
@@ -532,7 +599,10 @@ int main(int argc, char **argv)
         goto out;
     }
     hyfi_train_config tc = {.lr = o.lr, .momentum = o.momentum, .weight_decay = o.weight_decay};
-    if ((st = hyfi_graph_compile(g, loss, &tc)) != HYFI_OK) {
+    hyfi_plan_config plan = {.stages = o.split_size, .balance = o.balance, .parts = o.parts,
+                             .schedule = o.schedule};
+    if ((st = hyfi_graph_set_plan(g, &plan)) != HYFI_OK ||
+        (st = hyfi_graph_compile(g, loss, &tc)) != HYFI_OK) {
         lib_fail("hyfi_graph_compile", st, g);
         goto out;
     }
@@ -549,6 +619,15 @@ int main(int argc, char **argv)
            B, total, spe, (double)o.lr, o.cosine ? "cosine" : "constant", (double)o.momentum,
            (double)o.weight_decay, o.seed,
            hyfi_ctx_ncpu_workers(ctx), hyfi_ctx_ncuda_workers(ctx));
+    {
+        char *pd = NULL;
+        size_t need = hyfi_plan_describe(g, NULL, 0);
+        if (need && (pd = malloc(need + 1))) {
+            hyfi_plan_describe(g, pd, need + 1);
+            fputs(pd, stdout);
+        }
+        free(pd);
+    }
     fflush(stdout);
 
     /* Training. */
@@ -693,6 +772,7 @@ out:
     }
     free(rates);
     free(logits_buf);
+    free(o.balance);
     if (g) hyfi_graph_destroy(g);
     hyfi_ctx_destroy(ctx);
     hyfi_dataset_free(train);

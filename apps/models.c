@@ -261,6 +261,8 @@ static hyfi_tensor *bn(hyfi_graph *g, const char *name, hyfi_tensor *x)
     return hyfi_batchnorm(g, name, x, 0, 0);
 }
 
+/* The head: global average pool and fc (in the layer "head", begun by the
+ * caller where more ops belong to it). */
 static hyfi_tensor *classifier(hyfi_graph *g, hyfi_tensor *h, int classes)
 {
     h = hyfi_global_avgpool(g, "avgpool", h);
@@ -280,6 +282,7 @@ static hyfi_tensor *build_cnn(hyfi_graph *g, const model_config *c, hyfi_tensor 
     };
     hyfi_tensor *h = x;
     for (int s = 0; s < 3; s++) {
+        hyfi_layer_begin(g, STAGES[s].conv);
         h = convk(g, STAGES[s].conv, h, STAGES[s].out, 3, 1);
         h = bn(g, STAGES[s].bn, h);
         h = hyfi_relu(g, STAGES[s].relu, h);
@@ -287,6 +290,7 @@ static hyfi_tensor *build_cnn(hyfi_graph *g, const model_config *c, hyfi_tensor 
             h = hyfi_maxpool(g, STAGES[s].pool, h, (hyfi_pool_params){.kernel_h = 2, .kernel_w = 2});
     }
     /* "gap" (not "avgpool") keeps the op names of the first hyfi-train. */
+    hyfi_layer_begin(g, "head");
     h = hyfi_global_avgpool(g, "gap", h);
     return hyfi_fc(g, "fc", h, c->num_classes, true);
 }
@@ -383,14 +387,18 @@ static hyfi_tensor *v2_bottleneck(hyfi_graph *g, const char *p, hyfi_tensor *x, 
 static hyfi_tensor *build_resnet_cifar(hyfi_graph *g, const model_config *c, hyfi_tensor *x)
 {
     const int n = cifar_blocks(c->resnet_version, c->depth);
+    hyfi_layer_begin(g, "stem");
     hyfi_tensor *h = convk(g, "conv1", x, 16, 3, 1);
     h = bn(g, "bn1", h);
     h = hyfi_relu(g, "relu", h);
     if (c->resnet_version == 1) {
         for (int s = 0; s < 3; s++)
-            for (int b = 0; b < n; b++)
+            for (int b = 0; b < n; b++) {
+                hyfi_layer_begin(g, nm("layer%d.%d", s + 1, b).s);
                 h = v1_basic(g, nm("layer%d.%d", s + 1, b).s, h, 16 << s,
                              s > 0 && b == 0 ? 2 : 1);
+            }
+        hyfi_layer_begin(g, "head");
         return classifier(g, h, c->num_classes);
     }
     int fin = 16;
@@ -398,11 +406,13 @@ static hyfi_tensor *build_resnet_cifar(hyfi_graph *g, const model_config *c, hyf
         int fout = s == 0 ? 4 * fin : 2 * fin;
         for (int b = 0; b < n; b++) {
             int stride = s > 0 && b == 0 ? 2 : 1;
+            hyfi_layer_begin(g, nm("layer%d.%d", s + 1, b).s);
             h = v2_bottleneck(g, nm("layer%d.%d", s + 1, b).s, h, fin, fout, stride, 1,
                               !(s == 0 && b == 0), b == 0);
         }
         fin = fout;
     }
+    hyfi_layer_begin(g, "head");
     h = bn(g, "bn_final", h);
     h = hyfi_relu(g, "relu_final", h);
     return classifier(g, h, c->num_classes);
@@ -412,6 +422,7 @@ static hyfi_tensor *build_resnet_imagenet(hyfi_graph *g, const model_config *c, 
 {
     const imagenet_resnet *spec = imagenet_spec(c->depth);
     const int exp = spec->bottleneck ? 4 : 1;
+    hyfi_layer_begin(g, "stem");
     hyfi_tensor *h = convk(g, "conv1", x, 64, 7, 2);
     h = bn(g, "bn1", h);
     h = hyfi_relu(g, "relu", h);
@@ -423,6 +434,7 @@ static hyfi_tensor *build_resnet_imagenet(hyfi_graph *g, const model_config *c, 
         for (int b = 0; b < spec->blocks[s]; b++) {
             const int stride = s > 0 && b == 0 ? 2 : 1;
             name_t p = nm("layer%d.%d", s + 1, b);
+            hyfi_layer_begin(g, p.s);
             if (c->resnet_version == 1) {
                 h = spec->bottleneck ? v1_bottleneck(g, p.s, h, width, stride)
                                      : v1_basic(g, p.s, h, width, stride);
@@ -437,6 +449,7 @@ static hyfi_tensor *build_resnet_imagenet(hyfi_graph *g, const model_config *c, 
             }
         }
     }
+    hyfi_layer_begin(g, "head");
     if (c->resnet_version == 2) {
         h = bn(g, "bn_final", h);
         h = hyfi_relu(g, "relu_final", h);
@@ -561,6 +574,7 @@ static hyfi_tensor *amoeba_cell(hyfi_graph *g, const char *p, amoeba_state *st, 
                                 bool reduction)
 {
     hyfi_tensor *s[7] = {NULL}, *r[7] = {NULL};
+    hyfi_layer_begin(g, p);
     s[0] = relu_conv_bn(g, nm("%s.reduce1", p).s, 0, st->prev, NULL, c, 1, 1, 1, 1);
     if (st->reduction_prev)
         s[1] = factorized_reduce(g, nm("%s.reduce2", p).s, st->prev_prev, NULL, c);
@@ -598,6 +612,7 @@ static hyfi_tensor *build_amoebanet(hyfi_graph *g, const model_config *c, hyfi_t
     const int repeat = c->num_layers / 3;
     int ch = c->num_filters / 4;
     /* stem: relu-conv3x3/2-bn (the reference applies the relu to the image) */
+    hyfi_layer_begin(g, "stem1");
     hyfi_tensor *h = hyfi_relu(g, "stem1.relu", x);
     h = convk(g, "stem1.conv", h, ch, 3, 2);
     h = bn(g, "stem1.bn", h);
@@ -614,6 +629,7 @@ static hyfi_tensor *build_amoebanet(hyfi_graph *g, const model_config *c, hyfi_t
         for (int i = 0; i < repeat; i++)
             amoeba_cell(g, nm("cell%d_normal%d", 2 * grp + 1, i + 1).s, &st, ch, false);
     }
+    hyfi_layer_begin(g, "head");
     return classifier(g, st.prev, c->num_classes);
 }
 

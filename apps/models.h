@@ -103,6 +103,11 @@
  *   that 312M-parameter model (10 classes): fine for --dry-run, very slow to
  *   train on CPUs; try --num-layers 6 --num-filters 64 (2.7M) there.
  *
+ * Layers (hyfi_layer_begin, the units of --balance and of stage partitioning):
+ * cnn: conv1, conv2, conv3 (each with its bn, relu, pool), head; ResNet: stem,
+ * one per residual block ("layer2.3"), head (final bn-relu of v2, pool, fc,
+ * and the loss the caller adds); AmoebaNet: stem1, one per cell, head.
+ *
  * Op names follow torchvision where there is a counterpart ("conv1",
  * "layer2.0.downsample.conv", "fc") and torchgpipe's module names for
  * AmoebaNet ("stem2", "cell1_normal3", "cell2_reduction", ...).

@@ -402,7 +402,7 @@ def hyfi_dry_run(hyfi_train, flags):
         f = line.split()
         if line.startswith("parameters:"):
             params = int(f[1])
-        elif len(f) == 6 and f[0].isdigit() and f[2] in ("conv2d", "fc"):
+        elif len(f) >= 6 and f[0].isdigit() and f[2] in ("conv2d", "fc"):
             flops += float(f[5])
     return params, flops
 

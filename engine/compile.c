@@ -16,12 +16,15 @@
  * StarPU wherever a task needs them.
  */
 #include "internal.h"
+#include "pipeline.h"
+
+#include <starpu_mpi.h>
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-static int prog_push(program *p, struct starpu_codelet *cl, const char *name,
+static int prog_push(program *p, prog_kind kind, struct starpu_codelet *cl, const char *name,
                      const hyfi_task_args *args)
 {
     if (p->n == p->cap) {
@@ -33,8 +36,10 @@ static int prog_push(program *p, struct starpu_codelet *cl, const char *name,
     }
     prog_task *t = &p->t[p->n++];
     memset(t, 0, sizeof *t);
+    t->kind = kind;
     t->cl = cl;
-    t->args = *args;
+    t->worker = -1;
+    if (args) t->args = *args;
     snprintf(t->name, sizeof t->name, "%s", name);
     return 0;
 }
@@ -67,20 +72,45 @@ static void unreg(starpu_data_handle_t *h)
 
 void hyfi_handles_free(hyfi_graph *g)
 {
+    const int M = g->pl ? g->pl->nmb : 1;
     for (int i = 0; i < g->ntensors; i++) {
         hyfi_tensor *t = g->tensors[i];
-        unreg(&t->h);
-        if (t->gh != g->dloss) unreg(&t->gh);
-        t->gh = NULL;
+        for (int m = 0; m < t->nh; m++) {
+            if (t->h) unreg(&t->h[m]);
+            if (t->gh && t != g->loss) unreg(&t->gh[m]);
+        }
+        if (t->gpart) {
+            for (int k = 0; k < g->pl->nstages * t->nh; k++) unreg(&t->gpart[k]);
+            free(t->gpart);
+            free(t->gpw);
+            t->gpart = NULL;
+            t->gpw = NULL;
+        }
+        free(t->h);
+        if (t != g->loss) free(t->gh);
+        free(t->gw);
+        t->h = t->gh = NULL;
+        t->gw = NULL;
+        t->nh = 0;
         unreg(&t->mh);
-        if (t->host) starpu_free_noflag(t->host, t->numel * 4);
+        if (t->host) starpu_free_noflag(t->host, t->numel * (t->is_int ? 4 : 4));
         if (t->ghost) starpu_free_noflag(t->ghost, t->numel * 4);
         if (t->mhost) starpu_free_noflag(t->mhost, t->numel * 4);
         t->host = t->ghost = t->mhost = NULL;
     }
-    unreg(&g->dloss);
-    if (g->dloss_host) starpu_free_noflag(g->dloss_host, sizeof(float));
+    if (g->dloss) {
+        for (int m = 0; m < M; m++) unreg(&g->dloss[m]);
+        free(g->dloss);
+        g->dloss = NULL;
+    }
+    if (g->dloss_host) starpu_free_noflag(g->dloss_host, (size_t)M * sizeof(float));
     g->dloss_host = NULL;
+    for (int i = 0; i < g->ntokens; i++) unreg(&g->tokens[i]);
+    free(g->tokens);
+    g->tokens = NULL;
+    if (g->token_host) starpu_free_noflag(g->token_host, (size_t)g->ntokens * sizeof(float));
+    g->token_host = NULL;
+    g->ntokens = 0;
 }
 
 static int host_alloc(float **p, size_t n)
@@ -88,71 +118,148 @@ static int host_alloc(float **p, size_t n)
     return starpu_malloc((void **)p, (n ? n : 1) * sizeof(float)) == 0 ? 0 : -1;
 }
 
-static void reg_home(starpu_data_handle_t *h, float *ptr, size_t n, size_t elem,
-                     const char *name, const char *suffix)
+/* Register one vector handle: with a home in host memory (ptr) on the owning
+ * rank, lazily allocated elsewhere (and everywhere when ptr is NULL); known to
+ * StarPU-MPI with its owner in MPI runs. */
+static void reg(hyfi_graph *g, starpu_data_handle_t *h, float *ptr, size_t n, size_t elem,
+                int owner, const char *name, const char *suffix, int m, int nm)
 {
-    starpu_vector_data_register(h, STARPU_MAIN_RAM, (uintptr_t)ptr, (uint32_t)n, elem);
-    char nm[HYFI_NAME_MAX + 16];
-    snprintf(nm, sizeof nm, "%s%s", name, suffix);
-    starpu_data_set_name(*h, nm);
+    if (ptr && owner == g->ctx->rank)
+        starpu_vector_data_register(h, STARPU_MAIN_RAM, (uintptr_t)ptr, (uint32_t)n, elem);
+    else
+        starpu_vector_data_register(h, -1, 0, (uint32_t)n, elem);
+    char buf[HYFI_NAME_MAX + 32];
+    if (nm > 1) snprintf(buf, sizeof buf, "%s%s[%d]", name, suffix, m);
+    else snprintf(buf, sizeof buf, "%s%s", name, suffix);
+    starpu_data_set_name(*h, buf);
+    if (g->ctx->mpi) starpu_mpi_data_register(*h, g->ctx->next_tag++, owner);
 }
 
-static void reg_lazy(starpu_data_handle_t *h, size_t n, const char *name, const char *suffix)
-{
-    starpu_vector_data_register(h, -1, 0, (uint32_t)n, sizeof(float));
-    char nm[HYFI_NAME_MAX + 16];
-    snprintf(nm, sizeof nm, "%s%s", name, suffix);
-    starpu_data_set_name(*h, nm);
-}
+static struct starpu_codelet *redux_cl(void) { return &hyfi_cl_redux_add; }
+static struct starpu_codelet *redux_init_cl(void) { return &hyfi_cl_redux_zero; }
 
 /* Register every tensor; allocate and initialise what lives in host memory. */
 static hyfi_status register_tensors(hyfi_graph *g)
 {
+    const int M = g->pl->nmb, me = g->ctx->rank;
     for (int i = 0; i < g->ntensors; i++) {
         hyfi_tensor *t = g->tensors[i];
-        if (t->numel > UINT32_MAX)
-            return hyfi_graph_fail(g, HYFI_ERR_SHAPE, "tensor \"%s\" has %zu elements; at most "
-                                                      "2^32-1 per tensor (use spatial "
-                                                      "parallelism or a smaller batch)",
-                                   t->name, t->numel);
+        const int per_mb = t->kind == T_INPUT || t->kind == T_LABELS || t->kind == T_ACT ||
+                           t->kind == T_SAVED;
+        t->nh = per_mb ? M : 1;
+        t->mb_numel = per_mb && t->batched ? t->numel / (size_t)M : t->numel;
+        if (t->mb_numel > UINT32_MAX)
+            return hyfi_graph_fail(g, HYFI_ERR_SHAPE, "tensor \"%s\" has %zu elements per "
+                                                      "micro-batch; at most 2^32-1 per tensor "
+                                                      "(use more --parts, spatial parallelism or "
+                                                      "a smaller batch)", t->name, t->mb_numel);
+        t->h = calloc((size_t)t->nh, sizeof *t->h);
+        t->gw = calloc((size_t)t->nh, 1);
+        if (!t->h || !t->gw) goto oom;
+        const int own = t->rank == me;
+        const size_t elem = t->is_int ? sizeof(int32_t) : sizeof(float);
         switch (t->kind) {
         case T_INPUT:
         case T_LABELS:
-            if (host_alloc(&t->host, t->numel)) goto oom;
-            memset(t->host, 0, t->numel * 4);
-            reg_home(&t->h, t->host, t->numel, t->is_int ? sizeof(int32_t) : sizeof(float),
-                     t->name, "");
-            if (!t->is_int) reg_lazy(&t->gh, t->numel, t->name, ".grad");
+            if (own) {
+                if (host_alloc(&t->host, t->numel)) goto oom;
+                memset(t->host, 0, t->numel * 4);
+            }
+            for (int m = 0; m < M; m++)
+                reg(g, &t->h[m], own ? t->host + (size_t)m * t->mb_numel : NULL, t->mb_numel,
+                    elem, t->rank, t->name, "", m, M);
+            if (!t->is_int) {
+                t->gh = calloc((size_t)M, sizeof *t->gh);
+                if (!t->gh) goto oom;
+                for (int m = 0; m < M; m++)
+                    reg(g, &t->gh[m], NULL, t->mb_numel, elem, t->rank, t->name, ".grad", m, M);
+            }
             break;
         case T_PARAM:
-            if (host_alloc(&t->host, t->numel) || host_alloc(&t->ghost, t->numel) ||
-                host_alloc(&t->mhost, t->numel))
-                goto oom;
-            hyfi_param_init(t->host, t, g->seed);
-            memset(t->ghost, 0, t->numel * 4);
-            memset(t->mhost, 0, t->numel * 4);
-            reg_home(&t->h, t->host, t->numel, sizeof(float), t->name, "");
-            reg_home(&t->gh, t->ghost, t->numel, sizeof(float), t->name, ".grad");
-            reg_home(&t->mh, t->mhost, t->numel, sizeof(float), t->name, ".momentum");
+            t->gh = calloc(1, sizeof *t->gh);
+            if (!t->gh) goto oom;
+            if (own) {
+                if (host_alloc(&t->host, t->numel) || host_alloc(&t->ghost, t->numel) ||
+                    host_alloc(&t->mhost, t->numel))
+                    goto oom;
+                hyfi_param_init(t->host, t, g->seed);
+                memset(t->ghost, 0, t->numel * 4);
+                memset(t->mhost, 0, t->numel * 4);
+            }
+            reg(g, &t->h[0], t->host, t->numel, elem, t->rank, t->name, "", 0, 1);
+            reg(g, &t->gh[0], t->ghost, t->numel, elem, t->rank, t->name, ".grad", 0, 1);
+            reg(g, &t->mh, t->mhost, t->numel, elem, t->rank, t->name, ".momentum", 0, 1);
+            /* Summed over micro-batches by a StarPU reduction. */
+            if (M > 1 && !g->plan_cfg.deterministic)
+                starpu_data_set_reduction_methods(t->gh[0], redux_cl(), redux_init_cl());
             break;
         case T_STATE:
-            if (host_alloc(&t->host, t->numel)) goto oom;
-            hyfi_param_init(t->host, t, g->seed);
-            reg_home(&t->h, t->host, t->numel, sizeof(float), t->name, "");
+            if (own) {
+                if (host_alloc(&t->host, t->numel)) goto oom;
+                hyfi_param_init(t->host, t, g->seed);
+            }
+            reg(g, &t->h[0], t->host, t->numel, elem, t->rank, t->name, "", 0, 1);
             break;
         case T_ACT:
-            reg_lazy(&t->h, t->numel, t->name, "");
-            if (t != g->loss) reg_lazy(&t->gh, t->numel, t->name, ".grad");
+            for (int m = 0; m < M; m++)
+                reg(g, &t->h[m], NULL, t->mb_numel, elem, t->rank, t->name, "", m, M);
+            if (t != g->loss) {
+                t->gh = calloc((size_t)M, sizeof *t->gh);
+                if (!t->gh) goto oom;
+                for (int m = 0; m < M; m++)
+                    reg(g, &t->gh[m], NULL, t->mb_numel, elem, t->rank, t->name, ".grad", m, M);
+            }
             break;
         case T_SAVED:
-            reg_lazy(&t->h, t->numel, t->name, "");
+            for (int m = 0; m < M; m++)
+                reg(g, &t->h[m], NULL, t->mb_numel, elem, t->rank, t->name, "", m, M);
             break;
         }
     }
-    if (host_alloc(&g->dloss_host, 1)) goto oom;
-    g->dloss_host[0] = 1.0f;
-    reg_home(&g->dloss, g->dloss_host, 1, sizeof(float), g->loss->name, ".grad");
+    /* Partial gradients of activations consumed by other stages. */
+    for (int i = 0; i < g->nnodes; i++) {
+        const node *nd = &g->nodes[i];
+        for (int k = 0; k < nd->nin; k++) {
+            hyfi_tensor *t = nd->in[k];
+            if (t->kind != T_ACT || !t->requires_grad || nd->stage == t->stage) continue;
+            const int S = g->pl->nstages;
+            if (!t->gpart) {
+                t->gpart = calloc((size_t)S * M, sizeof *t->gpart);
+                t->gpw = calloc((size_t)S * M, 1);
+                if (!t->gpart || !t->gpw) goto oom;
+            }
+            if (t->gpart[(size_t)nd->stage * M]) continue;
+            char sfx[32];
+            snprintf(sfx, sizeof sfx, ".grad.stage%d", nd->stage);
+            for (int m = 0; m < M; m++)
+                reg(g, &t->gpart[(size_t)nd->stage * M + m], NULL, t->mb_numel, sizeof(float),
+                    g->pl->stage_rank[nd->stage], t->name, sfx, m, M);
+        }
+    }
+    /* The seed of the backward: d(mean over the batch)/d(micro-batch loss) = 1/M. */
+    if (host_alloc(&g->dloss_host, (size_t)M)) goto oom;
+    g->dloss = calloc((size_t)M, sizeof *g->dloss);
+    if (!g->dloss) goto oom;
+    for (int m = 0; m < M; m++) {
+        g->dloss_host[m] = 1.0f / (float)M;
+        reg(g, &g->dloss[m], g->dloss_host + m, 1, sizeof(float), g->loss->rank, g->loss->name,
+            ".grad", m, M);
+    }
     g->loss->gh = g->dloss;
+    /* 1F1B: per stage, one token per activation slot (see emit_events). */
+    if (g->pl->schedule == HYFI_SCHEDULE_1F1B && M > 1) {
+        for (int s = 0; s < g->pl->nstages; s++) g->ntokens += g->pl->inflight[s];
+        g->tokens = calloc((size_t)g->ntokens, sizeof *g->tokens);
+        if (!g->tokens || host_alloc(&g->token_host, (size_t)g->ntokens)) goto oom;
+        memset(g->token_host, 0, (size_t)g->ntokens * sizeof(float));
+        for (int s = 0, k = 0; s < g->pl->nstages; s++)
+            for (int j = 0; j < g->pl->inflight[s]; j++, k++) {
+                char nm[48];
+                snprintf(nm, sizeof nm, "stage%d.token", s);
+                reg(g, &g->tokens[k], g->token_host + k, 1, sizeof(float), g->pl->stage_rank[s],
+                    nm, "", j, 2);
+            }
+    }
     return HYFI_OK;
 oom:
     return hyfi_graph_fail(g, HYFI_ERR_NOMEM, "out of host memory registering the tensors "
@@ -160,90 +267,178 @@ oom:
                            g->ntensors);
 }
 
-#define TASK(prog, cl, nm, args)                                                            \
+/* Where and how the tasks being emitted run: micro-batch m of a stage event. */
+typedef struct {
+    hyfi_graph *g;
+    program *P;
+    int m, M;
+    int stage;
+    int rank, worker, prio;
+    starpu_data_handle_t token;          /* 1F1B slot of the event, or NULL */
+    enum starpu_data_access_mode token_mode;
+} emit_ctx;
+
+#define TASK(cl, nm, args)                                                                  \
     do {                                                                                    \
-        if (prog_push((prog), (cl), (nm), (args))) return -1;                              \
+        if (prog_push(P, PT_TASK, (cl), (nm), (args))) return -1;                          \
     } while (0)
 #define R(h) prog_buf(P, (h), STARPU_R)
 #define W(h) prog_buf(P, (h), STARPU_W)
 #define RW(h) prog_buf(P, (h), STARPU_RW)
-/* A gradient output: overwritten by its first writer, accumulated afterwards. */
-#define GRAD_OUT(t) prog_buf(P, (t)->gh, (t)->gwritten ? STARPU_RW : STARPU_W)
-
-static void task_name(char *out, size_t len, const node *nd, const char *pass)
+/* Handles of micro-batch m. */
+#define HV(t) TH((t), e->m)
+#define HG(t) TGH((t), e->m)
+/* The gradient of t that the emitting stage writes for micro-batch m: t's own
+ * where the stage owns t, else the stage's partial of it; with its flag. */
+static starpu_data_handle_t gtarget(const emit_ctx *e, hyfi_tensor *t, unsigned char **flag)
 {
-    snprintf(out, len, "%s.%s", nd->name, pass);
+    if (t->stage == e->stage || !t->gpart) {
+        *flag = &TGW(t, e->m);
+        return TGH(t, e->m);
+    }
+    const size_t k = (size_t)e->stage * t->nh + e->m;
+    *flag = &t->gpw[k];
+    return t->gpart[k];
 }
 
-static int emit_forward(hyfi_graph *g, program *P, const node *nd, int training)
+static int gacc(const emit_ctx *e, hyfi_tensor *t)
 {
-    char nm[64];
+    unsigned char *f;
+    gtarget(e, t, &f);
+    return *f;
+}
+
+static void grad_out(const emit_ctx *e, program *P, hyfi_tensor *t)
+{
+    unsigned char *f;
+    starpu_data_handle_t h = gtarget(e, t, &f);
+    prog_buf(P, h, *f ? STARPU_RW : STARPU_W);
+}
+
+static void grad_done(const emit_ctx *e, hyfi_tensor *t)
+{
+    unsigned char *f;
+    gtarget(e, t, &f);
+    *f = 1;
+    t->gwritten = 1;
+}
+
+/* An activation gradient output: overwritten by its first writer, accumulated after. */
+#define GRAD_OUT(t) grad_out(e, P, (t))
+#define GRAD_DONE(t) grad_done(e, (t))
+#define GACC(t) gacc(e, (t))
+
+static void task_name(char *out, size_t len, const node *nd, const char *pass, const emit_ctx *e)
+{
+    if (e->M > 1) snprintf(out, len, "%s.%s.mb%d", nd->name, pass, e->m);
+    else snprintf(out, len, "%s.%s", nd->name, pass);
+}
+
+/* The op's arguments for one micro-batch: the batch dimension divided by M. */
+static hyfi_task_args node_args(const node *nd, int M)
+{
     hyfi_task_args a = {0};
-    hyfi_tensor *y = nd->out, *x = nd->in[0];
-    task_name(nm, sizeof nm, nd, "fwd");
     switch (nd->op) {
     case OP_CONV2D:
         a.u.conv = nd->a.conv;
-        TASK(P, &hyfi_cl_conv2d_forward, nm, &a);
-        W(y->h), R(x->h), R(nd->p[0]->h);
-        if (nd->p[1]) R(nd->p[1]->h);
+        a.u.conv.n /= M;
         break;
     case OP_BATCHNORM:
         a.u.bn = nd->a.bn;
-        if (training) {
-            TASK(P, &hyfi_cl_batchnorm_forward_train, nm, &a);
-            W(y->h), W(nd->s[0]->h), W(nd->s[1]->h), RW(nd->p[2]->h), RW(nd->p[3]->h);
-            R(x->h), R(nd->p[0]->h), R(nd->p[1]->h);
-        } else {
-            TASK(P, &hyfi_cl_batchnorm_forward_eval, nm, &a);
-            W(y->h), R(x->h), R(nd->p[0]->h), R(nd->p[1]->h), R(nd->p[2]->h), R(nd->p[3]->h);
-        }
-        break;
-    case OP_RELU:
-        a.u.elt.count = y->numel;
-        TASK(P, &hyfi_cl_relu_forward, nm, &a);
-        W(y->h), R(x->h);
+        a.u.bn.n /= M;
         break;
     case OP_MAXPOOL:
     case OP_AVGPOOL:
     case OP_GAP:
         a.u.pool = nd->a.pool;
-        TASK(P, nd->op == OP_MAXPOOL   ? &hyfi_cl_maxpool_forward
-                : nd->op == OP_AVGPOOL ? &hyfi_cl_avgpool_forward
-                                       : &hyfi_cl_gap_forward,
+        a.u.pool.n /= M;
+        break;
+    case OP_FC:
+        a.u.fc = nd->a.fc;
+        a.u.fc.n /= M;
+        break;
+    case OP_XENT:
+        a.u.xent = nd->a.xent;
+        a.u.xent.n /= M;
+        a.u.xent.scale = 1.0f / (float)a.u.xent.n; /* the mean over the micro-batch */
+        break;
+    case OP_RELU:
+    case OP_ADD:
+        a.u.elt.count = nd->out->numel / (size_t)M;
+        break;
+    case OP_CONCAT:
+    case OP_COUNT:
+        break;
+    }
+    return a;
+}
+
+static int emit_forward(emit_ctx *e, const node *nd, int training)
+{
+    program *P = e->P;
+    char nm[64];
+    hyfi_task_args a = node_args(nd, e->M);
+    hyfi_tensor *y = nd->out, *x = nd->in[0];
+    task_name(nm, sizeof nm, nd, "fwd", e);
+    switch (nd->op) {
+    case OP_CONV2D:
+        TASK(&hyfi_cl_conv2d_forward, nm, &a);
+        W(HV(y)), R(HV(x)), R(TH(nd->p[0], 0));
+        if (nd->p[1]) R(TH(nd->p[1], 0));
+        break;
+    case OP_BATCHNORM:
+        if (training) {
+            TASK(&hyfi_cl_batchnorm_forward_train, nm, &a);
+            W(HV(y)), W(HV(nd->s[0])), W(HV(nd->s[1])), RW(TH(nd->p[2], 0)), RW(TH(nd->p[3], 0));
+            R(HV(x)), R(TH(nd->p[0], 0)), R(TH(nd->p[1], 0));
+        } else {
+            TASK(&hyfi_cl_batchnorm_forward_eval, nm, &a);
+            W(HV(y)), R(HV(x)), R(TH(nd->p[0], 0)), R(TH(nd->p[1], 0)), R(TH(nd->p[2], 0));
+            R(TH(nd->p[3], 0));
+        }
+        break;
+    case OP_RELU:
+        TASK(&hyfi_cl_relu_forward, nm, &a);
+        W(HV(y)), R(HV(x));
+        break;
+    case OP_MAXPOOL:
+    case OP_AVGPOOL:
+    case OP_GAP:
+        TASK(nd->op == OP_MAXPOOL   ? &hyfi_cl_maxpool_forward
+             : nd->op == OP_AVGPOOL ? &hyfi_cl_avgpool_forward
+                                    : &hyfi_cl_gap_forward,
              nm, &a);
-        W(y->h), R(x->h);
+        W(HV(y)), R(HV(x));
         break;
     case OP_ADD:
-        a.u.elt.count = y->numel;
-        TASK(P, &hyfi_cl_add_forward, nm, &a);
-        W(y->h), R(nd->in[0]->h), R(nd->in[1]->h);
+        TASK(&hyfi_cl_add_forward, nm, &a);
+        W(HV(y)), R(HV(nd->in[0])), R(HV(nd->in[1]));
         break;
     case OP_CONCAT: {
         int off = 0;
         for (int i = 0; i < nd->nin; i++) {
             hyfi_tensor *xi = nd->in[i];
-            a.u.concat = (hyfi_concat_args){.n = y->dims[0], .hw = y->dims[2] * y->dims[3],
+            a.u.concat = (hyfi_concat_args){.n = y->dims[0] / e->M, .hw = y->dims[2] * y->dims[3],
                                             .c_part = xi->dims[1], .c_offset = off,
                                             .c_total = y->dims[1]};
-            snprintf(nm, sizeof nm, "%s.fwd%d", nd->name, i);
-            TASK(P, &hyfi_cl_concat_forward, nm, &a);
-            prog_buf(P, y->h, i == 0 ? STARPU_W : STARPU_RW);
-            R(xi->h);
+            char pass[16];
+            snprintf(pass, sizeof pass, "fwd%d", i);
+            task_name(nm, sizeof nm, nd, pass, e);
+            TASK(&hyfi_cl_concat_forward, nm, &a);
+            prog_buf(P, HV(y), i == 0 ? STARPU_W : STARPU_RW);
+            R(HV(xi));
             off += xi->dims[1];
         }
         break;
     }
     case OP_FC:
-        a.u.fc = nd->a.fc;
-        TASK(P, &hyfi_cl_fc_forward, nm, &a);
-        W(y->h), R(x->h), R(nd->p[0]->h);
-        if (nd->p[1]) R(nd->p[1]->h);
+        TASK(&hyfi_cl_fc_forward, nm, &a);
+        W(HV(y)), R(HV(x)), R(TH(nd->p[0], 0));
+        if (nd->p[1]) R(TH(nd->p[1], 0));
         break;
     case OP_XENT:
-        a.u.xent = nd->a.xent;
-        TASK(P, &hyfi_cl_xent_forward, nm, &a);
-        W(y->h), W(nd->s[0]->h), R(x->h), R(nd->in[1]->h);
+        TASK(&hyfi_cl_xent_forward, nm, &a);
+        W(HV(y)), W(HV(nd->s[0])), R(HV(x)), R(HV(nd->in[1]));
         break;
     case OP_COUNT:
         break;
@@ -252,109 +447,134 @@ static int emit_forward(hyfi_graph *g, program *P, const node *nd, int training)
 }
 
 /* dst += src (or dst = src for the first writer) */
-static int emit_accumulate(program *P, hyfi_tensor *dst, starpu_data_handle_t src,
+static int emit_accumulate(emit_ctx *e, hyfi_tensor *dst, starpu_data_handle_t src,
                            const char *name)
 {
-    hyfi_task_args a = {.acc = dst->gwritten, .u.elt.count = dst->numel};
-    TASK(P, &hyfi_cl_accumulate, name, &a);
+    program *P = e->P;
+    hyfi_task_args a = {.acc = GACC(dst), .u.elt.count = dst->mb_numel};
+    TASK(&hyfi_cl_accumulate, name, &a);
     GRAD_OUT(dst), R(src);
-    dst->gwritten = 1;
+    GRAD_DONE(dst);
     return 0;
 }
 
-static int emit_fill_zero(program *P, hyfi_tensor *t, const char *name)
+/* The mode (and acc flag) of a parameter gradient output: written once per step
+ * with one micro-batch; with several, zeroed by a fill task before the first
+ * contribution and summed by a StarPU reduction (contributions accumulate into
+ * per-worker copies that StarPU adds up when the update reads the gradient), or
+ * with `deterministic` accumulated in emission order, which is micro-batch
+ * order under both schedules. */
+static int param_grad_mode(emit_ctx *e, hyfi_tensor *p, enum starpu_data_access_mode *mode,
+                           int *acc)
 {
-    hyfi_task_args a = {.u.elt = {.count = t->numel, .value = 0.0f}};
-    TASK(P, &hyfi_cl_fill, name, &a);
-    W(t->gh);
-    t->gwritten = 1;
+    program *P = e->P;
+    if (e->M == 1) {
+        *mode = STARPU_W;
+        *acc = 0;
+    } else if (e->g->plan_cfg.deterministic) {
+        /* micro-batch order: the first contribution writes, the next ones add */
+        *acc = p->gw[0];
+        *mode = *acc ? STARPU_RW : STARPU_W;
+    } else {
+        *acc = 1;
+        if (!p->gw[0]) {
+            char nm[HYFI_NAME_MAX + 16];
+            snprintf(nm, sizeof nm, "%.50s.zero_grad", p->name);
+            hyfi_task_args a = {.u.elt = {.count = p->numel, .value = 0.0f}};
+            TASK(&hyfi_cl_fill, nm, &a);
+            W(p->gh[0]);
+        }
+        *mode = STARPU_REDUX;
+    }
+    p->gw[0] = 1;
+    p->gwritten = 1;
     return 0;
 }
 
 /* Backward of an op with a weight and an optional bias (conv2d, fc): the data
  * gradient (skipped when x needs none) and the parameter gradients. */
-static int emit_weighted_backward(program *P, const node *nd, hyfi_task_args *a,
+static int emit_weighted_backward(emit_ctx *e, const node *nd, hyfi_task_args *a,
                                   struct starpu_codelet *cl_data,
                                   struct starpu_codelet *cl_weight)
 {
+    program *P = e->P;
     char nm[64];
     hyfi_tensor *y = nd->out, *x = nd->in[0];
     if (x->requires_grad) {
-        task_name(nm, sizeof nm, nd, "bwd_data");
-        a->acc = x->gwritten;
-        TASK(P, cl_data, nm, a);
-        GRAD_OUT(x), R(y->gh), R(nd->p[0]->h);
-        x->gwritten = 1;
+        task_name(nm, sizeof nm, nd, "bwd_data", e);
+        a->acc = GACC(x);
+        TASK(cl_data, nm, a);
+        GRAD_OUT(x), R(HG(y)), R(TH(nd->p[0], 0));
+        GRAD_DONE(x);
     }
-    task_name(nm, sizeof nm, nd, "bwd_weight");
-    a->acc = 0;
-    TASK(P, cl_weight, nm, a);
-    W(nd->p[0]->gh);
-    if (nd->p[1]) W(nd->p[1]->gh);
-    R(y->gh), R(x->h);
-    nd->p[0]->gwritten = 1;
-    if (nd->p[1]) nd->p[1]->gwritten = 1;
+    enum starpu_data_access_mode mw, mb = STARPU_W;
+    int accw, accb;
+    if (param_grad_mode(e, nd->p[0], &mw, &accw)) return -1;
+    if (nd->p[1] && param_grad_mode(e, nd->p[1], &mb, &accb)) return -1;
+    task_name(nm, sizeof nm, nd, "bwd_weight", e);
+    a->acc = accw; /* weight and bias are always written together */
+    TASK(cl_weight, nm, a);
+    prog_buf(P, nd->p[0]->gh[0], mw);
+    if (nd->p[1]) prog_buf(P, nd->p[1]->gh[0], mb);
+    R(HG(y)), R(HV(x));
     return 0;
 }
 
-static int emit_backward(program *P, const node *nd)
+static int emit_backward(emit_ctx *e, const node *nd)
 {
+    program *P = e->P;
     char nm[64];
-    hyfi_task_args a = {0};
+    hyfi_task_args a = node_args(nd, e->M);
     hyfi_tensor *y = nd->out, *x = nd->in[0];
     switch (nd->op) {
     case OP_CONV2D:
-        a.u.conv = nd->a.conv;
-        return emit_weighted_backward(P, nd, &a, &hyfi_cl_conv2d_backward_data,
+        return emit_weighted_backward(e, nd, &a, &hyfi_cl_conv2d_backward_data,
                                       &hyfi_cl_conv2d_backward_weight);
-    case OP_BATCHNORM:
-        /* One kernel writes dx, dgamma and dbeta with one acc flag: when dx
-         * accumulates, the parameter gradients are zeroed first. */
-        a.u.bn = nd->a.bn;
-        a.acc = x->gwritten;
-        if (a.acc) {
-            task_name(nm, sizeof nm, nd, "zero_dgamma");
-            if (emit_fill_zero(P, nd->p[0], nm)) return -1;
-            task_name(nm, sizeof nm, nd, "zero_dbeta");
-            if (emit_fill_zero(P, nd->p[1], nm)) return -1;
-        }
-        task_name(nm, sizeof nm, nd, "bwd");
-        TASK(P, &hyfi_cl_batchnorm_backward, nm, &a);
+    case OP_BATCHNORM: {
+        /* One kernel writes dx, dgamma and dbeta; its acc bits say which add. */
+        enum starpu_data_access_mode mg, mb;
+        int accg, accb;
+        if (param_grad_mode(e, nd->p[0], &mg, &accg) || param_grad_mode(e, nd->p[1], &mb, &accb))
+            return -1;
+        a.acc = (GACC(x) ? HYFI_BN_ACC_DX : 0) | (accg ? HYFI_BN_ACC_PARAMS : 0);
+        task_name(nm, sizeof nm, nd, "bwd", e);
+        TASK(&hyfi_cl_batchnorm_backward, nm, &a);
         GRAD_OUT(x);
-        prog_buf(P, nd->p[0]->gh, a.acc ? STARPU_RW : STARPU_W);
-        prog_buf(P, nd->p[1]->gh, a.acc ? STARPU_RW : STARPU_W);
-        R(y->gh), R(x->h), R(nd->p[0]->h), R(nd->s[0]->h), R(nd->s[1]->h);
-        x->gwritten = nd->p[0]->gwritten = nd->p[1]->gwritten = 1;
+        prog_buf(P, nd->p[0]->gh[0], mg);
+        prog_buf(P, nd->p[1]->gh[0], mb);
+        R(HG(y)), R(HV(x)), R(TH(nd->p[0], 0)), R(HV(nd->s[0])), R(HV(nd->s[1]));
+        GRAD_DONE(x);
         break;
+    }
     case OP_RELU:
         if (!x->requires_grad) break;
-        a.u.elt.count = x->numel;
-        a.acc = x->gwritten;
-        task_name(nm, sizeof nm, nd, "bwd");
-        TASK(P, &hyfi_cl_relu_backward, nm, &a);
-        GRAD_OUT(x), R(y->gh), R(y->h);
-        x->gwritten = 1;
+        a.acc = GACC(x);
+        task_name(nm, sizeof nm, nd, "bwd", e);
+        TASK(&hyfi_cl_relu_backward, nm, &a);
+        GRAD_OUT(x), R(HG(y)), R(HV(y));
+        GRAD_DONE(x);
         break;
     case OP_MAXPOOL:
     case OP_AVGPOOL:
     case OP_GAP:
         if (!x->requires_grad) break;
-        a.u.pool = nd->a.pool;
-        a.acc = x->gwritten;
-        task_name(nm, sizeof nm, nd, "bwd");
-        TASK(P, nd->op == OP_MAXPOOL   ? &hyfi_cl_maxpool_backward
-                : nd->op == OP_AVGPOOL ? &hyfi_cl_avgpool_backward
-                                       : &hyfi_cl_gap_backward,
+        a.acc = GACC(x);
+        task_name(nm, sizeof nm, nd, "bwd", e);
+        TASK(nd->op == OP_MAXPOOL   ? &hyfi_cl_maxpool_backward
+             : nd->op == OP_AVGPOOL ? &hyfi_cl_avgpool_backward
+                                    : &hyfi_cl_gap_backward,
              nm, &a);
-        GRAD_OUT(x), R(y->gh);
-        if (nd->op == OP_MAXPOOL) R(x->h);
-        x->gwritten = 1;
+        GRAD_OUT(x), R(HG(y));
+        if (nd->op == OP_MAXPOOL) R(HV(x));
+        GRAD_DONE(x);
         break;
     case OP_ADD:
         for (int i = 0; i < 2; i++) {
             if (!nd->in[i]->requires_grad) continue;
-            snprintf(nm, sizeof nm, "%s.bwd%d", nd->name, i);
-            if (emit_accumulate(P, nd->in[i], y->gh, nm)) return -1;
+            char pass[16];
+            snprintf(pass, sizeof pass, "bwd%d", i);
+            task_name(nm, sizeof nm, nd, pass, e);
+            if (emit_accumulate(e, nd->in[i], HG(y), nm)) return -1;
         }
         break;
     case OP_CONCAT: {
@@ -362,30 +582,31 @@ static int emit_backward(program *P, const node *nd)
         for (int i = 0; i < nd->nin; i++) {
             hyfi_tensor *xi = nd->in[i];
             if (xi->requires_grad) {
-                a.u.concat = (hyfi_concat_args){.n = y->dims[0], .hw = y->dims[2] * y->dims[3],
+                a.u.concat = (hyfi_concat_args){.n = y->dims[0] / e->M,
+                                                .hw = y->dims[2] * y->dims[3],
                                                 .c_part = xi->dims[1], .c_offset = off,
                                                 .c_total = y->dims[1]};
-                a.acc = xi->gwritten;
-                snprintf(nm, sizeof nm, "%s.bwd%d", nd->name, i);
-                TASK(P, &hyfi_cl_concat_backward, nm, &a);
-                GRAD_OUT(xi), R(y->gh);
-                xi->gwritten = 1;
+                a.acc = GACC(xi);
+                char pass[16];
+                snprintf(pass, sizeof pass, "bwd%d", i);
+                task_name(nm, sizeof nm, nd, pass, e);
+                TASK(&hyfi_cl_concat_backward, nm, &a);
+                GRAD_OUT(xi), R(HG(y));
+                GRAD_DONE(xi);
             }
             off += xi->dims[1];
         }
         break;
     }
     case OP_FC:
-        a.u.fc = nd->a.fc;
-        return emit_weighted_backward(P, nd, &a, &hyfi_cl_fc_backward_data,
+        return emit_weighted_backward(e, nd, &a, &hyfi_cl_fc_backward_data,
                                       &hyfi_cl_fc_backward_weight);
     case OP_XENT:
-        a.u.xent = nd->a.xent;
-        a.acc = x->gwritten;
-        task_name(nm, sizeof nm, nd, "bwd");
-        TASK(P, &hyfi_cl_xent_backward, nm, &a);
-        GRAD_OUT(x), R(nd->s[0]->h), R(nd->in[1]->h), R(y->gh);
-        x->gwritten = 1;
+        a.acc = GACC(x);
+        task_name(nm, sizeof nm, nd, "bwd", e);
+        TASK(&hyfi_cl_xent_backward, nm, &a);
+        GRAD_OUT(x), R(HV(nd->s[0])), R(HV(nd->in[1])), R(HG(y));
+        GRAD_DONE(x);
         break;
     case OP_COUNT:
         break;
@@ -393,19 +614,138 @@ static int emit_backward(program *P, const node *nd)
     return 0;
 }
 
-static int build_programs(hyfi_graph *g)
+/* Give the tasks emitted since `from` the event's rank, worker, priority and
+ * 1F1B token (appended as their last buffer: the kernels never see it). */
+static void finish_tasks(emit_ctx *e, int from)
 {
-    program *P = &g->train_prog;
-    for (int i = 0; i < g->nnodes; i++)
-        if (emit_forward(g, P, &g->nodes[i], 1)) return -1;
-    for (int i = 0; i < g->ntensors; i++) g->tensors[i]->gwritten = 0;
-    g->loss->gwritten = 1;
-    for (int i = g->nnodes - 1; i >= 0; i--) {
-        const node *nd = &g->nodes[i];
-        /* Only ops whose output received a gradient propagate one. */
-        if (!nd->out->requires_grad || !nd->out->gwritten) continue;
-        if (emit_backward(P, nd)) return -1;
+    for (int k = from; k < e->P->n; k++) {
+        prog_task *t = &e->P->t[k];
+        t->rank = e->rank;
+        t->worker = e->worker;
+        t->prio = e->prio;
+        if (e->token && t->kind == PT_TASK && t->nbuf < HYFI_MAX_TASK_BUFFERS) {
+            t->buf[t->nbuf].handle = e->token;
+            t->buf[t->nbuf].mode = e->token_mode;
+            t->nbuf++;
+        }
     }
+}
+
+/* Every rank reads the loss after a program: send each micro-batch's loss to
+ * every rank inside the program, so that the program's final wait covers it. */
+static int emit_loss_bcast(hyfi_graph *g, program *P)
+{
+    if (g->ctx->nranks < 2) return 0;
+    for (int m = 0; m < g->loss->nh; m++) {
+        if (prog_push(P, PT_BCAST, NULL, "loss.bcast", NULL)) return -1;
+        P->t[P->n - 1].rank = g->loss->rank;
+        prog_buf(P, g->loss->h[m], STARPU_R);
+    }
+    return 0;
+}
+
+static int emit_release(program *P, starpu_data_handle_t h, int owner)
+{
+    if (prog_push(P, PT_RELEASE, NULL, "release", NULL)) return -1;
+    P->t[P->n - 1].rank = owner;
+    prog_buf(P, h, STARPU_W);
+    return 0;
+}
+
+/* Nodes of stage s: [first[s], first[s + 1]). */
+static int *stage_nodes(hyfi_graph *g)
+{
+    const int S = g->pl->nstages;
+    int *first = malloc((size_t)(S + 1) * sizeof *first);
+    if (!first) return NULL;
+    for (int s = 0; s <= S; s++) first[s] = g->nnodes;
+    for (int i = g->nnodes - 1; i >= 0; i--) first[g->nodes[i].stage] = i;
+    for (int s = S - 1; s >= 0; s--)
+        if (first[s] > first[s + 1]) first[s] = first[s + 1];
+    return first;
+}
+
+static int clamp_prio(int p)
+{
+    const int lo = starpu_sched_get_min_priority(), hi = starpu_sched_get_max_priority();
+    return p < lo ? lo : p > hi ? hi : p;
+}
+
+static int build_train(hyfi_graph *g, const int *first)
+{
+    const hyfi_plan *pl = g->pl;
+    const int M = pl->nmb;
+    emit_ctx ec = {.g = g, .P = &g->train_prog, .M = M};
+    emit_ctx *e = &ec;
+    for (int i = 0; i < g->ntensors; i++) {
+        hyfi_tensor *t = g->tensors[i];
+        memset(t->gw, 0, (size_t)t->nh);
+        if (t->gpw) memset(t->gpw, 0, (size_t)pl->nstages * t->nh);
+        t->gwritten = 0;
+    }
+    memset(g->loss->gw, 1, (size_t)g->loss->nh);
+    int *tok_base = calloc((size_t)pl->nstages, sizeof *tok_base);
+    if (!tok_base) return -1;
+    for (int s = 1; s < pl->nstages; s++) tok_base[s] = tok_base[s - 1] + pl->inflight[s - 1];
+    int rc = 0;
+    for (int k = 0; k < pl->nevents && !rc; k++) {
+        const hyfi_pipe_event *ev = &pl->events[k];
+        const int s = ev->stage;
+        ec.m = ev->mb;
+        ec.stage = s;
+        ec.rank = pl->stage_rank[s];
+        ec.worker = pl->stage_worker[s];
+        ec.prio = clamp_prio(pl->nticks - ev->tick);
+        ec.token = g->tokens ? g->tokens[tok_base[s] + ev->mb % pl->inflight[s]] : NULL;
+        /* 1F1B: forwards read the slot's token, backwards write it (commuting among
+         * themselves), so forward m + inflight waits for backward m. */
+        ec.token_mode = ev->backward ? (STARPU_RW | STARPU_COMMUTE) : STARPU_R;
+        const int from = ec.P->n;
+        if (!ev->backward) {
+            for (int i = first[s]; i < first[s + 1] && !rc; i++)
+                rc = emit_forward(e, &g->nodes[i], 1);
+            finish_tasks(e, from);
+            continue;
+        }
+        /* Add the partial gradients that later stages summed for the stage's
+         * tensors, latest stage first (the order the contributions would
+         * have had without partials). */
+        for (int i = first[s]; i < first[s + 1] && !rc; i++) {
+            hyfi_tensor *t = g->nodes[i].out;
+            if (!t->gpart) continue;
+            for (int c = pl->nstages - 1; c > s && !rc; c--) {
+                const size_t k = (size_t)c * t->nh + ev->mb;
+                if (!t->gpart[k] || !t->gpw[k]) continue;
+                char nm[64];
+                snprintf(nm, sizeof nm, "%.40s.grad_from_stage%d", t->name, c & 0xffff);
+                rc = emit_accumulate(e, t, t->gpart[k], nm);
+            }
+        }
+        for (int i = first[s + 1] - 1; i >= first[s] && !rc; i--) {
+            const node *nd = &g->nodes[i];
+            /* Only ops whose output received a gradient propagate one. */
+            if (!nd->out->requires_grad || !TGW(nd->out, ev->mb)) continue;
+            rc = emit_backward(e, nd);
+        }
+        finish_tasks(e, from);
+        if (rc || pl->trivial) continue;
+        /* Micro-batch m is done on stage s: release what the stage produced for it. */
+        for (int i = 0; i < g->ntensors && !rc; i++) {
+            hyfi_tensor *t = g->tensors[i];
+            if (t->stage != s || t == g->loss || (t->kind != T_ACT && t->kind != T_SAVED))
+                continue;
+            t->released = 1;
+            rc = emit_release(ec.P, t->h[ev->mb], t->rank);
+            if (!rc && t->gh) rc = emit_release(ec.P, t->gh[ev->mb], t->rank);
+            for (int c = 0; t->gpart && c < pl->nstages && !rc; c++) {
+                starpu_data_handle_t h = t->gpart[(size_t)c * t->nh + ev->mb];
+                if (h) rc = emit_release(ec.P, h, pl->stage_rank[c]);
+            }
+        }
+    }
+    free(tok_base);
+    if (rc) return rc;
+    program *P = ec.P;
     for (int i = 0; i < g->nparams; i++) {
         hyfi_tensor *p = g->params[i];
         if (!p->gwritten) continue; /* not on the loss's path: left alone, as PyTorch does */
@@ -414,16 +754,43 @@ static int build_programs(hyfi_graph *g)
                                       .weight_decay = g->train.weight_decay}};
         char nm[64];
         snprintf(nm, sizeof nm, "%.50s.sgd", p->name);
-        TASK(P, &hyfi_cl_sgd_update, nm, &a);
-        RW(p->h), RW(p->mh), R(p->gh);
+        TASK(&hyfi_cl_sgd_update, nm, &a);
+        RW(p->h[0]), RW(p->mh), R(p->gh[0]);
+        P->t[P->n - 1].rank = p->rank;
+        P->t[P->n - 1].worker = pl->stage_worker[p->stage];
     }
-    P = &g->infer_prog;
-    for (int i = 0; i < g->nnodes; i++)
-        if (emit_forward(g, P, &g->nodes[i], 0)) return -1;
-    P = &g->fwd_train_prog;
-    for (int i = 0; i < g->nnodes; i++)
-        if (emit_forward(g, P, &g->nodes[i], 1)) return -1;
-    return 0;
+    return emit_loss_bcast(g, P);
+}
+
+/* Forward-only programs: the forward events of the schedule. */
+static int build_forward(hyfi_graph *g, program *P, const int *first, int training)
+{
+    const hyfi_plan *pl = g->pl;
+    emit_ctx ec = {.g = g, .P = P, .M = pl->nmb};
+    for (int k = 0; k < pl->nevents; k++) {
+        const hyfi_pipe_event *ev = &pl->events[k];
+        if (ev->backward) continue;
+        ec.m = ev->mb;
+        ec.stage = ev->stage;
+        ec.rank = pl->stage_rank[ev->stage];
+        ec.worker = pl->stage_worker[ev->stage];
+        const int from = P->n;
+        for (int i = first[ev->stage]; i < first[ev->stage + 1]; i++)
+            if (emit_forward(&ec, &g->nodes[i], training)) return -1;
+        finish_tasks(&ec, from);
+    }
+    return emit_loss_bcast(g, P);
+}
+
+static int build_programs(hyfi_graph *g)
+{
+    int *first = stage_nodes(g);
+    if (!first) return -1;
+    int rc = build_train(g, first);
+    if (!rc) rc = build_forward(g, &g->infer_prog, first, 0);
+    if (!rc) rc = build_forward(g, &g->fwd_train_prog, first, 1);
+    free(first);
+    return rc;
 }
 
 hyfi_status hyfi_graph_compile(hyfi_graph *g, hyfi_tensor *loss, const hyfi_train_config *cfg)
@@ -447,16 +814,21 @@ hyfi_status hyfi_graph_compile(hyfi_graph *g, hyfi_tensor *loss, const hyfi_trai
         g->train = *cfg;
     }
     g->loss = loss;
-    hyfi_status s = register_tensors(g);
+    hyfi_status s = hyfi_plan_build(g);
+    if (s != HYFI_OK) return s;
+    s = register_tensors(g);
     if (s != HYFI_OK) {
         hyfi_handles_free(g);
+        hyfi_plan_free(g);
         return s;
     }
     if (build_programs(g)) {
         hyfi_programs_free(g);
         hyfi_handles_free(g);
+        hyfi_plan_free(g);
         return hyfi_graph_fail(g, HYFI_ERR_NOMEM, "out of memory building the task programs");
     }
+    hyfi_plan_predict_comm(g);
     g->compiled = 1;
     return HYFI_OK;
 }

@@ -34,7 +34,7 @@ hyfi_status hyfi_ctx_create(hyfi_ctx **out, const hyfi_ctx_config *cfg_in)
     if (g_ctx_alive)
         return hyfi_fail(HYFI_ERR_STATE, "hyfi_ctx_create: a context already exists in this "
                                          "process; destroy it first (one per process)");
-    hyfi_ctx_config cfg = {HYFI_DEVICE_AUTO, -1, -1, -1, NULL, 0, 0, 0};
+    hyfi_ctx_config cfg = {HYFI_DEVICE_AUTO, -1, -1, -1, NULL, 0, 0, 0, 0};
     if (cfg_in) cfg = *cfg_in;
     if (cfg.device != HYFI_DEVICE_AUTO && cfg.device != HYFI_DEVICE_CPU &&
         cfg.device != HYFI_DEVICE_CUDA)
@@ -56,7 +56,14 @@ hyfi_status hyfi_ctx_create(hyfi_ctx **out, const hyfi_ctx_config *cfg_in)
     if (!cfg.bind_workers) setenv("STARPU_WORKERS_NOBIND", "1", 0);
     struct starpu_conf conf;
     starpu_conf_init(&conf);
-    conf.sched_policy_name = cfg.scheduler ? cfg.scheduler : "dmda";
+    /* Default scheduler: with CUDA workers the perf-model based dmda places
+     * each task where it finishes first; with identical CPU workers only,
+     * eager (one central queue: the worker that frees a layer's successor
+     * usually runs it, with every core it can borrow) measured 5-20% faster
+     * on every benchmark model (docs/bench-cpu.md). */
+    const int want_cuda = cfg.device != HYFI_DEVICE_CPU && cfg.ncuda != 0 &&
+                          hyfi_ops_cuda_devices() > 0;
+    conf.sched_policy_name = cfg.scheduler ? cfg.scheduler : want_cuda ? "dmda" : "eager";
     if (cfg.ncpus > 0) conf.ncpus = cfg.ncpus;
     if (cfg.device == HYFI_DEVICE_CPU) conf.ncuda = 0;
     else if (cfg.ncuda >= 0) conf.ncuda = cfg.ncuda;
@@ -65,6 +72,9 @@ hyfi_status hyfi_ctx_create(hyfi_ctx **out, const hyfi_ctx_config *cfg_in)
 
     int rc;
     if (ctx->mpi) {
+        /* StarPU-MPI counts bytes per destination only when told so before
+         * its initialisation (and prints the counts at shutdown). */
+        if (cfg.comm_stats) setenv("STARPU_MPI_STATS", "1", 1);
         rc = starpu_mpi_init_conf(NULL, NULL, 1, MPI_COMM_WORLD, &conf);
     } else {
         rc = starpu_init(&conf);
@@ -86,6 +96,8 @@ hyfi_status hyfi_ctx_create(hyfi_ctx **out, const hyfi_ctx_config *cfg_in)
     }
     ctx->ncpu = (int)starpu_cpu_worker_get_count();
     ctx->ncuda = (int)starpu_cuda_worker_get_count();
+    ctx->next_tag = 1;
+    ctx->comm_stats = cfg.comm_stats && ctx->mpi;
     if (ctx->mpi) {
         starpu_mpi_comm_rank(MPI_COMM_WORLD, &ctx->rank);
         starpu_mpi_comm_size(MPI_COMM_WORLD, &ctx->nranks);
@@ -101,13 +113,27 @@ hyfi_status hyfi_ctx_create(hyfi_ctx **out, const hyfi_ctx_config *cfg_in)
                          "device cuda: StarPU found no CUDA worker (no GPU visible, or "
                          "STARPU_NCUDA=0); use device cpu or auto");
     }
+    /* The cores of this process: the machine's, shared by the ranks that
+     * mpiexec started on it (MPICH's MPI_LOCALNRANKS). Oversubscribed OpenMP
+     * teams spin against each other: 2 ranks with 2 threads each on 2 cores
+     * trained 20x slower than with 1 each. */
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
-    ctx->cpu_threads = cfg.cpu_threads > 0 ? cfg.cpu_threads
-                                           : (int)((cores > 0 ? cores : 1) /
-                                                   (ctx->ncpu > 0 ? ctx->ncpu : 1));
+    const char *lr = getenv("MPI_LOCALNRANKS");
+    const long local_ranks = ctx->mpi && lr && atol(lr) > 0 ? atol(lr) : 1;
+    cores = cores > 0 ? cores / local_ranks : 1;
+    const char *ct = getenv("HYFI_CPU_THREADS");
+    ctx->cpu_threads = ct && atoi(ct) > 0   ? atoi(ct)
+                       : cfg.cpu_threads > 0 ? cfg.cpu_threads
+                                             : (int)((cores > 0 ? cores : 1) /
+                                                     (ctx->ncpu > 0 ? ctx->ncpu : 1));
     if (ctx->cpu_threads < 1) ctx->cpu_threads = 1;
     if (ctx->ncpu > 0)
         starpu_execute_on_each_worker(set_worker_threads, &ctx->cpu_threads, STARPU_CPU);
+    {
+        const char *e = getenv("HYFI_LEND_MIN_BYTES");
+        hyfi_ops_cores_init(ctx->ncpu, ctx->cpu_threads,
+                            e ? (size_t)strtoull(e, NULL, 10) : 1);
+    }
     rc = hyfi_ops_init();
     if (rc != 0) {
         hyfi_ops_fini();
@@ -119,8 +145,9 @@ hyfi_status hyfi_ctx_create(hyfi_ctx **out, const hyfi_ctx_config *cfg_in)
     }
     if (ctx->verbose)
         fprintf(stderr, "hyfi: rank %d/%d, %d CPU workers x %d threads, %d CUDA workers, "
-                        "scheduler %s\n", ctx->rank, ctx->nranks, ctx->ncpu, ctx->cpu_threads,
-                ctx->ncuda, conf.sched_policy_name);
+                        "scheduler %s\n", ctx->rank, ctx->nranks, ctx->ncpu,
+                ctx->cpu_threads, ctx->ncuda,
+                getenv("STARPU_SCHED") ? getenv("STARPU_SCHED") : conf.sched_policy_name);
     g_ctx_alive = 1;
     *out = ctx;
     return HYFI_OK;
@@ -141,3 +168,18 @@ int hyfi_ctx_rank(const hyfi_ctx *ctx) { return ctx ? ctx->rank : 0; }
 int hyfi_ctx_nranks(const hyfi_ctx *ctx) { return ctx ? ctx->nranks : 1; }
 int hyfi_ctx_ncpu_workers(const hyfi_ctx *ctx) { return ctx ? ctx->ncpu : 0; }
 int hyfi_ctx_ncuda_workers(const hyfi_ctx *ctx) { return ctx ? ctx->ncuda : 0; }
+
+hyfi_status hyfi_ctx_comm_bytes(const hyfi_ctx *ctx, size_t *sent, int nranks)
+{
+    if (!ctx || !sent) return hyfi_fail(HYFI_ERR_ARG, "hyfi_ctx_comm_bytes: ctx or sent is NULL");
+    if (nranks != ctx->nranks)
+        return hyfi_fail(HYFI_ERR_ARG, "hyfi_ctx_comm_bytes: sent[] has %d entries, the run has "
+                                       "%d ranks", nranks, ctx->nranks);
+    memset(sent, 0, (size_t)nranks * sizeof *sent);
+    if (!ctx->mpi) return HYFI_OK;
+    if (!ctx->comm_stats)
+        return hyfi_fail(HYFI_ERR_STATE, "hyfi_ctx_comm_bytes: create the context with "
+                                         "comm_stats = 1 to count the bytes sent");
+    starpu_mpi_comm_stats_retrieve(sent);
+    return HYFI_OK;
+}

@@ -50,6 +50,10 @@ void hyfi_graph_destroy(hyfi_graph *g)
     free(g->nodes);
     free(g->tensors);
     free(g->params);
+    for (int i = 0; i < g->nlayers; i++) free(g->layer_names[i]);
+    free(g->layer_names);
+    free(g->plan_balance);
+    hyfi_plan_free(g);
     free(g);
 }
 
@@ -159,6 +163,7 @@ static hyfi_tensor *new_tensor(hyfi_graph *g, const char *name, tensor_kind kind
     t->numel = (size_t)n * (size_t)c * (size_t)h * (size_t)w;
     t->kind = kind;
     t->producer = -1;
+    t->batched = kind == T_INPUT || kind == T_LABELS || kind == T_ACT;
     g->tensors[g->ntensors++] = t;
     return t;
 }
@@ -239,6 +244,7 @@ static node *add_node(hyfi_graph *g, op_kind op, const char *name, int nin,
     node *nd = &g->nodes[g->nnodes];
     memset(nd, 0, sizeof *nd);
     nd->op = op;
+    nd->layer = g->nlayers - 1;
     nd->name = strdup(name);
     nd->in = calloc((size_t)nin, sizeof *nd->in);
     if (!nd->name || !nd->in) {
@@ -551,10 +557,12 @@ hyfi_tensor *hyfi_softmax_cross_entropy(hyfi_graph *g, const char *name, hyfi_te
     int n = logits->dims[0], k = logits->dims[1];
     hyfi_tensor *prob = new_param(g, nm, "prob", T_SAVED, INIT_ZERO, 1, n, k, 1, 1);
     if (!prob) return NULL;
+    prob->batched = 1;
     hyfi_tensor *in[2] = {logits, labels};
     node *nd = add_node(g, OP_XENT, nm, 2, in, 1, 1, 1, 1);
     if (!nd) return NULL;
     nd->s[0] = prob;
+    nd->out->batched = 0; /* the loss: one value per micro-batch */
     nd->a.xent = (hyfi_xent_args){.n = n, .k = k, .scale = 1.0f / (float)n};
     return nd->out;
 }
@@ -611,5 +619,8 @@ hyfi_status hyfi_graph_op_info(const hyfi_graph *g, int i, hyfi_op_info *info)
         if (nd->p[k] && nd->p[k]->kind == T_PARAM) info->params += nd->p[k]->numel;
     info->flops = node_flops(nd);
     info->act_bytes = nd->out->numel * sizeof(float);
+    info->layer = g->nlayers ? (nd->layer < 0 ? 0 : nd->layer) : i;
+    info->layer_name = g->nlayers ? g->layer_names[info->layer] : nd->name;
+    info->stage = g->pl ? nd->stage : 0;
     return HYFI_OK;
 }

@@ -43,20 +43,47 @@ struct hyfi_tensor {
     size_t numel;
     tensor_kind kind;
     int is_int;           /* labels */
+    int batched;          /* the first dimension is the batch (cut into micro-batches) */
     int requires_grad;    /* a gradient flows into it (params and what depends on them) */
     int producer;         /* node index, -1 for inputs/params/state */
     init_kind init;
     int fan_in;
 
-    /* after compile */
-    float *host;          /* host memory for inputs, labels, params, state (StarPU-allocated) */
-    starpu_data_handle_t h;
+    /* plan */
+    int stage;            /* the stage whose place owns the tensor (engine/plan.c) */
+    int rank;             /* MPI rank of that place */
+
+    /* after compile. Batch tensors (inputs, labels, activations, saved
+     * tensors) have one handle per micro-batch: nh = M; for inputs, labels,
+     * activations and probabilities handle m holds batch rows [m N/M, (m+1) N/M)
+     * (mb_numel elements); batch-norm statistics are per micro-batch, not
+     * sliced. Parameters and state have one handle (nh = 1). */
+    int nh;
+    size_t mb_numel;
+    float *host;          /* host memory for inputs, labels, params, state (StarPU-allocated,
+                             on the owning rank only) */
+    starpu_data_handle_t *h;  /* nh value handles */
     float *ghost;         /* gradient host memory (params) */
-    starpu_data_handle_t gh; /* gradient (NULL when none) */
-    int gwritten;         /* compile-time: a backward task already wrote the gradient */
+    starpu_data_handle_t *gh; /* nh gradient handles (NULL when none) */
+    unsigned char *gw;    /* compile-time, per handle: a backward task already wrote the
+                             gradient (the next one accumulates) */
+    int gwritten;         /* some gradient of the tensor was written (readable after a step) */
+    int released;         /* activation handles are invalidated after their backward */
+    /* Partial gradients: a stage other than the tensor's own that consumes it
+     * sums its contributions into its own handle gpart[stage * nh + m] (NULL
+     * where none), which the owning stage adds into gh[m] at the start of its
+     * backward: one transfer per consuming stage instead of a round trip per
+     * contribution. */
+    starpu_data_handle_t *gpart;
+    unsigned char *gpw;   /* compile-time flags of gpart, as gw */
     float *mhost;         /* momentum (params) */
     starpu_data_handle_t mh;
 };
+
+/* Handle of micro-batch m (shared tensors have one). */
+#define TH(t, m) ((t)->h[(t)->nh > 1 ? (m) : 0])
+#define TGH(t, m) ((t)->gh[(t)->nh > 1 ? (m) : 0])
+#define TGW(t, m) ((t)->gw[(t)->nh > 1 ? (m) : 0])
 
 typedef enum {
     OP_CONV2D,
@@ -82,6 +109,8 @@ typedef struct {
     hyfi_tensor *out;
     hyfi_tensor *p[4];    /* conv/fc: weight, bias; bn: gamma, beta, running mean, running var */
     hyfi_tensor *s[2];    /* saved: bn mean, var; xent prob */
+    int layer;            /* hyfi_layer_begin's layer, -1 before the first call */
+    int stage;            /* plan: stage (layer partition) of the op */
     union {
         hyfi_conv2d_args conv;
         hyfi_batchnorm_args bn;
@@ -91,11 +120,22 @@ typedef struct {
     } a;
 } node;
 
+typedef enum {
+    PT_TASK,       /* a codelet over buffers */
+    PT_RELEASE,    /* buf[0]: drop its contents everywhere (invalidate on the owner, flush
+                      the copies other ranks received) */
+    PT_BCAST,      /* buf[0]: send it from its owner to every rank */
+} prog_kind;
+
 typedef struct {
+    prog_kind kind;
     struct starpu_codelet *cl;
     int nbuf;
     struct starpu_data_descr buf[HYFI_MAX_TASK_BUFFERS];
     hyfi_task_args args;
+    int rank;             /* MPI rank that runs it (the owner of the op's place) */
+    int worker;           /* a worker to pin the task to, -1: any */
+    int prio;             /* StarPU priority */
     char name[64];
 } prog_task;
 
@@ -106,6 +146,8 @@ typedef struct {
 
 struct hyfi_ctx {
     int rank, nranks;
+    int64_t next_tag;     /* StarPU-MPI tags handed out to graphs' handles */
+    int comm_stats;       /* StarPU-MPI counts the bytes sent */
     int mpi;
     int ncpu, ncuda;
     int cpu_threads;
@@ -122,6 +164,15 @@ struct hyfi_graph {
     hyfi_tensor **params;  /* trainable, creation order */
     int nparams, cap_params;
 
+    /* layers: hyfi_layer_begin; none: one layer per op */
+    char **layer_names;
+    int nlayers, cap_layers;
+
+    /* the parallel plan (engine/plan.c) */
+    hyfi_plan_config plan_cfg;
+    int *plan_balance;     /* copy of plan_cfg.balance */
+    struct hyfi_plan *pl;  /* after compile */
+
     hyfi_status status;    /* sticky builder status */
     char error[512];       /* message of the first builder error or the last failed call */
 
@@ -129,9 +180,13 @@ struct hyfi_graph {
     hyfi_tensor *loss;
     hyfi_train_config train;
     program train_prog, infer_prog, fwd_train_prog;
-    float *dloss_host;     /* constant 1: the seed of the backward pass */
-    starpu_data_handle_t dloss;
+    float *dloss_host;     /* constant 1/M per micro-batch: the seed of the backward pass */
+    starpu_data_handle_t *dloss; /* M handles */
+    starpu_data_handle_t *tokens; /* 1F1B: per stage, inflight slots (1 float each) */
+    float *token_host;
+    int ntokens;
     int stepped;           /* a train step has run: gradients are readable */
+    int last_train;        /* the last program run was the train program */
 };
 
 /* errors.c */
@@ -153,6 +208,38 @@ void hyfi_handles_free(hyfi_graph *g);
 
 /* run.c */
 hyfi_status hyfi_program_run(hyfi_graph *g, program *p);
+/* Collective in MPI runs (every rank calls them). read: copy a handle out to
+ * host memory on rank `root` (-1: on every rank; host is only touched there);
+ * write: copy host memory into a handle on its owner (other ranks drop the
+ * copies they had received). */
+void hyfi_handle_read(hyfi_graph *g, starpu_data_handle_t h, int root, void *host, size_t bytes);
+void hyfi_handle_write(hyfi_graph *g, starpu_data_handle_t h, int owner, const void *host,
+                       size_t bytes);
+
+/* plan.c: the parallel plan. */
+typedef struct hyfi_plan {
+    int nlayers;
+    int *layer_of_node;    /* per node */
+    int *layer_stage;      /* per layer */
+    int nstages, nmb;      /* S stages (places), M micro-batches */
+    int batch;             /* N: the batch of every batch tensor */
+    hyfi_schedule schedule;
+    int *stage_rank;       /* place -> MPI rank */
+    int *stage_worker;     /* place -> pinned worker or -1 */
+    int *inflight;         /* per stage: micro-batches alive at once */
+    struct hyfi_pipe_event *events;
+    int nevents, nticks;
+    int trivial;           /* one stage, one micro-batch: the plain single-place program */
+    /* estimates per stage */
+    double *stage_flops;   /* forward FLOPs of the whole batch */
+    size_t *stage_params, *stage_param_bytes, *stage_act_bytes;
+    size_t *pred_bytes;    /* nranks x nranks: bytes from rank a to rank b per train step */
+} hyfi_plan;
+hyfi_status hyfi_plan_build(hyfi_graph *g);
+void hyfi_plan_free(hyfi_graph *g);
+/* Bytes each rank sends to each other rank in one train step, by walking the
+ * train program with StarPU-MPI's owner-computes and cache rules. */
+void hyfi_plan_predict_comm(hyfi_graph *g);
 
 /* init.c: deterministic parameter initialisation from (seed, name). */
 void hyfi_param_init(float *dst, const hyfi_tensor *t, uint64_t seed);

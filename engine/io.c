@@ -7,6 +7,10 @@
  *   uint64 checksum                 FNV-1a over everything before it
  * Saving is atomic: a temporary file beside the target is written, flushed,
  * fsync'ed and renamed over it, so a crash never leaves a half-written file.
+ *
+ * In MPI runs both calls are collective: saving brings every value to rank 0,
+ * which writes the file; loading reads the file on every rank (a shared file
+ * system, or a copy per node) and each rank applies the tensors it owns.
  */
 #include "internal.h"
 
@@ -49,11 +53,34 @@ static int get(stream *s, void *p, size_t n)
 
 static int saved_kind(const hyfi_tensor *t) { return t->kind == T_PARAM || t->kind == T_STATE; }
 
+static hyfi_status write_file(hyfi_graph *g, const char *path, float *const *vals);
+
 hyfi_status hyfi_save_params(hyfi_graph *g, const char *path)
 {
     if (!g || !path) return hyfi_fail(HYFI_ERR_ARG, "hyfi_save_params: graph or path is NULL");
     if (!g->compiled)
         return hyfi_call_fail(g, HYFI_ERR_STATE, "hyfi_save_params: compile the graph first");
+    /* Every rank takes part (the values come from the ranks that own them);
+     * rank 0 writes the file. */
+    float **vals = calloc((size_t)g->ntensors, sizeof *vals);
+    int oom = !vals;
+    for (int i = 0; i < g->ntensors && !oom; i++) {
+        hyfi_tensor *t = g->tensors[i];
+        if (!saved_kind(t)) continue;
+        if (!(vals[i] = malloc(t->numel * sizeof(float)))) oom = 1;
+    }
+    for (int i = 0; i < g->ntensors && !oom; i++)
+        if (vals[i]) hyfi_handle_read(g, g->tensors[i]->h[0], 0, vals[i], g->tensors[i]->numel * 4);
+    hyfi_status st = HYFI_OK;
+    if (oom) st = hyfi_call_fail(g, HYFI_ERR_NOMEM, "hyfi_save_params: out of memory");
+    else if (g->ctx->rank == 0) st = write_file(g, path, vals);
+    for (int i = 0; vals && i < g->ntensors; i++) free(vals[i]);
+    free(vals);
+    return st;
+}
+
+static hyfi_status write_file(hyfi_graph *g, const char *path, float *const *vals)
+{
     size_t plen = strlen(path);
     char *tmp = malloc(plen + 32);
     if (!tmp) return hyfi_call_fail(g, HYFI_ERR_NOMEM, "hyfi_save_params: out of memory");
@@ -78,9 +105,7 @@ hyfi_status hyfi_save_params(hyfi_graph *g, const char *path)
         put(&s, &len, sizeof len);
         put(&s, t->name, len);
         put(&s, dims, sizeof dims);
-        starpu_data_acquire(t->h, STARPU_R);
-        put(&s, t->host, t->numel * sizeof(float));
-        starpu_data_release(t->h);
+        put(&s, vals[i], t->numel * sizeof(float));
     }
     uint64_t sum = s.sum;
     put(&s, &sum, sizeof sum);
@@ -178,13 +203,10 @@ hyfi_status hyfi_load_params(hyfi_graph *g, const char *path)
     for (int i = 0; i < g->ntensors; i++) {
         hyfi_tensor *t = g->tensors[i];
         if (!vals[i]) continue;
-        starpu_data_acquire(t->h, STARPU_W);
-        memcpy(t->host, vals[i], t->numel * sizeof(float));
-        starpu_data_release(t->h);
+        hyfi_handle_write(g, t->h[0], t->rank, vals[i], t->numel * sizeof(float));
         if (t->mh) { /* a loaded model starts with fresh momentum */
-            starpu_data_acquire(t->mh, STARPU_W);
-            memset(t->mhost, 0, t->numel * sizeof(float));
-            starpu_data_release(t->mh);
+            memset(vals[i], 0, t->numel * sizeof(float));
+            hyfi_handle_write(g, t->mh, t->rank, vals[i], t->numel * sizeof(float));
         }
     }
 out:

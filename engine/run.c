@@ -2,24 +2,60 @@
 #include "internal.h"
 
 #include <math.h>
+#include <starpu_mpi.h>
 #include <stdio.h>
 #include <string.h>
 
+/* Submit a program. Single process: starpu_task_insert. MPI: every rank
+ * submits every task with starpu_mpi_task_insert; the task runs on its place's
+ * rank (STARPU_EXECUTE_ON_NODE) and StarPU-MPI moves the data it reads from, or
+ * writes back to, the ranks that own it. */
 hyfi_status hyfi_program_run(hyfi_graph *g, program *p)
 {
+    const int mpi = g->ctx->mpi, me = g->ctx->rank;
     for (int i = 0; i < p->n; i++) {
         prog_task *t = &p->t[i];
-        int rc = starpu_task_insert(t->cl, STARPU_DATA_MODE_ARRAY, t->buf, t->nbuf,
+        if (t->kind == PT_BCAST) {
+            if (mpi) starpu_mpi_get_data_on_all_nodes_detached(MPI_COMM_WORLD, t->buf[0].handle);
+            continue;
+        }
+        if (t->kind == PT_RELEASE) {
+            starpu_data_handle_t h = t->buf[0].handle;
+            if (mpi) starpu_mpi_cache_flush(MPI_COMM_WORLD, h);
+            if (!mpi || t->rank == me) starpu_data_invalidate_submit(h);
+            continue;
+        }
+        int rc;
+        if (mpi && t->worker >= 0 && t->rank == me)
+            rc = starpu_mpi_task_insert(MPI_COMM_WORLD, t->cl, STARPU_DATA_MODE_ARRAY, t->buf,
+                                        t->nbuf, STARPU_CL_ARGS_NFREE, &t->args, sizeof t->args,
+                                        STARPU_NAME, t->name, STARPU_PRIORITY, t->prio,
+                                        STARPU_EXECUTE_ON_NODE, t->rank,
+                                        STARPU_EXECUTE_ON_WORKER, t->worker, 0);
+        else if (mpi)
+            rc = starpu_mpi_task_insert(MPI_COMM_WORLD, t->cl, STARPU_DATA_MODE_ARRAY, t->buf,
+                                        t->nbuf, STARPU_CL_ARGS_NFREE, &t->args, sizeof t->args,
+                                        STARPU_NAME, t->name, STARPU_PRIORITY, t->prio,
+                                        STARPU_EXECUTE_ON_NODE, t->rank, 0);
+        else if (t->worker >= 0)
+            rc = starpu_task_insert(t->cl, STARPU_DATA_MODE_ARRAY, t->buf, t->nbuf,
                                     STARPU_CL_ARGS_NFREE, &t->args, sizeof t->args, STARPU_NAME,
-                                    t->name, 0);
+                                    t->name, STARPU_PRIORITY, t->prio, STARPU_EXECUTE_ON_WORKER,
+                                    t->worker, 0);
+        else
+            rc = starpu_task_insert(t->cl, STARPU_DATA_MODE_ARRAY, t->buf, t->nbuf,
+                                    STARPU_CL_ARGS_NFREE, &t->args, sizeof t->args, STARPU_NAME,
+                                    t->name, STARPU_PRIORITY, t->prio, 0);
         if (rc != 0) {
-            starpu_task_wait_for_all();
+            if (mpi) starpu_mpi_wait_for_all(MPI_COMM_WORLD);
+            else starpu_task_wait_for_all();
             return hyfi_call_fail(g, HYFI_ERR_RUNTIME, "submitting task %s failed (%d): no "
                                                        "worker can run %s here", t->name, rc,
                                   t->cl->name);
         }
     }
-    starpu_task_wait_for_all();
+    if (mpi) starpu_mpi_wait_for_all(MPI_COMM_WORLD);
+    else starpu_task_wait_for_all();
     char msg[256];
     if (hyfi_ops_take_error(msg, sizeof msg))
         return hyfi_call_fail(g, HYFI_ERR_RUNTIME, "%s", msg);
@@ -48,14 +84,35 @@ static hyfi_status check_tensor(hyfi_graph *g, const hyfi_tensor *t, size_t coun
     return HYFI_OK;
 }
 
-/* Copy between host memory and a handle: acquire in the given mode on main RAM. */
-static void copy_handle(starpu_data_handle_t h, void *host, size_t bytes, int to_handle)
+void hyfi_handle_read(hyfi_graph *g, starpu_data_handle_t h, int root, void *host, size_t bytes)
 {
-    starpu_data_acquire(h, to_handle ? STARPU_W : STARPU_R);
-    void *ptr = (void *)starpu_vector_get_local_ptr(h);
-    if (to_handle) memcpy(ptr, host, bytes);
-    else memcpy(host, ptr, bytes);
+    const int me = g->ctx->rank;
+    if (g->ctx->mpi) {
+        if (root < 0) starpu_mpi_get_data_on_all_nodes_detached(MPI_COMM_WORLD, h);
+        else starpu_mpi_get_data_on_node_detached(MPI_COMM_WORLD, h, root, NULL, NULL);
+    }
+    if (root >= 0 && root != me) return;
+    starpu_data_acquire(h, STARPU_R);
+    memcpy(host, (void *)starpu_vector_get_local_ptr(h), bytes);
     starpu_data_release(h);
+}
+
+void hyfi_handle_write(hyfi_graph *g, starpu_data_handle_t h, int owner, const void *host,
+                       size_t bytes)
+{
+    if (g->ctx->mpi) starpu_mpi_cache_flush(MPI_COMM_WORLD, h);
+    if (g->ctx->mpi && owner != g->ctx->rank) return;
+    starpu_data_acquire(h, STARPU_W);
+    memcpy((void *)starpu_vector_get_local_ptr(h), host, bytes);
+    starpu_data_release(h);
+}
+
+/* Write a batch tensor's host data into its micro-batch handles. */
+static void write_batch(hyfi_graph *g, hyfi_tensor *t, const void *data, size_t elem)
+{
+    for (int m = 0; m < t->nh; m++)
+        hyfi_handle_write(g, t->h[m], t->rank, (const char *)data + (size_t)m * t->mb_numel * elem,
+                          t->mb_numel * elem);
 }
 
 hyfi_status hyfi_set_input(hyfi_graph *g, hyfi_tensor *t, const float *data, size_t count)
@@ -66,7 +123,7 @@ hyfi_status hyfi_set_input(hyfi_graph *g, hyfi_tensor *t, const float *data, siz
     if (t->kind != T_INPUT || !data)
         return hyfi_call_fail(g, HYFI_ERR_ARG, "hyfi_set_input: \"%s\" is not an input tensor or "
                                                "the data is NULL", t->name);
-    copy_handle(t->h, (void *)data, count * sizeof(float), 1);
+    write_batch(g, t, data, sizeof(float));
     return HYFI_OK;
 }
 
@@ -89,14 +146,25 @@ hyfi_status hyfi_set_labels(hyfi_graph *g, hyfi_tensor *t, const int32_t *labels
                                                         "--num-classes and the data", labels[j], j,
                                       nd->a.xent.k, nd->name);
     }
-    copy_handle(t->h, (void *)labels, count * sizeof(int32_t), 1);
+    write_batch(g, t, labels, sizeof(int32_t));
     return HYFI_OK;
+}
+
+/* The loss of the step: the mean of the micro-batches' losses, on every rank. */
+static float loss_value(hyfi_graph *g)
+{
+    float sum = 0;
+    for (int m = 0; m < g->loss->nh; m++) {
+        float l;
+        hyfi_handle_read(g, g->loss->h[m], -1, &l, sizeof l);
+        sum += l;
+    }
+    return sum / (float)g->loss->nh;
 }
 
 static hyfi_status read_loss(hyfi_graph *g, float *loss)
 {
-    float l;
-    copy_handle(g->loss->h, &l, sizeof l, 0);
+    const float l = loss_value(g);
     if (loss) *loss = l;
     if (!isfinite(l))
         return hyfi_call_fail(g, HYFI_ERR_DATA, "the loss is %g (not finite): lower the learning "
@@ -111,6 +179,7 @@ hyfi_status hyfi_train_step(hyfi_graph *g, float *loss)
     s = hyfi_program_run(g, &g->train_prog);
     if (s != HYFI_OK) return s;
     g->stepped = 1;
+    g->last_train = 1;
     return read_loss(g, loss);
 }
 
@@ -120,6 +189,7 @@ hyfi_status hyfi_infer(hyfi_graph *g, float *loss)
     if (s != HYFI_OK) return s;
     s = hyfi_program_run(g, &g->infer_prog);
     if (s != HYFI_OK) return s;
+    g->last_train = 0;
     return read_loss(g, loss);
 }
 
@@ -129,6 +199,7 @@ hyfi_status hyfi_forward(hyfi_graph *g, bool training, float *loss)
     if (s != HYFI_OK) return s;
     s = hyfi_program_run(g, training ? &g->fwd_train_prog : &g->infer_prog);
     if (s != HYFI_OK) return s;
+    g->last_train = 0;
     return read_loss(g, loss);
 }
 
@@ -144,6 +215,32 @@ hyfi_status hyfi_set_lr(hyfi_graph *g, float lr)
     return HYFI_OK;
 }
 
+/* Read a tensor's handles (h: values or gradients) into out, on every rank. */
+static void read_tensor(hyfi_graph *g, const hyfi_tensor *t, starpu_data_handle_t *h, float *out)
+{
+    if (t->nh == 1) {
+        hyfi_handle_read(g, h[0], -1, out, t->numel * sizeof(float));
+    } else if (t->batched) {
+        for (int m = 0; m < t->nh; m++)
+            hyfi_handle_read(g, h[m], -1, out + (size_t)m * t->mb_numel,
+                             t->mb_numel * sizeof(float));
+    } else {
+        /* per micro-batch but not cut (batch-norm statistics): the last one */
+        hyfi_handle_read(g, h[t->nh - 1], -1, out, t->numel * sizeof(float));
+    }
+}
+
+static hyfi_status check_released(hyfi_graph *g, const hyfi_tensor *t, const char *who)
+{
+    if (t->released && g->last_train)
+        return hyfi_call_fail(g, HYFI_ERR_STATE, "%s: \"%s\" was released after its backward "
+                                                 "(plans with several stages or micro-batches "
+                                                 "free activations as soon as they can); read it "
+                                                 "after hyfi_forward or hyfi_infer instead", who,
+                              t->name);
+    return HYFI_OK;
+}
+
 hyfi_status hyfi_tensor_read(hyfi_graph *g, const hyfi_tensor *t, float *out, size_t count)
 {
     hyfi_status s = need_compiled(g, "hyfi_tensor_read");
@@ -153,7 +250,12 @@ hyfi_status hyfi_tensor_read(hyfi_graph *g, const hyfi_tensor *t, float *out, si
     if (t->is_int)
         return hyfi_call_fail(g, HYFI_ERR_ARG, "hyfi_tensor_read: \"%s\" holds int32 labels",
                               t->name);
-    copy_handle(t->h, out, count * sizeof(float), 0);
+    if ((s = check_released(g, t, "hyfi_tensor_read")) != HYFI_OK) return s;
+    if (t == g->loss) {
+        out[0] = loss_value(g);
+        return HYFI_OK;
+    }
+    read_tensor(g, t, t->h, out);
     return HYFI_OK;
 }
 
@@ -167,7 +269,12 @@ hyfi_status hyfi_grad_read(hyfi_graph *g, const hyfi_tensor *t, float *out, size
         return hyfi_call_fail(g, HYFI_ERR_STATE, "hyfi_grad_read: \"%s\" has no gradient%s",
                               t->name, g->stepped ? " (it is not on the loss's path)"
                                                   : " yet; run hyfi_train_step first");
-    copy_handle(t->gh, out, count * sizeof(float), 0);
+    if (t == g->loss) {
+        out[0] = 1.0f;
+        return HYFI_OK;
+    }
+    if ((s = check_released(g, t, "hyfi_grad_read")) != HYFI_OK) return s;
+    read_tensor(g, t, t->gh, out);
     return HYFI_OK;
 }
 
@@ -180,6 +287,6 @@ hyfi_status hyfi_tensor_write(hyfi_graph *g, hyfi_tensor *t, const float *data, 
         return hyfi_call_fail(g, HYFI_ERR_ARG, "hyfi_tensor_write: \"%s\" is not a parameter or "
                                                "state tensor (use hyfi_set_input for inputs), or "
                                                "the data is NULL", t->name);
-    copy_handle(t->h, (void *)data, count * sizeof(float), 1);
+    hyfi_handle_write(g, t->h[0], t->rank, data, count * sizeof(float));
     return HYFI_OK;
 }

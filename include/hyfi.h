@@ -113,12 +113,14 @@ typedef struct hyfi_ctx_config {
     int ncuda;            /* CUDA workers; < 0: every GPU */
     int mpi;              /* 1: StarPU-MPI (run under mpiexec); 0: single process;
                              -1 (or config NULL): StarPU-MPI when launched by mpiexec */
-    const char *scheduler;/* StarPU scheduler; NULL: "dmda" (perf-model based) */
+    const char *scheduler;/* StarPU scheduler; NULL: "dmda" with CUDA workers, "eager" on CPUs only */
     int cpu_threads;      /* threads of one CPU kernel (oneDNN); <= 0: cores / CPU workers */
     int bind_workers;     /* 1: pin StarPU workers to cores; 0: let the OS place them (faster
                              when the application's own threads share the cores); the
                              environment variable STARPU_WORKERS_NOBIND, if set, wins */
     int verbose;          /* 1: print the workers found */
+    int comm_stats;       /* 1: count the bytes sent to each rank (hyfi_ctx_comm_bytes;
+                             StarPU-MPI also prints them at shutdown) */
 } hyfi_ctx_config;
 
 /* Initialise StarPU (and StarPU-MPI when asked). One context per process. */
@@ -221,6 +223,85 @@ hyfi_status hyfi_infer(hyfi_graph *g, float *loss);
  * backward or the update (loss evaluations, finite differences). */
 hyfi_status hyfi_forward(hyfi_graph *g, bool training, float *loss);
 
+/* ----------------------------------------------------------------- layers */
+/* Start a new layer: the ops built after this call belong to it, until the
+ * next call. Layers are the units of a plan's balance (layers per stage) and
+ * of its automatic partitioning. Ops built before the first call form one
+ * layer of their own; a graph without any call has one layer per op. The
+ * models of hyfi-train make a layer of the stem, each residual block or cell,
+ * and the head. */
+hyfi_status hyfi_layer_begin(hyfi_graph *g, const char *name);
+int hyfi_layer_count(const hyfi_graph *g);
+
+/* ------------------------------------------------------------------ plans */
+/* A plan says where and in which pieces the training step runs: the layers
+ * are cut into `stages` contiguous stages (layer parallelism), each on its own
+ * place, and the batch into `parts` micro-batches that flow through the stages
+ * (pipeline parallelism). Places are spread over the MPI ranks in contiguous
+ * blocks (place s on rank s * ranks / stages), so any plan runs in one process
+ * as well as on 2 or more ranks (at most one rank per stage); a rank with a
+ * CUDA worker per place it holds runs each of its stages on its own GPU.
+ *
+ * Semantics: a micro-batch is a batch of its own for batch normalisation
+ * (statistics per micro-batch, as in GPipe and MPI4DL); the loss is the mean
+ * over the whole batch; parameter gradients are summed over the micro-batches
+ * (StarPU reductions) before the one SGD update of the step. So every plan with
+ * the same `parts` computes the same step as the one-stage, one-process run
+ * with that `parts`, to float32 round-off (bitwise with `deterministic`).
+ *
+ * In an MPI run every rank builds the same graph and plan and makes the same
+ * calls (hyfi_set_input, hyfi_train_step, reads, saves): the data of a tensor
+ * is only kept by the rank that owns it, and reads bring it to every rank. */
+typedef enum hyfi_schedule {
+    HYFI_SCHEDULE_GPIPE = 0, /* all forwards, then all backwards */
+    HYFI_SCHEDULE_1F1B = 1   /* one forward, one backward: at most S - s micro-batches'
+                                activations alive on stage s */
+} hyfi_schedule;
+
+typedef struct hyfi_plan_config {
+    int stages;             /* layer partitions (MPI4DL's --split-size); <= 1: one */
+    const int *balance;     /* layers per stage (`stages` entries, summing to the layer
+                               count), or NULL: balanced by forward FLOPs */
+    int parts;              /* micro-batches per step (--parts); <= 1: one; must divide
+                               the batch */
+    hyfi_schedule schedule;
+    bool deterministic;     /* sum the micro-batches' parameter gradients in micro-batch
+                               order (a chain of accumulating tasks) instead of a StarPU
+                               reduction (per-worker copies added in run-time order):
+                               the same floats for every plan and run, given kernels
+                               with fixed thread counts (HYFI_CPU_THREADS) */
+} hyfi_plan_config;
+
+/* Set the plan of a graph before hyfi_graph_compile (default: one stage, one
+ * micro-batch). Checked at compile, with messages naming the fix. */
+hyfi_status hyfi_graph_set_plan(hyfi_graph *g, const hyfi_plan_config *plan);
+
+typedef struct hyfi_stage_info {
+    int first_layer, nlayers;   /* layers [first_layer, first_layer + nlayers) */
+    const char *first_layer_name, *last_layer_name;
+    int rank;                   /* MPI rank of the stage's place */
+    int worker;                 /* StarPU worker the stage is pinned to, -1: none */
+    int inflight;               /* micro-batches whose activations are alive at once */
+    size_t params;              /* trainable values */
+    size_t param_bytes;         /* parameters, gradients and momentum */
+    size_t act_bytes;           /* estimated peak of activations, their gradients and
+                                   saved tensors */
+    double flops;               /* forward FLOPs of one step */
+} hyfi_stage_info;
+/* After compile. */
+int hyfi_plan_stage_count(const hyfi_graph *g);
+int hyfi_plan_parts(const hyfi_graph *g);
+hyfi_status hyfi_plan_stage(const hyfi_graph *g, int s, hyfi_stage_info *info);
+/* Bytes that rank `from` sends to rank `to` in one training step, predicted
+ * from the plan (activations forward, their gradients back, the loss). */
+size_t hyfi_plan_step_bytes(const hyfi_graph *g, int from, int to);
+/* The plan as text (one line per stage), snprintf-style: returns the length it
+ * needs, writes at most len bytes. */
+size_t hyfi_plan_describe(const hyfi_graph *g, char *buf, size_t len);
+/* Bytes this rank has sent to each rank so far (StarPU-MPI's statistics);
+ * sent[] has nranks entries. All zero without MPI. */
+hyfi_status hyfi_ctx_comm_bytes(const hyfi_ctx *ctx, size_t *sent, int nranks);
+
 /* ------------------------------------------------------------- inspection */
 hyfi_tensor *hyfi_tensor_find(hyfi_graph *g, const char *name);
 const char *hyfi_tensor_name(const hyfi_tensor *t);
@@ -229,8 +310,10 @@ void hyfi_tensor_shape(const hyfi_tensor *t, int dims[4]);
 size_t hyfi_tensor_numel(const hyfi_tensor *t);
 bool hyfi_tensor_is_param(const hyfi_tensor *t);
 
-/* Copy a tensor's current values out (activations after a step, parameters,
- * running statistics). count must equal its number of elements. */
+/* Copy a tensor's current values out (parameters, running statistics,
+ * activations after hyfi_forward / hyfi_infer, and after hyfi_train_step when
+ * the plan is one stage and one micro-batch: other plans release activations as
+ * soon as their backward is done). count must equal its number of elements. */
 hyfi_status hyfi_tensor_read(hyfi_graph *g, const hyfi_tensor *t, float *out, size_t count);
 /* Gradient of the loss with respect to t after the last hyfi_train_step
  * (parameters and activations). */
@@ -255,6 +338,9 @@ typedef struct hyfi_op_info {
     double flops;         /* forward floating-point operations for the whole batch
                              (multiply-add = 2); the backward costs about twice that */
     size_t act_bytes;     /* bytes of the output activation (float32) */
+    int layer;            /* the op's layer (hyfi_layer_begin) and its name */
+    const char *layer_name;
+    int stage;            /* the stage of the plan (after compile; 0 before) */
 } hyfi_op_info;
 int hyfi_graph_op_count(const hyfi_graph *g);
 hyfi_status hyfi_graph_op_info(const hyfi_graph *g, int i, hyfi_op_info *info);

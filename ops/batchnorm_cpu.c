@@ -1,191 +1,161 @@
-/* batchnorm_cpu.c: CPU batch normalisation with oneDNN (2.6 C API).
+/* batchnorm_cpu.c: CPU batch normalisation in plain C with OpenMP.
  *
- * Training forward: batch_normalization forward_training with
- * dnnl_use_scale | dnnl_use_shift on plain NCHW; oneDNN writes the batch mean
- * and the biased batch variance, and a small loop then updates the running
- * statistics with the unbiased variance (PyTorch momentum rule; factor 1 when
- * M = N*H*W == 1). Eval forward: forward_inference with dnnl_use_global_stats.
- * Backward: dnnl_backward with scale/shift (dx, dgamma, dbeta); for acc == 1 the
- * results go to per-thread scratch and are added to the outputs.
- * The formulas are those of batchnorm_ref.c.
+ * The formulas are those of batchnorm_ref.c. Channels are independent, so the
+ * channel loop is split over the calling worker's OpenMP threads
+ * (hyfi_cpu_set_threads); each channel plane x[n, c, :, :] is contiguous and
+ * its inner loops are SIMD reductions. Sums are kept in float over one plane
+ * row block (at most HYFI_BN_BLOCK values) and in double across blocks, and the
+ * statistics are taken about a per-channel shift (the channel's first value),
+ * so one read of x gives an accurate mean and variance.
+ *
+ * Why not oneDNN: its batch normalisation on plain NCHW (the layout hyfi's
+ * tensors have between tasks) measured 1.5-2x slower than these loops for the
+ * backward of ResNet-110 v2's layers on 2 cores (docs/results.md); the loops
+ * also add into dx / dgamma / dbeta directly (acc bits) instead of going
+ * through a scratch buffer.
+ *
+ * Training forward: 2 passes over x (statistics, then y). Backward: 2 passes
+ * over x and dy (sums, then dx).
  */
 #include "kernels.h"
-#include "dnnl_common.h"
 
+#include <math.h>
 #include <stddef.h>
 
-/* Jump to the cleanup label of the enclosing function on a oneDNN failure. */
-#define BN_TRY(call)                                                            \
-    do {                                                                        \
-        dnnl_status_t st_ = (call);                                             \
-        if (st_ != dnnl_success) {                                              \
-            rc = -(int)st_ - 1;                                                 \
-            goto done;                                                          \
-        }                                                                       \
-    } while (0)
-#define BN_TRY_INT(call)                                                        \
-    do {                                                                        \
-        if ((rc = (call)) != 0) goto done;                                      \
-    } while (0)
+#define HYFI_BN_BLOCK 4096
 
-enum { BN_SRC, BN_DST, BN_MEAN, BN_VAR, BN_SCALE, BN_SHIFT, BN_DDST, BN_DSRC, BN_DSCALE,
-       BN_DSHIFT, BN_NMEM };
-
-/* Descriptors of the data (N,C,H,W) and of a per-channel vector (C). */
-static int bn_mds(dnnl_memory_desc_t *data, dnnl_memory_desc_t *chan,
-                  const hyfi_batchnorm_args *a)
+/* Sums over one channel: s1 = sum(x - k), s2 = sum((x - k)^2).
+ * x (N,C,H,W), channel c. */
+static void chan_moments(const float *x, size_t N, size_t C, size_t hw, size_t c, float k,
+                         double *s1_out, double *s2_out)
 {
-    dnnl_dim_t d4[4] = {a->n, a->c, a->h, a->w};
-    dnnl_dim_t d1[1] = {a->c};
-    int rc = hyfi_dnnl_md(data, 4, d4, dnnl_nchw);
-    if (rc == 0) rc = hyfi_dnnl_md(chan, 1, d1, dnnl_x);
-    return rc;
+    double s1 = 0, s2 = 0;
+    for (size_t n = 0; n < N; n++) {
+        const float *xp = x + (n * C + c) * hw;
+        for (size_t i0 = 0; i0 < hw; i0 += HYFI_BN_BLOCK) {
+            const size_t i1 = i0 + HYFI_BN_BLOCK < hw ? i0 + HYFI_BN_BLOCK : hw;
+            float a = 0, b = 0;
+#pragma omp simd reduction(+ : a, b)
+            for (size_t i = i0; i < i1; i++) {
+                const float d = xp[i] - k;
+                a += d;
+                b += d * d;
+            }
+            s1 += a;
+            s2 += b;
+        }
+    }
+    *s1_out = s1;
+    *s2_out = s2;
 }
 
-/* Forward primitive descriptor (training or inference). */
-static int bn_fwd_pd(dnnl_primitive_desc_t *pd, const dnnl_memory_desc_t *data,
-                     const hyfi_batchnorm_args *a, int train)
+/* y = (x - mu) * scale + shift over one channel (x - mu rather than a folded
+ * shift, which would cancel when |mean| >> std). y, x (N,C,H,W). */
+static void chan_affine(float *y, const float *x, size_t N, size_t C, size_t hw, size_t c,
+                        float mu, float scale, float shift)
 {
-    dnnl_engine_t e = hyfi_dnnl_engine();
-    if (!e) return -1;
-    dnnl_batch_normalization_desc_t d;
-    unsigned flags = dnnl_use_scale | dnnl_use_shift | (train ? 0u : dnnl_use_global_stats);
-    HYFI_DNNL_CHECK(dnnl_batch_normalization_forward_desc_init(
-        &d, train ? dnnl_forward_training : dnnl_forward_inference, data, a->eps, flags));
-    HYFI_DNNL_CHECK(dnnl_primitive_desc_create(pd, &d, NULL, e, NULL));
-    return 0;
-}
-
-static void bn_free(dnnl_memory_t *m, int n, dnnl_primitive_desc_t pd1, dnnl_primitive_desc_t pd2)
-{
-    for (int i = 0; i < n; i++)
-        if (m[i]) dnnl_memory_destroy(m[i]);
-    if (pd1) dnnl_primitive_desc_destroy(pd1);
-    if (pd2) dnnl_primitive_desc_destroy(pd2);
+    for (size_t n = 0; n < N; n++) {
+        const float *xp = x + (n * C + c) * hw;
+        float *yp = y + (n * C + c) * hw;
+#pragma omp simd
+        for (size_t i = 0; i < hw; i++) yp[i] = (xp[i] - mu) * scale + shift;
+    }
 }
 
 int hyfi_batchnorm_forward_train_cpu(float *y, float *mean, float *var, float *run_mean,
                                      float *run_var, const float *x, const float *gamma,
                                      const float *beta, const hyfi_batchnorm_args *a)
 {
-    dnnl_memory_t m[BN_NMEM] = {0};
-    dnnl_primitive_desc_t pd = NULL;
-    dnnl_memory_desc_t data, chan;
-    int rc;
-    BN_TRY_INT(bn_mds(&data, &chan, a));
-    BN_TRY_INT(bn_fwd_pd(&pd, &data, a, 1));
-    BN_TRY_INT(hyfi_dnnl_mem(&m[BN_SRC], &data, (void *)x));      /* x (N,C,H,W) */
-    BN_TRY_INT(hyfi_dnnl_mem(&m[BN_DST], &data, y));              /* y (N,C,H,W) */
-    BN_TRY_INT(hyfi_dnnl_mem(&m[BN_MEAN], &chan, mean));          /* mean (C) */
-    BN_TRY_INT(hyfi_dnnl_mem(&m[BN_VAR], &chan, var));            /* var (C), biased */
-    BN_TRY_INT(hyfi_dnnl_mem(&m[BN_SCALE], &chan, (void *)gamma)); /* gamma (C) */
-    BN_TRY_INT(hyfi_dnnl_mem(&m[BN_SHIFT], &chan, (void *)beta));  /* beta (C) */
-    {
-        dnnl_exec_arg_t args[6] = {
-            {DNNL_ARG_SRC, m[BN_SRC]},     {DNNL_ARG_DST, m[BN_DST]},
-            {DNNL_ARG_MEAN, m[BN_MEAN]},   {DNNL_ARG_VARIANCE, m[BN_VAR]},
-            {DNNL_ARG_SCALE, m[BN_SCALE]}, {DNNL_ARG_SHIFT, m[BN_SHIFT]}};
-        BN_TRY_INT(hyfi_dnnl_run(pd, 6, args));
+    const size_t hw = (size_t)a->h * a->w, C = (size_t)a->c, N = (size_t)a->n;
+    const double M = (double)N * (double)hw;
+    const double unbias = M > 1.0 ? M / (M - 1.0) : 1.0;
+    const double mom = a->momentum;
+    const long nc = (long)C;
+#pragma omp parallel for schedule(static)
+    for (long ci = 0; ci < nc; ci++) {
+        const size_t c = (size_t)ci;
+        const float k = x[c * hw]; /* x[0, c, 0, 0] */
+        double s1, s2;
+        chan_moments(x, N, C, hw, c, k, &s1, &s2);
+        const double d = s1 / M;
+        double v = s2 / M - d * d;
+        if (v < 0) v = 0;
+        const double mu = k + d;
+        const double invstd = 1.0 / sqrt(v + (double)a->eps);
+        const double scale = gamma[c] * invstd;
+        chan_affine(y, x, N, C, hw, c, (float)mu, (float)scale, beta[c]);
+        mean[c] = (float)mu;
+        var[c] = (float)v;
+        run_mean[c] = (float)((1.0 - mom) * run_mean[c] + mom * mu);
+        run_var[c] = (float)((1.0 - mom) * run_var[c] + mom * v * unbias);
     }
-    {
-        /* Running statistics: run_mean (C), run_var (C), unbiased variance. */
-        const double M = (double)a->n * (double)a->h * (double)a->w;
-        const float unbias = M > 1.0 ? (float)(M / (M - 1.0)) : 1.0f;
-        const float mom = a->momentum, keep = 1.0f - a->momentum;
-        for (int c = 0; c < a->c; c++) {
-            run_mean[c] = keep * run_mean[c] + mom * mean[c];
-            run_var[c] = keep * run_var[c] + mom * (var[c] * unbias);
-        }
-    }
-    rc = 0;
-done:
-    bn_free(m, BN_NMEM, pd, NULL);
-    return rc;
+    return 0;
 }
 
 int hyfi_batchnorm_forward_eval_cpu(float *y, const float *x, const float *gamma,
                                     const float *beta, const float *run_mean,
                                     const float *run_var, const hyfi_batchnorm_args *a)
 {
-    dnnl_memory_t m[BN_NMEM] = {0};
-    dnnl_primitive_desc_t pd = NULL;
-    dnnl_memory_desc_t data, chan;
-    int rc;
-    BN_TRY_INT(bn_mds(&data, &chan, a));
-    BN_TRY_INT(bn_fwd_pd(&pd, &data, a, 0));
-    BN_TRY_INT(hyfi_dnnl_mem(&m[BN_SRC], &data, (void *)x));          /* x (N,C,H,W) */
-    BN_TRY_INT(hyfi_dnnl_mem(&m[BN_DST], &data, y));                  /* y (N,C,H,W) */
-    BN_TRY_INT(hyfi_dnnl_mem(&m[BN_MEAN], &chan, (void *)run_mean));  /* run_mean (C) */
-    BN_TRY_INT(hyfi_dnnl_mem(&m[BN_VAR], &chan, (void *)run_var));    /* run_var (C) */
-    BN_TRY_INT(hyfi_dnnl_mem(&m[BN_SCALE], &chan, (void *)gamma));    /* gamma (C) */
-    BN_TRY_INT(hyfi_dnnl_mem(&m[BN_SHIFT], &chan, (void *)beta));     /* beta (C) */
-    {
-        dnnl_exec_arg_t args[6] = {
-            {DNNL_ARG_SRC, m[BN_SRC]},     {DNNL_ARG_DST, m[BN_DST]},
-            {DNNL_ARG_MEAN, m[BN_MEAN]},   {DNNL_ARG_VARIANCE, m[BN_VAR]},
-            {DNNL_ARG_SCALE, m[BN_SCALE]}, {DNNL_ARG_SHIFT, m[BN_SHIFT]}};
-        BN_TRY_INT(hyfi_dnnl_run(pd, 6, args));
+    const size_t hw = (size_t)a->h * a->w, C = (size_t)a->c, N = (size_t)a->n;
+    const long nc = (long)C;
+#pragma omp parallel for schedule(static)
+    for (long ci = 0; ci < nc; ci++) {
+        const size_t c = (size_t)ci;
+        const double invstd = 1.0 / sqrt((double)run_var[c] + (double)a->eps);
+        const double scale = gamma[c] * invstd;
+        chan_affine(y, x, N, C, hw, c, run_mean[c], (float)scale, beta[c]);
     }
-    rc = 0;
-done:
-    bn_free(m, BN_NMEM, pd, NULL);
-    return rc;
+    return 0;
 }
 
 int hyfi_batchnorm_backward_cpu(float *dx, float *dgamma, float *dbeta, const float *dy,
                                 const float *x, const float *gamma, const float *mean,
                                 const float *var, const hyfi_batchnorm_args *a, int acc)
 {
-    dnnl_memory_t m[BN_NMEM] = {0};
-    dnnl_primitive_desc_t fpd = NULL, bpd = NULL;
-    dnnl_memory_desc_t data, chan;
-    const size_t count = (size_t)a->n * a->c * a->h * a->w;
-    const size_t C = (size_t)a->c;
-    float *odx = dx, *odg = dgamma, *odb = dbeta;
-    int rc;
-    if (acc) {
-        odx = hyfi_cpu_scratch(0, count);
-        odg = hyfi_cpu_scratch(1, C);
-        odb = hyfi_cpu_scratch(2, C);
-        if (!odx || !odg || !odb) return -1;
-    }
-    BN_TRY_INT(bn_mds(&data, &chan, a));
-    BN_TRY_INT(bn_fwd_pd(&fpd, &data, a, 1)); /* hint for the backward */
-    {
-        dnnl_engine_t e = hyfi_dnnl_engine();
-        dnnl_batch_normalization_desc_t d;
-        BN_TRY(dnnl_batch_normalization_backward_desc_init(
-            &d, dnnl_backward, &data, &data, a->eps, dnnl_use_scale | dnnl_use_shift));
-        BN_TRY(dnnl_primitive_desc_create(&bpd, &d, NULL, e, fpd));
-    }
-    BN_TRY_INT(hyfi_dnnl_mem(&m[BN_SRC], &data, (void *)x));       /* x (N,C,H,W) */
-    BN_TRY_INT(hyfi_dnnl_mem(&m[BN_DDST], &data, (void *)dy));     /* dy (N,C,H,W) */
-    BN_TRY_INT(hyfi_dnnl_mem(&m[BN_DSRC], &data, odx));            /* dx (N,C,H,W) */
-    BN_TRY_INT(hyfi_dnnl_mem(&m[BN_MEAN], &chan, (void *)mean));   /* mean (C) */
-    BN_TRY_INT(hyfi_dnnl_mem(&m[BN_VAR], &chan, (void *)var));     /* var (C), biased */
-    BN_TRY_INT(hyfi_dnnl_mem(&m[BN_SCALE], &chan, (void *)gamma)); /* gamma (C) */
-    /* oneDNN 2.6 demands a SHIFT input for the backward with dnnl_use_shift although
-     * the gradients do not depend on beta: hand it gamma's (read-only) storage. */
-    BN_TRY_INT(hyfi_dnnl_mem(&m[BN_SHIFT], &chan, (void *)gamma));
-    BN_TRY_INT(hyfi_dnnl_mem(&m[BN_DSCALE], &chan, odg));          /* dgamma (C) */
-    BN_TRY_INT(hyfi_dnnl_mem(&m[BN_DSHIFT], &chan, odb));          /* dbeta (C) */
-    {
-        dnnl_exec_arg_t args[9] = {{DNNL_ARG_SHIFT, m[BN_SHIFT]},
-            {DNNL_ARG_SRC, m[BN_SRC]},           {DNNL_ARG_DIFF_DST, m[BN_DDST]},
-            {DNNL_ARG_MEAN, m[BN_MEAN]},         {DNNL_ARG_VARIANCE, m[BN_VAR]},
-            {DNNL_ARG_SCALE, m[BN_SCALE]},       {DNNL_ARG_DIFF_SRC, m[BN_DSRC]},
-            {DNNL_ARG_DIFF_SCALE, m[BN_DSCALE]}, {DNNL_ARG_DIFF_SHIFT, m[BN_DSHIFT]}};
-        BN_TRY_INT(hyfi_dnnl_run(bpd, 9, args));
-    }
-    if (acc) {
-        for (size_t i = 0; i < count; i++) dx[i] += odx[i];
-        for (size_t c = 0; c < C; c++) {
-            dgamma[c] += odg[c];
-            dbeta[c] += odb[c];
+    const size_t hw = (size_t)a->h * a->w, C = (size_t)a->c, N = (size_t)a->n;
+    const double M = (double)N * (double)hw;
+    const long nc = (long)C;
+#pragma omp parallel for schedule(static)
+    for (long ci = 0; ci < nc; ci++) {
+        const size_t c = (size_t)ci;
+        const float mu = mean[c];
+        const double invstd = 1.0 / sqrt((double)var[c] + (double)a->eps);
+        double sdy = 0, sdyx = 0; /* sum(dy), sum(dy * (x - mean)) */
+        for (size_t n = 0; n < N; n++) {
+            const float *xp = x + (n * C + c) * hw;   /* x (N,C,H,W) */
+            const float *dyp = dy + (n * C + c) * hw; /* dy (N,C,H,W) */
+            for (size_t i0 = 0; i0 < hw; i0 += HYFI_BN_BLOCK) {
+                const size_t i1 = i0 + HYFI_BN_BLOCK < hw ? i0 + HYFI_BN_BLOCK : hw;
+                float p = 0, q = 0;
+#pragma omp simd reduction(+ : p, q)
+                for (size_t i = i0; i < i1; i++) {
+                    p += dyp[i];
+                    q += dyp[i] * (xp[i] - mu);
+                }
+                sdy += p;
+                sdyx += q;
+            }
         }
+        const double dg = sdyx * invstd; /* sum(dy * xhat) */
+        /* dx = k (M dy - sdy - xhat dg) = A dy + B (x - mean) + D */
+        const double k = gamma[c] * invstd / M;
+        const float A = (float)(k * M), B = (float)(-k * invstd * dg), D = (float)(-k * sdy);
+        for (size_t n = 0; n < N; n++) {
+            const float *xp = x + (n * C + c) * hw;
+            const float *dyp = dy + (n * C + c) * hw;
+            float *dxp = dx + (n * C + c) * hw;       /* dx (N,C,H,W) */
+            if (acc & HYFI_BN_ACC_DX) {
+#pragma omp simd
+                for (size_t i = 0; i < hw; i++) dxp[i] += A * dyp[i] + B * (xp[i] - mu) + D;
+            } else {
+#pragma omp simd
+                for (size_t i = 0; i < hw; i++) dxp[i] = A * dyp[i] + B * (xp[i] - mu) + D;
+            }
+        }
+        /* Round before adding, so that accumulating k2 onto k1 gives the same
+         * float as adding two separately written k1 and k2 (reductions). */
+        dgamma[c] = (acc & HYFI_BN_ACC_PARAMS) ? dgamma[c] + (float)dg : (float)dg;
+        dbeta[c] = (acc & HYFI_BN_ACC_PARAMS) ? dbeta[c] + (float)sdy : (float)sdy;
     }
-    rc = 0;
-done:
-    bn_free(m, BN_NMEM, fpd, bpd);
-    return rc;
+    return 0;
 }

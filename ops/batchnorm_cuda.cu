@@ -114,11 +114,11 @@ __global__ static void bn_backward_kernel(float *dx, float *dgamma, float *dbeta
         const size_t k = ((size_t)b * c_total + c) * hw + j;
         const float xhat = (x[k] - mu) * invstd;
         const float g = k0 * (dy[k] - mdy - xhat * mdyx);
-        dx[k] = acc ? dx[k] + g : g;
+        dx[k] = (acc & HYFI_BN_ACC_DX) ? dx[k] + g : g;
     }
     if (threadIdx.x == 0) {
-        dgamma[c] = acc ? dgamma[c] + (float)sdyx : (float)sdyx;
-        dbeta[c] = acc ? dbeta[c] + (float)sdy : (float)sdy;
+        dgamma[c] = (acc & HYFI_BN_ACC_PARAMS) ? dgamma[c] + (float)sdyx : (float)sdyx;
+        dbeta[c] = (acc & HYFI_BN_ACC_PARAMS) ? dbeta[c] + (float)sdy : (float)sdy;
     }
 }
 

@@ -100,11 +100,11 @@ int hyfi_batchnorm_backward_ref(float *dx, float *dgamma, float *dbeta, const fl
             for (size_t i = 0; i < hw; i++) {
                 double xhat = (xp[i] - mu) * invstd;
                 double g = k * (M * dyp[i] - sdy - xhat * sdyx);
-                dxp[i] = (float)(acc ? dxp[i] + g : g);
+                dxp[i] = (float)((acc & HYFI_BN_ACC_DX) ? dxp[i] + g : g);
             }
         }
-        dgamma[c] = (float)(acc ? dgamma[c] + sdyx : sdyx);
-        dbeta[c] = (float)(acc ? dbeta[c] + sdy : sdy);
+        dgamma[c] = (acc & HYFI_BN_ACC_PARAMS) ? dgamma[c] + (float)sdyx : (float)sdyx;
+        dbeta[c] = (acc & HYFI_BN_ACC_PARAMS) ? dbeta[c] + (float)sdy : (float)sdy;
     }
     return 0;
 }

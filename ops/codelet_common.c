@@ -1,8 +1,10 @@
 /* Codelet support: failure reporting, per-CUDA-worker handles, footprints. */
 #include "codelet_common.h"
+#include "dnnl_common.h"
 
 #include <pthread.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 static pthread_mutex_t g_err_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -83,3 +85,76 @@ void hyfi_ops_fini(void)
 int hyfi_ops_init(void) { return 0; }
 void hyfi_ops_fini(void) {}
 #endif
+
+int hyfi_ops_cuda_devices(void)
+{
+#if HYFI_HAVE_CUDA
+    int n = 0;
+    if (cudaGetDeviceCount(&n) != cudaSuccess) return 0;
+    return n;
+#else
+    return 0;
+#endif
+}
+
+/* ------------------------------------------------------------ core lending */
+static pthread_mutex_t g_core_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t g_core_cond = PTHREAD_COND_INITIALIZER;
+static int g_core_pool = 1, g_core_free = 1, g_core_per_worker = 1, g_core_lend;
+static size_t g_core_min_bytes = 1;
+static _Thread_local int t_threads; /* OpenMP threads last set on this worker */
+
+void hyfi_ops_cores_init(int ncpu_workers, int per_worker, size_t lend_min_bytes)
+{
+    pthread_mutex_lock(&g_core_lock);
+    g_core_per_worker = per_worker > 0 ? per_worker : 1;
+    g_core_pool = g_core_free = (ncpu_workers > 0 ? ncpu_workers : 1) * g_core_per_worker;
+    g_core_lend = lend_min_bytes > 0 && ncpu_workers > 1;
+    g_core_min_bytes = lend_min_bytes;
+    pthread_mutex_unlock(&g_core_lock);
+}
+
+/* Largest buffer of the running task, bytes. */
+static size_t task_max_bytes(void)
+{
+    struct starpu_task *task = starpu_task_get_current();
+    size_t m = 0;
+    if (!task) return 0;
+    unsigned n = STARPU_TASK_GET_NBUFFERS(task);
+    for (unsigned i = 0; i < n; i++) {
+        size_t b = starpu_data_get_size(STARPU_TASK_GET_HANDLE(task, i));
+        if (b > m) m = b;
+    }
+    return m;
+}
+
+int hyfi_ops_cores_take(void)
+{
+    int n = g_core_per_worker;
+    const int big = g_core_lend && task_max_bytes() >= g_core_min_bytes;
+    pthread_mutex_lock(&g_core_lock);
+    while (g_core_free < n) pthread_cond_wait(&g_core_cond, &g_core_lock);
+    g_core_free -= n;
+    if (big && g_core_free > 0) {
+        /* tasks ready or running, less those running on a worker now */
+        int busy = (g_core_pool - g_core_free) / g_core_per_worker;
+        if (starpu_task_nready() <= busy) {
+            n += g_core_free;
+            g_core_free = 0;
+        }
+    }
+    pthread_mutex_unlock(&g_core_lock);
+    if (n != t_threads) {
+        hyfi_cpu_set_threads(n);
+        t_threads = n;
+    }
+    return n;
+}
+
+void hyfi_ops_cores_give(int n)
+{
+    pthread_mutex_lock(&g_core_lock);
+    g_core_free += n;
+    pthread_cond_broadcast(&g_core_cond);
+    pthread_mutex_unlock(&g_core_lock);
+}

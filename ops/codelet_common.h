@@ -52,6 +52,24 @@ hyfi_cuda_env *hyfi_ops_cuda_env(void);
  * convolutions with equal sizes but other kernels are calibrated apart. */
 uint32_t hyfi_ops_footprint(struct starpu_task *task);
 
+/* CUDA devices visible to this process (0 without CUDA), before starpu_init. */
+int hyfi_ops_cuda_devices(void);
+
+/* CPU cores of this process, lent between CPU workers.
+ *
+ * Each CPU worker owns `per_worker` cores (its OpenMP threads). A CPU codelet
+ * takes its worker's cores (waiting while they are lent out) and, when no
+ * other task is ready to run and the task has a buffer of at least
+ * `lend_min_bytes`, also the cores of the idle workers: a chain of dependent
+ * layers then runs each large kernel on every core instead of one, while
+ * branches and small kernels keep one worker each. The lent cores return when
+ * the kernel ends; a worker that gets a task while its cores are lent waits
+ * for them (at most one kernel). lend_min_bytes 0: no lending.
+ * Measured on 2 cores: docs/bench-cpu.md. */
+void hyfi_ops_cores_init(int ncpu_workers, int per_worker, size_t lend_min_bytes);
+int hyfi_ops_cores_take(void); /* returns the cores taken, >= 1 */
+void hyfi_ops_cores_give(int n);
+
 #define HYFI_F(i) ((float *)STARPU_VECTOR_GET_PTR(buffers[i]))
 #define HYFI_I(i) ((int32_t *)STARPU_VECTOR_GET_PTR(buffers[i]))
 
@@ -69,7 +87,9 @@ uint32_t hyfi_ops_footprint(struct starpu_task *task);
     {                                                                            \
         const hyfi_task_args *t = cl_arg;                                        \
         (void)t;                                                                 \
+        const int cores_ = hyfi_ops_cores_take();                                \
         hyfi_ops_report(#op, hyfi_##op##_cpu(__VA_ARGS__));                      \
+        hyfi_ops_cores_give(cores_);                                             \
     }
 
 #if HYFI_HAVE_CUDA
@@ -116,5 +136,7 @@ extern struct starpu_codelet hyfi_cl_fc_forward, hyfi_cl_fc_backward_data,
     hyfi_cl_fc_backward_weight;
 extern struct starpu_codelet hyfi_cl_xent_forward, hyfi_cl_xent_backward;
 extern struct starpu_codelet hyfi_cl_sgd_update;
+/* Reduction methods of summed gradients: W zero; RW += R. */
+extern struct starpu_codelet hyfi_cl_redux_zero, hyfi_cl_redux_add;
 
 #endif

@@ -11,3 +11,58 @@ HYFI_CODELET(add_forward, HYFI_F(0), HYFI_F(1), HYFI_F(2), t->u.elt.count)
 HYFI_CODELET(accumulate, HYFI_F(0), HYFI_F(1), t->u.elt.count, t->acc)
 /* dst */
 HYFI_CODELET(fill, HYFI_F(0), t->u.elt.value, t->u.elt.count)
+
+/* Reduction methods of parameter gradients summed over micro-batches
+ * (starpu_data_set_reduction_methods): zero a per-worker copy, add one copy
+ * into another. Fixed buffers, no argument block: the count is the vector's. */
+static void redux_zero_cpu(void *buffers[], void *cl_arg)
+{
+    (void)cl_arg;
+    hyfi_ops_report("redux_zero", hyfi_fill_cpu(HYFI_F(0), 0.0f, STARPU_VECTOR_GET_NX(buffers[0])));
+}
+
+static void redux_add_cpu(void *buffers[], void *cl_arg)
+{
+    (void)cl_arg;
+    const int cores = hyfi_ops_cores_take();
+    hyfi_ops_report("redux_add", hyfi_accumulate_cpu(HYFI_F(0), HYFI_F(1),
+                                                     STARPU_VECTOR_GET_NX(buffers[0]), 1));
+    hyfi_ops_cores_give(cores);
+}
+
+#if HYFI_HAVE_CUDA
+static void redux_zero_cuda(void *buffers[], void *cl_arg)
+{
+    (void)cl_arg;
+    hyfi_ops_report("redux_zero", hyfi_fill_cuda(hyfi_ops_cuda_env(), HYFI_F(0), 0.0f,
+                                                 STARPU_VECTOR_GET_NX(buffers[0])));
+}
+
+static void redux_add_cuda(void *buffers[], void *cl_arg)
+{
+    (void)cl_arg;
+    hyfi_ops_report("redux_add", hyfi_accumulate_cuda(hyfi_ops_cuda_env(), HYFI_F(0), HYFI_F(1),
+                                                      STARPU_VECTOR_GET_NX(buffers[0]), 1));
+}
+#define HYFI_REDUX_CUDA(f) .cuda_funcs = {f}, .cuda_flags = {STARPU_CUDA_ASYNC},
+#else
+#define HYFI_REDUX_CUDA(f)
+#endif
+
+struct starpu_codelet hyfi_cl_redux_zero = {
+    .cpu_funcs = {redux_zero_cpu},
+    .cpu_funcs_name = {"redux_zero_cpu"},
+    HYFI_REDUX_CUDA(redux_zero_cuda)
+    .nbuffers = 1,
+    .modes = {STARPU_W},
+    .name = "hyfi_redux_zero",
+};
+
+struct starpu_codelet hyfi_cl_redux_add = {
+    .cpu_funcs = {redux_add_cpu},
+    .cpu_funcs_name = {"redux_add_cpu"},
+    HYFI_REDUX_CUDA(redux_add_cuda)
+    .nbuffers = 2,
+    .modes = {STARPU_RW | STARPU_COMMUTE, STARPU_R},
+    .name = "hyfi_redux_add",
+};

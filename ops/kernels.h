@@ -93,7 +93,11 @@ int hyfi_batchnorm_forward_eval_ref(float *y, const float *x, const float *gamma
                                     const float *run_var, const hyfi_batchnorm_args *a);
 /* Backward of the training-mode forward (batch statistics are functions of x).
  * dx (N,C,H,W), dgamma (C), dbeta (C), dy (N,C,H,W), x (N,C,H,W), gamma (C),
- * mean (C), var (C) as saved by the forward. acc applies to dx, dgamma and dbeta. */
+ * mean (C), var (C) as saved by the forward. acc is a bit mask: HYFI_BN_ACC_DX adds
+ * into dx, HYFI_BN_ACC_PARAMS adds into dgamma and dbeta (micro-batches sum the
+ * parameter gradients while dx starts fresh). */
+#define HYFI_BN_ACC_DX 1
+#define HYFI_BN_ACC_PARAMS 2
 int hyfi_batchnorm_backward_ref(float *dx, float *dgamma, float *dbeta, const float *dy,
                                 const float *x, const float *gamma, const float *mean,
                                 const float *var, const hyfi_batchnorm_args *a, int acc);

@@ -12,7 +12,7 @@ static void stage_order(int S, int M, int s, hyfi_pipe_kind kind, int *mb, int *
     int k = 0;
     if (kind == HYFI_PIPE_GPIPE) {
         for (int m = 0; m < M; m++) mb[k] = m, bwd[k++] = 0;
-        for (int m = M - 1; m >= 0; m--) mb[k] = m, bwd[k++] = 1;
+        for (int m = 0; m < M; m++) mb[k] = m, bwd[k++] = 1;
         return;
     }
     int w = S - 1 - s;

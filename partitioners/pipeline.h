@@ -9,8 +9,10 @@
  * and agrees with every stage's own order. hyfi_pipe_schedule() builds one by
  * simulating the stages in lock step (one event per stage per tick).
  *
- *   GPipe: every stage runs F(0..M-1), then B(M-1..0): all M micro-batches'
- *          activations are alive on every stage at the turn.
+ *   GPipe: every stage runs F(0..M-1), then B(0..M-1): all M micro-batches'
+ *          activations are alive on every stage at the turn. (Backwards in
+ *          micro-batch order, as 1F1B, so that gradients summed in that order
+ *          are the same float under both schedules.)
  *   1F1B:  stage s runs w = min(S-1-s, M-1) warm-up forwards, then alternates
  *          one forward and one backward, then drains the backwards
  *          (PipeDream-flush): at most w+1 micro-batches in flight on stage s.

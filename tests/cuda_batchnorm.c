@@ -114,7 +114,7 @@ static int bnc_case(hyfi_cuda_env *env, int n, int c, int h, int w, uint64_t *se
         goto out;
     }
     rc = hyfi_batchnorm_backward_cuda(env, d_dx, d_dg, d_db, d_dy, d_x, d_g, d_meanc, d_varc,
-                                      &a, 1);
+                                      &a, HYFI_BN_ACC_DX | HYFI_BN_ACC_PARAMS);
     fails += bnc_check("bn bwd acc dx", shp, rc, d_dx, dxa, cnt, env->stream, tol);
     fails += bnc_check("bn bwd acc dgamma", shp, rc, d_dg, dga, C, env->stream, tsum);
     fails += bnc_check("bn bwd acc dbeta", shp, rc, d_db, dba, C, env->stream, tsum);

@@ -1,7 +1,8 @@
 /* StarPU-MPI context life cycle under mpiexec: every rank initialises
  * StarPU-MPI through hyfi_ctx_create, sees the right rank and size, trains the
- * test network for two steps (each rank on its own, same seed and data, so the
- * losses agree across ranks bit for bit), and shuts down cleanly.
+ * test network for two steps with one stage per rank (every rank reads the
+ * same loss), refuses a plan with fewer places than ranks, and shuts down
+ * cleanly.
  * Run as: mpiexec -n 2 test_mpi_ctx */
 #include "hyfi.h"
 #include "testnet.h"
@@ -10,6 +11,7 @@
 #include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 int main(void)
 {
@@ -25,7 +27,17 @@ int main(void)
     tu_check(size != world || rank < 0 || rank >= size, "rank and size from StarPU-MPI");
     testnet n;
     float loss[2] = {0, 0};
-    if (testnet_build(ctx, &n, 0) == 0 && hyfi_graph_compile(n.g, n.loss, NULL) == HYFI_OK) {
+    if (size > 1 && testnet_build(ctx, &n, 0) == 0) {
+        /* one stage, several ranks: refused, naming the fix */
+        hyfi_status st = hyfi_graph_compile(n.g, n.loss, NULL);
+        tu_check(st != HYFI_ERR_ARG || !strstr(hyfi_graph_error(n.g), "mpiexec -n 1"),
+                 "fewer places than ranks refused");
+        if (rank == 0) printf("message: %s\n", hyfi_graph_error(n.g));
+        hyfi_graph_destroy(n.g);
+    }
+    hyfi_plan_config plan = {.stages = size};
+    if (testnet_build(ctx, &n, 0) == 0 && hyfi_graph_set_plan(n.g, &plan) == HYFI_OK &&
+        hyfi_graph_compile(n.g, n.loss, NULL) == HYFI_OK) {
         for (int s = 0; s < 2; s++) {
             testnet_batch(&n, 9 + (uint64_t)s);
             tu_check(hyfi_train_step(n.g, &loss[s]) != HYFI_OK, "train step");

@@ -38,15 +38,15 @@ static int check_schedule(int S, int M, hyfi_pipe_kind kind)
         }
     /* each stage's own order */
     for (int s = 0; s < S && !bad; s++) {
-        int f = 0, alive = 0, maxalive = 0, lastb = M;
+        int f = 0, alive = 0, maxalive = 0, nextb = 0;
         for (int i = 0; i < n; i++) {
             if (ev[i].stage != s) continue;
             if (!ev[i].backward) {
                 if (ev[i].mb != f++) bad = 1;
                 alive++;
             } else {
-                if (kind == HYFI_PIPE_GPIPE && (f != M || ev[i].mb != lastb - 1)) bad = 1;
-                lastb = ev[i].mb;
+                if (kind == HYFI_PIPE_GPIPE && f != M) bad = 1;
+                if (ev[i].mb != nextb++) bad = 1; /* backwards in micro-batch order */
                 alive--;
             }
             if (alive > maxalive) maxalive = alive;

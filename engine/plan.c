@@ -1,0 +1,433 @@
+/* The parallel plan: layers -> stages (places) -> MPI ranks, micro-batches,
+ * the pipeline schedule, per-stage estimates and the predicted traffic.
+ *
+ * The partitioning itself is plain C in partitioners/ (balance.c: layers per
+ * stage by cost; pipeline.c: schedules and places on ranks); this file feeds
+ * it the graph and records the result for compile.c. */
+#include "internal.h"
+#include "balance.h"
+#include "pipeline.h"
+
+#include <starpu_mpi.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ------------------------------------------------------------------ layers */
+
+hyfi_status hyfi_layer_begin(hyfi_graph *g, const char *name)
+{
+    if (!g) return hyfi_fail(HYFI_ERR_ARG, "hyfi_layer_begin: graph is NULL");
+    if (g->status != HYFI_OK) return g->status;
+    if (g->compiled)
+        return hyfi_graph_fail(g, HYFI_ERR_STATE, "hyfi_layer_begin: the graph is compiled; "
+                                                  "mark layers while building");
+    char gen[32];
+    if (!name) {
+        snprintf(gen, sizeof gen, "layer%d", g->nlayers);
+        name = gen;
+    }
+    /* Ops built before the first call become a layer of their own. */
+    const int implicit = g->nlayers == 0 && g->nnodes > 0;
+    int need = g->nlayers + 1 + implicit;
+    if (need > g->cap_layers) {
+        int nc = g->cap_layers ? g->cap_layers * 2 : 16;
+        while (nc < need) nc *= 2;
+        char **p = realloc(g->layer_names, (size_t)nc * sizeof *p);
+        if (!p) return hyfi_graph_fail(g, HYFI_ERR_NOMEM, "hyfi_layer_begin: out of memory");
+        g->layer_names = p;
+        g->cap_layers = nc;
+    }
+    if (implicit) {
+        g->layer_names[0] = strdup(g->nodes[0].name);
+        if (!g->layer_names[0])
+            return hyfi_graph_fail(g, HYFI_ERR_NOMEM, "hyfi_layer_begin: out of memory");
+        for (int i = 0; i < g->nnodes; i++) g->nodes[i].layer = 0;
+        g->nlayers = 1;
+    }
+    g->layer_names[g->nlayers] = strdup(name);
+    if (!g->layer_names[g->nlayers])
+        return hyfi_graph_fail(g, HYFI_ERR_NOMEM, "hyfi_layer_begin: out of memory");
+    g->nlayers++;
+    return HYFI_OK;
+}
+
+int hyfi_layer_count(const hyfi_graph *g)
+{
+    if (!g) return 0;
+    return g->nlayers ? g->nlayers : g->nnodes;
+}
+
+static const char *layer_name(const hyfi_graph *g, int l)
+{
+    return g->nlayers ? g->layer_names[l] : g->nodes[l].name;
+}
+
+/* ------------------------------------------------------------------- plans */
+
+hyfi_status hyfi_graph_set_plan(hyfi_graph *g, const hyfi_plan_config *p)
+{
+    if (!g) return hyfi_fail(HYFI_ERR_ARG, "hyfi_graph_set_plan: graph is NULL");
+    if (g->compiled)
+        return hyfi_call_fail(g, HYFI_ERR_STATE, "hyfi_graph_set_plan: the graph is compiled; "
+                                                 "set the plan before hyfi_graph_compile");
+    free(g->plan_balance);
+    g->plan_balance = NULL;
+    memset(&g->plan_cfg, 0, sizeof g->plan_cfg);
+    if (!p) return HYFI_OK;
+    if (p->schedule != HYFI_SCHEDULE_GPIPE && p->schedule != HYFI_SCHEDULE_1F1B)
+        return hyfi_call_fail(g, HYFI_ERR_ARG, "hyfi_graph_set_plan: unknown schedule %d; use "
+                                               "HYFI_SCHEDULE_GPIPE or HYFI_SCHEDULE_1F1B",
+                              (int)p->schedule);
+    g->plan_cfg = *p;
+    if (p->balance && p->stages > 0) {
+        g->plan_balance = malloc((size_t)p->stages * sizeof(int));
+        if (!g->plan_balance)
+            return hyfi_call_fail(g, HYFI_ERR_NOMEM, "hyfi_graph_set_plan: out of memory");
+        memcpy(g->plan_balance, p->balance, (size_t)p->stages * sizeof(int));
+    }
+    g->plan_cfg.balance = g->plan_balance;
+    return HYFI_OK;
+}
+
+void hyfi_plan_free(hyfi_graph *g)
+{
+    hyfi_plan *pl = g->pl;
+    if (!pl) return;
+    free(pl->layer_of_node);
+    free(pl->layer_stage);
+    free(pl->stage_rank);
+    free(pl->stage_worker);
+    free(pl->inflight);
+    free(pl->events);
+    free(pl->stage_flops);
+    free(pl->stage_params);
+    free(pl->stage_param_bytes);
+    free(pl->stage_act_bytes);
+    free(pl->pred_bytes);
+    free(pl);
+    g->pl = NULL;
+}
+
+/* Per-micro-batch tensors: everything that has a batch dimension. */
+static int batch_tensor(const hyfi_tensor *t)
+{
+    return t->kind == T_INPUT || t->kind == T_LABELS || t->kind == T_ACT || t->kind == T_SAVED;
+}
+
+static double node_cost(const hyfi_graph *g, int i)
+{
+    hyfi_op_info oi;
+    if (hyfi_graph_op_info(g, i, &oi) != HYFI_OK) return 1.0;
+    /* FLOPs, plus a memory-traffic term so that cheap ops are not free:
+     * one FLOP per byte of output activation. */
+    return oi.flops + (double)oi.act_bytes;
+}
+
+hyfi_status hyfi_plan_build(hyfi_graph *g)
+{
+    hyfi_plan_free(g);
+    hyfi_plan *pl = calloc(1, sizeof *pl);
+    if (!pl) return hyfi_call_fail(g, HYFI_ERR_NOMEM, "out of memory building the plan");
+    g->pl = pl;
+    const hyfi_plan_config *cfg = &g->plan_cfg;
+    const int nl = hyfi_layer_count(g), S = cfg->stages > 1 ? cfg->stages : 1;
+    const int M = cfg->parts > 1 ? cfg->parts : 1, R = g->ctx->nranks;
+    char err[400];
+    pl->nlayers = nl;
+    pl->nstages = S;
+    pl->nmb = M;
+    pl->schedule = cfg->schedule;
+    pl->layer_of_node = malloc((size_t)g->nnodes * sizeof(int));
+    pl->layer_stage = malloc((size_t)nl * sizeof(int));
+    pl->stage_rank = malloc((size_t)S * sizeof(int));
+    pl->stage_worker = malloc((size_t)S * sizeof(int));
+    pl->inflight = calloc((size_t)S, sizeof(int));
+    pl->events = malloc((size_t)2 * S * M * sizeof *pl->events);
+    pl->stage_flops = calloc((size_t)S, sizeof(double));
+    pl->stage_params = calloc((size_t)S, sizeof(size_t));
+    pl->stage_param_bytes = calloc((size_t)S, sizeof(size_t));
+    pl->stage_act_bytes = calloc((size_t)S, sizeof(size_t));
+    pl->pred_bytes = calloc((size_t)R * R, sizeof(size_t));
+    int *counts = malloc((size_t)S * sizeof(int));
+    double *cost = calloc((size_t)nl, sizeof(double));
+    hyfi_status st = HYFI_OK;
+    if (!pl->layer_of_node || !pl->layer_stage || !pl->stage_rank || !pl->stage_worker ||
+        !pl->inflight || !pl->events || !pl->stage_flops || !pl->stage_params ||
+        !pl->stage_param_bytes || !pl->stage_act_bytes || !pl->pred_bytes || !counts || !cost) {
+        st = hyfi_call_fail(g, HYFI_ERR_NOMEM, "out of memory building the plan");
+        goto out;
+    }
+    for (int i = 0; i < g->nnodes; i++)
+        pl->layer_of_node[i] = g->nlayers ? (g->nodes[i].layer < 0 ? 0 : g->nodes[i].layer) : i;
+
+    /* stages: layers per stage */
+    if (S > nl) {
+        st = hyfi_call_fail(g, HYFI_ERR_ARG, "the plan asks for %d stages (--split-size) but "
+                                              "the model has only %d layers; use at most %d "
+                                              "stages", S, nl, nl);
+        goto out;
+    }
+    if (cfg->balance) {
+        if (hyfi_balance_check(cfg->balance, S, nl, err, sizeof err)) {
+            st = hyfi_call_fail(g, HYFI_ERR_ARG, "--balance: %s", err);
+            goto out;
+        }
+        memcpy(counts, cfg->balance, (size_t)S * sizeof(int));
+    } else {
+        for (int i = 0; i < g->nnodes; i++) cost[pl->layer_of_node[i]] += node_cost(g, i);
+        if (hyfi_balance_by_cost(cost, nl, S, counts)) {
+            st = hyfi_call_fail(g, HYFI_ERR_NOMEM, "balancing %d layers over %d stages failed",
+                                 nl, S);
+            goto out;
+        }
+    }
+    for (int s = 0, l = 0; s < S; s++)
+        for (int k = 0; k < counts[s]; k++) pl->layer_stage[l++] = s;
+    for (int i = 0; i < g->nnodes; i++) g->nodes[i].stage = pl->layer_stage[pl->layer_of_node[i]];
+
+    /* micro-batches */
+    pl->batch = -1;
+    for (int i = 0; i < g->ntensors; i++) {
+        hyfi_tensor *t = g->tensors[i];
+        if (!batch_tensor(t) || !t->batched) continue;
+        if (pl->batch < 0) pl->batch = t->dims[0];
+    }
+    if (pl->batch < 0) pl->batch = 1;
+    if (pl->batch % M != 0) {
+        st = hyfi_call_fail(g, HYFI_ERR_ARG, "the batch of %d images cannot be cut into %d "
+                                              "equal micro-batches (--parts %d); use a batch "
+                                              "that is a multiple of %d, or --parts dividing %d",
+                             pl->batch, M, M, M, pl->batch);
+        goto out;
+    }
+
+    /* places on ranks */
+    if (hyfi_places_to_ranks(S, R, pl->stage_rank, err, sizeof err)) {
+        st = hyfi_call_fail(g, HYFI_ERR_ARG, "%s", err);
+        goto out;
+    }
+    /* A rank with a CUDA worker for each of its places pins each place to one. */
+    {
+        int local = 0;
+        for (int s = 0; s < S; s++) local += pl->stage_rank[s] == g->ctx->rank;
+        for (int s = 0, k = 0; s < S; s++) {
+            pl->stage_worker[s] = -1;
+            if (pl->stage_rank[s] != g->ctx->rank) continue;
+            if (local > 1 && g->ctx->ncuda >= local)
+                pl->stage_worker[s] = starpu_worker_get_by_type(STARPU_CUDA_WORKER, k);
+            k++;
+        }
+    }
+
+    /* schedule */
+    pl->nticks = hyfi_pipe_schedule(S, M, cfg->schedule == HYFI_SCHEDULE_1F1B ? HYFI_PIPE_1F1B
+                                                                              : HYFI_PIPE_GPIPE,
+                                    pl->events, pl->inflight);
+    if (pl->nticks < 0) {
+        st = hyfi_call_fail(g, HYFI_ERR_NOMEM, "building the pipeline schedule failed");
+        goto out;
+    }
+    pl->nevents = 2 * S * M;
+    pl->trivial = S == 1 && M == 1;
+
+    /* Owners: a tensor lives on the stage of the op that produces (activations,
+     * saved tensors) or owns it (parameters, state), inputs and labels on the
+     * stage of their first consumer. */
+    for (int i = 0; i < g->ntensors; i++) g->tensors[i]->stage = -1;
+    for (int i = 0; i < g->nnodes; i++) {
+        const node *nd = &g->nodes[i];
+        nd->out->stage = nd->stage;
+        for (int k = 0; k < 4; k++)
+            if (nd->p[k]) nd->p[k]->stage = nd->stage;
+        for (int k = 0; k < 2; k++)
+            if (nd->s[k]) nd->s[k]->stage = nd->stage;
+        for (int k = 0; k < nd->nin; k++)
+            if (nd->in[k]->producer < 0 && nd->in[k]->stage < 0) nd->in[k]->stage = nd->stage;
+    }
+    for (int i = 0; i < g->ntensors; i++) {
+        hyfi_tensor *t = g->tensors[i];
+        if (t->stage < 0) t->stage = 0; /* unused input */
+        t->rank = pl->stage_rank[t->stage];
+    }
+
+    /* estimates per stage */
+    {
+        size_t *per_mb = calloc((size_t)S, sizeof(size_t)), *grads = calloc((size_t)S, sizeof(size_t));
+        if (!per_mb || !grads) {
+            free(per_mb);
+            free(grads);
+            st = hyfi_call_fail(g, HYFI_ERR_NOMEM, "out of memory building the plan");
+            goto out;
+        }
+        for (int i = 0; i < g->nnodes; i++) {
+            hyfi_op_info oi;
+            if (hyfi_graph_op_info(g, i, &oi) == HYFI_OK) pl->stage_flops[g->nodes[i].stage] += oi.flops;
+        }
+        for (int i = 0; i < g->ntensors; i++) {
+            const hyfi_tensor *t = g->tensors[i];
+            const size_t b = t->numel * 4;
+            if (t->kind == T_PARAM) {
+                pl->stage_params[t->stage] += t->numel;
+                pl->stage_param_bytes[t->stage] += 3 * b;
+            } else if (t->kind == T_STATE) {
+                pl->stage_param_bytes[t->stage] += b;
+            } else if (t->kind == T_ACT || t->kind == T_SAVED) {
+                per_mb[t->stage] += t->batched ? b / (size_t)M : b;
+                if (t->kind == T_ACT) grads[t->stage] += b / (size_t)M;
+            }
+        }
+        /* values and saved tensors of the micro-batches in flight, plus the
+         * gradients of one micro-batch's backward */
+        for (int s = 0; s < S; s++)
+            pl->stage_act_bytes[s] = per_mb[s] * (size_t)pl->inflight[s] + grads[s];
+        free(per_mb);
+        free(grads);
+    }
+out:
+    free(counts);
+    free(cost);
+    if (st != HYFI_OK) hyfi_plan_free(g);
+    return st;
+}
+
+/* ------------------------------------------------------------- inspection */
+
+int hyfi_plan_stage_count(const hyfi_graph *g) { return g && g->pl ? g->pl->nstages : 0; }
+int hyfi_plan_parts(const hyfi_graph *g) { return g && g->pl ? g->pl->nmb : 0; }
+
+hyfi_status hyfi_plan_stage(const hyfi_graph *g, int s, hyfi_stage_info *info)
+{
+    if (!g || !info) return hyfi_fail(HYFI_ERR_ARG, "hyfi_plan_stage: graph or info is NULL");
+    if (!g->pl) return hyfi_fail(HYFI_ERR_STATE, "hyfi_plan_stage: compile the graph first");
+    const hyfi_plan *pl = g->pl;
+    if (s < 0 || s >= pl->nstages)
+        return hyfi_fail(HYFI_ERR_ARG, "hyfi_plan_stage: stage %d outside [0, %d)", s,
+                         pl->nstages);
+    memset(info, 0, sizeof *info);
+    info->first_layer = -1;
+    for (int l = 0; l < pl->nlayers; l++) {
+        if (pl->layer_stage[l] != s) continue;
+        if (info->first_layer < 0) info->first_layer = l;
+        info->nlayers++;
+    }
+    info->first_layer_name = layer_name(g, info->first_layer);
+    info->last_layer_name = layer_name(g, info->first_layer + info->nlayers - 1);
+    info->rank = pl->stage_rank[s];
+    info->worker = pl->stage_worker[s];
+    info->inflight = pl->inflight[s];
+    info->params = pl->stage_params[s];
+    info->param_bytes = pl->stage_param_bytes[s];
+    info->act_bytes = pl->stage_act_bytes[s];
+    info->flops = pl->stage_flops[s];
+    return HYFI_OK;
+}
+
+size_t hyfi_plan_step_bytes(const hyfi_graph *g, int from, int to)
+{
+    if (!g || !g->pl) return 0;
+    const int R = g->ctx->nranks;
+    if (from < 0 || to < 0 || from >= R || to >= R) return 0;
+    return g->pl->pred_bytes[(size_t)from * R + to];
+}
+
+size_t hyfi_plan_describe(const hyfi_graph *g, char *buf, size_t len)
+{
+    if (!g || !g->pl) return 0;
+    const hyfi_plan *pl = g->pl;
+    size_t n = 0;
+#define OUT(...)                                                                          \
+    do {                                                                                  \
+        int k_ = snprintf(buf && n < len ? buf + n : NULL, buf && n < len ? len - n : 0, \
+                          __VA_ARGS__);                                                   \
+        if (k_ > 0) n += (size_t)k_;                                                      \
+    } while (0)
+    OUT("plan: %d stage%s x %d micro-batch%s of %d (schedule %s) on %d rank%s, %d layers\n",
+        pl->nstages, pl->nstages == 1 ? "" : "s", pl->nmb, pl->nmb == 1 ? "" : "es",
+        pl->batch / pl->nmb, pl->schedule == HYFI_SCHEDULE_1F1B ? "1f1b" : "gpipe",
+        g->ctx->nranks, g->ctx->nranks == 1 ? "" : "s", pl->nlayers);
+    for (int s = 0; s < pl->nstages; s++) {
+        hyfi_stage_info si;
+        if (hyfi_plan_stage(g, s, &si) != HYFI_OK) break;
+        OUT("  stage %d: layers %d-%d (%s .. %s), rank %d%s, %zu params (%.1f MB with grads "
+            "and momentum), %.3g GFLOP fwd/step, activations ~%.1f MB (%d in flight)\n",
+            s, si.first_layer, si.first_layer + si.nlayers - 1, si.first_layer_name,
+            si.last_layer_name, si.rank, si.worker >= 0 ? " (pinned worker)" : "", si.params,
+            (double)si.param_bytes / 1e6, si.flops / 1e9, (double)si.act_bytes / 1e6,
+            si.inflight);
+    }
+    size_t tot = 0;
+    for (int i = 0; i < g->ctx->nranks * g->ctx->nranks; i++) tot += pl->pred_bytes[i];
+    if (g->ctx->nranks > 1) OUT("  predicted traffic between ranks: %zu bytes per step\n", tot);
+#undef OUT
+    return n;
+}
+
+/* ----------------------------------------------------- predicted traffic */
+
+/* Walk the train program as StarPU-MPI does: a task runs on its rank; a buffer
+ * it reads that another rank owns is sent by the owner unless that rank holds
+ * a cached copy; a buffer it writes on a non-owner is sent back to the owner;
+ * a write drops every cached copy; a release drops them too. Two steps are
+ * walked; the second (steady state) is recorded. The program ends by sending
+ * each micro-batch's loss to every rank (PT_BCAST). */
+void hyfi_plan_predict_comm(hyfi_graph *g)
+{
+    hyfi_plan *pl = g->pl;
+    const int R = g->ctx->nranks;
+    memset(pl->pred_bytes, 0, (size_t)R * R * sizeof(size_t));
+    if (R < 2) return;
+    /* cached[h][r]: by handle pointer through a small open-addressing table */
+    size_t cap = 1024;
+    while (cap < (size_t)g->train_prog.n * 4) cap *= 2;
+    starpu_data_handle_t *keys = calloc(cap, sizeof *keys);
+    unsigned char *cached = calloc(cap * (size_t)R, 1);
+    if (!keys || !cached) {
+        free(keys);
+        free(cached);
+        return;
+    }
+#define SLOT(hh)                                                                           \
+    ({                                                                                     \
+        size_t i_ = ((uintptr_t)(hh) >> 4) * 0x9E3779B97F4A7C15ull & (cap - 1);            \
+        while (keys[i_] && keys[i_] != (hh)) i_ = (i_ + 1) & (cap - 1);                    \
+        keys[i_] = (hh);                                                                   \
+        i_;                                                                                \
+    })
+    for (int step = 0; step < 2; step++) {
+        if (step == 1) memset(pl->pred_bytes, 0, (size_t)R * R * sizeof(size_t));
+        for (int i = 0; i < g->train_prog.n; i++) {
+            const prog_task *t = &g->train_prog.t[i];
+            for (int b = 0; b < t->nbuf; b++) {
+                starpu_data_handle_t h = t->buf[b].handle;
+                const int o = starpu_mpi_data_get_rank(h), e = t->rank;
+                const size_t sl = SLOT(h), bytes = starpu_data_get_size(h);
+                const enum starpu_data_access_mode m = t->buf[b].mode;
+                if (t->kind == PT_RELEASE) {
+                    memset(cached + sl * R, 0, (size_t)R);
+                    continue;
+                }
+                if (t->kind == PT_BCAST) {
+                    for (int r = 0; r < R; r++)
+                        if (r != o && !cached[sl * R + r]) {
+                            pl->pred_bytes[(size_t)o * R + r] += bytes;
+                            cached[sl * R + r] = 1;
+                        }
+                    continue;
+                }
+                if ((m & STARPU_R) && e != o && !cached[sl * R + e]) {
+                    pl->pred_bytes[(size_t)o * R + e] += bytes;
+                    cached[sl * R + e] = 1;
+                }
+                if ((m & STARPU_W) || (m & STARPU_REDUX)) {
+                    if ((m & STARPU_W) && e != o) pl->pred_bytes[(size_t)e * R + o] += bytes;
+                    memset(cached + sl * R, 0, (size_t)R);
+                }
+            }
+        }
+
+    }
+#undef SLOT
+    free(keys);
+    free(cached);
+}

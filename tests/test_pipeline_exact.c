@@ -1,0 +1,406 @@
+/* Layer and pipeline parallelism compute the single-place step.
+ *
+ *   test_pipeline_exact ref DIR     one process, one stage: writes the reference
+ *                                   runs (per model and micro-batch count M)
+ *   [mpiexec -n R] test_pipeline_exact check DIR
+ *                                   every plan with at least R stages: 3 training
+ *                                   steps, compared with the reference run of the
+ *                                   same model and M
+ *
+ * Compared after 3 steps of SGD (lr 0.05, momentum 0.9, weight decay 5e-4) on
+ * seeded synthetic batches: the 3 losses, every parameter gradient of step 3,
+ * every parameter and running statistic. Kernels run with one thread each and
+ * no core lending (HYFI_CPU_THREADS=1, HYFI_LEND_MIN_BYTES=0, set by
+ * pipeline_exact.sh), so that their round-off does not depend on timing; then
+ *   - plans whose gradient sums have a fixed order (deterministic plans, and
+ *     M <= 2 where a + b == b + a) must equal the reference bitwise;
+ *   - the others (StarPU reductions over M > 2 micro-batches, added in run-time
+ *     order) within float32 round-off:
+ *         |got - want| <= 1e-5 + 1e-4 |want|   (losses: 1e-6 + 1e-5 |want|)
+ *     These are ResNet plans only: AmoebaNet at test size turns round-off
+ *     into visible differences (its max pools route a gradient to the first of
+ *     near-equal maxima; its 2x2 late layers normalise over few values), so
+ *     its M = 4 plans use deterministic sums.
+ * On R > 1 ranks it also checks the traffic: the bytes each rank sends to each
+ * other rank in steps 2 and 3 (StarPU-MPI's counts) equal twice the plan's
+ * prediction per step, and for the ResNet (a chain of blocks) the prediction
+ * equals the closed form: per stage boundary between ranks, the boundary
+ * activation forward and its gradient back, plus each micro-batch's loss to
+ * every rank.
+ *
+ * Models: ResNet v1-8 (CIFAR, 5 layers) on 8x8 images, batch 8, and
+ * AmoebaNet-D (3, 8) (8 layers) on 32x32 images, batch 4. */
+#include "hyfi.h"
+#include "models.h"
+#include "testutil.h"
+
+#include <math.h>
+#include <mpi.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define STEPS 3
+
+typedef struct {
+    const char *name;
+    model_config mc;
+    int batch, image;
+} model_def;
+
+typedef struct {
+    int model;     /* index into MODELS */
+    int stages;
+    int parts;
+    hyfi_schedule schedule;
+    int det;       /* deterministic gradient sums */
+    int balance[4]; /* {0}: by cost */
+} plan_def;
+
+static model_def MODELS[2];
+
+static const plan_def PLANS[] = {
+    {0, 2, 1, HYFI_SCHEDULE_GPIPE, 0, {0}},          /* layers only */
+    {0, 2, 4, HYFI_SCHEDULE_GPIPE, 0, {0}},          /* layers + micro-batches */
+    {0, 2, 4, HYFI_SCHEDULE_1F1B, 0, {2, 3}},        /* 1F1B, explicit balance */
+    {0, 2, 4, HYFI_SCHEDULE_GPIPE, 1, {0}},          /* deterministic sums */
+    {0, 3, 2, HYFI_SCHEDULE_1F1B, 0, {0}},
+    {0, 4, 4, HYFI_SCHEDULE_1F1B, 0, {0}},
+    {0, 4, 2, HYFI_SCHEDULE_GPIPE, 0, {1, 1, 1, 2}},
+    {1, 2, 2, HYFI_SCHEDULE_GPIPE, 0, {0}},
+    {1, 2, 4, HYFI_SCHEDULE_1F1B, 1, {0}},
+    {1, 4, 2, HYFI_SCHEDULE_1F1B, 0, {0}},
+    {1, 4, 1, HYFI_SCHEDULE_GPIPE, 0, {2, 2, 2, 3}},
+    {1, 4, 4, HYFI_SCHEDULE_GPIPE, 1, {0}},
+};
+#define NPLANS ((int)(sizeof PLANS / sizeof *PLANS))
+
+typedef struct {
+    float loss[STEPS];
+    float *grad, *weight; /* concatenated over parameters / parameters and state */
+    size_t ngrad, nweight;
+    size_t sent[2][64];   /* bytes sent to each rank before step 2 and after step 3 */
+} run_result;
+
+static void init_models(void)
+{
+    model_config r = model_config_default();
+    r.kind = MODEL_RESNET;
+    r.depth = 8;
+    r.resnet_version = 1;
+    r.num_classes = 10;
+    MODELS[0] = (model_def){"resnet8", r, 8, 8};
+    model_config a = model_config_default();
+    a.kind = MODEL_AMOEBANET;
+    a.num_layers = 3;
+    a.num_filters = 16;
+    a.num_classes = 10;
+    MODELS[1] = (model_def){"amoebanet3x16", a, 8, 64};
+}
+
+static void batch_data(const model_def *m, int step, float *x, int32_t *y)
+{
+    uint64_t st = 1000 + (uint64_t)step;
+    const size_t n = (size_t)m->batch * 3 * m->image * m->image;
+    tu_fill(x, n, &st, -1.f, 1.f);
+    for (int i = 0; i < m->batch; i++) y[i] = tu_randint(&st, 0, m->mc.num_classes - 1);
+}
+
+/* Train one plan for STEPS steps; fill res. Returns 0, or -1 (message printed). */
+static int run_plan(hyfi_ctx *ctx, const model_def *m, const hyfi_plan_config *plan,
+                    run_result *res, hyfi_graph **gout)
+{
+    hyfi_graph *g;
+    char err[512];
+    hyfi_graph_create(ctx, 7, &g);
+    hyfi_tensor *x = hyfi_input(g, "image", m->batch, 3, m->image, m->image);
+    hyfi_tensor *y = hyfi_labels(g, "label", m->batch);
+    hyfi_tensor *logits = hyfi_model_build(g, &m->mc, x, err, sizeof err);
+    hyfi_tensor *loss = logits ? hyfi_softmax_cross_entropy(g, "loss", logits, y) : NULL;
+    hyfi_train_config tc = {.lr = 0.05f, .momentum = 0.9f, .weight_decay = 5e-4f};
+    if (!loss || hyfi_graph_set_plan(g, plan) != HYFI_OK ||
+        hyfi_graph_compile(g, loss, &tc) != HYFI_OK) {
+        printf("%s: build/compile failed: %s %s\n", m->name, err, hyfi_graph_error(g));
+        hyfi_graph_destroy(g);
+        return -1;
+    }
+    const size_t nx = (size_t)m->batch * 3 * m->image * m->image;
+    float *xb = malloc(nx * sizeof *xb);
+    int32_t *yb = malloc((size_t)m->batch * sizeof *yb);
+    const int R = hyfi_ctx_nranks(ctx);
+    int rc = 0;
+    for (int s = 0; s < STEPS && !rc; s++) {
+        if (s == 1 && R > 1) hyfi_ctx_comm_bytes(ctx, res->sent[0], R);
+        batch_data(m, s, xb, yb);
+        if (hyfi_set_input(g, x, xb, nx) != HYFI_OK ||
+            hyfi_set_labels(g, y, yb, (size_t)m->batch) != HYFI_OK ||
+            hyfi_train_step(g, &res->loss[s]) != HYFI_OK) {
+            printf("%s: step %d failed: %s\n", m->name, s + 1, hyfi_last_error());
+            rc = -1;
+        }
+    }
+    if (R > 1) hyfi_ctx_comm_bytes(ctx, res->sent[1], R);
+    free(xb);
+    free(yb);
+    /* gradients of step 3 and the weights after it (collective reads) */
+    res->ngrad = hyfi_param_numel(g);
+    res->grad = malloc(res->ngrad * sizeof(float));
+    size_t off = 0;
+    for (int i = 0; i < hyfi_param_count(g) && !rc; i++) {
+        hyfi_tensor *p = hyfi_param(g, i);
+        if (hyfi_grad_read(g, p, res->grad + off, hyfi_tensor_numel(p)) != HYFI_OK) {
+            printf("%s: reading the gradient of %s failed: %s\n", m->name, hyfi_tensor_name(p),
+                   hyfi_last_error());
+            rc = -1;
+        }
+        off += hyfi_tensor_numel(p);
+    }
+    res->nweight = 0;
+    for (int i = 0; i < hyfi_graph_op_count(g); i++) {
+        hyfi_op_info oi;
+        hyfi_graph_op_info(g, i, &oi);
+        if (strcmp(oi.kind, "batchnorm") == 0) res->nweight += 2 * (size_t)oi.out_dims[1];
+    }
+    res->nweight += res->ngrad;
+    res->weight = malloc(res->nweight * sizeof(float));
+    off = 0;
+    for (int i = 0; i < hyfi_param_count(g) && !rc; i++) {
+        hyfi_tensor *p = hyfi_param(g, i);
+        hyfi_tensor_read(g, p, res->weight + off, hyfi_tensor_numel(p));
+        off += hyfi_tensor_numel(p);
+    }
+    for (int i = 0; i < hyfi_graph_op_count(g) && !rc; i++) {
+        hyfi_op_info oi;
+        hyfi_graph_op_info(g, i, &oi);
+        if (strcmp(oi.kind, "batchnorm") != 0) continue;
+        char nm[256];
+        for (int k = 0; k < 2; k++) {
+            snprintf(nm, sizeof nm, "%s.%s", oi.name, k ? "running_var" : "running_mean");
+            hyfi_tensor *t = hyfi_tensor_find(g, nm);
+            hyfi_tensor_read(g, t, res->weight + off, hyfi_tensor_numel(t));
+            off += hyfi_tensor_numel(t);
+        }
+    }
+    if (gout) *gout = g;
+    else hyfi_graph_destroy(g);
+    return rc;
+}
+
+static void ref_path(char *buf, size_t len, const char *dir, const model_def *m, int parts,
+                     int det)
+{
+    snprintf(buf, len, "%s/ref_%s_p%d%s.bin", dir, m->name, parts, det ? "_det" : "");
+}
+
+static int save_ref(const char *path, const run_result *r)
+{
+    FILE *f = fopen(path, "wb");
+    if (!f) return -1;
+    int ok = fwrite(r->loss, sizeof r->loss, 1, f) == 1 &&
+             fwrite(&r->ngrad, sizeof r->ngrad, 1, f) == 1 &&
+             fwrite(r->grad, sizeof(float), r->ngrad, f) == r->ngrad &&
+             fwrite(&r->nweight, sizeof r->nweight, 1, f) == 1 &&
+             fwrite(r->weight, sizeof(float), r->nweight, f) == r->nweight;
+    return fclose(f) == 0 && ok ? 0 : -1;
+}
+
+static int load_ref(const char *path, run_result *r)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f) return -1;
+    int ok = fread(r->loss, sizeof r->loss, 1, f) == 1 && fread(&r->ngrad, sizeof r->ngrad, 1, f) == 1;
+    if (ok) {
+        r->grad = malloc(r->ngrad * sizeof(float));
+        ok = fread(r->grad, sizeof(float), r->ngrad, f) == r->ngrad &&
+             fread(&r->nweight, sizeof r->nweight, 1, f) == 1;
+    }
+    if (ok) {
+        r->weight = malloc(r->nweight * sizeof(float));
+        ok = fread(r->weight, sizeof(float), r->nweight, f) == r->nweight;
+    }
+    fclose(f);
+    return ok ? 0 : -1;
+}
+
+/* Worst |got - want| and the worst excess over the tolerance atol + rtol |want|. */
+static int compare(const char *what, const float *got, const float *want, size_t n, double atol,
+                   double rtol, double *worst_abs)
+{
+    int bad = 0;
+    for (size_t i = 0; i < n; i++) {
+        const double d = fabs((double)got[i] - (double)want[i]);
+        if (d > *worst_abs) *worst_abs = d;
+        if (!(d <= atol + rtol * fabs((double)want[i]))) {
+            if (bad < 3) printf("  %s[%zu]: %.9g, want %.9g\n", what, i, got[i], want[i]);
+            bad++;
+        }
+    }
+    return bad;
+}
+
+static void free_result(run_result *r)
+{
+    free(r->grad);
+    free(r->weight);
+}
+
+static int do_ref(const char *dir)
+{
+    hyfi_ctx_config cfg = {.device = HYFI_DEVICE_CPU, .mpi = 0};
+    hyfi_ctx *ctx;
+    if (hyfi_ctx_create(&ctx, &cfg) != HYFI_OK) {
+        printf("context: %s\n", hyfi_last_error());
+        return 1;
+    }
+    int fails = 0;
+    for (int mi = 0; mi < 2; mi++)
+        for (int parts = 1; parts <= 4; parts *= 2)
+            for (int det = 0; det < 2; det++) {
+                run_result r = {0};
+                hyfi_plan_config plan = {.stages = 1, .parts = parts, .deterministic = det};
+                char path[1024];
+                ref_path(path, sizeof path, dir, &MODELS[mi], parts, det);
+                if (run_plan(ctx, &MODELS[mi], &plan, &r, NULL) || save_ref(path, &r)) {
+                    printf("reference %s M=%d failed\n", MODELS[mi].name, parts);
+                    fails++;
+                } else {
+                    printf("reference %s M=%d%s: losses %.6f %.6f %.6f\n", MODELS[mi].name,
+                           parts, det ? " (deterministic)" : "", r.loss[0], r.loss[1],
+                           r.loss[2]);
+                }
+                free_result(&r);
+            }
+    hyfi_ctx_destroy(ctx);
+    return fails ? 1 : 0;
+}
+
+/* Closed-form traffic of a chain (ResNet): per stage boundary on different
+ * ranks, the activation leaving the stage goes forward and its gradient comes
+ * back; each micro-batch's loss goes from the last stage's rank to every rank. */
+static size_t chain_bytes(hyfi_graph *g, int from, int to, int R)
+{
+    const int S = hyfi_plan_stage_count(g), M = hyfi_plan_parts(g);
+    size_t b = 0;
+    hyfi_stage_info last;
+    hyfi_plan_stage(g, S - 1, &last);
+    if (from == last.rank && to != from) b += (size_t)M * sizeof(float);
+    for (int s = 0; s + 1 < S; s++) {
+        hyfi_stage_info a, c;
+        hyfi_plan_stage(g, s, &a);
+        hyfi_plan_stage(g, s + 1, &c);
+        if (a.rank == c.rank) continue;
+        /* the output of the stage's last op */
+        size_t act = 0;
+        for (int i = 0; i < hyfi_graph_op_count(g); i++) {
+            hyfi_op_info oi;
+            hyfi_graph_op_info(g, i, &oi);
+            if (oi.stage == s) act = oi.act_bytes;
+        }
+        if (from == a.rank && to == c.rank) b += act;
+        if (from == c.rank && to == a.rank) b += act;
+    }
+    (void)R;
+    return b;
+}
+
+static int do_check(const char *dir, int use_mpi)
+{
+    hyfi_ctx_config cfg = {.device = HYFI_DEVICE_CPU, .mpi = use_mpi, .comm_stats = 1};
+    hyfi_ctx *ctx;
+    if (hyfi_ctx_create(&ctx, &cfg) != HYFI_OK) {
+        printf("context: %s\n", hyfi_last_error());
+        return 1;
+    }
+    const int rank = hyfi_ctx_rank(ctx), R = hyfi_ctx_nranks(ctx);
+    double worst_loss = 0, worst_grad = 0, worst_w = 0, worst_exact = 0;
+    int nplans = 0;
+    for (int k = 0; k < NPLANS; k++) {
+        const plan_def *pd = &PLANS[k];
+        if (pd->stages < R) continue;
+        const model_def *m = &MODELS[pd->model];
+        hyfi_plan_config plan = {.stages = pd->stages, .parts = pd->parts,
+                                 .schedule = pd->schedule, .deterministic = pd->det,
+                                 .balance = pd->balance[0] ? pd->balance : NULL};
+        /* Bitwise where the gradient sums have a fixed order: deterministic
+         * plans, and at most two micro-batches (a + b == b + a). */
+        const int exact = pd->det || pd->parts <= 2;
+        char what[160], path[1024];
+        snprintf(what, sizeof what, "%s S=%d M=%d %s%s%s on %d rank%s%s", m->name, pd->stages,
+                 pd->parts, pd->schedule == HYFI_SCHEDULE_1F1B ? "1f1b" : "gpipe",
+                 plan.balance ? " (balance given)" : "", pd->det ? " deterministic" : "", R,
+                 R > 1 ? "s" : "", use_mpi ? "" : " (no MPI)");
+        run_result got = {0}, want = {0};
+        hyfi_graph *g = NULL;
+        ref_path(path, sizeof path, dir, m, pd->parts, pd->det);
+        if (load_ref(path, &want)) {
+            printf("%s: cannot read the reference %s (run 'ref' first)\n", what, path);
+            tu_check(1, what);
+            continue;
+        }
+        if (run_plan(ctx, m, &plan, &got, &g)) {
+            tu_check(1, what);
+            free_result(&got);
+            free_result(&want);
+            continue;
+        }
+        nplans++;
+        int bad = 0;
+        const double k = exact ? 0 : 1;
+        double *wl = exact ? &worst_exact : &worst_loss, *wg = exact ? &worst_exact : &worst_grad;
+        double *ww = exact ? &worst_exact : &worst_w;
+        bad += compare("loss", got.loss, want.loss, STEPS, 1e-6 * k, 1e-5 * k, wl);
+        bad += got.ngrad != want.ngrad || got.nweight != want.nweight;
+        if (!bad) {
+            bad += compare("grad", got.grad, want.grad, got.ngrad, 1e-5 * k, 1e-4 * k, wg);
+            bad += compare("weight", got.weight, want.weight, got.nweight, 1e-5 * k, 1e-4 * k, ww);
+        }
+        if (rank == 0)
+            printf("%s: losses %.6f %.6f %.6f (reference %.6f %.6f %.6f)%s%s\n", what,
+                   got.loss[0], got.loss[1], got.loss[2], want.loss[0], want.loss[1],
+                   want.loss[2], exact ? ", bitwise" : ", within tolerance",
+                   bad ? " MISMATCH" : "");
+        tu_check(bad, what);
+        if (R > 1) {
+            /* traffic of steps 2 and 3 vs the prediction */
+            int tbad = 0;
+            for (int to = 0; to < R; to++) {
+                const size_t meas = got.sent[1][to] - got.sent[0][to];
+                const size_t pred = hyfi_plan_step_bytes(g, rank, to);
+                const size_t closed = pd->model == 0 ? chain_bytes(g, rank, to, R) : pred;
+                if (meas != 2 * pred || pred != closed) {
+                    printf("  rank %d -> %d: %zu bytes sent in 2 steps, predicted 2 x %zu%s%zu\n",
+                           rank, to, meas, pred, pd->model == 0 ? ", closed form " : ", ",
+                           closed);
+                    tbad++;
+                }
+                if (rank == 0 && to == 1)
+                    printf("  rank 0 -> 1: %zu bytes per step measured, %zu predicted\n",
+                           meas / 2, pred);
+            }
+            snprintf(what + strlen(what), sizeof what - strlen(what), ": traffic");
+            tu_check(tbad, what);
+        }
+        hyfi_graph_destroy(g);
+        free_result(&got);
+        free_result(&want);
+    }
+    if (rank == 0)
+        printf("%d plans on %d rank%s: bitwise plans worst |diff| %.3g; others: loss %.3g, "
+               "gradients %.3g, weights %.3g\n", nplans, R, R > 1 ? "s" : "", worst_exact,
+               worst_loss, worst_grad, worst_w);
+    tu_check(nplans == 0, "at least one plan ran");
+    hyfi_ctx_destroy(ctx);
+    return tu_finish();
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 3 || (strcmp(argv[1], "ref") && strcmp(argv[1], "check") &&
+                     strcmp(argv[1], "check-nompi"))) {
+        fprintf(stderr, "usage: %s ref|check|check-nompi DIR\n", argv[0]);
+        return 2;
+    }
+    init_models();
+    if (!strcmp(argv[1], "ref")) return do_ref(argv[2]);
+    return do_check(argv[2], strcmp(argv[1], "check") == 0 ? -1 : 0);
+}
