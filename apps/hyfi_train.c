@@ -42,6 +42,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <time.h>
 
 #define WARMUP_STEPS 5
@@ -72,6 +73,7 @@ typedef struct options {
     int nbalance;
     int parts;                 /* --parts: micro-batches */
     hyfi_schedule schedule;    /* --schedule */
+    int deterministic;         /* --deterministic */
 } options;
 
 #define MAX_STAGES 4096
@@ -150,6 +152,8 @@ static void usage(FILE *f)
         "                        the batch; batch norm works per micro-batch [1]\n"
         "  --schedule S          gpipe | 1f1b: all forwards then all backwards, or one\n"
         "                        forward one backward (fewer activations alive) [gpipe]\n"
+        "  --deterministic       sum micro-batch gradients in micro-batch order (the same\n"
+        "                        floats for every plan) instead of a StarPU reduction\n"
         "\n"
         "  -v, --verbose         print the StarPU workers found\n"
         "  -h, --help            this text\n"
@@ -226,6 +230,10 @@ static int parse_args(int argc, char **argv, options *o)
         }
         if (strcmp(arg, "--dry-run") == 0) {
             o->dry_run = 1;
+            continue;
+        }
+        if (strcmp(arg, "--deterministic") == 0) {
+            o->deterministic = 1;
             continue;
         }
         if (strncmp(arg, "--", 2) != 0)
@@ -600,7 +608,7 @@ int main(int argc, char **argv)
     }
     hyfi_train_config tc = {.lr = o.lr, .momentum = o.momentum, .weight_decay = o.weight_decay};
     hyfi_plan_config plan = {.stages = o.split_size, .balance = o.balance, .parts = o.parts,
-                             .schedule = o.schedule};
+                             .schedule = o.schedule, .deterministic = o.deterministic};
     if ((st = hyfi_graph_set_plan(g, &plan)) != HYFI_OK ||
         (st = hyfi_graph_compile(g, loss, &tc)) != HYFI_OK) {
         lib_fail("hyfi_graph_compile", st, g);
@@ -753,6 +761,13 @@ int main(int argc, char **argv)
     else printf("n/a median n/a (no steps after the %d warm-up steps)", WARMUP_STEPS);
     if (have_acc) printf(", test accuracy %.4f (%zu/%zu)\n", acc, correct, counted);
     else printf(", test accuracy n/a (%s)\n", test ? "no test images" : "no test split");
+    {
+        /* peak memory of this process (each rank: its places) */
+        struct rusage ru;
+        if (getrusage(RUSAGE_SELF, &ru) == 0)
+            fprintf(stderr, "hyfi-train: rank %d peak memory %.1f MB\n", hyfi_ctx_rank(ctx),
+                    (double)ru.ru_maxrss / 1024.0);
+    }
     if (mf) {
         fputs("{\"summary\":true,\"mean_images_per_sec\":", mf);
         json_num(mf, nmeas > 0, mean);
