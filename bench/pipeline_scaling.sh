@@ -62,7 +62,8 @@ configs=()
 for m in "${plist[@]}"; do configs+=("1r1s:$m" "1r2s:$m" "2r2s:$m"); done
 
 run_cfg() { # name rep -> appends a JSON line to runs.jsonl
-  local kind="${1%%:*}" m="${1##*:}" rep="$2" log="$out/$kind.m$m.$rep"
+  local kind="${1%%:*}" m="${1##*:}" rep="$2"
+  local log="$out/$kind.m$m.$rep"
   local args=("${base[@]}" --parts "$m" --steps $((steps + 5)) --metrics "$log.metrics")
   case "$kind" in
     1r1s) "$train" "${args[@]}" >"$log.log" 2>&1 ;;

@@ -303,6 +303,42 @@ static size_t chain_bytes(hyfi_graph *g, int from, int to, int R)
     return b;
 }
 
+/* Plans that cannot work are refused at compile with a message naming the fix. */
+static void check_errors(hyfi_ctx *ctx)
+{
+    static const int b22[] = {2, 2}, b50[] = {5, 0};
+    const struct {
+        hyfi_plan_config plan;
+        const char *want;
+    } BAD[] = {
+        {{.stages = 9}, "use at most 5 stages"},
+        {{.stages = 2, .balance = b22}, "add up to 5"},
+        {{.stages = 2, .balance = b50}, "needs at least one"},
+        {{.parts = 3}, "multiple of 3"},
+    };
+    for (size_t k = 0; k < sizeof BAD / sizeof *BAD; k++) {
+        const model_def *m = &MODELS[0];
+        hyfi_graph *g;
+        char err[256], what[128];
+        hyfi_graph_create(ctx, 7, &g);
+        hyfi_tensor *x = hyfi_input(g, "image", m->batch, 3, m->image, m->image);
+        hyfi_tensor *y = hyfi_labels(g, "label", m->batch);
+        hyfi_tensor *loss = hyfi_softmax_cross_entropy(
+            g, "loss", hyfi_model_build(g, &m->mc, x, err, sizeof err), y);
+        hyfi_graph_set_plan(g, &BAD[k].plan);
+        hyfi_status st = hyfi_graph_compile(g, loss, NULL);
+        snprintf(what, sizeof what, "bad plan %zu refused with \"%s\"", k, BAD[k].want);
+        if (hyfi_ctx_rank(ctx) == 0) printf("%s: %s\n", what, hyfi_graph_error(g));
+        tu_check(st == HYFI_OK || !strstr(hyfi_graph_error(g), BAD[k].want), what);
+        hyfi_graph_destroy(g);
+    }
+    hyfi_graph *g;
+    hyfi_graph_create(ctx, 7, &g);
+    tu_check(hyfi_graph_set_plan(g, &(hyfi_plan_config){.schedule = (hyfi_schedule)7}) !=
+                 HYFI_ERR_ARG, "unknown schedule refused");
+    hyfi_graph_destroy(g);
+}
+
 static int do_check(const char *dir, int use_mpi)
 {
     hyfi_ctx_config cfg = {.device = HYFI_DEVICE_CPU, .mpi = use_mpi, .comm_stats = 1};
@@ -312,6 +348,7 @@ static int do_check(const char *dir, int use_mpi)
         return 1;
     }
     const int rank = hyfi_ctx_rank(ctx), R = hyfi_ctx_nranks(ctx);
+    if (R == 1) check_errors(ctx);
     double worst_loss = 0, worst_grad = 0, worst_w = 0, worst_exact = 0;
     int nplans = 0;
     for (int k = 0; k < NPLANS; k++) {
