@@ -57,13 +57,15 @@ hyfi_status hyfi_ctx_create(hyfi_ctx **out, const hyfi_ctx_config *cfg_in)
     struct starpu_conf conf;
     starpu_conf_init(&conf);
     /* Default scheduler: with CUDA workers the perf-model based dmda places
-     * each task where it finishes first; with identical CPU workers only,
-     * eager (one central queue: the worker that frees a layer's successor
-     * usually runs it, with every core it can borrow) measured 5-20% faster
-     * on every benchmark model (docs/bench-cpu.md). */
+     * each task where it finishes first; with identical CPU workers only, a
+     * central queue (the worker that frees a layer's successor usually runs
+     * it, with every core it can borrow) measured faster than dmda
+     * (docs/bench-cpu.md). "prio" is that queue ordered by task priority, so
+     * that pipeline schedules (engine/compile.c) run their earlier events
+     * first; StarPU's "eager" would ignore the priorities. */
     const int want_cuda = cfg.device != HYFI_DEVICE_CPU && cfg.ncuda != 0 &&
                           hyfi_ops_cuda_devices() > 0;
-    conf.sched_policy_name = cfg.scheduler ? cfg.scheduler : want_cuda ? "dmda" : "eager";
+    conf.sched_policy_name = cfg.scheduler ? cfg.scheduler : want_cuda ? "dmda" : "prio";
     if (cfg.ncpus > 0) conf.ncpus = cfg.ncpus;
     if (cfg.device == HYFI_DEVICE_CPU) conf.ncuda = 0;
     else if (cfg.ncuda >= 0) conf.ncuda = cfg.ncuda;

@@ -13,11 +13,20 @@
  *
  * Scratch slots used within one call: 0, 1, 2, 3 (one per tensor argument);
  * slot 0 again for the accumulation fallback once the primitive has run.
+ *
+ * Exception: 1x1 convolutions of stride 1 keep the activations in plain NCHW
+ * (oneDNN then runs them as a GEMM, "gemm:jit"): the blocked 1x1 kernels are
+ * faster per call, but the reorders around them cost more. On ResNet-110 v2
+ * (two 1x1 of three convolutions) the reorders were 37% of oneDNN's time;
+ * plain 1x1 cut its total by 21% and raised images/s 12% (AmoebaNet-D 15%),
+ * docs/bench-cpu.md. HYFI_CONV_PLAIN=0 (always blocked), 1 (always plain) or 2
+ * (the default) chooses, for measurements and tests.
  */
 #include "kernels.h"
 #include "dnnl_common.h"
 
 #include <stddef.h>
+#include <stdlib.h>
 
 /* Inside the functions below: on failure set rc and jump to `out`. */
 #define CK_DNNL(call)                                                           \
@@ -60,8 +69,14 @@ static int conv_desc_init(conv_desc *d, const hyfi_conv2d_args *a)
         if ((rc = hyfi_dnnl_md(&d->wei, 5, gdims, dnnl_goihw))) return rc;
         if ((rc = hyfi_dnnl_md(&d->wei_any, 5, gdims, dnnl_format_tag_any))) return rc;
     }
-    if ((rc = hyfi_dnnl_md(&d->src_any, 4, sdims, dnnl_format_tag_any))) return rc;
-    if ((rc = hyfi_dnnl_md(&d->dst_any, 4, ddims, dnnl_format_tag_any))) return rc;
+    /* Activation layouts: "any" (blocked, reordered from and to NCHW around
+     * every call), or plain NCHW. See the header comment. */
+    static int plain = -1;
+    if (plain < 0) plain = getenv("HYFI_CONV_PLAIN") ? atoi(getenv("HYFI_CONV_PLAIN")) : 2;
+    const int pl = plain == 1 ||
+                   (plain == 2 && a->kh == 1 && a->kw == 1 && a->sh == 1 && a->sw == 1);
+    if ((rc = hyfi_dnnl_md(&d->src_any, 4, sdims, pl ? dnnl_nchw : dnnl_format_tag_any))) return rc;
+    if ((rc = hyfi_dnnl_md(&d->dst_any, 4, ddims, pl ? dnnl_nchw : dnnl_format_tag_any))) return rc;
     d->strides[0] = a->sh;
     d->strides[1] = a->sw;
     /* Symmetric padding; oneDNN checks (in - k + pl + pr) / s + 1 == out with
