@@ -229,6 +229,90 @@ typedef struct {
 int hyfi_sgd_update_ref(float *w, float *v, const float *g, const hyfi_sgd_args *a);
 int hyfi_sgd_update_cpu(float *w, float *v, const float *g, const hyfi_sgd_args *a);
 
+/* ------------------------------------------------------------------- tile */
+/* Spatial tiles: rectangles copied between tensors of the same N and C.
+ * Assembling a tile's padded input (its own rows plus the halo strips of its
+ * neighbours, zeros at the image border), packing a boundary strip out of a
+ * tile, gathering tiles into a whole tensor, and the reverse scatters of the
+ * backward pass are all this one pair of kernels. */
+#define HYFI_TILE_MAX_PIECES 9
+typedef struct {
+    int src_h, src_w;         /* spatial size of the piece's source (assemble) or
+                                 destination (scatter) tensor */
+    int src_y, src_x;         /* top-left corner of the rectangle in it */
+    int dst_y, dst_x;         /* top-left corner in the assembled tensor */
+    int h, w;                 /* rectangle */
+} hyfi_piece;
+
+typedef struct {
+    int n, c;                 /* planes: N * C */
+    int dst_h, dst_w;         /* spatial size of the assembled tensor */
+    int npieces;              /* 1 .. HYFI_TILE_MAX_PIECES */
+    int zero_fill;            /* assemble: zero the tensor first (border padding) */
+    hyfi_piece p[HYFI_TILE_MAX_PIECES];
+} hyfi_tile_args;
+
+/* dst (N,C,dst_h,dst_w): zeroed when zero_fill, then every piece i copied from
+ * src[i] (N,C,p[i].src_h,p[i].src_w). */
+int hyfi_tile_assemble_ref(float *dst, const float *const *src, const hyfi_tile_args *a);
+/* The reverse: piece i of src (N,C,dst_h,dst_w) written into dst[i]
+ * (N,C,p[i].src_h,p[i].src_w), added where bit i of acc_mask is set; the rest
+ * of dst[i] is left as it is. */
+int hyfi_tile_scatter_ref(float *const *dst, const float *src, const hyfi_tile_args *a,
+                          unsigned acc_mask);
+int hyfi_tile_assemble_cpu(float *dst, const float *const *src, const hyfi_tile_args *a);
+int hyfi_tile_scatter_cpu(float *const *dst, const float *src, const hyfi_tile_args *a,
+                          unsigned acc_mask);
+
+/* ----------------------------------------------------------------- bntile */
+/* Batch normalisation over the tiles of a batch, exact: the statistics are
+ * those of the whole batch, reduced from per-tile parts.
+ *   forward:  bn_stats per tile -> bn_combine -> hyfi_batchnorm_forward_eval_*
+ *             per tile with the batch mean and variance
+ *   backward: bn_bwd_stats per tile -> bn_bwd_combine (dgamma, dbeta) ->
+ *             bn_bwd_apply per tile
+ * The formulas are those of batchnorm_ref.c with M = the count over all tiles. */
+#define HYFI_MAX_TILES 16
+typedef struct {
+    int c;                    /* channels */
+    int nparts;               /* tiles, 1 .. HYFI_MAX_TILES */
+    float eps, momentum;
+    double count[HYFI_MAX_TILES]; /* elements per channel of each tile: N * H_i * W_i */
+} hyfi_bn_combine_args;
+
+/* part (2C): [0, C) the tile's mean, [C, 2C) its M2 = sum of (x - mean)^2, per
+ * channel over (N, H, W); x (N,C,H,W) of the tile (a->n, c, h, w). */
+int hyfi_bn_stats_ref(float *part, const float *x, const hyfi_batchnorm_args *a);
+/* mean (C), var (C, biased) of all tiles from parts[i] (2C) (Chan et al.'s
+ * pairwise update); run_mean, run_var (C) updated as in the untiled forward
+ * (unbiased variance of the total count). */
+int hyfi_bn_combine_ref(float *mean, float *var, float *run_mean, float *run_var,
+                        const float *const *parts, const hyfi_bn_combine_args *a);
+/* part (2C): [0, C) sum(dy), [C, 2C) sum(dy * (x - mean)) over the tile.
+ * dy, x (N,C,H,W) of the tile, mean (C). */
+int hyfi_bn_bwd_stats_ref(float *part, const float *dy, const float *x, const float *mean,
+                          const hyfi_batchnorm_args *a);
+/* tot (2C) = the sum of parts[i]; dgamma (C) (+)= tot[C + c] / sqrt(var + eps),
+ * dbeta (C) (+)= tot[c] (added where acc has HYFI_BN_ACC_PARAMS). var (C). */
+int hyfi_bn_bwd_combine_ref(float *tot, float *dgamma, float *dbeta, const float *const *parts,
+                            const float *var, const hyfi_bn_combine_args *a, int acc);
+/* dx (N,C,H,W) of the tile (+)= gamma invstd / M (M dy - tot0 - xhat tot1 invstd), with
+ * M = total (all tiles); acc as HYFI_BN_ACC_DX. dy, x (N,C,H,W), gamma, mean,
+ * var (C), tot (2C). */
+int hyfi_bn_bwd_apply_ref(float *dx, const float *dy, const float *x, const float *gamma,
+                          const float *mean, const float *var, const float *tot, double total,
+                          const hyfi_batchnorm_args *a, int acc);
+int hyfi_bn_stats_cpu(float *part, const float *x, const hyfi_batchnorm_args *a);
+int hyfi_bn_combine_cpu(float *mean, float *var, float *run_mean, float *run_var,
+                        const float *const *parts, const hyfi_bn_combine_args *a);
+int hyfi_bn_bwd_stats_cpu(float *part, const float *dy, const float *x, const float *mean,
+                          const hyfi_batchnorm_args *a);
+int hyfi_bn_bwd_combine_cpu(float *tot, float *dgamma, float *dbeta, const float *const *parts,
+                            const float *var, const hyfi_bn_combine_args *a, int acc);
+int hyfi_bn_bwd_apply_cpu(float *dx, const float *dy, const float *x, const float *gamma,
+                          const float *mean, const float *var, const float *tot, double total,
+                          const hyfi_batchnorm_args *a, int acc);
+
 #ifdef __cplusplus
 }
 #endif
