@@ -29,6 +29,12 @@ typedef struct {
         hyfi_fc_args fc;
         hyfi_xent_args xent;
         hyfi_sgd_args sgd;
+        hyfi_tile_args tile;          /* tile_assemble / tile_scatter (acc: the mask) */
+        hyfi_bn_combine_args bnc;     /* bn_combine, bn_bwd_combine */
+        struct {
+            hyfi_batchnorm_args bn;   /* the tile's shape */
+            double total;             /* elements per channel over all tiles */
+        } bnt;                        /* bn_stats, bn_bwd_stats, bn_bwd_apply */
         struct {
             size_t count;
             float value;
@@ -136,6 +142,13 @@ extern struct starpu_codelet hyfi_cl_fc_forward, hyfi_cl_fc_backward_data,
     hyfi_cl_fc_backward_weight;
 extern struct starpu_codelet hyfi_cl_xent_forward, hyfi_cl_xent_backward;
 extern struct starpu_codelet hyfi_cl_sgd_update;
+/* Spatial tiles: assemble (dst, src...), scatter (dst..., src); batch norm over
+ * tiles: stats (part, x), combine (mean, var, run_mean, run_var, parts...),
+ * bwd_stats (part, dy, x, mean), bwd_combine (tot, dgamma, dbeta, var,
+ * parts...), bwd_apply (dx, dy, x, gamma, mean, var, tot). */
+extern struct starpu_codelet hyfi_cl_tile_assemble, hyfi_cl_tile_scatter;
+extern struct starpu_codelet hyfi_cl_bn_stats, hyfi_cl_bn_combine, hyfi_cl_bn_bwd_stats,
+    hyfi_cl_bn_bwd_combine, hyfi_cl_bn_bwd_apply;
 /* Reduction methods of summed gradients: W zero; RW += R. */
 extern struct starpu_codelet hyfi_cl_redux_zero, hyfi_cl_redux_add;
 

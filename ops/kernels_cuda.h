@@ -96,6 +96,26 @@ int hyfi_xent_backward_cuda(hyfi_cuda_env *env, float *dlogits, const float *pro
 int hyfi_sgd_update_cuda(hyfi_cuda_env *env, float *w, float *v, const float *g,
                          const hyfi_sgd_args *a);
 
+int hyfi_tile_assemble_cuda(hyfi_cuda_env *env, float *dst, const float *const *src,
+                            const hyfi_tile_args *a);
+int hyfi_tile_scatter_cuda(hyfi_cuda_env *env, float *const *dst, const float *src,
+                           const hyfi_tile_args *a, unsigned acc_mask);
+
+int hyfi_bn_stats_cuda(hyfi_cuda_env *env, float *part, const float *x,
+                       const hyfi_batchnorm_args *a);
+int hyfi_bn_combine_cuda(hyfi_cuda_env *env, float *mean, float *var, float *run_mean,
+                         float *run_var, const float *const *parts,
+                         const hyfi_bn_combine_args *a);
+int hyfi_bn_bwd_stats_cuda(hyfi_cuda_env *env, float *part, const float *dy, const float *x,
+                           const float *mean, const hyfi_batchnorm_args *a);
+int hyfi_bn_bwd_combine_cuda(hyfi_cuda_env *env, float *tot, float *dgamma, float *dbeta,
+                             const float *const *parts, const float *var,
+                             const hyfi_bn_combine_args *a, int acc);
+int hyfi_bn_bwd_apply_cuda(hyfi_cuda_env *env, float *dx, const float *dy, const float *x,
+                           const float *gamma, const float *mean, const float *var,
+                           const float *tot, double total, const hyfi_batchnorm_args *a,
+                           int acc);
+
 #ifdef __cplusplus
 }
 #endif

@@ -13,6 +13,7 @@ int cuda_test_concat(uint64_t *seed);
 int cuda_test_fc(uint64_t *seed);
 int cuda_test_xent(uint64_t *seed);
 int cuda_test_sgd(uint64_t *seed);
+int cuda_test_tile(uint64_t *seed);
 
 int main(void)
 {
@@ -32,6 +33,7 @@ int main(void)
     failures += cuda_test_pool(&seed);
     failures += cuda_test_eltwise(&seed);
     failures += cuda_test_concat(&seed);
+    failures += cuda_test_tile(&seed);
     failures += cuda_test_fc(&seed);
     failures += cuda_test_xent(&seed);
     failures += cuda_test_sgd(&seed);

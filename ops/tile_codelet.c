@@ -1,0 +1,187 @@
+/* StarPU codelets of the spatial-tile families: rectangle copies (assemble,
+ * scatter) and batch norm over tiles. Buffers in kernel order with the
+ * variable-length pointer lists last (assemble, combines) or first (scatter);
+ * see codelet_common.h. Hand-written because the pointer lists do not fit
+ * HYFI_CODELET. */
+#include "codelet_common.h"
+
+#define TILE_MODEL(op)                                                            \
+    static struct starpu_perfmodel op##_model = {                                \
+        .type = STARPU_HISTORY_BASED,                                            \
+        .symbol = "hyfi_" #op,                                                   \
+        .footprint = hyfi_ops_footprint,                                         \
+    }
+
+#if HYFI_HAVE_CUDA
+#define TILE_CODELET(op)                                                          \
+    struct starpu_codelet hyfi_cl_##op = {                                       \
+        .cpu_funcs = {op##_cpu_func},                                            \
+        .cpu_funcs_name = {#op "_cpu_func"},                                     \
+        .cuda_funcs = {op##_cuda_func},                                          \
+        .cuda_flags = {STARPU_CUDA_ASYNC},                                       \
+        .nbuffers = STARPU_VARIABLE_NBUFFERS,                                    \
+        .model = &op##_model,                                                    \
+        .name = "hyfi_" #op,                                                     \
+    }
+#else
+#define TILE_CODELET(op)                                                          \
+    struct starpu_codelet hyfi_cl_##op = {                                       \
+        .cpu_funcs = {op##_cpu_func},                                            \
+        .cpu_funcs_name = {#op "_cpu_func"},                                     \
+        .nbuffers = STARPU_VARIABLE_NBUFFERS,                                    \
+        .model = &op##_model,                                                    \
+        .name = "hyfi_" #op,                                                     \
+    }
+#endif
+
+/* Run `call` on the CPU path with the worker's cores (see core lending). */
+#define ON_CPU(name, call)                                                        \
+    do {                                                                         \
+        const int cores_ = hyfi_ops_cores_take();                                \
+        hyfi_ops_report(name, call);                                             \
+        hyfi_ops_cores_give(cores_);                                             \
+    } while (0)
+
+/* ------------------------------------------------------ assemble, scatter */
+/* dst, src[0 .. npieces) */
+static void tile_assemble_cpu_func(void *buffers[], void *cl_arg)
+{
+    const hyfi_task_args *t = cl_arg;
+    const float *src[HYFI_TILE_MAX_PIECES];
+    for (int i = 0; i < t->u.tile.npieces; i++) src[i] = HYFI_F(1 + i);
+    ON_CPU("tile_assemble", hyfi_tile_assemble_cpu(HYFI_F(0), src, &t->u.tile));
+}
+
+/* dst[0 .. npieces), src */
+static void tile_scatter_cpu_func(void *buffers[], void *cl_arg)
+{
+    const hyfi_task_args *t = cl_arg;
+    float *dst[HYFI_TILE_MAX_PIECES];
+    const int k = t->u.tile.npieces;
+    for (int i = 0; i < k; i++) dst[i] = HYFI_F(i);
+    ON_CPU("tile_scatter", hyfi_tile_scatter_cpu(dst, HYFI_F(k), &t->u.tile, (unsigned)t->acc));
+}
+
+/* ------------------------------------------------------- batch norm tiles */
+/* part, x */
+static void bn_stats_cpu_func(void *buffers[], void *cl_arg)
+{
+    const hyfi_task_args *t = cl_arg;
+    ON_CPU("bn_stats", hyfi_bn_stats_cpu(HYFI_F(0), HYFI_F(1), &t->u.bnt.bn));
+}
+
+/* mean, var, run_mean, run_var, parts... */
+static void bn_combine_cpu_func(void *buffers[], void *cl_arg)
+{
+    const hyfi_task_args *t = cl_arg;
+    const float *parts[HYFI_MAX_TILES];
+    for (int i = 0; i < t->u.bnc.nparts; i++) parts[i] = HYFI_F(4 + i);
+    ON_CPU("bn_combine", hyfi_bn_combine_cpu(HYFI_F(0), HYFI_F(1), HYFI_F(2), HYFI_F(3), parts,
+                                             &t->u.bnc));
+}
+
+/* part, dy, x, mean */
+static void bn_bwd_stats_cpu_func(void *buffers[], void *cl_arg)
+{
+    const hyfi_task_args *t = cl_arg;
+    ON_CPU("bn_bwd_stats", hyfi_bn_bwd_stats_cpu(HYFI_F(0), HYFI_F(1), HYFI_F(2), HYFI_F(3),
+                                                 &t->u.bnt.bn));
+}
+
+/* tot, dgamma, dbeta, var, parts... */
+static void bn_bwd_combine_cpu_func(void *buffers[], void *cl_arg)
+{
+    const hyfi_task_args *t = cl_arg;
+    const float *parts[HYFI_MAX_TILES];
+    for (int i = 0; i < t->u.bnc.nparts; i++) parts[i] = HYFI_F(4 + i);
+    ON_CPU("bn_bwd_combine", hyfi_bn_bwd_combine_cpu(HYFI_F(0), HYFI_F(1), HYFI_F(2), parts,
+                                                     HYFI_F(3), &t->u.bnc, t->acc));
+}
+
+/* dx, dy, x, gamma, mean, var, tot */
+static void bn_bwd_apply_cpu_func(void *buffers[], void *cl_arg)
+{
+    const hyfi_task_args *t = cl_arg;
+    ON_CPU("bn_bwd_apply",
+           hyfi_bn_bwd_apply_cpu(HYFI_F(0), HYFI_F(1), HYFI_F(2), HYFI_F(3), HYFI_F(4), HYFI_F(5),
+                                 HYFI_F(6), t->u.bnt.total, &t->u.bnt.bn, t->acc));
+}
+
+#if HYFI_HAVE_CUDA
+static void tile_assemble_cuda_func(void *buffers[], void *cl_arg)
+{
+    const hyfi_task_args *t = cl_arg;
+    const float *src[HYFI_TILE_MAX_PIECES];
+    for (int i = 0; i < t->u.tile.npieces; i++) src[i] = HYFI_F(1 + i);
+    hyfi_ops_report("tile_assemble",
+                    hyfi_tile_assemble_cuda(hyfi_ops_cuda_env(), HYFI_F(0), src, &t->u.tile));
+}
+
+static void tile_scatter_cuda_func(void *buffers[], void *cl_arg)
+{
+    const hyfi_task_args *t = cl_arg;
+    float *dst[HYFI_TILE_MAX_PIECES];
+    const int k = t->u.tile.npieces;
+    for (int i = 0; i < k; i++) dst[i] = HYFI_F(i);
+    hyfi_ops_report("tile_scatter", hyfi_tile_scatter_cuda(hyfi_ops_cuda_env(), dst, HYFI_F(k),
+                                                           &t->u.tile, (unsigned)t->acc));
+}
+
+static void bn_stats_cuda_func(void *buffers[], void *cl_arg)
+{
+    const hyfi_task_args *t = cl_arg;
+    hyfi_ops_report("bn_stats",
+                    hyfi_bn_stats_cuda(hyfi_ops_cuda_env(), HYFI_F(0), HYFI_F(1), &t->u.bnt.bn));
+}
+
+static void bn_combine_cuda_func(void *buffers[], void *cl_arg)
+{
+    const hyfi_task_args *t = cl_arg;
+    const float *parts[HYFI_MAX_TILES];
+    for (int i = 0; i < t->u.bnc.nparts; i++) parts[i] = HYFI_F(4 + i);
+    hyfi_ops_report("bn_combine", hyfi_bn_combine_cuda(hyfi_ops_cuda_env(), HYFI_F(0), HYFI_F(1),
+                                                       HYFI_F(2), HYFI_F(3), parts, &t->u.bnc));
+}
+
+static void bn_bwd_stats_cuda_func(void *buffers[], void *cl_arg)
+{
+    const hyfi_task_args *t = cl_arg;
+    hyfi_ops_report("bn_bwd_stats",
+                    hyfi_bn_bwd_stats_cuda(hyfi_ops_cuda_env(), HYFI_F(0), HYFI_F(1), HYFI_F(2),
+                                           HYFI_F(3), &t->u.bnt.bn));
+}
+
+static void bn_bwd_combine_cuda_func(void *buffers[], void *cl_arg)
+{
+    const hyfi_task_args *t = cl_arg;
+    const float *parts[HYFI_MAX_TILES];
+    for (int i = 0; i < t->u.bnc.nparts; i++) parts[i] = HYFI_F(4 + i);
+    hyfi_ops_report("bn_bwd_combine",
+                    hyfi_bn_bwd_combine_cuda(hyfi_ops_cuda_env(), HYFI_F(0), HYFI_F(1), HYFI_F(2),
+                                             parts, HYFI_F(3), &t->u.bnc, t->acc));
+}
+
+static void bn_bwd_apply_cuda_func(void *buffers[], void *cl_arg)
+{
+    const hyfi_task_args *t = cl_arg;
+    hyfi_ops_report("bn_bwd_apply",
+                    hyfi_bn_bwd_apply_cuda(hyfi_ops_cuda_env(), HYFI_F(0), HYFI_F(1), HYFI_F(2),
+                                           HYFI_F(3), HYFI_F(4), HYFI_F(5), HYFI_F(6),
+                                           t->u.bnt.total, &t->u.bnt.bn, t->acc));
+}
+#endif
+
+TILE_MODEL(tile_assemble);
+TILE_MODEL(tile_scatter);
+TILE_MODEL(bn_stats);
+TILE_MODEL(bn_combine);
+TILE_MODEL(bn_bwd_stats);
+TILE_MODEL(bn_bwd_combine);
+TILE_MODEL(bn_bwd_apply);
+TILE_CODELET(tile_assemble);
+TILE_CODELET(tile_scatter);
+TILE_CODELET(bn_stats);
+TILE_CODELET(bn_combine);
+TILE_CODELET(bn_bwd_stats);
+TILE_CODELET(bn_bwd_combine);
+TILE_CODELET(bn_bwd_apply);
