@@ -4,25 +4,25 @@
 #include <stdio.h>
 #include <string.h>
 
-int hyfi_slice_method_from_name(const char *name, hyfi_slice_method *m)
+int hyfi_tile_layout_from_name(const char *name, hyfi_tile_layout *m)
 {
     if (!name || !m) return -1;
-    if (!strcmp(name, "square")) *m = HYFI_SLICE_SQUARE;
-    else if (!strcmp(name, "vertical")) *m = HYFI_SLICE_VERTICAL;
-    else if (!strcmp(name, "horizontal")) *m = HYFI_SLICE_HORIZONTAL;
+    if (!strcmp(name, "square")) *m = HYFI_TILES_SQUARE;
+    else if (!strcmp(name, "vertical")) *m = HYFI_TILES_VERTICAL;
+    else if (!strcmp(name, "horizontal")) *m = HYFI_TILES_HORIZONTAL;
     else return -1;
     return 0;
 }
 
-const char *hyfi_slice_method_name(hyfi_slice_method m)
+const char *hyfi_tile_layout_name(hyfi_tile_layout m)
 {
-    return m == HYFI_SLICE_SQUARE     ? "square"
-           : m == HYFI_SLICE_VERTICAL ? "vertical"
-           : m == HYFI_SLICE_HORIZONTAL ? "horizontal"
+    return m == HYFI_TILES_SQUARE     ? "square"
+           : m == HYFI_TILES_VERTICAL ? "vertical"
+           : m == HYFI_TILES_HORIZONTAL ? "horizontal"
                                         : "?";
 }
 
-int hyfi_tile_grid(int parts, hyfi_slice_method m, int *rows, int *cols, char *err,
+int hyfi_tile_grid(int parts, hyfi_tile_layout m, int *rows, int *cols, char *err,
                    size_t errlen)
 {
     if (parts < 1) {
@@ -30,7 +30,7 @@ int hyfi_tile_grid(int parts, hyfi_slice_method m, int *rows, int *cols, char *e
         return -1;
     }
     switch (m) {
-    case HYFI_SLICE_SQUARE: {
+    case HYFI_TILES_SQUARE: {
         int r = 1;
         while ((r + 1) * (r + 1) <= parts) r++;
         if (r * r != parts) {
@@ -43,11 +43,11 @@ int hyfi_tile_grid(int parts, hyfi_slice_method m, int *rows, int *cols, char *e
         *rows = *cols = r;
         return 0;
     }
-    case HYFI_SLICE_VERTICAL:
+    case HYFI_TILES_VERTICAL:
         *rows = 1;
         *cols = parts;
         return 0;
-    case HYFI_SLICE_HORIZONTAL:
+    case HYFI_TILES_HORIZONTAL:
         *rows = parts;
         *cols = 1;
         return 0;

@@ -20,19 +20,19 @@
 
 #include <stddef.h>
 
-typedef enum hyfi_slice_method {
-    HYFI_SLICE_SQUARE = 0,     /* sqrt(P) x sqrt(P) tiles (P a perfect square) */
-    HYFI_SLICE_VERTICAL = 1,   /* P vertical strips: 1 x P (cuts along the width) */
-    HYFI_SLICE_HORIZONTAL = 2  /* P horizontal strips: P x 1 (cuts along the height) */
-} hyfi_slice_method;
+typedef enum hyfi_tile_layout {
+    HYFI_TILES_SQUARE = 0,     /* sqrt(P) x sqrt(P) tiles (P a perfect square) */
+    HYFI_TILES_VERTICAL = 1,   /* P vertical strips: 1 x P (cuts along the width) */
+    HYFI_TILES_HORIZONTAL = 2  /* P horizontal strips: P x 1 (cuts along the height) */
+} hyfi_tile_layout;
 
 /* "square" | "vertical" | "horizontal" <-> method; from_name returns 0 or -1. */
-int hyfi_slice_method_from_name(const char *name, hyfi_slice_method *m);
-const char *hyfi_slice_method_name(hyfi_slice_method m);
+int hyfi_tile_layout_from_name(const char *name, hyfi_tile_layout *m);
+const char *hyfi_tile_layout_name(hyfi_tile_layout m);
 
 /* Tiles per axis for `parts` tiles: *rows x *cols. Returns 0, or -1 with a
  * message naming the fix (parts < 1, or not a perfect square for square). */
-int hyfi_tile_grid(int parts, hyfi_slice_method m, int *rows, int *cols, char *err,
+int hyfi_tile_grid(int parts, hyfi_tile_layout m, int *rows, int *cols, char *err,
                    size_t errlen);
 
 /* Equal cut points of an axis of length len into n tiles (cuts[0..n]). Returns

@@ -95,13 +95,13 @@ int main(void)
 
     int r, c, cuts[8], oc[8];
     hyfi_tile_span sp[8];
-    tu_check(hyfi_tile_grid(4, HYFI_SLICE_SQUARE, &r, &c, err, sizeof err) || r != 2 || c != 2,
+    tu_check(hyfi_tile_grid(4, HYFI_TILES_SQUARE, &r, &c, err, sizeof err) || r != 2 || c != 2,
              "square grid of 4");
-    tu_check(hyfi_tile_grid(4, HYFI_SLICE_VERTICAL, &r, &c, err, sizeof err) || r != 1 || c != 4,
+    tu_check(hyfi_tile_grid(4, HYFI_TILES_VERTICAL, &r, &c, err, sizeof err) || r != 1 || c != 4,
              "vertical grid of 4");
-    tu_check(hyfi_tile_grid(3, HYFI_SLICE_HORIZONTAL, &r, &c, err, sizeof err) || r != 3 ||
+    tu_check(hyfi_tile_grid(3, HYFI_TILES_HORIZONTAL, &r, &c, err, sizeof err) || r != 3 ||
                  c != 1, "horizontal grid of 3");
-    tu_check(hyfi_tile_grid(8, HYFI_SLICE_SQUARE, &r, &c, err, sizeof err) == 0 ||
+    tu_check(hyfi_tile_grid(8, HYFI_TILES_SQUARE, &r, &c, err, sizeof err) == 0 ||
                  !strstr(err, "perfect square"), "square grid of 8 refused");
     printf("message: %s\n", err);
     tu_check(hyfi_tile_cuts(30, 4, cuts, "height of the image", err, sizeof err) == 0 ||
