@@ -15,7 +15,7 @@
  * gradients and saved tensors are registered without a home and allocated by
  * StarPU wherever a task needs them.
  */
-#include "internal.h"
+#include "emit.h"
 #include "pipeline.h"
 
 #include <starpu_mpi.h>
@@ -24,8 +24,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-static int prog_push(program *p, prog_kind kind, struct starpu_codelet *cl, const char *name,
-                     const hyfi_task_args *args)
+int hyfi_prog_push(program *p, prog_kind kind, struct starpu_codelet *cl, const char *name,
+                   const hyfi_task_args *args)
 {
     if (p->n == p->cap) {
         int nc = p->cap ? p->cap * 2 : 64;
@@ -36,6 +36,7 @@ static int prog_push(program *p, prog_kind kind, struct starpu_codelet *cl, cons
     }
     prog_task *t = &p->t[p->n++];
     memset(t, 0, sizeof *t);
+    t->place = -1;
     t->kind = kind;
     t->cl = cl;
     t->worker = -1;
@@ -44,7 +45,7 @@ static int prog_push(program *p, prog_kind kind, struct starpu_codelet *cl, cons
     return 0;
 }
 
-static void prog_buf(program *p, starpu_data_handle_t h, enum starpu_data_access_mode mode)
+void hyfi_prog_buf(program *p, starpu_data_handle_t h, enum starpu_data_access_mode mode)
 {
     prog_task *t = &p->t[p->n - 1];
     t->buf[t->nbuf].handle = h;
@@ -62,7 +63,7 @@ void hyfi_programs_free(hyfi_graph *g)
     memset(&g->infer_prog, 0, sizeof g->infer_prog);
 }
 
-static void unreg(starpu_data_handle_t *h)
+void hyfi_unreg(starpu_data_handle_t *h)
 {
     if (*h) {
         starpu_data_unregister(*h);
@@ -73,14 +74,15 @@ static void unreg(starpu_data_handle_t *h)
 void hyfi_handles_free(hyfi_graph *g)
 {
     const int M = g->pl ? g->pl->nmb : 1;
+    hyfi_spatial_free(g);
     for (int i = 0; i < g->ntensors; i++) {
         hyfi_tensor *t = g->tensors[i];
         for (int m = 0; m < t->nh; m++) {
-            if (t->h) unreg(&t->h[m]);
-            if (t->gh && t != g->loss) unreg(&t->gh[m]);
+            if (t->h) hyfi_unreg(&t->h[m]);
+            if (t->gh && t != g->loss) hyfi_unreg(&t->gh[m]);
         }
         if (t->gpart) {
-            for (int k = 0; k < g->pl->nstages * t->nh; k++) unreg(&t->gpart[k]);
+            for (int k = 0; k < g->pl->nstages * t->nh; k++) hyfi_unreg(&t->gpart[k]);
             free(t->gpart);
             free(t->gpw);
             t->gpart = NULL;
@@ -92,20 +94,20 @@ void hyfi_handles_free(hyfi_graph *g)
         t->h = t->gh = NULL;
         t->gw = NULL;
         t->nh = 0;
-        unreg(&t->mh);
+        hyfi_unreg(&t->mh);
         if (t->host) starpu_free_noflag(t->host, t->numel * (t->is_int ? 4 : 4));
         if (t->ghost) starpu_free_noflag(t->ghost, t->numel * 4);
         if (t->mhost) starpu_free_noflag(t->mhost, t->numel * 4);
         t->host = t->ghost = t->mhost = NULL;
     }
     if (g->dloss) {
-        for (int m = 0; m < M; m++) unreg(&g->dloss[m]);
+        for (int m = 0; m < M; m++) hyfi_unreg(&g->dloss[m]);
         free(g->dloss);
         g->dloss = NULL;
     }
     if (g->dloss_host) starpu_free_noflag(g->dloss_host, (size_t)M * sizeof(float));
     g->dloss_host = NULL;
-    for (int i = 0; i < g->ntokens; i++) unreg(&g->tokens[i]);
+    for (int i = 0; i < g->ntokens; i++) hyfi_unreg(&g->tokens[i]);
     free(g->tokens);
     g->tokens = NULL;
     if (g->token_host) starpu_free_noflag(g->token_host, (size_t)g->ntokens * sizeof(float));
@@ -113,7 +115,7 @@ void hyfi_handles_free(hyfi_graph *g)
     g->ntokens = 0;
 }
 
-static int host_alloc(float **p, size_t n)
+int hyfi_host_alloc(float **p, size_t n)
 {
     return starpu_malloc((void **)p, (n ? n : 1) * sizeof(float)) == 0 ? 0 : -1;
 }
@@ -121,8 +123,8 @@ static int host_alloc(float **p, size_t n)
 /* Register one vector handle: with a home in host memory (ptr) on the owning
  * rank, lazily allocated elsewhere (and everywhere when ptr is NULL); known to
  * StarPU-MPI with its owner in MPI runs. */
-static void reg(hyfi_graph *g, starpu_data_handle_t *h, float *ptr, size_t n, size_t elem,
-                int owner, const char *name, const char *suffix, int m, int nm)
+void hyfi_reg(hyfi_graph *g, starpu_data_handle_t *h, float *ptr, size_t n, size_t elem,
+              int owner, const char *name, const char *suffix, int m, int nm)
 {
     if (ptr && owner == g->ctx->rank)
         starpu_vector_data_register(h, STARPU_MAIN_RAM, (uintptr_t)ptr, (uint32_t)n, elem);
@@ -162,57 +164,57 @@ static hyfi_status register_tensors(hyfi_graph *g)
         case T_INPUT:
         case T_LABELS:
             if (own) {
-                if (host_alloc(&t->host, t->numel)) goto oom;
+                if (hyfi_host_alloc(&t->host, t->numel)) goto oom;
                 memset(t->host, 0, t->numel * 4);
             }
             for (int m = 0; m < M; m++)
-                reg(g, &t->h[m], own ? t->host + (size_t)m * t->mb_numel : NULL, t->mb_numel,
+                hyfi_reg(g, &t->h[m], own ? t->host + (size_t)m * t->mb_numel : NULL, t->mb_numel,
                     elem, t->rank, t->name, "", m, M);
             if (!t->is_int) {
                 t->gh = calloc((size_t)M, sizeof *t->gh);
                 if (!t->gh) goto oom;
                 for (int m = 0; m < M; m++)
-                    reg(g, &t->gh[m], NULL, t->mb_numel, elem, t->rank, t->name, ".grad", m, M);
+                    hyfi_reg(g, &t->gh[m], NULL, t->mb_numel, elem, t->rank, t->name, ".grad", m, M);
             }
             break;
         case T_PARAM:
             t->gh = calloc(1, sizeof *t->gh);
             if (!t->gh) goto oom;
             if (own) {
-                if (host_alloc(&t->host, t->numel) || host_alloc(&t->ghost, t->numel) ||
-                    host_alloc(&t->mhost, t->numel))
+                if (hyfi_host_alloc(&t->host, t->numel) || hyfi_host_alloc(&t->ghost, t->numel) ||
+                    hyfi_host_alloc(&t->mhost, t->numel))
                     goto oom;
                 hyfi_param_init(t->host, t, g->seed);
                 memset(t->ghost, 0, t->numel * 4);
                 memset(t->mhost, 0, t->numel * 4);
             }
-            reg(g, &t->h[0], t->host, t->numel, elem, t->rank, t->name, "", 0, 1);
-            reg(g, &t->gh[0], t->ghost, t->numel, elem, t->rank, t->name, ".grad", 0, 1);
-            reg(g, &t->mh, t->mhost, t->numel, elem, t->rank, t->name, ".momentum", 0, 1);
+            hyfi_reg(g, &t->h[0], t->host, t->numel, elem, t->rank, t->name, "", 0, 1);
+            hyfi_reg(g, &t->gh[0], t->ghost, t->numel, elem, t->rank, t->name, ".grad", 0, 1);
+            hyfi_reg(g, &t->mh, t->mhost, t->numel, elem, t->rank, t->name, ".momentum", 0, 1);
             /* Summed over micro-batches by a StarPU reduction. */
             if (M > 1 && !g->plan_cfg.deterministic)
                 starpu_data_set_reduction_methods(t->gh[0], redux_cl(), redux_init_cl());
             break;
         case T_STATE:
             if (own) {
-                if (host_alloc(&t->host, t->numel)) goto oom;
+                if (hyfi_host_alloc(&t->host, t->numel)) goto oom;
                 hyfi_param_init(t->host, t, g->seed);
             }
-            reg(g, &t->h[0], t->host, t->numel, elem, t->rank, t->name, "", 0, 1);
+            hyfi_reg(g, &t->h[0], t->host, t->numel, elem, t->rank, t->name, "", 0, 1);
             break;
         case T_ACT:
             for (int m = 0; m < M; m++)
-                reg(g, &t->h[m], NULL, t->mb_numel, elem, t->rank, t->name, "", m, M);
+                hyfi_reg(g, &t->h[m], NULL, t->mb_numel, elem, t->rank, t->name, "", m, M);
             if (t != g->loss) {
                 t->gh = calloc((size_t)M, sizeof *t->gh);
                 if (!t->gh) goto oom;
                 for (int m = 0; m < M; m++)
-                    reg(g, &t->gh[m], NULL, t->mb_numel, elem, t->rank, t->name, ".grad", m, M);
+                    hyfi_reg(g, &t->gh[m], NULL, t->mb_numel, elem, t->rank, t->name, ".grad", m, M);
             }
             break;
         case T_SAVED:
             for (int m = 0; m < M; m++)
-                reg(g, &t->h[m], NULL, t->mb_numel, elem, t->rank, t->name, "", m, M);
+                hyfi_reg(g, &t->h[m], NULL, t->mb_numel, elem, t->rank, t->name, "", m, M);
             break;
         }
     }
@@ -232,31 +234,32 @@ static hyfi_status register_tensors(hyfi_graph *g)
             char sfx[32];
             snprintf(sfx, sizeof sfx, ".grad.stage%d", nd->stage);
             for (int m = 0; m < M; m++)
-                reg(g, &t->gpart[(size_t)nd->stage * M + m], NULL, t->mb_numel, sizeof(float),
+                hyfi_reg(g, &t->gpart[(size_t)nd->stage * M + m], NULL, t->mb_numel, sizeof(float),
                     g->pl->stage_rank[nd->stage], t->name, sfx, m, M);
         }
     }
     /* The seed of the backward: d(mean over the batch)/d(micro-batch loss) = 1/M. */
-    if (host_alloc(&g->dloss_host, (size_t)M)) goto oom;
+    if (hyfi_host_alloc(&g->dloss_host, (size_t)M)) goto oom;
     g->dloss = calloc((size_t)M, sizeof *g->dloss);
     if (!g->dloss) goto oom;
     for (int m = 0; m < M; m++) {
         g->dloss_host[m] = 1.0f / (float)M;
-        reg(g, &g->dloss[m], g->dloss_host + m, 1, sizeof(float), g->loss->rank, g->loss->name,
+        hyfi_reg(g, &g->dloss[m], g->dloss_host + m, 1, sizeof(float), g->loss->rank, g->loss->name,
             ".grad", m, M);
     }
     g->loss->gh = g->dloss;
     /* 1F1B: per stage, one token per activation slot (see emit_events). */
     if (g->pl->schedule == HYFI_SCHEDULE_1F1B && M > 1) {
-        for (int s = 0; s < g->pl->nstages; s++) g->ntokens += g->pl->inflight[s];
+        const hyfi_plan *pl = g->pl;
+        for (int q = 0; q < pl->nplaces; q++) g->ntokens += pl->inflight[pl->place_stage[q]];
         g->tokens = calloc((size_t)g->ntokens, sizeof *g->tokens);
-        if (!g->tokens || host_alloc(&g->token_host, (size_t)g->ntokens)) goto oom;
+        if (!g->tokens || hyfi_host_alloc(&g->token_host, (size_t)g->ntokens)) goto oom;
         memset(g->token_host, 0, (size_t)g->ntokens * sizeof(float));
-        for (int s = 0, k = 0; s < g->pl->nstages; s++)
-            for (int j = 0; j < g->pl->inflight[s]; j++, k++) {
+        for (int q = 0, k = 0; q < pl->nplaces; q++)
+            for (int j = 0; j < pl->inflight[pl->place_stage[q]]; j++, k++) {
                 char nm[48];
-                snprintf(nm, sizeof nm, "stage%d.token", s);
-                reg(g, &g->tokens[k], g->token_host + k, 1, sizeof(float), g->pl->stage_rank[s],
+                snprintf(nm, sizeof nm, "place%d.token", q);
+                hyfi_reg(g, &g->tokens[k], g->token_host + k, 1, sizeof(float), pl->place_rank[q],
                     nm, "", j, 2);
             }
     }
@@ -267,24 +270,6 @@ oom:
                            g->ntensors);
 }
 
-/* Where and how the tasks being emitted run: micro-batch m of a stage event. */
-typedef struct {
-    hyfi_graph *g;
-    program *P;
-    int m, M;
-    int stage;
-    int rank, worker, prio;
-    starpu_data_handle_t token;          /* 1F1B slot of the event, or NULL */
-    enum starpu_data_access_mode token_mode;
-} emit_ctx;
-
-#define TASK(cl, nm, args)                                                                  \
-    do {                                                                                    \
-        if (prog_push(P, PT_TASK, (cl), (nm), (args))) return -1;                          \
-    } while (0)
-#define R(h) prog_buf(P, (h), STARPU_R)
-#define W(h) prog_buf(P, (h), STARPU_W)
-#define RW(h) prog_buf(P, (h), STARPU_RW)
 /* Handles of micro-batch m. */
 #define HV(t) TH((t), e->m)
 #define HG(t) TGH((t), e->m)
@@ -312,7 +297,7 @@ static void grad_out(const emit_ctx *e, program *P, hyfi_tensor *t)
 {
     unsigned char *f;
     starpu_data_handle_t h = gtarget(e, t, &f);
-    prog_buf(P, h, *f ? STARPU_RW : STARPU_W);
+    hyfi_prog_buf(P, h, *f ? STARPU_RW : STARPU_W);
 }
 
 static void grad_done(const emit_ctx *e, hyfi_tensor *t)
@@ -328,14 +313,14 @@ static void grad_done(const emit_ctx *e, hyfi_tensor *t)
 #define GRAD_DONE(t) grad_done(e, (t))
 #define GACC(t) gacc(e, (t))
 
-static void task_name(char *out, size_t len, const node *nd, const char *pass, const emit_ctx *e)
+void hyfi_task_name(char *out, size_t len, const node *nd, const char *pass, const emit_ctx *e)
 {
     if (e->M > 1) snprintf(out, len, "%s.%s.mb%d", nd->name, pass, e->m);
     else snprintf(out, len, "%s.%s", nd->name, pass);
 }
 
 /* The op's arguments for one micro-batch: the batch dimension divided by M. */
-static hyfi_task_args node_args(const node *nd, int M)
+hyfi_task_args hyfi_node_args(const node *nd, int M)
 {
     hyfi_task_args a = {0};
     switch (nd->op) {
@@ -377,9 +362,9 @@ static int emit_forward(emit_ctx *e, const node *nd, int training)
 {
     program *P = e->P;
     char nm[64];
-    hyfi_task_args a = node_args(nd, e->M);
+    hyfi_task_args a = hyfi_node_args(nd, e->M);
     hyfi_tensor *y = nd->out, *x = nd->in[0];
-    task_name(nm, sizeof nm, nd, "fwd", e);
+    hyfi_task_name(nm, sizeof nm, nd, "fwd", e);
     switch (nd->op) {
     case OP_CONV2D:
         TASK(&hyfi_cl_conv2d_forward, nm, &a);
@@ -423,9 +408,9 @@ static int emit_forward(emit_ctx *e, const node *nd, int training)
                                             .c_total = y->dims[1]};
             char pass[16];
             snprintf(pass, sizeof pass, "fwd%d", i);
-            task_name(nm, sizeof nm, nd, pass, e);
+            hyfi_task_name(nm, sizeof nm, nd, pass, e);
             TASK(&hyfi_cl_concat_forward, nm, &a);
-            prog_buf(P, HV(y), i == 0 ? STARPU_W : STARPU_RW);
+            hyfi_prog_buf(P, HV(y), i == 0 ? STARPU_W : STARPU_RW);
             R(HV(xi));
             off += xi->dims[1];
         }
@@ -464,8 +449,8 @@ static int emit_accumulate(emit_ctx *e, hyfi_tensor *dst, starpu_data_handle_t s
  * per-worker copies that StarPU adds up when the update reads the gradient), or
  * with `deterministic` accumulated in emission order, which is micro-batch
  * order under both schedules. */
-static int param_grad_mode(emit_ctx *e, hyfi_tensor *p, enum starpu_data_access_mode *mode,
-                           int *acc)
+int hyfi_grad_sum_mode(emit_ctx *e, starpu_data_handle_t h, unsigned char *written, size_t numel,
+                       const char *name, enum starpu_data_access_mode *mode, int *acc)
 {
     program *P = e->P;
     if (e->M == 1) {
@@ -473,22 +458,28 @@ static int param_grad_mode(emit_ctx *e, hyfi_tensor *p, enum starpu_data_access_
         *acc = 0;
     } else if (e->g->plan_cfg.deterministic) {
         /* micro-batch order: the first contribution writes, the next ones add */
-        *acc = p->gw[0];
+        *acc = *written;
         *mode = *acc ? STARPU_RW : STARPU_W;
     } else {
         *acc = 1;
-        if (!p->gw[0]) {
+        if (!*written) {
             char nm[HYFI_NAME_MAX + 16];
-            snprintf(nm, sizeof nm, "%.50s.zero_grad", p->name);
-            hyfi_task_args a = {.u.elt = {.count = p->numel, .value = 0.0f}};
+            snprintf(nm, sizeof nm, "%.50s.zero_grad", name);
+            hyfi_task_args a = {.u.elt = {.count = numel, .value = 0.0f}};
             TASK(&hyfi_cl_fill, nm, &a);
-            W(p->gh[0]);
+            W(h);
         }
         *mode = STARPU_REDUX;
     }
-    p->gw[0] = 1;
-    p->gwritten = 1;
+    *written = 1;
     return 0;
+}
+
+static int param_grad_mode(emit_ctx *e, hyfi_tensor *p, enum starpu_data_access_mode *mode,
+                           int *acc)
+{
+    p->gwritten = 1;
+    return hyfi_grad_sum_mode(e, p->gh[0], &p->gw[0], p->numel, p->name, mode, acc);
 }
 
 /* Backward of an op with a weight and an optional bias (conv2d, fc): the data
@@ -501,7 +492,7 @@ static int emit_weighted_backward(emit_ctx *e, const node *nd, hyfi_task_args *a
     char nm[64];
     hyfi_tensor *y = nd->out, *x = nd->in[0];
     if (x->requires_grad) {
-        task_name(nm, sizeof nm, nd, "bwd_data", e);
+        hyfi_task_name(nm, sizeof nm, nd, "bwd_data", e);
         a->acc = GACC(x);
         TASK(cl_data, nm, a);
         GRAD_OUT(x), R(HG(y)), R(TH(nd->p[0], 0));
@@ -511,11 +502,11 @@ static int emit_weighted_backward(emit_ctx *e, const node *nd, hyfi_task_args *a
     int accw, accb;
     if (param_grad_mode(e, nd->p[0], &mw, &accw)) return -1;
     if (nd->p[1] && param_grad_mode(e, nd->p[1], &mb, &accb)) return -1;
-    task_name(nm, sizeof nm, nd, "bwd_weight", e);
+    hyfi_task_name(nm, sizeof nm, nd, "bwd_weight", e);
     a->acc = accw; /* weight and bias are always written together */
     TASK(cl_weight, nm, a);
-    prog_buf(P, nd->p[0]->gh[0], mw);
-    if (nd->p[1]) prog_buf(P, nd->p[1]->gh[0], mb);
+    hyfi_prog_buf(P, nd->p[0]->gh[0], mw);
+    if (nd->p[1]) hyfi_prog_buf(P, nd->p[1]->gh[0], mb);
     R(HG(y)), R(HV(x));
     return 0;
 }
@@ -524,7 +515,7 @@ static int emit_backward(emit_ctx *e, const node *nd)
 {
     program *P = e->P;
     char nm[64];
-    hyfi_task_args a = node_args(nd, e->M);
+    hyfi_task_args a = hyfi_node_args(nd, e->M);
     hyfi_tensor *y = nd->out, *x = nd->in[0];
     switch (nd->op) {
     case OP_CONV2D:
@@ -537,11 +528,11 @@ static int emit_backward(emit_ctx *e, const node *nd)
         if (param_grad_mode(e, nd->p[0], &mg, &accg) || param_grad_mode(e, nd->p[1], &mb, &accb))
             return -1;
         a.acc = (GACC(x) ? HYFI_BN_ACC_DX : 0) | (accg ? HYFI_BN_ACC_PARAMS : 0);
-        task_name(nm, sizeof nm, nd, "bwd", e);
+        hyfi_task_name(nm, sizeof nm, nd, "bwd", e);
         TASK(&hyfi_cl_batchnorm_backward, nm, &a);
         GRAD_OUT(x);
-        prog_buf(P, nd->p[0]->gh[0], mg);
-        prog_buf(P, nd->p[1]->gh[0], mb);
+        hyfi_prog_buf(P, nd->p[0]->gh[0], mg);
+        hyfi_prog_buf(P, nd->p[1]->gh[0], mb);
         R(HG(y)), R(HV(x)), R(TH(nd->p[0], 0)), R(HV(nd->s[0])), R(HV(nd->s[1]));
         GRAD_DONE(x);
         break;
@@ -549,7 +540,7 @@ static int emit_backward(emit_ctx *e, const node *nd)
     case OP_RELU:
         if (!x->requires_grad) break;
         a.acc = GACC(x);
-        task_name(nm, sizeof nm, nd, "bwd", e);
+        hyfi_task_name(nm, sizeof nm, nd, "bwd", e);
         TASK(&hyfi_cl_relu_backward, nm, &a);
         GRAD_OUT(x), R(HG(y)), R(HV(y));
         GRAD_DONE(x);
@@ -559,7 +550,7 @@ static int emit_backward(emit_ctx *e, const node *nd)
     case OP_GAP:
         if (!x->requires_grad) break;
         a.acc = GACC(x);
-        task_name(nm, sizeof nm, nd, "bwd", e);
+        hyfi_task_name(nm, sizeof nm, nd, "bwd", e);
         TASK(nd->op == OP_MAXPOOL   ? &hyfi_cl_maxpool_backward
              : nd->op == OP_AVGPOOL ? &hyfi_cl_avgpool_backward
                                     : &hyfi_cl_gap_backward,
@@ -573,7 +564,7 @@ static int emit_backward(emit_ctx *e, const node *nd)
             if (!nd->in[i]->requires_grad) continue;
             char pass[16];
             snprintf(pass, sizeof pass, "bwd%d", i);
-            task_name(nm, sizeof nm, nd, pass, e);
+            hyfi_task_name(nm, sizeof nm, nd, pass, e);
             if (emit_accumulate(e, nd->in[i], HG(y), nm)) return -1;
         }
         break;
@@ -589,7 +580,7 @@ static int emit_backward(emit_ctx *e, const node *nd)
                 a.acc = GACC(xi);
                 char pass[16];
                 snprintf(pass, sizeof pass, "bwd%d", i);
-                task_name(nm, sizeof nm, nd, pass, e);
+                hyfi_task_name(nm, sizeof nm, nd, pass, e);
                 TASK(&hyfi_cl_concat_backward, nm, &a);
                 GRAD_OUT(xi), R(HG(y));
                 GRAD_DONE(xi);
@@ -603,7 +594,7 @@ static int emit_backward(emit_ctx *e, const node *nd)
                                       &hyfi_cl_fc_backward_weight);
     case OP_XENT:
         a.acc = GACC(x);
-        task_name(nm, sizeof nm, nd, "bwd", e);
+        hyfi_task_name(nm, sizeof nm, nd, "bwd", e);
         TASK(&hyfi_cl_xent_backward, nm, &a);
         GRAD_OUT(x), R(HV(nd->s[0])), R(HV(nd->in[1])), R(HG(y));
         GRAD_DONE(x);
@@ -614,17 +605,49 @@ static int emit_backward(emit_ctx *e, const node *nd)
     return 0;
 }
 
-/* Give the tasks emitted since `from` the event's rank, worker, priority and
+/* The forward of stage e->stage for micro-batch e->m: the tiled tensors it
+ * reads whole are gathered first, then its ops in order. */
+static int emit_stage_forward(emit_ctx *e, const int *first, int training)
+{
+    hyfi_graph *g = e->g;
+    const int s = e->stage;
+    for (int i = 0; i < g->ntensors; i++) {
+        hyfi_tensor *t = g->tensors[i];
+        if (t->tl && t->tl->full && t->stage == s && hyfi_spatial_gather(e, t)) return -1;
+    }
+    for (int i = first[s]; i < first[s + 1]; i++) {
+        const node *nd = &g->nodes[i];
+        if (hyfi_spatial_tiled(g, nd) ? hyfi_spatial_forward(e, nd, training)
+                                      : emit_forward(e, nd, training))
+            return -1;
+    }
+    return 0;
+}
+
+/* First token of each place (1F1B: inflight[stage] slots per place). */
+static int token_base(const hyfi_plan *pl, int place)
+{
+    int b = 0;
+    for (int q = 0; q < place; q++) b += pl->inflight[pl->place_stage[q]];
+    return b;
+}
+
+/* Give the tasks emitted since `from` their place (the event's where the
+ * emitter set none), its rank and worker, the event's priority and the place's
  * 1F1B token (appended as their last buffer: the kernels never see it). */
 static void finish_tasks(emit_ctx *e, int from)
 {
+    const hyfi_plan *pl = e->g->pl;
     for (int k = from; k < e->P->n; k++) {
         prog_task *t = &e->P->t[k];
-        t->rank = e->rank;
-        t->worker = e->worker;
+        if (t->kind != PT_TASK) continue;
+        if (t->place < 0) t->place = e->place;
+        t->rank = pl->place_rank[t->place];
+        t->worker = pl->place_worker[t->place];
         t->prio = e->prio;
-        if (e->token && t->kind == PT_TASK && t->nbuf < HYFI_MAX_TASK_BUFFERS) {
-            t->buf[t->nbuf].handle = e->token;
+        if (e->g->tokens && t->nbuf < HYFI_MAX_TASK_BUFFERS) {
+            const int slot = e->m % pl->inflight[pl->place_stage[t->place]];
+            t->buf[t->nbuf].handle = e->g->tokens[token_base(pl, t->place) + slot];
             t->buf[t->nbuf].mode = e->token_mode;
             t->nbuf++;
         }
@@ -637,18 +660,18 @@ static int emit_loss_bcast(hyfi_graph *g, program *P)
 {
     if (g->ctx->nranks < 2) return 0;
     for (int m = 0; m < g->loss->nh; m++) {
-        if (prog_push(P, PT_BCAST, NULL, "loss.bcast", NULL)) return -1;
+        if (hyfi_prog_push(P, PT_BCAST, NULL, "loss.bcast", NULL)) return -1;
         P->t[P->n - 1].rank = g->loss->rank;
-        prog_buf(P, g->loss->h[m], STARPU_R);
+        hyfi_prog_buf(P, g->loss->h[m], STARPU_R);
     }
     return 0;
 }
 
-static int emit_release(program *P, starpu_data_handle_t h, int owner)
+int hyfi_emit_release(program *P, starpu_data_handle_t h, int owner)
 {
-    if (prog_push(P, PT_RELEASE, NULL, "release", NULL)) return -1;
+    if (hyfi_prog_push(P, PT_RELEASE, NULL, "release", NULL)) return -1;
     P->t[P->n - 1].rank = owner;
-    prog_buf(P, h, STARPU_W);
+    hyfi_prog_buf(P, h, STARPU_W);
     return 0;
 }
 
@@ -681,38 +704,33 @@ static int build_train(hyfi_graph *g, const int *first)
         hyfi_tensor *t = g->tensors[i];
         memset(t->gw, 0, (size_t)t->nh);
         if (t->gpw) memset(t->gpw, 0, (size_t)pl->nstages * t->nh);
+        if (t->tl) memset(t->tl->gw, 0, (size_t)M * pl->P);
         t->gwritten = 0;
     }
     memset(g->loss->gw, 1, (size_t)g->loss->nh);
-    int *tok_base = calloc((size_t)pl->nstages, sizeof *tok_base);
-    if (!tok_base) return -1;
-    for (int s = 1; s < pl->nstages; s++) tok_base[s] = tok_base[s - 1] + pl->inflight[s - 1];
     int rc = 0;
     for (int k = 0; k < pl->nevents && !rc; k++) {
         const hyfi_pipe_event *ev = &pl->events[k];
         const int s = ev->stage;
         ec.m = ev->mb;
         ec.stage = s;
-        ec.rank = pl->stage_rank[s];
-        ec.worker = pl->stage_worker[s];
+        ec.place = pl->stage_place0[s];
         ec.prio = clamp_prio(pl->nticks - ev->tick);
-        ec.token = g->tokens ? g->tokens[tok_base[s] + ev->mb % pl->inflight[s]] : NULL;
         /* 1F1B: forwards read the slot's token, backwards write it (commuting among
          * themselves), so forward m + inflight waits for backward m. */
         ec.token_mode = ev->backward ? (STARPU_RW | STARPU_COMMUTE) : STARPU_R;
         const int from = ec.P->n;
         if (!ev->backward) {
-            for (int i = first[s]; i < first[s + 1] && !rc; i++)
-                rc = emit_forward(e, &g->nodes[i], 1);
+            rc = emit_stage_forward(e, first, 1);
             finish_tasks(e, from);
             continue;
         }
         /* Add the partial gradients that later stages summed for the stage's
          * tensors, latest stage first (the order the contributions would
          * have had without partials). */
-        for (int i = first[s]; i < first[s + 1] && !rc; i++) {
-            hyfi_tensor *t = g->nodes[i].out;
-            if (!t->gpart) continue;
+        for (int i = 0; i < g->ntensors && !rc; i++) {
+            hyfi_tensor *t = g->tensors[i];
+            if (!t->gpart || t->stage != s) continue;
             for (int c = pl->nstages - 1; c > s && !rc; c--) {
                 const size_t k = (size_t)c * t->nh + ev->mb;
                 if (!t->gpart[k] || !t->gpw[k]) continue;
@@ -723,29 +741,38 @@ static int build_train(hyfi_graph *g, const int *first)
         }
         for (int i = first[s + 1] - 1; i >= first[s] && !rc; i--) {
             const node *nd = &g->nodes[i];
+            const int tiled = hyfi_spatial_tiled(g, nd);
             /* Only ops whose output received a gradient propagate one. */
-            if (!nd->out->requires_grad || !TGW(nd->out, ev->mb)) continue;
-            rc = emit_backward(e, nd);
+            if (!nd->out->requires_grad ||
+                !(tiled ? nd->out->tl->gw[ev->mb * pl->P] : TGW(nd->out, ev->mb)))
+                continue;
+            rc = tiled ? hyfi_spatial_backward(e, nd) : emit_backward(e, nd);
+        }
+        /* Tiled tensors this stage gathered: their gradient back to the tiles. */
+        for (int i = 0; i < g->ntensors && !rc; i++) {
+            hyfi_tensor *t = g->tensors[i];
+            if (t->tl && t->tl->full && t->stage == s) rc = hyfi_spatial_gather_back(e, t);
         }
         finish_tasks(e, from);
         if (rc || pl->trivial) continue;
+        if (s < pl->K) rc = hyfi_spatial_release(e, s);
         /* Micro-batch m is done on stage s: release what the stage produced for it. */
         for (int i = 0; i < g->ntensors && !rc; i++) {
             hyfi_tensor *t = g->tensors[i];
             if (t->stage != s || t == g->loss || (t->kind != T_ACT && t->kind != T_SAVED))
                 continue;
             t->released = 1;
-            rc = emit_release(ec.P, t->h[ev->mb], t->rank);
-            if (!rc && t->gh) rc = emit_release(ec.P, t->gh[ev->mb], t->rank);
+            rc = hyfi_emit_release(ec.P, t->h[ev->mb], t->rank);
+            if (!rc && t->gh) rc = hyfi_emit_release(ec.P, t->gh[ev->mb], t->rank);
             for (int c = 0; t->gpart && c < pl->nstages && !rc; c++) {
                 starpu_data_handle_t h = t->gpart[(size_t)c * t->nh + ev->mb];
-                if (h) rc = emit_release(ec.P, h, pl->stage_rank[c]);
+                if (h) rc = hyfi_emit_release(ec.P, h, pl->stage_rank[c]);
             }
         }
     }
-    free(tok_base);
     if (rc) return rc;
     program *P = ec.P;
+    if (hyfi_spatial_param_sums(e)) return -1;
     for (int i = 0; i < g->nparams; i++) {
         hyfi_tensor *p = g->params[i];
         if (!p->gwritten) continue; /* not on the loss's path: left alone, as PyTorch does */
@@ -772,11 +799,9 @@ static int build_forward(hyfi_graph *g, program *P, const int *first, int traini
         if (ev->backward) continue;
         ec.m = ev->mb;
         ec.stage = ev->stage;
-        ec.rank = pl->stage_rank[ev->stage];
-        ec.worker = pl->stage_worker[ev->stage];
+        ec.place = pl->stage_place0[ev->stage];
         const int from = P->n;
-        for (int i = first[ev->stage]; i < first[ev->stage + 1]; i++)
-            if (emit_forward(&ec, &g->nodes[i], training)) return -1;
+        if (emit_stage_forward(&ec, first, training)) return -1;
         finish_tasks(&ec, from);
     }
     return emit_loss_bcast(g, P);
@@ -821,6 +846,11 @@ hyfi_status hyfi_graph_compile(hyfi_graph *g, hyfi_tensor *loss, const hyfi_trai
         hyfi_handles_free(g);
         hyfi_plan_free(g);
         return s;
+    }
+    if (hyfi_spatial_register(g)) {
+        hyfi_handles_free(g);
+        hyfi_plan_free(g);
+        return hyfi_graph_fail(g, HYFI_ERR_NOMEM, "out of memory registering the tiles");
     }
     if (build_programs(g)) {
         hyfi_programs_free(g);

@@ -42,6 +42,7 @@ void hyfi_graph_destroy(hyfi_graph *g)
     if (g->compiled) starpu_task_wait_for_all();
     hyfi_handles_free(g);
     hyfi_programs_free(g);
+    hyfi_plan_free(g);
     for (int i = 0; i < g->nnodes; i++) {
         free(g->nodes[i].name);
         free(g->nodes[i].in);
@@ -53,7 +54,6 @@ void hyfi_graph_destroy(hyfi_graph *g)
     for (int i = 0; i < g->nlayers; i++) free(g->layer_names[i]);
     free(g->layer_names);
     free(g->plan_balance);
-    hyfi_plan_free(g);
     free(g);
 }
 

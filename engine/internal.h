@@ -76,9 +76,21 @@ struct hyfi_tensor {
      * contribution. */
     starpu_data_handle_t *gpart;
     unsigned char *gpw;   /* compile-time flags of gpart, as gw */
+    struct hyfi_tiles *tl; /* spatial tiles, NULL for untiled tensors */
     float *mhost;         /* momentum (params) */
     starpu_data_handle_t mh;
 };
+
+/* Spatial tiles of a tensor (engine/spatial.c). */
+typedef struct hyfi_tiles {
+    int stage;            /* the tiled stage whose places hold the tiles */
+    int rows, cols;       /* grid */
+    int rcut[HYFI_MAX_TILES + 1], ccut[HYFI_MAX_TILES + 1]; /* cut points (H, W) */
+    starpu_data_handle_t *h, *gh; /* [m * P + t], t = r * cols + c */
+    unsigned char *gw;    /* compile-time gradient flags per handle */
+    int full;             /* untiled ops read it too: t->h / t->gh are the whole-tensor view,
+                             gathered from the tiles on the place of t->stage */
+} hyfi_tiles;
 
 /* Handle of micro-batch m (shared tensors have one). */
 #define TH(t, m) ((t)->h[(t)->nh > 1 ? (m) : 0])
@@ -111,6 +123,7 @@ typedef struct {
     hyfi_tensor *s[2];    /* saved: bn mean, var; xent prob */
     int layer;            /* hyfi_layer_begin's layer, -1 before the first call */
     int stage;            /* plan: stage (layer partition) of the op */
+    struct hyfi_tnode *tn;/* spatial: per-tile geometry and handles (tiled stages) */
     union {
         hyfi_conv2d_args conv;
         hyfi_batchnorm_args bn;
@@ -133,7 +146,8 @@ typedef struct {
     int nbuf;
     struct starpu_data_descr buf[HYFI_MAX_TASK_BUFFERS];
     hyfi_task_args args;
-    int rank;             /* MPI rank that runs it (the owner of the op's place) */
+    int place;            /* the place that runs it (-1: the event's) */
+    int rank;             /* MPI rank that runs it (the rank of its place) */
     int worker;           /* a worker to pin the task to, -1: any */
     int prio;             /* StarPU priority */
     char name[64];
@@ -221,11 +235,17 @@ typedef struct hyfi_plan {
     int nlayers;
     int *layer_of_node;    /* per node */
     int *layer_stage;      /* per layer */
-    int nstages, nmb;      /* S stages (places), M micro-batches */
+    int nstages, nmb;      /* S stages, M micro-batches */
+    /* places: stage s < K (tiled) has P places, one per tile (place s*P + t);
+     * stage s >= K one (place K*P + s - K) */
+    int K, P, grid_rows, grid_cols;
+    int nplaces;
+    int *place_rank, *place_worker, *place_stage;
+    int *stage_place0;     /* first place of each stage (its parameters, statistics) */
     int batch;             /* N: the batch of every batch tensor */
     hyfi_schedule schedule;
-    int *stage_rank;       /* place -> MPI rank */
-    int *stage_worker;     /* place -> pinned worker or -1 */
+    int *stage_rank;       /* stage -> MPI rank of its first place */
+    int *stage_worker;     /* stage -> pinned worker of its first place, or -1 */
     int *inflight;         /* per stage: micro-batches alive at once */
     struct hyfi_pipe_event *events;
     int nevents, nticks;
@@ -234,8 +254,22 @@ typedef struct hyfi_plan {
     double *stage_flops;   /* forward FLOPs of the whole batch */
     size_t *stage_params, *stage_param_bytes, *stage_act_bytes;
     size_t *pred_bytes;    /* nranks x nranks: bytes from rank a to rank b per train step */
+    size_t *pred_halo;     /* the part of pred_bytes that is halo strips (spatial) */
+    size_t halo_volume;    /* halo bytes between tiles on different ranks per step, from
+                              the tile geometry alone */
 } hyfi_plan;
 hyfi_status hyfi_plan_build(hyfi_graph *g);
+
+/* spatial.c: spatial parallelism. */
+struct emit_ctx_s;
+hyfi_status hyfi_spatial_plan_grid(hyfi_graph *g);   /* K, P, grid of the plan */
+hyfi_status hyfi_spatial_plan(hyfi_graph *g);        /* tile geometry, owners */
+int hyfi_spatial_register(hyfi_graph *g);            /* tile handles */
+void hyfi_spatial_free(hyfi_graph *g);
+int hyfi_spatial_tiled(const hyfi_graph *g, const node *nd);
+/* Rank of tile t of a tensor's tiles. */
+int hyfi_tile_rank(const hyfi_graph *g, const hyfi_tiles *tl, int t);
+size_t hyfi_tile_numel(const hyfi_tensor *x, int t); /* one micro-batch */
 void hyfi_plan_free(hyfi_graph *g);
 /* Bytes each rank sends to each other rank in one train step, by walking the
  * train program with StarPU-MPI's owner-computes and cache rules. */

@@ -4,7 +4,7 @@
  * The partitioning itself is plain C in partitioners/ (balance.c: layers per
  * stage by cost; pipeline.c: schedules and places on ranks); this file feeds
  * it the graph and records the result for compile.c. */
-#include "internal.h"
+#include "emit.h"
 #include "balance.h"
 #include "pipeline.h"
 
@@ -94,10 +94,16 @@ void hyfi_plan_free(hyfi_graph *g)
 {
     hyfi_plan *pl = g->pl;
     if (!pl) return;
+    hyfi_spatial_free(g);
+    free(pl->pred_halo);
     free(pl->layer_of_node);
     free(pl->layer_stage);
     free(pl->stage_rank);
     free(pl->stage_worker);
+    free(pl->place_rank);
+    free(pl->place_worker);
+    free(pl->place_stage);
+    free(pl->stage_place0);
     free(pl->inflight);
     free(pl->events);
     free(pl->stage_flops);
@@ -149,12 +155,14 @@ hyfi_status hyfi_plan_build(hyfi_graph *g)
     pl->stage_param_bytes = calloc((size_t)S, sizeof(size_t));
     pl->stage_act_bytes = calloc((size_t)S, sizeof(size_t));
     pl->pred_bytes = calloc((size_t)R * R, sizeof(size_t));
+    pl->pred_halo = calloc((size_t)R * R, sizeof(size_t));
     int *counts = malloc((size_t)S * sizeof(int));
     double *cost = calloc((size_t)nl, sizeof(double));
     hyfi_status st = HYFI_OK;
     if (!pl->layer_of_node || !pl->layer_stage || !pl->stage_rank || !pl->stage_worker ||
         !pl->inflight || !pl->events || !pl->stage_flops || !pl->stage_params ||
-        !pl->stage_param_bytes || !pl->stage_act_bytes || !pl->pred_bytes || !counts || !cost) {
+        !pl->stage_param_bytes || !pl->stage_act_bytes || !pl->pred_bytes || !pl->pred_halo ||
+        !counts || !cost) {
         st = hyfi_call_fail(g, HYFI_ERR_NOMEM, "out of memory building the plan");
         goto out;
     }
@@ -202,22 +210,44 @@ hyfi_status hyfi_plan_build(hyfi_graph *g)
         goto out;
     }
 
-    /* places on ranks */
-    if (hyfi_places_to_ranks(S, R, pl->stage_rank, err, sizeof err)) {
+    /* places on ranks: a tiled stage has one place per tile */
+    pl->K = 0;
+    pl->P = pl->grid_rows = pl->grid_cols = 1;
+    if (cfg->spatial_stages > 0 && cfg->spatial_parts > 1) {
+        if ((st = hyfi_spatial_plan_grid(g)) != HYFI_OK) goto out;
+    }
+    pl->nplaces = pl->K * pl->P + (S - pl->K);
+    pl->place_rank = malloc((size_t)pl->nplaces * sizeof(int));
+    pl->place_worker = malloc((size_t)pl->nplaces * sizeof(int));
+    pl->place_stage = malloc((size_t)pl->nplaces * sizeof(int));
+    pl->stage_place0 = malloc((size_t)S * sizeof(int));
+    if (!pl->place_rank || !pl->place_worker || !pl->place_stage || !pl->stage_place0) {
+        st = hyfi_call_fail(g, HYFI_ERR_NOMEM, "out of memory building the plan");
+        goto out;
+    }
+    for (int s = 0, q = 0; s < S; s++) {
+        pl->stage_place0[s] = q;
+        for (int t = 0; t < (s < pl->K ? pl->P : 1); t++) pl->place_stage[q++] = s;
+    }
+    if (hyfi_places_to_ranks(pl->nplaces, R, pl->place_rank, err, sizeof err)) {
         st = hyfi_call_fail(g, HYFI_ERR_ARG, "%s", err);
         goto out;
     }
     /* A rank with a CUDA worker for each of its places pins each place to one. */
     {
         int local = 0;
-        for (int s = 0; s < S; s++) local += pl->stage_rank[s] == g->ctx->rank;
-        for (int s = 0, k = 0; s < S; s++) {
-            pl->stage_worker[s] = -1;
-            if (pl->stage_rank[s] != g->ctx->rank) continue;
+        for (int q = 0; q < pl->nplaces; q++) local += pl->place_rank[q] == g->ctx->rank;
+        for (int q = 0, k = 0; q < pl->nplaces; q++) {
+            pl->place_worker[q] = -1;
+            if (pl->place_rank[q] != g->ctx->rank) continue;
             if (local > 1 && g->ctx->ncuda >= local)
-                pl->stage_worker[s] = starpu_worker_get_by_type(STARPU_CUDA_WORKER, k);
+                pl->place_worker[q] = starpu_worker_get_by_type(STARPU_CUDA_WORKER, k);
             k++;
         }
+    }
+    for (int s = 0; s < S; s++) {
+        pl->stage_rank[s] = pl->place_rank[pl->stage_place0[s]];
+        pl->stage_worker[s] = pl->place_worker[pl->stage_place0[s]];
     }
 
     /* schedule */
@@ -250,6 +280,7 @@ hyfi_status hyfi_plan_build(hyfi_graph *g)
         if (t->stage < 0) t->stage = 0; /* unused input */
         t->rank = pl->stage_rank[t->stage];
     }
+    if ((st = hyfi_spatial_plan(g)) != HYFI_OK) goto out;
 
     /* estimates per stage */
     {
@@ -280,7 +311,8 @@ hyfi_status hyfi_plan_build(hyfi_graph *g)
         /* values and saved tensors of the micro-batches in flight, plus the
          * gradients of one micro-batch's backward */
         for (int s = 0; s < S; s++)
-            pl->stage_act_bytes[s] = per_mb[s] * (size_t)pl->inflight[s] + grads[s];
+            pl->stage_act_bytes[s] = (per_mb[s] * (size_t)pl->inflight[s] + grads[s]) /
+                                     (size_t)(s < pl->K ? pl->P : 1);
         free(per_mb);
         free(grads);
     }
@@ -316,6 +348,7 @@ hyfi_status hyfi_plan_stage(const hyfi_graph *g, int s, hyfi_stage_info *info)
     info->rank = pl->stage_rank[s];
     info->worker = pl->stage_worker[s];
     info->inflight = pl->inflight[s];
+    info->tiles = s < pl->K ? pl->P : 1;
     info->params = pl->stage_params[s];
     info->param_bytes = pl->stage_param_bytes[s];
     info->act_bytes = pl->stage_act_bytes[s];
@@ -330,6 +363,16 @@ size_t hyfi_plan_step_bytes(const hyfi_graph *g, int from, int to)
     if (from < 0 || to < 0 || from >= R || to >= R) return 0;
     return g->pl->pred_bytes[(size_t)from * R + to];
 }
+
+size_t hyfi_plan_step_halo_bytes(const hyfi_graph *g, int from, int to)
+{
+    if (!g || !g->pl) return 0;
+    const int R = g->ctx->nranks;
+    if (from < 0 || to < 0 || from >= R || to >= R) return 0;
+    return g->pl->pred_halo[(size_t)from * R + to];
+}
+
+size_t hyfi_plan_halo_volume(const hyfi_graph *g) { return g && g->pl ? g->pl->halo_volume : 0; }
 
 size_t hyfi_plan_describe(const hyfi_graph *g, char *buf, size_t len)
 {
@@ -349,16 +392,30 @@ size_t hyfi_plan_describe(const hyfi_graph *g, char *buf, size_t len)
     for (int s = 0; s < pl->nstages; s++) {
         hyfi_stage_info si;
         if (hyfi_plan_stage(g, s, &si) != HYFI_OK) break;
-        OUT("  stage %d: layers %d-%d (%s .. %s), rank %d%s, %zu params (%.1f MB with grads "
-            "and momentum), %.3g GFLOP fwd/step, activations ~%.1f MB (%d in flight)\n",
+        char where[96];
+        if (si.tiles > 1)
+            snprintf(where, sizeof where, "%d tiles (%dx%d) on ranks %d-%d", si.tiles,
+                     pl->grid_rows, pl->grid_cols, si.rank,
+                     pl->place_rank[pl->stage_place0[s] + si.tiles - 1]);
+        else
+            snprintf(where, sizeof where, "rank %d%s", si.rank,
+                     si.worker >= 0 ? " (pinned worker)" : "");
+        OUT("  stage %d: layers %d-%d (%s .. %s), %s, %zu params (%.1f MB with grads "
+            "and momentum), %.3g GFLOP fwd/step, activations ~%.1f MB%s (%d in flight)\n",
             s, si.first_layer, si.first_layer + si.nlayers - 1, si.first_layer_name,
-            si.last_layer_name, si.rank, si.worker >= 0 ? " (pinned worker)" : "", si.params,
-            (double)si.param_bytes / 1e6, si.flops / 1e9, (double)si.act_bytes / 1e6,
-            si.inflight);
+            si.last_layer_name, where, si.params, (double)si.param_bytes / 1e6, si.flops / 1e9,
+            (double)si.act_bytes / 1e6, si.tiles > 1 ? " per tile" : "", si.inflight);
     }
     size_t tot = 0;
     for (int i = 0; i < g->ctx->nranks * g->ctx->nranks; i++) tot += pl->pred_bytes[i];
     if (g->ctx->nranks > 1) OUT("  predicted traffic between ranks: %zu bytes per step\n", tot);
+    if (pl->K > 0)
+        OUT("  spatial: stages 0-%d tiled into %d (%s), halo exchange between ranks %zu bytes "
+            "per step\n", pl->K - 1, pl->P,
+            g->plan_cfg.slice == HYFI_SLICE_VERTICAL     ? "vertical"
+            : g->plan_cfg.slice == HYFI_SLICE_HORIZONTAL ? "horizontal"
+                                                         : "square",
+            pl->halo_volume);
 #undef OUT
     return n;
 }
@@ -376,6 +433,8 @@ void hyfi_plan_predict_comm(hyfi_graph *g)
     hyfi_plan *pl = g->pl;
     const int R = g->ctx->nranks;
     memset(pl->pred_bytes, 0, (size_t)R * R * sizeof(size_t));
+    memset(pl->pred_halo, 0, (size_t)R * R * sizeof(size_t));
+    pl->halo_volume = hyfi_spatial_halo_volume(g);
     if (R < 2) return;
     /* cached[h][r]: by handle pointer through a small open-addressing table */
     size_t cap = 1024;
@@ -395,7 +454,10 @@ void hyfi_plan_predict_comm(hyfi_graph *g)
         i_;                                                                                \
     })
     for (int step = 0; step < 2; step++) {
-        if (step == 1) memset(pl->pred_bytes, 0, (size_t)R * R * sizeof(size_t));
+        if (step == 1) {
+            memset(pl->pred_bytes, 0, (size_t)R * R * sizeof(size_t));
+            memset(pl->pred_halo, 0, (size_t)R * R * sizeof(size_t));
+        }
         for (int i = 0; i < g->train_prog.n; i++) {
             const prog_task *t = &g->train_prog.t[i];
             for (int b = 0; b < t->nbuf; b++) {
@@ -415,12 +477,17 @@ void hyfi_plan_predict_comm(hyfi_graph *g)
                         }
                     continue;
                 }
+                const int halo = starpu_data_get_user_data(h) == &hyfi_halo_tag;
                 if ((m & STARPU_R) && e != o && !cached[sl * R + e]) {
                     pl->pred_bytes[(size_t)o * R + e] += bytes;
+                    if (halo) pl->pred_halo[(size_t)o * R + e] += bytes;
                     cached[sl * R + e] = 1;
                 }
                 if ((m & STARPU_W) || (m & STARPU_REDUX)) {
-                    if ((m & STARPU_W) && e != o) pl->pred_bytes[(size_t)e * R + o] += bytes;
+                    if ((m & STARPU_W) && e != o) {
+                        pl->pred_bytes[(size_t)e * R + o] += bytes;
+                        if (halo) pl->pred_halo[(size_t)e * R + o] += bytes;
+                    }
                     memset(cached + sl * R, 0, (size_t)R);
                 }
             }

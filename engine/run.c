@@ -107,12 +107,46 @@ void hyfi_handle_write(hyfi_graph *g, starpu_data_handle_t h, int owner, const v
     starpu_data_release(h);
 }
 
-/* Write a batch tensor's host data into its micro-batch handles. */
-static void write_batch(hyfi_graph *g, hyfi_tensor *t, const void *data, size_t elem)
+/* Copy between a whole micro-batch (n, C, H, W) and tile q of a tiled tensor
+ * (n, C, th, tw) at (y0, x0): to_tile 1: whole -> tile. */
+static void tile_copy(const hyfi_tensor *t, int q, float *whole, float *tile, int to_tile)
 {
+    const hyfi_tiles *tl = t->tl;
+    const int r = q / tl->cols, c = q % tl->cols;
+    const int y0 = tl->rcut[r], x0 = tl->ccut[c];
+    const int th = tl->rcut[r + 1] - y0, tw = tl->ccut[c + 1] - x0;
+    const size_t planes = (size_t)(t->dims[0] / t->g->pl->nmb) * t->dims[1];
+    const int H = t->dims[2], W = t->dims[3];
+    for (size_t p = 0; p < planes; p++)
+        for (int y = 0; y < th; y++) {
+            float *a = whole + (p * H + (size_t)(y0 + y)) * W + x0;
+            float *b = tile + (p * th + (size_t)y) * tw;
+            if (to_tile) memcpy(b, a, (size_t)tw * sizeof(float));
+            else memcpy(a, b, (size_t)tw * sizeof(float));
+        }
+}
+
+/* Write a batch tensor's host data into its micro-batch handles (and tiles). */
+static hyfi_status write_batch(hyfi_graph *g, hyfi_tensor *t, const void *data, size_t elem)
+{
+    if (!t->tl || t->tl->full)
+        for (int m = 0; m < t->nh; m++)
+            hyfi_handle_write(g, t->h[m], t->rank,
+                              (const char *)data + (size_t)m * t->mb_numel * elem,
+                              t->mb_numel * elem);
+    if (!t->tl) return HYFI_OK;
+    const int P = g->pl->P;
     for (int m = 0; m < t->nh; m++)
-        hyfi_handle_write(g, t->h[m], t->rank, (const char *)data + (size_t)m * t->mb_numel * elem,
-                          t->mb_numel * elem);
+        for (int q = 0; q < P; q++) {
+            const size_t n = hyfi_tile_numel(t, q);
+            float *tmp = malloc(n * sizeof(float));
+            if (!tmp) return hyfi_call_fail(g, HYFI_ERR_NOMEM, "out of memory writing tiles");
+            tile_copy(t, q, (float *)data + (size_t)m * t->mb_numel, tmp, 1);
+            hyfi_handle_write(g, t->tl->h[m * P + q], hyfi_tile_rank(g, t->tl, q), tmp,
+                              n * sizeof(float));
+            free(tmp);
+        }
+    return HYFI_OK;
 }
 
 hyfi_status hyfi_set_input(hyfi_graph *g, hyfi_tensor *t, const float *data, size_t count)
@@ -123,8 +157,7 @@ hyfi_status hyfi_set_input(hyfi_graph *g, hyfi_tensor *t, const float *data, siz
     if (t->kind != T_INPUT || !data)
         return hyfi_call_fail(g, HYFI_ERR_ARG, "hyfi_set_input: \"%s\" is not an input tensor or "
                                                "the data is NULL", t->name);
-    write_batch(g, t, data, sizeof(float));
-    return HYFI_OK;
+    return write_batch(g, t, data, sizeof(float));
 }
 
 hyfi_status hyfi_set_labels(hyfi_graph *g, hyfi_tensor *t, const int32_t *labels, size_t count)
@@ -146,7 +179,7 @@ hyfi_status hyfi_set_labels(hyfi_graph *g, hyfi_tensor *t, const int32_t *labels
                                                         "--num-classes and the data", labels[j], j,
                                       nd->a.xent.k, nd->name);
     }
-    write_batch(g, t, labels, sizeof(int32_t));
+    if ((s = write_batch(g, t, labels, sizeof(int32_t))) != HYFI_OK) return s;
     return HYFI_OK;
 }
 
@@ -215,9 +248,24 @@ hyfi_status hyfi_set_lr(hyfi_graph *g, float lr)
     return HYFI_OK;
 }
 
-/* Read a tensor's handles (h: values or gradients) into out, on every rank. */
-static void read_tensor(hyfi_graph *g, const hyfi_tensor *t, starpu_data_handle_t *h, float *out)
+/* Read a tensor's handles (h: values or gradients) into out, on every rank;
+ * tiles: their handles th, gathered. */
+static void read_tensor(hyfi_graph *g, const hyfi_tensor *t, starpu_data_handle_t *h,
+                        starpu_data_handle_t *th, float *out)
 {
+    if (t->tl && (!t->tl->full || t->kind == T_INPUT)) {
+        const int P = g->pl->P;
+        for (int m = 0; m < t->nh; m++)
+            for (int q = 0; q < P; q++) {
+                const size_t n = hyfi_tile_numel(t, q);
+                float *tmp = malloc(n * sizeof(float));
+                if (!tmp) continue;
+                hyfi_handle_read(g, th[m * P + q], -1, tmp, n * sizeof(float));
+                tile_copy(t, q, out + (size_t)m * t->mb_numel, tmp, 0);
+                free(tmp);
+            }
+        return;
+    }
     if (t->nh == 1) {
         hyfi_handle_read(g, h[0], -1, out, t->numel * sizeof(float));
     } else if (t->batched) {
@@ -255,7 +303,7 @@ hyfi_status hyfi_tensor_read(hyfi_graph *g, const hyfi_tensor *t, float *out, si
         out[0] = loss_value(g);
         return HYFI_OK;
     }
-    read_tensor(g, t, t->h, out);
+    read_tensor(g, t, t->h, t->tl ? t->tl->h : NULL, out);
     return HYFI_OK;
 }
 
@@ -274,7 +322,7 @@ hyfi_status hyfi_grad_read(hyfi_graph *g, const hyfi_tensor *t, float *out, size
         return HYFI_OK;
     }
     if ((s = check_released(g, t, "hyfi_grad_read")) != HYFI_OK) return s;
-    read_tensor(g, t, t->gh, out);
+    read_tensor(g, t, t->gh, t->tl ? t->tl->gh : NULL, out);
     return HYFI_OK;
 }
 

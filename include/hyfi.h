@@ -259,6 +259,12 @@ typedef enum hyfi_schedule {
                                 activations alive on stage s */
 } hyfi_schedule;
 
+typedef enum hyfi_slice_method {
+    HYFI_SLICE_SQUARE = 0,  /* sqrt(P) x sqrt(P) tiles */
+    HYFI_SLICE_VERTICAL,    /* P vertical strips (the width is cut) */
+    HYFI_SLICE_HORIZONTAL   /* P horizontal strips (the height is cut) */
+} hyfi_slice_method;
+
 typedef struct hyfi_plan_config {
     int stages;             /* layer partitions (MPI4DL's --split-size); <= 1: one */
     const int *balance;     /* layers per stage (`stages` entries, summing to the layer
@@ -271,6 +277,15 @@ typedef struct hyfi_plan_config {
                                reduction (per-worker copies added in run-time order):
                                the same floats for every plan and run, given kernels
                                with fixed thread counts (HYFI_CPU_THREADS) */
+    /* Spatial parallelism: the first `spatial_stages` stages (MPI4DL's
+     * --spatial-size) work on `spatial_parts` tiles of each image
+     * (--num-spatial-parts), cut by `slice` (--slice-method), each tile on its
+     * own place. Halos are exchanged as boundary strips, batch norm uses the
+     * statistics of the whole batch, and the tiles are gathered for the first
+     * untiled stage: the step is the untiled one. 0 / <= 1: no tiling. */
+    int spatial_stages;
+    int spatial_parts;
+    hyfi_slice_method slice;
 } hyfi_plan_config;
 
 /* Set the plan of a graph before hyfi_graph_compile (default: one stage, one
@@ -283,6 +298,8 @@ typedef struct hyfi_stage_info {
     int rank;                   /* MPI rank of the stage's place */
     int worker;                 /* StarPU worker the stage is pinned to, -1: none */
     int inflight;               /* micro-batches whose activations are alive at once */
+    int tiles;                  /* places (tiles) of a spatially tiled stage, else 1; its
+                                   places follow each other on the ranks */
     size_t params;              /* trainable values */
     size_t param_bytes;         /* parameters, gradients and momentum */
     size_t act_bytes;           /* estimated peak of activations, their gradients and
@@ -296,6 +313,11 @@ hyfi_status hyfi_plan_stage(const hyfi_graph *g, int s, hyfi_stage_info *info);
 /* Bytes that rank `from` sends to rank `to` in one training step, predicted
  * from the plan (activations forward, their gradients back, the loss). */
 size_t hyfi_plan_step_bytes(const hyfi_graph *g, int from, int to);
+/* Of those, the halo strips between tiles (spatial parallelism), by the same
+ * walk; and the halo bytes crossing ranks per step computed from the tile
+ * geometry alone (strips forward, their gradients back). */
+size_t hyfi_plan_step_halo_bytes(const hyfi_graph *g, int from, int to);
+size_t hyfi_plan_halo_volume(const hyfi_graph *g);
 /* The plan as text (one line per stage), snprintf-style: returns the length it
  * needs, writes at most len bytes. */
 size_t hyfi_plan_describe(const hyfi_graph *g, char *buf, size_t len);

@@ -55,27 +55,44 @@ typedef struct {
     hyfi_schedule schedule;
     int det;       /* deterministic gradient sums */
     int balance[4]; /* {0}: by cost */
+    int K, P;      /* spatial: tiled stages, tiles */
+    hyfi_slice_method slice;
+    int steps;     /* 0: STEPS; fewer steps measure no traffic */
+    int traffic_only; /* 3 steps for the traffic check; numbers compared by another row */
 } plan_def;
 
-static model_def MODELS[2];
+#define NMODELS 3
+static model_def MODELS[NMODELS];
 
 static const plan_def PLANS[] = {
-    {0, 2, 1, HYFI_SCHEDULE_GPIPE, 0, {0}},          /* layers only */
-    {0, 2, 4, HYFI_SCHEDULE_GPIPE, 0, {0}},          /* layers + micro-batches */
-    {0, 2, 4, HYFI_SCHEDULE_1F1B, 0, {2, 3}},        /* 1F1B, explicit balance */
-    {0, 2, 4, HYFI_SCHEDULE_GPIPE, 1, {0}},          /* deterministic sums */
-    {0, 3, 2, HYFI_SCHEDULE_1F1B, 0, {0}},
-    {0, 4, 4, HYFI_SCHEDULE_1F1B, 0, {0}},
-    {0, 4, 2, HYFI_SCHEDULE_GPIPE, 0, {1, 1, 1, 2}},
-    {1, 2, 2, HYFI_SCHEDULE_GPIPE, 0, {0}},
-    {1, 2, 4, HYFI_SCHEDULE_1F1B, 1, {0}},
-    {1, 4, 2, HYFI_SCHEDULE_1F1B, 0, {0}},
-    {1, 4, 1, HYFI_SCHEDULE_GPIPE, 0, {2, 2, 2, 3}},
-    {1, 4, 4, HYFI_SCHEDULE_GPIPE, 1, {0}},
+    {0, 2, 1, HYFI_SCHEDULE_GPIPE, 0, {0}, 0, 0, HYFI_SLICE_SQUARE, 0, 0},          /* layers only */
+    {0, 2, 4, HYFI_SCHEDULE_GPIPE, 0, {0}, 0, 0, HYFI_SLICE_SQUARE, 0, 0},          /* layers + micro-batches */
+    {0, 2, 4, HYFI_SCHEDULE_1F1B, 0, {2, 3}, 0, 0, HYFI_SLICE_SQUARE, 0, 0},        /* 1F1B, explicit balance */
+    {0, 2, 4, HYFI_SCHEDULE_GPIPE, 1, {0}, 0, 0, HYFI_SLICE_SQUARE, 0, 0},          /* deterministic sums */
+    {0, 3, 2, HYFI_SCHEDULE_1F1B, 0, {0}, 0, 0, HYFI_SLICE_SQUARE, 0, 0},
+    {0, 4, 4, HYFI_SCHEDULE_1F1B, 0, {0}, 0, 0, HYFI_SLICE_SQUARE, 0, 0},
+    {0, 4, 2, HYFI_SCHEDULE_GPIPE, 0, {1, 1, 1, 2}, 0, 0, HYFI_SLICE_SQUARE, 0, 0},
+    {1, 2, 2, HYFI_SCHEDULE_GPIPE, 0, {0}, 0, 0, HYFI_SLICE_SQUARE, 0, 0},
+    {1, 2, 4, HYFI_SCHEDULE_1F1B, 1, {0}, 0, 0, HYFI_SLICE_SQUARE, 0, 0},
+    {1, 4, 2, HYFI_SCHEDULE_1F1B, 0, {0}, 0, 0, HYFI_SLICE_SQUARE, 0, 0},
+    {1, 4, 1, HYFI_SCHEDULE_GPIPE, 0, {2, 2, 2, 3}, 0, 0, HYFI_SLICE_SQUARE, 0, 0},
+    {1, 4, 4, HYFI_SCHEDULE_GPIPE, 1, {0}, 0, 0, HYFI_SLICE_SQUARE, 0, 0},
+    /* spatial */
+    {2, 2, 1, HYFI_SCHEDULE_GPIPE, 0, {0}, 1, 4, HYFI_SLICE_SQUARE, 0, 0},
+    {2, 2, 2, HYFI_SCHEDULE_GPIPE, 0, {0}, 1, 2, HYFI_SLICE_VERTICAL, 0, 0},
+    {2, 3, 2, HYFI_SCHEDULE_1F1B, 0, {0}, 2, 4, HYFI_SLICE_HORIZONTAL, 0, 0},
+    {2, 4, 4, HYFI_SCHEDULE_1F1B, 1, {0}, 2, 4, HYFI_SLICE_SQUARE, 0, 0},
+    /* AmoebaNet turns round-off into visible differences within 3 steps (see
+     * the header): numbers after 1 step, traffic over 3 */
+    {1, 2, 1, HYFI_SCHEDULE_GPIPE, 0, {0}, 1, 4, HYFI_SLICE_SQUARE, 1, 0},
+    {1, 2, 1, HYFI_SCHEDULE_GPIPE, 0, {0}, 1, 4, HYFI_SLICE_SQUARE, 0, 1},
+    {1, 4, 2, HYFI_SCHEDULE_GPIPE, 0, {0}, 2, 2, HYFI_SLICE_VERTICAL, 1, 0},
+    {1, 4, 2, HYFI_SCHEDULE_GPIPE, 0, {0}, 2, 2, HYFI_SLICE_VERTICAL, 0, 1},
 };
 #define NPLANS ((int)(sizeof PLANS / sizeof *PLANS))
 
 typedef struct {
+    int steps;
     float loss[STEPS];
     float *grad, *weight; /* concatenated over parameters / parameters and state */
     size_t ngrad, nweight;
@@ -96,6 +113,7 @@ static void init_models(void)
     a.num_filters = 16;
     a.num_classes = 10;
     MODELS[1] = (model_def){"amoebanet3x16", a, 8, 64};
+    MODELS[2] = (model_def){"resnet8_32px", r, 4, 32};
 }
 
 static void batch_data(const model_def *m, int step, float *x, int32_t *y)
@@ -106,7 +124,7 @@ static void batch_data(const model_def *m, int step, float *x, int32_t *y)
     for (int i = 0; i < m->batch; i++) y[i] = tu_randint(&st, 0, m->mc.num_classes - 1);
 }
 
-/* Train one plan for STEPS steps; fill res. Returns 0, or -1 (message printed). */
+/* Train one plan for res->steps steps; fill res. Returns 0, or -1 (message printed). */
 static int run_plan(hyfi_ctx *ctx, const model_def *m, const hyfi_plan_config *plan,
                     run_result *res, hyfi_graph **gout)
 {
@@ -129,7 +147,7 @@ static int run_plan(hyfi_ctx *ctx, const model_def *m, const hyfi_plan_config *p
     int32_t *yb = malloc((size_t)m->batch * sizeof *yb);
     const int R = hyfi_ctx_nranks(ctx);
     int rc = 0;
-    for (int s = 0; s < STEPS && !rc; s++) {
+    for (int s = 0; s < res->steps && !rc; s++) {
         if (s == 1 && R > 1) hyfi_ctx_comm_bytes(ctx, res->sent[0], R);
         batch_data(m, s, xb, yb);
         if (hyfi_set_input(g, x, xb, nx) != HYFI_OK ||
@@ -187,9 +205,9 @@ static int run_plan(hyfi_ctx *ctx, const model_def *m, const hyfi_plan_config *p
 }
 
 static void ref_path(char *buf, size_t len, const char *dir, const model_def *m, int parts,
-                     int det)
+                     int det, int steps)
 {
-    snprintf(buf, len, "%s/ref_%s_p%d%s.bin", dir, m->name, parts, det ? "_det" : "");
+    snprintf(buf, len, "%s/ref_%s_p%d%s_s%d.bin", dir, m->name, parts, det ? "_det" : "", steps);
 }
 
 static int save_ref(const char *path, const run_result *r)
@@ -253,20 +271,21 @@ static int do_ref(const char *dir)
         return 1;
     }
     int fails = 0;
-    for (int mi = 0; mi < 2; mi++)
+    for (int mi = 0; mi < NMODELS; mi++)
         for (int parts = 1; parts <= 4; parts *= 2)
-            for (int det = 0; det < 2; det++) {
-                run_result r = {0};
+            for (int k = 0; k < 4; k++) {
+                const int det = k & 1, steps = k & 2 ? 1 : STEPS;
+                run_result r = {.steps = steps};
                 hyfi_plan_config plan = {.stages = 1, .parts = parts, .deterministic = det};
                 char path[1024];
-                ref_path(path, sizeof path, dir, &MODELS[mi], parts, det);
+                ref_path(path, sizeof path, dir, &MODELS[mi], parts, det, steps);
                 if (run_plan(ctx, &MODELS[mi], &plan, &r, NULL) || save_ref(path, &r)) {
                     printf("reference %s M=%d failed\n", MODELS[mi].name, parts);
                     fails++;
                 } else {
-                    printf("reference %s M=%d%s: losses %.6f %.6f %.6f\n", MODELS[mi].name,
-                           parts, det ? " (deterministic)" : "", r.loss[0], r.loss[1],
-                           r.loss[2]);
+                    printf("reference %s M=%d%s, %d steps: losses %.6f ... %.6f\n",
+                           MODELS[mi].name, parts, det ? " (deterministic)" : "", steps,
+                           r.loss[0], r.loss[steps - 1]);
                 }
                 free_result(&r);
             }
@@ -353,22 +372,30 @@ static int do_check(const char *dir, int use_mpi)
     int nplans = 0;
     for (int k = 0; k < NPLANS; k++) {
         const plan_def *pd = &PLANS[k];
-        if (pd->stages < R) continue;
+        if (pd->stages - pd->K + pd->K * (pd->P > 1 ? pd->P : 1) < R) continue;
         const model_def *m = &MODELS[pd->model];
         hyfi_plan_config plan = {.stages = pd->stages, .parts = pd->parts,
                                  .schedule = pd->schedule, .deterministic = pd->det,
-                                 .balance = pd->balance[0] ? pd->balance : NULL};
+                                 .balance = pd->balance[0] ? pd->balance : NULL,
+                                 .spatial_stages = pd->K, .spatial_parts = pd->P,
+                                 .slice = pd->slice};
         /* Bitwise where the gradient sums have a fixed order: deterministic
          * plans, and at most two micro-batches (a + b == b + a). */
-        const int exact = pd->det || pd->parts <= 2;
+        const int exact = !pd->K && (pd->det || pd->parts <= 2);
         char what[160], path[1024];
-        snprintf(what, sizeof what, "%s S=%d M=%d %s%s%s on %d rank%s%s", m->name, pd->stages,
+        char sp[48] = "";
+        if (pd->K)
+            snprintf(sp, sizeof sp, " tiled K=%d P=%d %s", pd->K, pd->P,
+                     pd->slice == HYFI_SLICE_SQUARE ? "square"
+                     : pd->slice == HYFI_SLICE_VERTICAL ? "vertical" : "horizontal");
+        snprintf(what, sizeof what, "%s S=%d M=%d %s%s%s%s on %d rank%s%s", m->name, pd->stages,
                  pd->parts, pd->schedule == HYFI_SCHEDULE_1F1B ? "1f1b" : "gpipe",
-                 plan.balance ? " (balance given)" : "", pd->det ? " deterministic" : "", R,
+                 plan.balance ? " (balance given)" : "", pd->det ? " deterministic" : "", sp, R,
                  R > 1 ? "s" : "", use_mpi ? "" : " (no MPI)");
-        run_result got = {0}, want = {0};
+        const int steps = pd->steps ? pd->steps : STEPS;
+        run_result got = {.steps = steps}, want = {.steps = steps};
         hyfi_graph *g = NULL;
-        ref_path(path, sizeof path, dir, m, pd->parts, pd->det);
+        ref_path(path, sizeof path, dir, m, pd->parts, pd->det, steps);
         if (load_ref(path, &want)) {
             printf("%s: cannot read the reference %s (run 'ref' first)\n", what, path);
             tu_check(1, what);
@@ -382,22 +409,24 @@ static int do_check(const char *dir, int use_mpi)
         }
         nplans++;
         int bad = 0;
-        const double k = exact ? 0 : 1;
-        double *wl = exact ? &worst_exact : &worst_loss, *wg = exact ? &worst_exact : &worst_grad;
-        double *ww = exact ? &worst_exact : &worst_w;
-        bad += compare("loss", got.loss, want.loss, STEPS, 1e-6 * k, 1e-5 * k, wl);
-        bad += got.ngrad != want.ngrad || got.nweight != want.nweight;
-        if (!bad) {
-            bad += compare("grad", got.grad, want.grad, got.ngrad, 1e-5 * k, 1e-4 * k, wg);
-            bad += compare("weight", got.weight, want.weight, got.nweight, 1e-5 * k, 1e-4 * k, ww);
+        if (!pd->traffic_only) {
+            const double k = exact ? 0 : 1;
+            double *wl = exact ? &worst_exact : &worst_loss, *wg = exact ? &worst_exact : &worst_grad;
+            double *ww = exact ? &worst_exact : &worst_w;
+            bad += compare("loss", got.loss, want.loss, got.steps, 1e-6 * k, 1e-5 * k, wl);
+            bad += got.ngrad != want.ngrad || got.nweight != want.nweight;
+            if (!bad) {
+                bad += compare("grad", got.grad, want.grad, got.ngrad, 1e-5 * k, 1e-4 * k, wg);
+                bad += compare("weight", got.weight, want.weight, got.nweight, 1e-5 * k, 1e-4 * k, ww);
+            }
+            if (rank == 0)
+                printf("%s, %d step%s: losses %.6f .. %.6f (reference %.6f .. %.6f)%s%s\n", what,
+                       steps, steps > 1 ? "s" : "", got.loss[0], got.loss[steps - 1], want.loss[0],
+                       want.loss[steps - 1], exact ? ", bitwise" : ", within tolerance",
+                       bad ? " MISMATCH" : "");
+            tu_check(bad, what);
         }
-        if (rank == 0)
-            printf("%s: losses %.6f %.6f %.6f (reference %.6f %.6f %.6f)%s%s\n", what,
-                   got.loss[0], got.loss[1], got.loss[2], want.loss[0], want.loss[1],
-                   want.loss[2], exact ? ", bitwise" : ", within tolerance",
-                   bad ? " MISMATCH" : "");
-        tu_check(bad, what);
-        if (R > 1) {
+        if (R > 1 && steps >= 3) {
             /* traffic of steps 2 and 3 vs the prediction */
             int tbad = 0;
             for (int to = 0; to < R; to++) {
@@ -413,6 +442,21 @@ static int do_check(const char *dir, int use_mpi)
                 if (rank == 0 && to == 1)
                     printf("  rank 0 -> 1: %zu bytes per step measured, %zu predicted\n",
                            meas / 2, pred);
+            }
+            if (pd->K) {
+                /* only strips move between tiles: the walk's halo part is the volume the
+                 * tile geometry gives */
+                size_t halo = 0;
+                for (int a = 0; a < R; a++)
+                    for (int b = 0; b < R; b++) halo += hyfi_plan_step_halo_bytes(g, a, b);
+                if (halo != hyfi_plan_halo_volume(g)) {
+                    printf("  halo bytes per step: walk %zu, geometry %zu\n", halo,
+                           hyfi_plan_halo_volume(g));
+                    tbad++;
+                } else if (rank == 0) {
+                    printf("  halo strips between ranks: %zu bytes per step (walk = geometry)\n",
+                           halo);
+                }
             }
             snprintf(what + strlen(what), sizeof what - strlen(what), ": traffic");
             tu_check(tbad, what);

@@ -1,0 +1,56 @@
+/* Emitting tasks into programs: shared by compile.c (whole tensors) and
+ * spatial.c (tiles). */
+#ifndef HYFI_ENGINE_EMIT_H
+#define HYFI_ENGINE_EMIT_H
+
+#include "internal.h"
+
+/* Where and how the tasks being emitted run: micro-batch m of a stage event. */
+typedef struct emit_ctx_s {
+    hyfi_graph *g;
+    program *P;
+    int m, M;
+    int stage;
+    int place;                           /* the event's default place */
+    int prio;
+    enum starpu_data_access_mode token_mode; /* 1F1B: R for forwards, RW|COMMUTE backwards */
+} emit_ctx;
+
+#define TASK(cl, nm, args)                                                                  \
+    do {                                                                                    \
+        if (hyfi_prog_push(P, PT_TASK, (cl), (nm), (args))) return -1;                     \
+    } while (0)
+#define R(h) hyfi_prog_buf(P, (h), STARPU_R)
+#define W(h) hyfi_prog_buf(P, (h), STARPU_W)
+#define RW(h) hyfi_prog_buf(P, (h), STARPU_RW)
+/* The place of the task just pushed (default: the event's). */
+#define ON_PLACE(pl) (P->t[P->n - 1].place = (pl))
+
+int hyfi_prog_push(program *p, prog_kind kind, struct starpu_codelet *cl, const char *name,
+                   const hyfi_task_args *args);
+void hyfi_prog_buf(program *p, starpu_data_handle_t h, enum starpu_data_access_mode mode);
+void hyfi_unreg(starpu_data_handle_t *h);
+int hyfi_host_alloc(float **p, size_t n);
+/* Register a vector handle: home in host memory (ptr) on the owning rank,
+ * lazy elsewhere or when ptr is NULL; known to StarPU-MPI in MPI runs. */
+void hyfi_reg(hyfi_graph *g, starpu_data_handle_t *h, float *ptr, size_t n, size_t elem,
+              int owner, const char *name, const char *suffix, int m, int nm);
+void hyfi_task_name(char *out, size_t len, const node *nd, const char *pass, const emit_ctx *e);
+hyfi_task_args hyfi_node_args(const node *nd, int M);
+/* Mode and acc flag of a gradient summed over micro-batches (written: the
+ * compile-time flag of the handle); may emit a zero fill first. */
+int hyfi_grad_sum_mode(emit_ctx *e, starpu_data_handle_t h, unsigned char *written, size_t numel,
+                       const char *name, enum starpu_data_access_mode *mode, int *acc);
+int hyfi_emit_release(program *P, starpu_data_handle_t h, int owner);
+
+/* spatial.c: tasks of tiled stages (see there). */
+int hyfi_spatial_forward(emit_ctx *e, const node *nd, int training);
+int hyfi_spatial_backward(emit_ctx *e, const node *nd);
+int hyfi_spatial_gather(emit_ctx *e, hyfi_tensor *x);
+int hyfi_spatial_gather_back(emit_ctx *e, hyfi_tensor *x);
+int hyfi_spatial_param_sums(emit_ctx *e);
+int hyfi_spatial_release(emit_ctx *e, int s);
+size_t hyfi_spatial_halo_volume(const hyfi_graph *g);
+extern char hyfi_halo_tag;
+
+#endif
