@@ -74,6 +74,9 @@ typedef struct options {
     int parts;                 /* --parts: micro-batches */
     hyfi_schedule schedule;    /* --schedule */
     int deterministic;         /* --deterministic */
+    int spatial_size;          /* --spatial-size: tiled stages */
+    int spatial_parts;         /* --num-spatial-parts */
+    hyfi_slice_method slice;   /* --slice-method */
 } options;
 
 #define MAX_STAGES 4096
@@ -154,6 +157,13 @@ static void usage(FILE *f)
         "                        forward one backward (fewer activations alive) [gpipe]\n"
         "  --deterministic       sum micro-batch gradients in micro-batch order (the same\n"
         "                        floats for every plan) instead of a StarPU reduction\n"
+        "  --spatial-size K      the first K stages work on tiles of each image (spatial\n"
+        "                        parallelism), one place per tile; halos are exchanged\n"
+        "                        between tiles and batch norm uses whole-batch statistics,\n"
+        "                        so the step is the untiled one [0]\n"
+        "  --num-spatial-parts P tiles per image, at most 16 [4 with --spatial-size]\n"
+        "  --slice-method S      square | vertical | horizontal: a sqrt(P) x sqrt(P) grid, P\n"
+        "                        vertical strips or P horizontal strips [square]\n"
         "\n"
         "  -v, --verbose         print the StarPU workers found\n"
         "  -h, --help            this text\n"
@@ -251,7 +261,7 @@ static int parse_args(int argc, char **argv, options *o)
             "--lr-schedule", "--momentum", "--weight-decay", "--seed", "--device", "--print-freq",
             "--eval-batches", "--metrics", "--depth", "--resnet-version", "--resnet-style",
             "--num-layers", "--num-filters", "--split-size", "--balance", "--parts",
-            "--schedule"};
+            "--schedule", "--spatial-size", "--num-spatial-parts", "--slice-method"};
         bool known = false;
         for (size_t k = 0; k < sizeof KNOWN / sizeof KNOWN[0]; k++) known |= !strcmp(flag, KNOWN[k]);
         if (!known) return bad_usage("unknown flag '%s'", flag);
@@ -329,6 +339,16 @@ static int parse_args(int argc, char **argv, options *o)
             o->metrics = val;
         } else if (!strcmp(flag, "--split-size")) {
             rc = parse_int(flag, val, 1, MAX_STAGES, &o->split_size);
+        } else if (!strcmp(flag, "--spatial-size")) {
+            rc = parse_int(flag, val, 0, MAX_STAGES, &o->spatial_size);
+        } else if (!strcmp(flag, "--num-spatial-parts")) {
+            rc = parse_int(flag, val, 1, 16, &o->spatial_parts);
+        } else if (!strcmp(flag, "--slice-method")) {
+            if (!strcmp(val, "square")) o->slice = HYFI_SLICE_SQUARE;
+            else if (!strcmp(val, "vertical")) o->slice = HYFI_SLICE_VERTICAL;
+            else if (!strcmp(val, "horizontal")) o->slice = HYFI_SLICE_HORIZONTAL;
+            else return bad_usage("--slice-method '%s' is not known; valid: square, vertical, "
+                                  "horizontal", val);
         } else if (!strcmp(flag, "--parts")) {
             rc = parse_int(flag, val, 1, 1 << 20, &o->parts);
         } else if (!strcmp(flag, "--schedule")) {
@@ -608,7 +628,11 @@ int main(int argc, char **argv)
     }
     hyfi_train_config tc = {.lr = o.lr, .momentum = o.momentum, .weight_decay = o.weight_decay};
     hyfi_plan_config plan = {.stages = o.split_size, .balance = o.balance, .parts = o.parts,
-                             .schedule = o.schedule, .deterministic = o.deterministic};
+                             .schedule = o.schedule, .deterministic = o.deterministic,
+                             .spatial_stages = o.spatial_size,
+                             .spatial_parts = o.spatial_size && !o.spatial_parts ? 4
+                                                                                 : o.spatial_parts,
+                             .slice = o.slice};
     if ((st = hyfi_graph_set_plan(g, &plan)) != HYFI_OK ||
         (st = hyfi_graph_compile(g, loss, &tc)) != HYFI_OK) {
         lib_fail("hyfi_graph_compile", st, g);

@@ -102,4 +102,23 @@ else
   echo "$ver ${cuda_opts[0]} $recipe" > "$starpu_prefix/.hyfi-complete"
   log "StarPU $ver installed in $starpu_prefix"
 fi
+# ------------------------------------------------------------------ data
+# A real 512x512 histology image (colon tissue, immunohistochemistry) from
+# Debian's python3-skimage: only the image is taken out of the package file,
+# none of the package's Python dependencies is installed.
+data="$deps/data"
+if [ -f "$data/ihc.png" ]; then
+  log "histology image present in $data"
+else
+  log "fetching the histology image (python3-skimage's data/ihc.png)"
+  tmp="$(mktemp -d)"
+  (cd "$tmp" && apt-get download -qq python3-skimage >/dev/null 2>&1) ||
+    { $sudo apt-get update -qq && (cd "$tmp" && apt-get download -qq python3-skimage >/dev/null); }
+  dpkg-deb -x "$tmp"/python3-skimage_*.deb "$tmp/x"
+  img=$(find "$tmp/x" -name ihc.png | head -1)
+  [ -n "$img" ] || { echo "setup: python3-skimage has no data/ihc.png" >&2; exit 1; }
+  $sudo mkdir -p "$data"
+  $sudo cp "$img" "$data/ihc.png"
+  rm -rf "$tmp"
+fi
 log "done; use: source scripts/env.sh"
