@@ -130,6 +130,42 @@ static double node_cost(const hyfi_graph *g, int i)
     return oi.flops + (double)oi.act_bytes;
 }
 
+/* Under StarPU's per-process memory limit (STARPU_LIMIT_CPU_MEM, MB), a rank
+ * whose places need more waits for memory forever: refuse such a plan at
+ * compile, on every rank alike (the plan is the same everywhere), naming the
+ * fix. The estimate (parameters with gradients and momentum, activations,
+ * their gradients and saved tensors of the micro-batches in flight) is an
+ * upper bound of what was measured (docs/results.md). */
+static hyfi_status check_memory_limit(hyfi_graph *g)
+{
+    const hyfi_plan *pl = g->pl;
+    const char *env = getenv("STARPU_LIMIT_CPU_MEM");
+    const long limit = env ? atol(env) : 0;
+    if (limit <= 0) return HYFI_OK;
+    for (int r = 0; r < g->ctx->nranks; r++) {
+        double need = 0;
+        int worst = -1;
+        for (int q = 0; q < pl->nplaces; q++) {
+            if (pl->place_rank[q] != r) continue;
+            const int s = pl->place_stage[q];
+            const double b = (double)pl->stage_act_bytes[s] +
+                             (q == pl->stage_place0[s] ? (double)pl->stage_param_bytes[s] : 0);
+            need += b;
+            if (worst < 0 || s == 0) worst = s;
+        }
+        if (need / 1e6 > (double)limit)
+            return hyfi_call_fail(g, HYFI_ERR_NOMEM,
+                                  "the plan needs an estimated %.0f MB on rank %d (stage %d "
+                                  "and the others it holds), above StarPU's memory limit of "
+                                  "%ld MB per process (STARPU_LIMIT_CPU_MEM), under which it "
+                                  "would wait for memory forever; tile the big stages "
+                                  "(--spatial-size, --num-spatial-parts), use more stages, "
+                                  "ranks or micro-batches, or a smaller batch or image",
+                                  need / 1e6, r, worst, limit);
+    }
+    return HYFI_OK;
+}
+
 hyfi_status hyfi_plan_build(hyfi_graph *g)
 {
     hyfi_plan_free(g);
@@ -316,6 +352,7 @@ hyfi_status hyfi_plan_build(hyfi_graph *g)
         free(per_mb);
         free(grads);
     }
+    st = check_memory_limit(g);
 out:
     free(counts);
     free(cost);
