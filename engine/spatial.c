@@ -419,10 +419,11 @@ int hyfi_spatial_register(hyfi_graph *g)
                 for (int q = 0; q < P; q++) {
                     const int rq = hyfi_tile_rank(g, x->tl, q);
                     snprintf(sfx, sizeof sfx, ".stats.tile%d", q);
-                    hyfi_reg(g, &tn->part[m * P + q], NULL, 2 * (size_t)C, sizeof(float), rq,
+                    /* 2C doubles */
+                    hyfi_reg(g, &tn->part[m * P + q], NULL, 4 * (size_t)C, sizeof(float), rq,
                              nd->name, sfx, m, M);
                     snprintf(sfx, sizeof sfx, ".dstats.tile%d", q);
-                    hyfi_reg(g, &tn->bwpart[m * P + q], NULL, 2 * (size_t)C, sizeof(float), rq,
+                    hyfi_reg(g, &tn->bwpart[m * P + q], NULL, 4 * (size_t)C, sizeof(float), rq,
                              nd->name, sfx, m, M);
                 }
                 hyfi_reg(g, &tn->tot[m], NULL, 2 * (size_t)C, sizeof(float),

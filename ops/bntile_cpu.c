@@ -7,7 +7,7 @@
 
 #define HYFI_BNT_BLOCK 4096
 
-int hyfi_bn_stats_cpu(float *part, const float *x, const hyfi_batchnorm_args *a)
+int hyfi_bn_stats_cpu(double *part, const float *x, const hyfi_batchnorm_args *a)
 {
     const size_t hw = (size_t)a->h * a->w, C = (size_t)a->c, N = (size_t)a->n;
     const double m = (double)N * (double)hw;
@@ -43,19 +43,19 @@ int hyfi_bn_stats_cpu(float *part, const float *x, const hyfi_batchnorm_args *a)
         }
         /* M2 about the float mean, corrected to the exact mean */
         const double dm = (double)mf - mean;
-        part[c] = mf;
-        part[C + c] = (float)(s2 - m * dm * dm);
+        part[c] = mean;
+        part[C + c] = s2 - m * dm * dm;
     }
     return 0;
 }
 
 int hyfi_bn_combine_cpu(float *mean, float *var, float *run_mean, float *run_var,
-                        const float *const *parts, const hyfi_bn_combine_args *a)
+                        const double *const *parts, const hyfi_bn_combine_args *a)
 {
     return hyfi_bn_combine_ref(mean, var, run_mean, run_var, parts, a); /* O(C * tiles) */
 }
 
-int hyfi_bn_bwd_stats_cpu(float *part, const float *dy, const float *x, const float *mean,
+int hyfi_bn_bwd_stats_cpu(double *part, const float *dy, const float *x, const float *mean,
                           const hyfi_batchnorm_args *a)
 {
     const size_t hw = (size_t)a->h * a->w, C = (size_t)a->c, N = (size_t)a->n;
@@ -80,13 +80,13 @@ int hyfi_bn_bwd_stats_cpu(float *part, const float *dy, const float *x, const fl
                 sdyx += q;
             }
         }
-        part[c] = (float)sdy;
-        part[C + c] = (float)sdyx;
+        part[c] = sdy;
+        part[C + c] = sdyx;
     }
     return 0;
 }
 
-int hyfi_bn_bwd_combine_cpu(float *tot, float *dgamma, float *dbeta, const float *const *parts,
+int hyfi_bn_bwd_combine_cpu(float *tot, float *dgamma, float *dbeta, const double *const *parts,
                             const float *var, const hyfi_bn_combine_args *a, int acc)
 {
     return hyfi_bn_bwd_combine_ref(tot, dgamma, dbeta, parts, var, a, acc); /* O(C * tiles) */

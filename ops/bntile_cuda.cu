@@ -23,7 +23,7 @@ __device__ static double bnt_block_sum(double v, double *sh)
 }
 
 // grid (C). part (2C), x (N,C,H,W) of the tile.
-__global__ static void bnt_stats_kernel(float *part, const float *x, int n, int C, int hw)
+__global__ static void bnt_stats_kernel(double *part, const float *x, int n, int C, int hw)
 {
     __shared__ double sh[32];
     const int c = blockIdx.x, m = n * hw;
@@ -41,13 +41,13 @@ __global__ static void bnt_stats_kernel(float *part, const float *x, int n, int 
     }
     ss = bnt_block_sum(ss, sh);
     if (threadIdx.x == 0) {
-        part[c] = (float)mu;
-        part[C + c] = (float)ss;
+        part[c] = mu;
+        part[C + c] = ss;
     }
 }
 
 // grid (C). part (2C): sum(dy), sum(dy (x - mean)); dy, x (N,C,H,W); mean (C).
-__global__ static void bnt_bwd_stats_kernel(float *part, const float *dy, const float *x,
+__global__ static void bnt_bwd_stats_kernel(double *part, const float *dy, const float *x,
                                             const float *mean, int n, int C, int hw)
 {
     __shared__ double sh[32];
@@ -63,13 +63,13 @@ __global__ static void bnt_bwd_stats_kernel(float *part, const float *dy, const 
     s = bnt_block_sum(s, sh);
     t = bnt_block_sum(t, sh);
     if (threadIdx.x == 0) {
-        part[c] = (float)s;
-        part[C + c] = (float)t;
+        part[c] = s;
+        part[C + c] = t;
     }
 }
 
 struct bnt_parts {
-    const float *p[HYFI_MAX_TILES];
+    const double *p[HYFI_MAX_TILES];
     double count[HYFI_MAX_TILES];
 };
 
@@ -83,9 +83,9 @@ __global__ static void bnt_combine_kernel(float *mean, float *var, float *run_me
     for (int i = 0; i < nparts; i++) {
         const double ni = parts.count[i];
         if (ni <= 0) continue;
-        const double nn = n + ni, d = (double)parts.p[i][c] - mu;
+        const double nn = n + ni, d = parts.p[i][c] - mu;
         mu += d * ni / nn;
-        m2 += (double)parts.p[i][C + c] + d * d * n * ni / nn;
+        m2 += parts.p[i][C + c] + d * d * n * ni / nn;
         n = nn;
     }
     const double v = n > 0 ? m2 / n : 0, unbias = n > 1 ? n / (n - 1) : 1.0;
@@ -130,7 +130,7 @@ __global__ static void bnt_bwd_apply_kernel(float *dx, const float *dy, const fl
     }
 }
 
-static bnt_parts pack_parts(const float *const *parts, const hyfi_bn_combine_args *a)
+static bnt_parts pack_parts(const double *const *parts, const hyfi_bn_combine_args *a)
 {
     bnt_parts p;
     for (int i = 0; i < HYFI_MAX_TILES; i++) {
@@ -140,7 +140,7 @@ static bnt_parts pack_parts(const float *const *parts, const hyfi_bn_combine_arg
     return p;
 }
 
-extern "C" int hyfi_bn_stats_cuda(hyfi_cuda_env *env, float *part, const float *x,
+extern "C" int hyfi_bn_stats_cuda(hyfi_cuda_env *env, double *part, const float *x,
                                   const hyfi_batchnorm_args *a)
 {
     bnt_stats_kernel<<<a->c, BNT_THREADS, 0, env->stream>>>(part, x, a->n, a->c, a->h * a->w);
@@ -149,7 +149,7 @@ extern "C" int hyfi_bn_stats_cuda(hyfi_cuda_env *env, float *part, const float *
 }
 
 extern "C" int hyfi_bn_combine_cuda(hyfi_cuda_env *env, float *mean, float *var,
-                                    float *run_mean, float *run_var, const float *const *parts,
+                                    float *run_mean, float *run_var, const double *const *parts,
                                     const hyfi_bn_combine_args *a)
 {
     bnt_combine_kernel<<<(a->c + 127) / 128, 128, 0, env->stream>>>(
@@ -158,7 +158,7 @@ extern "C" int hyfi_bn_combine_cuda(hyfi_cuda_env *env, float *mean, float *var,
     return 0;
 }
 
-extern "C" int hyfi_bn_bwd_stats_cuda(hyfi_cuda_env *env, float *part, const float *dy,
+extern "C" int hyfi_bn_bwd_stats_cuda(hyfi_cuda_env *env, double *part, const float *dy,
                                       const float *x, const float *mean,
                                       const hyfi_batchnorm_args *a)
 {
@@ -169,7 +169,7 @@ extern "C" int hyfi_bn_bwd_stats_cuda(hyfi_cuda_env *env, float *part, const flo
 }
 
 extern "C" int hyfi_bn_bwd_combine_cuda(hyfi_cuda_env *env, float *tot, float *dgamma,
-                                        float *dbeta, const float *const *parts,
+                                        float *dbeta, const double *const *parts,
                                         const float *var, const hyfi_bn_combine_args *a,
                                         int acc)
 {

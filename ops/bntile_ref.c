@@ -6,7 +6,7 @@
 
 #include <math.h>
 
-int hyfi_bn_stats_ref(float *part, const float *x, const hyfi_batchnorm_args *a)
+int hyfi_bn_stats_ref(double *part, const float *x, const hyfi_batchnorm_args *a)
 {
     const size_t hw = (size_t)a->h * a->w, C = (size_t)a->c, N = (size_t)a->n;
     const double m = (double)N * (double)hw;
@@ -20,14 +20,14 @@ int hyfi_bn_stats_ref(float *part, const float *x, const hyfi_batchnorm_args *a)
                 const double d = x[(n * C + c) * hw + i] - mean;
                 s2 += d * d;
             }
-        part[c] = (float)mean;
-        part[C + c] = (float)s2;
+        part[c] = mean;
+        part[C + c] = s2;
     }
     return 0;
 }
 
 int hyfi_bn_combine_ref(float *mean, float *var, float *run_mean, float *run_var,
-                        const float *const *parts, const hyfi_bn_combine_args *a)
+                        const double *const *parts, const hyfi_bn_combine_args *a)
 {
     const int C = a->c;
     for (int c = 0; c < C; c++) {
@@ -50,7 +50,7 @@ int hyfi_bn_combine_ref(float *mean, float *var, float *run_mean, float *run_var
     return 0;
 }
 
-int hyfi_bn_bwd_stats_ref(float *part, const float *dy, const float *x, const float *mean,
+int hyfi_bn_bwd_stats_ref(double *part, const float *dy, const float *x, const float *mean,
                           const hyfi_batchnorm_args *a)
 {
     const size_t hw = (size_t)a->h * a->w, C = (size_t)a->c, N = (size_t)a->n;
@@ -63,13 +63,13 @@ int hyfi_bn_bwd_stats_ref(float *part, const float *dy, const float *x, const fl
                 sdy += dy[k];
                 sdyx += dy[k] * (x[k] - mu);
             }
-        part[c] = (float)sdy;
-        part[C + c] = (float)sdyx;
+        part[c] = sdy;
+        part[C + c] = sdyx;
     }
     return 0;
 }
 
-int hyfi_bn_bwd_combine_ref(float *tot, float *dgamma, float *dbeta, const float *const *parts,
+int hyfi_bn_bwd_combine_ref(float *tot, float *dgamma, float *dbeta, const double *const *parts,
                             const float *var, const hyfi_bn_combine_args *a, int acc)
 {
     const int C = a->c;

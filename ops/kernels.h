@@ -280,21 +280,23 @@ typedef struct {
     double count[HYFI_MAX_TILES]; /* elements per channel of each tile: N * H_i * W_i */
 } hyfi_bn_combine_args;
 
-/* part (2C): [0, C) the tile's mean, [C, 2C) its M2 = sum of (x - mean)^2, per
- * channel over (N, H, W); x (N,C,H,W) of the tile (a->n, c, h, w). */
-int hyfi_bn_stats_ref(float *part, const float *x, const hyfi_batchnorm_args *a);
+/* part (2C doubles: partial sums stay in double, as the untiled kernel's sums,
+ * so that totals that nearly cancel keep their precision): [0, C) the tile's
+ * mean, [C, 2C) its M2 = sum of (x - mean)^2, per channel over (N, H, W);
+ * x (N,C,H,W) of the tile (a->n, c, h, w). */
+int hyfi_bn_stats_ref(double *part, const float *x, const hyfi_batchnorm_args *a);
 /* mean (C), var (C, biased) of all tiles from parts[i] (2C) (Chan et al.'s
  * pairwise update); run_mean, run_var (C) updated as in the untiled forward
  * (unbiased variance of the total count). */
 int hyfi_bn_combine_ref(float *mean, float *var, float *run_mean, float *run_var,
-                        const float *const *parts, const hyfi_bn_combine_args *a);
-/* part (2C): [0, C) sum(dy), [C, 2C) sum(dy * (x - mean)) over the tile.
+                        const double *const *parts, const hyfi_bn_combine_args *a);
+/* part (2C doubles): [0, C) sum(dy), [C, 2C) sum(dy * (x - mean)) over the tile.
  * dy, x (N,C,H,W) of the tile, mean (C). */
-int hyfi_bn_bwd_stats_ref(float *part, const float *dy, const float *x, const float *mean,
+int hyfi_bn_bwd_stats_ref(double *part, const float *dy, const float *x, const float *mean,
                           const hyfi_batchnorm_args *a);
 /* tot (2C) = the sum of parts[i]; dgamma (C) (+)= tot[C + c] / sqrt(var + eps),
  * dbeta (C) (+)= tot[c] (added where acc has HYFI_BN_ACC_PARAMS). var (C). */
-int hyfi_bn_bwd_combine_ref(float *tot, float *dgamma, float *dbeta, const float *const *parts,
+int hyfi_bn_bwd_combine_ref(float *tot, float *dgamma, float *dbeta, const double *const *parts,
                             const float *var, const hyfi_bn_combine_args *a, int acc);
 /* dx (N,C,H,W) of the tile (+)= gamma invstd / M (M dy - tot0 - xhat tot1 invstd), with
  * M = total (all tiles); acc as HYFI_BN_ACC_DX. dy, x (N,C,H,W), gamma, mean,
@@ -302,12 +304,12 @@ int hyfi_bn_bwd_combine_ref(float *tot, float *dgamma, float *dbeta, const float
 int hyfi_bn_bwd_apply_ref(float *dx, const float *dy, const float *x, const float *gamma,
                           const float *mean, const float *var, const float *tot, double total,
                           const hyfi_batchnorm_args *a, int acc);
-int hyfi_bn_stats_cpu(float *part, const float *x, const hyfi_batchnorm_args *a);
+int hyfi_bn_stats_cpu(double *part, const float *x, const hyfi_batchnorm_args *a);
 int hyfi_bn_combine_cpu(float *mean, float *var, float *run_mean, float *run_var,
-                        const float *const *parts, const hyfi_bn_combine_args *a);
-int hyfi_bn_bwd_stats_cpu(float *part, const float *dy, const float *x, const float *mean,
+                        const double *const *parts, const hyfi_bn_combine_args *a);
+int hyfi_bn_bwd_stats_cpu(double *part, const float *dy, const float *x, const float *mean,
                           const hyfi_batchnorm_args *a);
-int hyfi_bn_bwd_combine_cpu(float *tot, float *dgamma, float *dbeta, const float *const *parts,
+int hyfi_bn_bwd_combine_cpu(float *tot, float *dgamma, float *dbeta, const double *const *parts,
                             const float *var, const hyfi_bn_combine_args *a, int acc);
 int hyfi_bn_bwd_apply_cpu(float *dx, const float *dy, const float *x, const float *gamma,
                           const float *mean, const float *var, const float *tot, double total,

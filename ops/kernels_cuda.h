@@ -101,15 +101,15 @@ int hyfi_tile_assemble_cuda(hyfi_cuda_env *env, float *dst, const float *const *
 int hyfi_tile_scatter_cuda(hyfi_cuda_env *env, float *const *dst, const float *src,
                            const hyfi_tile_args *a, unsigned acc_mask);
 
-int hyfi_bn_stats_cuda(hyfi_cuda_env *env, float *part, const float *x,
+int hyfi_bn_stats_cuda(hyfi_cuda_env *env, double *part, const float *x,
                        const hyfi_batchnorm_args *a);
 int hyfi_bn_combine_cuda(hyfi_cuda_env *env, float *mean, float *var, float *run_mean,
-                         float *run_var, const float *const *parts,
+                         float *run_var, const double *const *parts,
                          const hyfi_bn_combine_args *a);
-int hyfi_bn_bwd_stats_cuda(hyfi_cuda_env *env, float *part, const float *dy, const float *x,
+int hyfi_bn_bwd_stats_cuda(hyfi_cuda_env *env, double *part, const float *dy, const float *x,
                            const float *mean, const hyfi_batchnorm_args *a);
 int hyfi_bn_bwd_combine_cuda(hyfi_cuda_env *env, float *tot, float *dgamma, float *dbeta,
-                             const float *const *parts, const float *var,
+                             const double *const *parts, const float *var,
                              const hyfi_bn_combine_args *a, int acc);
 int hyfi_bn_bwd_apply_cuda(hyfi_cuda_env *env, float *dx, const float *dy, const float *x,
                            const float *gamma, const float *mean, const float *var,

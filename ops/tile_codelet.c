@@ -5,6 +5,9 @@
  * HYFI_CODELET. */
 #include "codelet_common.h"
 
+/* Buffer i as doubles (partial statistics). */
+#define HYFI_D(i) ((double *)STARPU_VECTOR_GET_PTR(buffers[i]))
+
 #define TILE_MODEL(op)                                                            \
     static struct starpu_perfmodel op##_model = {                                \
         .type = STARPU_HISTORY_BASED,                                            \
@@ -67,15 +70,15 @@ static void tile_scatter_cpu_func(void *buffers[], void *cl_arg)
 static void bn_stats_cpu_func(void *buffers[], void *cl_arg)
 {
     const hyfi_task_args *t = cl_arg;
-    ON_CPU("bn_stats", hyfi_bn_stats_cpu(HYFI_F(0), HYFI_F(1), &t->u.bnt.bn));
+    ON_CPU("bn_stats", hyfi_bn_stats_cpu(HYFI_D(0), HYFI_F(1), &t->u.bnt.bn));
 }
 
 /* mean, var, run_mean, run_var, parts... */
 static void bn_combine_cpu_func(void *buffers[], void *cl_arg)
 {
     const hyfi_task_args *t = cl_arg;
-    const float *parts[HYFI_MAX_TILES];
-    for (int i = 0; i < t->u.bnc.nparts; i++) parts[i] = HYFI_F(4 + i);
+    const double *parts[HYFI_MAX_TILES];
+    for (int i = 0; i < t->u.bnc.nparts; i++) parts[i] = HYFI_D(4 + i);
     ON_CPU("bn_combine", hyfi_bn_combine_cpu(HYFI_F(0), HYFI_F(1), HYFI_F(2), HYFI_F(3), parts,
                                              &t->u.bnc));
 }
@@ -84,7 +87,7 @@ static void bn_combine_cpu_func(void *buffers[], void *cl_arg)
 static void bn_bwd_stats_cpu_func(void *buffers[], void *cl_arg)
 {
     const hyfi_task_args *t = cl_arg;
-    ON_CPU("bn_bwd_stats", hyfi_bn_bwd_stats_cpu(HYFI_F(0), HYFI_F(1), HYFI_F(2), HYFI_F(3),
+    ON_CPU("bn_bwd_stats", hyfi_bn_bwd_stats_cpu(HYFI_D(0), HYFI_F(1), HYFI_F(2), HYFI_F(3),
                                                  &t->u.bnt.bn));
 }
 
@@ -92,8 +95,8 @@ static void bn_bwd_stats_cpu_func(void *buffers[], void *cl_arg)
 static void bn_bwd_combine_cpu_func(void *buffers[], void *cl_arg)
 {
     const hyfi_task_args *t = cl_arg;
-    const float *parts[HYFI_MAX_TILES];
-    for (int i = 0; i < t->u.bnc.nparts; i++) parts[i] = HYFI_F(4 + i);
+    const double *parts[HYFI_MAX_TILES];
+    for (int i = 0; i < t->u.bnc.nparts; i++) parts[i] = HYFI_D(4 + i);
     ON_CPU("bn_bwd_combine", hyfi_bn_bwd_combine_cpu(HYFI_F(0), HYFI_F(1), HYFI_F(2), parts,
                                                      HYFI_F(3), &t->u.bnc, t->acc));
 }
@@ -131,14 +134,14 @@ static void bn_stats_cuda_func(void *buffers[], void *cl_arg)
 {
     const hyfi_task_args *t = cl_arg;
     hyfi_ops_report("bn_stats",
-                    hyfi_bn_stats_cuda(hyfi_ops_cuda_env(), HYFI_F(0), HYFI_F(1), &t->u.bnt.bn));
+                    hyfi_bn_stats_cuda(hyfi_ops_cuda_env(), HYFI_D(0), HYFI_F(1), &t->u.bnt.bn));
 }
 
 static void bn_combine_cuda_func(void *buffers[], void *cl_arg)
 {
     const hyfi_task_args *t = cl_arg;
-    const float *parts[HYFI_MAX_TILES];
-    for (int i = 0; i < t->u.bnc.nparts; i++) parts[i] = HYFI_F(4 + i);
+    const double *parts[HYFI_MAX_TILES];
+    for (int i = 0; i < t->u.bnc.nparts; i++) parts[i] = HYFI_D(4 + i);
     hyfi_ops_report("bn_combine", hyfi_bn_combine_cuda(hyfi_ops_cuda_env(), HYFI_F(0), HYFI_F(1),
                                                        HYFI_F(2), HYFI_F(3), parts, &t->u.bnc));
 }
@@ -147,15 +150,15 @@ static void bn_bwd_stats_cuda_func(void *buffers[], void *cl_arg)
 {
     const hyfi_task_args *t = cl_arg;
     hyfi_ops_report("bn_bwd_stats",
-                    hyfi_bn_bwd_stats_cuda(hyfi_ops_cuda_env(), HYFI_F(0), HYFI_F(1), HYFI_F(2),
+                    hyfi_bn_bwd_stats_cuda(hyfi_ops_cuda_env(), HYFI_D(0), HYFI_F(1), HYFI_F(2),
                                            HYFI_F(3), &t->u.bnt.bn));
 }
 
 static void bn_bwd_combine_cuda_func(void *buffers[], void *cl_arg)
 {
     const hyfi_task_args *t = cl_arg;
-    const float *parts[HYFI_MAX_TILES];
-    for (int i = 0; i < t->u.bnc.nparts; i++) parts[i] = HYFI_F(4 + i);
+    const double *parts[HYFI_MAX_TILES];
+    for (int i = 0; i < t->u.bnc.nparts; i++) parts[i] = HYFI_D(4 + i);
     hyfi_ops_report("bn_bwd_combine",
                     hyfi_bn_bwd_combine_cuda(hyfi_ops_cuda_env(), HYFI_F(0), HYFI_F(1), HYFI_F(2),
                                              parts, HYFI_F(3), &t->u.bnc, t->acc));

@@ -112,7 +112,7 @@ static void test_bn_tiles(int N, int C, int H, int W, int rows, int cols, const 
     hyfi_batchnorm_backward_ref(dx, dg, db, dy, x, g, mean, var, &full, 0);
 
     float *xt[HYFI_MAX_TILES], *dyt[HYFI_MAX_TILES], *yt[HYFI_MAX_TILES], *dxt[HYFI_MAX_TILES];
-    float *part[HYFI_MAX_TILES];
+    double *part[HYFI_MAX_TILES];
     hyfi_batchnorm_args ta[HYFI_MAX_TILES];
     hyfi_bn_combine_args ca = {.c = C, .nparts = P, .eps = full.eps, .momentum = full.momentum};
     for (int r = 0; r < rows; r++)
@@ -127,7 +127,7 @@ static void test_bn_tiles(int N, int C, int H, int W, int rows, int cols, const 
             dyt[t] = tu_alloc(tn);
             yt[t] = tu_alloc(tn);
             dxt[t] = tu_alloc(tn);
-            part[t] = tu_alloc(2 * (size_t)C);
+            part[t] = malloc(2 * (size_t)C * sizeof(double));
         }
     cut_tiles(xt, x, N, C, H, W, rows, cols, rc, cc);
     cut_tiles(dyt, dy, N, C, H, W, rows, cols, rc, cc);
@@ -142,16 +142,16 @@ static void test_bn_tiles(int N, int C, int H, int W, int rows, int cols, const 
         for (int t = 0; t < P; t++)
             rc_ |= path ? hyfi_bn_stats_cpu(part[t], xt[t], &ta[t])
                         : hyfi_bn_stats_ref(part[t], xt[t], &ta[t]);
-        rc_ |= path ? hyfi_bn_combine_cpu(m2, v2, rm2, rv2, (const float *const *)part, &ca)
-                    : hyfi_bn_combine_ref(m2, v2, rm2, rv2, (const float *const *)part, &ca);
+        rc_ |= path ? hyfi_bn_combine_cpu(m2, v2, rm2, rv2, (const double *const *)part, &ca)
+                    : hyfi_bn_combine_ref(m2, v2, rm2, rv2, (const double *const *)part, &ca);
         for (int t = 0; t < P; t++)
             rc_ |= path ? hyfi_batchnorm_forward_eval_cpu(yt[t], xt[t], g, b, m2, v2, &ta[t])
                         : hyfi_batchnorm_forward_eval_ref(yt[t], xt[t], g, b, m2, v2, &ta[t]);
         for (int t = 0; t < P; t++)
             rc_ |= path ? hyfi_bn_bwd_stats_cpu(part[t], dyt[t], xt[t], m2, &ta[t])
                         : hyfi_bn_bwd_stats_ref(part[t], dyt[t], xt[t], m2, &ta[t]);
-        rc_ |= path ? hyfi_bn_bwd_combine_cpu(tot, dg2, db2, (const float *const *)part, v2, &ca, 0)
-                    : hyfi_bn_bwd_combine_ref(tot, dg2, db2, (const float *const *)part, v2, &ca, 0);
+        rc_ |= path ? hyfi_bn_bwd_combine_cpu(tot, dg2, db2, (const double *const *)part, v2, &ca, 0)
+                    : hyfi_bn_bwd_combine_ref(tot, dg2, db2, (const double *const *)part, v2, &ca, 0);
         for (int t = 0; t < P; t++)
             rc_ |= path ? hyfi_bn_bwd_apply_cpu(dxt[t], dyt[t], xt[t], g, m2, v2, tot, total,
                                                 &ta[t], 0)
@@ -179,7 +179,7 @@ static void test_bn_tiles(int N, int C, int H, int W, int rows, int cols, const 
         CMP("dbeta", db2, db, C, tsum);
         /* acc bits: parameters and dx added onto what is there */
         for (int c = 0; c < C; c++) dg2[c] = db2[c] = 1.f;
-        hyfi_bn_bwd_combine_ref(tot, dg2, db2, (const float *const *)part, v2, &ca,
+        hyfi_bn_bwd_combine_ref(tot, dg2, db2, (const double *const *)part, v2, &ca,
                                 HYFI_BN_ACC_PARAMS);
         float *want = tu_alloc(C);
         for (int c = 0; c < C; c++) want[c] = 1.f + dg[c];

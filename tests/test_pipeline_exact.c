@@ -1,4 +1,4 @@
-/* Layer and pipeline parallelism compute the single-place step.
+/* Layer, pipeline and spatial parallelism compute the single-place step.
  *
  *   test_pipeline_exact ref DIR     one process, one stage: writes the reference
  *                                   runs (per model and micro-batch count M)
@@ -20,7 +20,18 @@
  *     These are ResNet plans only: AmoebaNet at test size turns round-off
  *     into visible differences (its max pools route a gradient to the first of
  *     near-equal maxima; its 2x2 late layers normalise over few values), so
- *     its M = 4 plans use deterministic sums.
+ *     its M = 4 plans use deterministic sums;
+ *   - spatial plans against the untiled run: the tiles' batch statistics are
+ *     summed tile by tile, so the forward differs at round-off; where a value
+ *     sits within round-off of a kink (a ReLU at 0, a max-pool tie) it may
+ *     fall on the other side in one run, which moves the gradients that flow
+ *     through it by O(1) (measured: ReLU masks flipping in ResNet-8 with one
+ *     image per micro-batch, 0.1% norm-wise). So: losses within 1e-6 +
+ *     1e-5 |x|; gradients and weights with at most 0.5% of the entries
+ *     outside 1e-5 + 1e-4 |x| and ||got - want|| <= 1e-2 ||want|| (a missing
+ *     halo or a wrong statistic moves whole tile borders or channels, far
+ *     beyond that); AmoebaNet's after 1 step (3 for the traffic), ResNet's
+ *     after 3.
  * On R > 1 ranks it also checks the traffic: the bytes each rank sends to each
  * other rank in steps 2 and 3 (StarPU-MPI's counts) equal twice the plan's
  * prediction per step, and for the ResNet (a chain of blocks) the prediction
@@ -28,8 +39,8 @@
  * activation forward and its gradient back, plus each micro-batch's loss to
  * every rank.
  *
- * Models: ResNet v1-8 (CIFAR, 5 layers) on 8x8 images, batch 8, and
- * AmoebaNet-D (3, 8) (8 layers) on 32x32 images, batch 4. */
+ * Models: ResNet v1-8 (CIFAR, 5 layers) on 8x8 images, batch 8, and on 32x32,
+ * batch 4 (spatial plans); AmoebaNet-D (3, 16) (9 layers) on 64x64, batch 8. */
 #include "hyfi.h"
 #include "models.h"
 #include "testutil.h"
@@ -256,6 +267,32 @@ static int compare(const char *what, const float *got, const float *want, size_t
     return bad;
 }
 
+/* For tiled plans: at most a fraction `frac` of the entries outside atol +
+ * rtol |want|, and ||got - want|| <= nrtol ||want||. Records the worst
+ * fraction and norm ratio. */
+static int compare_kinks(const char *what, const float *got, const float *want, size_t n,
+                         double atol, double rtol, double frac, double nrtol,
+                         double *worst_frac, double *worst_ratio)
+{
+    double d2 = 0, w2 = 0;
+    size_t out = 0;
+    for (size_t i = 0; i < n; i++) {
+        const double d = (double)got[i] - (double)want[i];
+        d2 += d * d;
+        w2 += (double)want[i] * want[i];
+        out += !(fabs(d) <= atol + rtol * fabs((double)want[i]));
+    }
+    const double r = w2 > 0 ? sqrt(d2 / w2) : sqrt(d2), f = n ? (double)out / (double)n : 0;
+    if (r > *worst_ratio) *worst_ratio = r;
+    if (f > *worst_frac) *worst_frac = f;
+    if (!(r <= nrtol) || !(f <= frac)) {
+        printf("  %s: %zu of %zu entries (%.3g%%) outside tolerance, ||diff|| / ||want|| = "
+               "%.3g\n", what, out, n, 100 * f, r);
+        return 1;
+    }
+    return 0;
+}
+
 static void free_result(run_result *r)
 {
     free(r->grad);
@@ -368,7 +405,8 @@ static int do_check(const char *dir, int use_mpi)
     }
     const int rank = hyfi_ctx_rank(ctx), R = hyfi_ctx_nranks(ctx);
     if (R == 1) check_errors(ctx);
-    double worst_loss = 0, worst_grad = 0, worst_w = 0, worst_exact = 0;
+    double worst_loss = 0, worst_grad = 0, worst_w = 0, worst_exact = 0, worst_norm = 0;
+    double worst_frac = 0;
     int nplans = 0;
     for (int k = 0; k < NPLANS; k++) {
         const plan_def *pd = &PLANS[k];
@@ -415,7 +453,13 @@ static int do_check(const char *dir, int use_mpi)
             double *ww = exact ? &worst_exact : &worst_w;
             bad += compare("loss", got.loss, want.loss, got.steps, 1e-6 * k, 1e-5 * k, wl);
             bad += got.ngrad != want.ngrad || got.nweight != want.nweight;
-            if (!bad) {
+            if (!bad && pd->K) {
+                /* tiles: a few entries may sit at a kink (see the header) */
+                bad += compare_kinks("grad", got.grad, want.grad, got.ngrad, 1e-5, 1e-4, 5e-3,
+                                     1e-2, &worst_frac, &worst_norm);
+                bad += compare_kinks("weight", got.weight, want.weight, got.nweight, 1e-5, 1e-4,
+                                     5e-3, 1e-2, &worst_frac, &worst_norm);
+            } else if (!bad) {
                 bad += compare("grad", got.grad, want.grad, got.ngrad, 1e-5 * k, 1e-4 * k, wg);
                 bad += compare("weight", got.weight, want.weight, got.nweight, 1e-5 * k, 1e-4 * k, ww);
             }
@@ -467,8 +511,10 @@ static int do_check(const char *dir, int use_mpi)
     }
     if (rank == 0)
         printf("%d plans on %d rank%s: bitwise plans worst |diff| %.3g; others: loss %.3g, "
-               "gradients %.3g, weights %.3g\n", nplans, R, R > 1 ? "s" : "", worst_exact,
-               worst_loss, worst_grad, worst_w);
+               "gradients %.3g, weights %.3g; tiled: worst ||diff|| / ||reference|| %.3g, "
+               "entries outside 1e-5 + 1e-4|x| %.3g%%\n",
+               nplans, R, R > 1 ? "s" : "", worst_exact, worst_loss, worst_grad, worst_w,
+               worst_norm, 100 * worst_frac);
     tu_check(nplans == 0, "at least one plan ran");
     hyfi_ctx_destroy(ctx);
     return tu_finish();
