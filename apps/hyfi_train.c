@@ -77,6 +77,7 @@ typedef struct options {
     int spatial_size;          /* --spatial-size: tiled stages */
     int spatial_parts;         /* --num-spatial-parts */
     hyfi_slice_method slice;   /* --slice-method */
+    int fused_layers;          /* --fused-layers, --halo-d2 */
 } options;
 
 #define MAX_STAGES 4096
@@ -164,6 +165,9 @@ static void usage(FILE *f)
         "  --num-spatial-parts P tiles per image, at most 16 [4 with --spatial-size]\n"
         "  --slice-method S      square | vertical | horizontal: a sqrt(P) x sqrt(P) grid, P\n"
         "                        vertical strips or P horizontal strips [square]\n"
+        "  --fused-layers F      up to F consecutive tiled convolutions/pools share one\n"
+        "                        wider halo exchange, recomputing a shrinking border [1]\n"
+        "  --halo-d2             --fused-layers 2 (MPI4DL's flag)\n"
         "\n"
         "  -v, --verbose         print the StarPU workers found\n"
         "  -h, --help            this text\n"
@@ -246,6 +250,10 @@ static int parse_args(int argc, char **argv, options *o)
             o->deterministic = 1;
             continue;
         }
+        if (strcmp(arg, "--halo-d2") == 0) {
+            o->fused_layers = 2;
+            continue;
+        }
         if (strncmp(arg, "--", 2) != 0)
             return bad_usage("unexpected argument '%s': flags start with --", arg);
         /* --flag=value or --flag value */
@@ -261,7 +269,8 @@ static int parse_args(int argc, char **argv, options *o)
             "--lr-schedule", "--momentum", "--weight-decay", "--seed", "--device", "--print-freq",
             "--eval-batches", "--metrics", "--depth", "--resnet-version", "--resnet-style",
             "--num-layers", "--num-filters", "--split-size", "--balance", "--parts",
-            "--schedule", "--spatial-size", "--num-spatial-parts", "--slice-method"};
+            "--schedule", "--spatial-size", "--num-spatial-parts", "--slice-method",
+            "--fused-layers"};
         bool known = false;
         for (size_t k = 0; k < sizeof KNOWN / sizeof KNOWN[0]; k++) known |= !strcmp(flag, KNOWN[k]);
         if (!known) return bad_usage("unknown flag '%s'", flag);
@@ -339,6 +348,8 @@ static int parse_args(int argc, char **argv, options *o)
             o->metrics = val;
         } else if (!strcmp(flag, "--split-size")) {
             rc = parse_int(flag, val, 1, MAX_STAGES, &o->split_size);
+        } else if (!strcmp(flag, "--fused-layers")) {
+            rc = parse_int(flag, val, 1, 32, &o->fused_layers);
         } else if (!strcmp(flag, "--spatial-size")) {
             rc = parse_int(flag, val, 0, MAX_STAGES, &o->spatial_size);
         } else if (!strcmp(flag, "--num-spatial-parts")) {
@@ -632,7 +643,7 @@ int main(int argc, char **argv)
                              .spatial_stages = o.spatial_size,
                              .spatial_parts = o.spatial_size && !o.spatial_parts ? 4
                                                                                  : o.spatial_parts,
-                             .slice = o.slice};
+                             .slice = o.slice, .fused_layers = o.fused_layers};
     if ((st = hyfi_graph_set_plan(g, &plan)) != HYFI_OK ||
         (st = hyfi_graph_compile(g, loss, &tc)) != HYFI_OK) {
         lib_fail("hyfi_graph_compile", st, g);

@@ -446,13 +446,19 @@ size_t hyfi_plan_describe(const hyfi_graph *g, char *buf, size_t len)
     size_t tot = 0;
     for (int i = 0; i < g->ctx->nranks * g->ctx->nranks; i++) tot += pl->pred_bytes[i];
     if (g->ctx->nranks > 1) OUT("  predicted traffic between ranks: %zu bytes per step\n", tot);
-    if (pl->K > 0)
-        OUT("  spatial: stages 0-%d tiled into %d (%s), halo exchange between ranks %zu bytes "
-            "per step\n", pl->K - 1, pl->P,
+    if (pl->K > 0) {
+        int groups, fused, strips;
+        hyfi_spatial_halo_counts(g, &groups, &fused, &strips);
+        OUT("  spatial: stages 0-%d tiled into %d (%s), %d halo strips per micro-batch, halo "
+            "exchange between ranks %zu bytes per step",
+            pl->K - 1, pl->P,
             g->plan_cfg.slice == HYFI_SLICE_VERTICAL     ? "vertical"
             : g->plan_cfg.slice == HYFI_SLICE_HORIZONTAL ? "horizontal"
                                                          : "square",
-            pl->halo_volume);
+            strips, pl->halo_volume);
+        if (groups) OUT(", %d fused-halo groups of %d ops", groups, fused);
+        OUT("\n");
+    }
 #undef OUT
     return n;
 }

@@ -286,6 +286,12 @@ typedef struct hyfi_plan_config {
     int spatial_stages;
     int spatial_parts;
     hyfi_slice_method slice;
+    /* Fused halos (MPI4DL's --halo-d2 is 2): up to this many consecutive tiled
+     * convolutions or pools needing halos share one wider halo exchange; the
+     * ops between them compute a border that shrinks op by op, recomputing what
+     * the neighbour computes. Chains stop at ops with several inputs (add,
+     * concat) and at tensors with several consumers. <= 1: one exchange per op. */
+    int fused_layers;
 } hyfi_plan_config;
 
 /* Set the plan of a graph before hyfi_graph_compile (default: one stage, one

@@ -70,35 +70,41 @@ typedef struct {
     hyfi_slice_method slice;
     int steps;     /* 0: STEPS; fewer steps measure no traffic */
     int traffic_only; /* 3 steps for the traffic check; numbers compared by another row */
+    int fused;     /* fused halos: ops per exchange */
 } plan_def;
 
 #define NMODELS 3
 static model_def MODELS[NMODELS];
 
 static const plan_def PLANS[] = {
-    {0, 2, 1, HYFI_SCHEDULE_GPIPE, 0, {0}, 0, 0, HYFI_SLICE_SQUARE, 0, 0},          /* layers only */
-    {0, 2, 4, HYFI_SCHEDULE_GPIPE, 0, {0}, 0, 0, HYFI_SLICE_SQUARE, 0, 0},          /* layers + micro-batches */
-    {0, 2, 4, HYFI_SCHEDULE_1F1B, 0, {2, 3}, 0, 0, HYFI_SLICE_SQUARE, 0, 0},        /* 1F1B, explicit balance */
-    {0, 2, 4, HYFI_SCHEDULE_GPIPE, 1, {0}, 0, 0, HYFI_SLICE_SQUARE, 0, 0},          /* deterministic sums */
-    {0, 3, 2, HYFI_SCHEDULE_1F1B, 0, {0}, 0, 0, HYFI_SLICE_SQUARE, 0, 0},
-    {0, 4, 4, HYFI_SCHEDULE_1F1B, 0, {0}, 0, 0, HYFI_SLICE_SQUARE, 0, 0},
-    {0, 4, 2, HYFI_SCHEDULE_GPIPE, 0, {1, 1, 1, 2}, 0, 0, HYFI_SLICE_SQUARE, 0, 0},
-    {1, 2, 2, HYFI_SCHEDULE_GPIPE, 0, {0}, 0, 0, HYFI_SLICE_SQUARE, 0, 0},
-    {1, 2, 4, HYFI_SCHEDULE_1F1B, 1, {0}, 0, 0, HYFI_SLICE_SQUARE, 0, 0},
-    {1, 4, 2, HYFI_SCHEDULE_1F1B, 0, {0}, 0, 0, HYFI_SLICE_SQUARE, 0, 0},
-    {1, 4, 1, HYFI_SCHEDULE_GPIPE, 0, {2, 2, 2, 3}, 0, 0, HYFI_SLICE_SQUARE, 0, 0},
-    {1, 4, 4, HYFI_SCHEDULE_GPIPE, 1, {0}, 0, 0, HYFI_SLICE_SQUARE, 0, 0},
+    {0, 2, 1, HYFI_SCHEDULE_GPIPE, 0, {0}, 0, 0, HYFI_SLICE_SQUARE, 0, 0, 0},          /* layers only */
+    {0, 2, 4, HYFI_SCHEDULE_GPIPE, 0, {0}, 0, 0, HYFI_SLICE_SQUARE, 0, 0, 0},          /* layers + micro-batches */
+    {0, 2, 4, HYFI_SCHEDULE_1F1B, 0, {2, 3}, 0, 0, HYFI_SLICE_SQUARE, 0, 0, 0},        /* 1F1B, explicit balance */
+    {0, 2, 4, HYFI_SCHEDULE_GPIPE, 1, {0}, 0, 0, HYFI_SLICE_SQUARE, 0, 0, 0},          /* deterministic sums */
+    {0, 3, 2, HYFI_SCHEDULE_1F1B, 0, {0}, 0, 0, HYFI_SLICE_SQUARE, 0, 0, 0},
+    {0, 4, 4, HYFI_SCHEDULE_1F1B, 0, {0}, 0, 0, HYFI_SLICE_SQUARE, 0, 0, 0},
+    {0, 4, 2, HYFI_SCHEDULE_GPIPE, 0, {1, 1, 1, 2}, 0, 0, HYFI_SLICE_SQUARE, 0, 0, 0},
+    {1, 2, 2, HYFI_SCHEDULE_GPIPE, 0, {0}, 0, 0, HYFI_SLICE_SQUARE, 0, 0, 0},
+    {1, 2, 4, HYFI_SCHEDULE_1F1B, 1, {0}, 0, 0, HYFI_SLICE_SQUARE, 0, 0, 0},
+    {1, 4, 2, HYFI_SCHEDULE_1F1B, 0, {0}, 0, 0, HYFI_SLICE_SQUARE, 0, 0, 0},
+    {1, 4, 1, HYFI_SCHEDULE_GPIPE, 0, {2, 2, 2, 3}, 0, 0, HYFI_SLICE_SQUARE, 0, 0, 0},
+    {1, 4, 4, HYFI_SCHEDULE_GPIPE, 1, {0}, 0, 0, HYFI_SLICE_SQUARE, 0, 0, 0},
     /* spatial */
-    {2, 2, 1, HYFI_SCHEDULE_GPIPE, 0, {0}, 1, 4, HYFI_SLICE_SQUARE, 0, 0},
-    {2, 2, 2, HYFI_SCHEDULE_GPIPE, 0, {0}, 1, 2, HYFI_SLICE_VERTICAL, 0, 0},
-    {2, 3, 2, HYFI_SCHEDULE_1F1B, 0, {0}, 2, 4, HYFI_SLICE_HORIZONTAL, 0, 0},
-    {2, 4, 4, HYFI_SCHEDULE_1F1B, 1, {0}, 2, 4, HYFI_SLICE_SQUARE, 0, 0},
+    {2, 2, 1, HYFI_SCHEDULE_GPIPE, 0, {0}, 1, 4, HYFI_SLICE_SQUARE, 0, 0, 0},
+    {2, 2, 2, HYFI_SCHEDULE_GPIPE, 0, {0}, 1, 2, HYFI_SLICE_VERTICAL, 0, 0, 0},
+    {2, 3, 2, HYFI_SCHEDULE_1F1B, 0, {0}, 2, 4, HYFI_SLICE_HORIZONTAL, 0, 0, 0},
+    {2, 4, 4, HYFI_SCHEDULE_1F1B, 1, {0}, 2, 4, HYFI_SLICE_SQUARE, 0, 0, 0},
     /* AmoebaNet turns round-off into visible differences within 3 steps (see
      * the header): numbers after 1 step, traffic over 3 */
-    {1, 2, 1, HYFI_SCHEDULE_GPIPE, 0, {0}, 1, 4, HYFI_SLICE_SQUARE, 1, 0},
-    {1, 2, 1, HYFI_SCHEDULE_GPIPE, 0, {0}, 1, 4, HYFI_SLICE_SQUARE, 0, 1},
-    {1, 4, 2, HYFI_SCHEDULE_GPIPE, 0, {0}, 2, 2, HYFI_SLICE_VERTICAL, 1, 0},
-    {1, 4, 2, HYFI_SCHEDULE_GPIPE, 0, {0}, 2, 2, HYFI_SLICE_VERTICAL, 0, 1},
+    {1, 2, 1, HYFI_SCHEDULE_GPIPE, 0, {0}, 1, 4, HYFI_SLICE_SQUARE, 1, 0, 0},
+    {1, 2, 1, HYFI_SCHEDULE_GPIPE, 0, {0}, 1, 4, HYFI_SLICE_SQUARE, 0, 1, 0},
+    {1, 4, 2, HYFI_SCHEDULE_GPIPE, 0, {0}, 2, 2, HYFI_SLICE_VERTICAL, 1, 0, 0},
+    {1, 4, 2, HYFI_SCHEDULE_GPIPE, 0, {0}, 2, 2, HYFI_SLICE_VERTICAL, 0, 1, 0},
+    /* fused halos (one exchange for two convolutions) */
+    {2, 2, 1, HYFI_SCHEDULE_GPIPE, 0, {0}, 1, 4, HYFI_SLICE_SQUARE, 0, 0, 2},
+    {2, 3, 2, HYFI_SCHEDULE_1F1B, 0, {0}, 2, 4, HYFI_SLICE_HORIZONTAL, 0, 0, 2},
+    {1, 2, 1, HYFI_SCHEDULE_GPIPE, 0, {0}, 1, 4, HYFI_SLICE_SQUARE, 1, 0, 2},
+    {1, 2, 1, HYFI_SCHEDULE_GPIPE, 0, {0}, 1, 4, HYFI_SLICE_SQUARE, 0, 1, 2},
 };
 #define NPLANS ((int)(sizeof PLANS / sizeof *PLANS))
 
@@ -416,16 +422,17 @@ static int do_check(const char *dir, int use_mpi)
                                  .schedule = pd->schedule, .deterministic = pd->det,
                                  .balance = pd->balance[0] ? pd->balance : NULL,
                                  .spatial_stages = pd->K, .spatial_parts = pd->P,
-                                 .slice = pd->slice};
+                                 .slice = pd->slice, .fused_layers = pd->fused};
         /* Bitwise where the gradient sums have a fixed order: deterministic
          * plans, and at most two micro-batches (a + b == b + a). */
         const int exact = !pd->K && (pd->det || pd->parts <= 2);
         char what[160], path[1024];
         char sp[48] = "";
         if (pd->K)
-            snprintf(sp, sizeof sp, " tiled K=%d P=%d %s", pd->K, pd->P,
+            snprintf(sp, sizeof sp, " tiled K=%d P=%d %s%s", pd->K, pd->P,
                      pd->slice == HYFI_SLICE_SQUARE ? "square"
-                     : pd->slice == HYFI_SLICE_VERTICAL ? "vertical" : "horizontal");
+                     : pd->slice == HYFI_SLICE_VERTICAL ? "vertical" : "horizontal",
+                     pd->fused > 1 ? " fused" : "");
         snprintf(what, sizeof what, "%s S=%d M=%d %s%s%s%s on %d rank%s%s", m->name, pd->stages,
                  pd->parts, pd->schedule == HYFI_SCHEDULE_1F1B ? "1f1b" : "gpipe",
                  plan.balance ? " (balance given)" : "", pd->det ? " deterministic" : "", sp, R,
