@@ -20,6 +20,7 @@
 
 #include <starpu_mpi.h>
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -73,7 +74,7 @@ void hyfi_unreg(starpu_data_handle_t *h)
 
 void hyfi_handles_free(hyfi_graph *g)
 {
-    const int M = g->pl ? g->pl->nmb : 1;
+    const int M = g->pl ? g->pl->nmb : 1, nrep = g->pl ? g->pl->nrep : 1;
     hyfi_spatial_free(g);
     for (int i = 0; i < g->ntensors; i++) {
         hyfi_tensor *t = g->tensors[i];
@@ -94,10 +95,17 @@ void hyfi_handles_free(hyfi_graph *g)
         t->h = t->gh = NULL;
         t->gw = NULL;
         t->nh = 0;
-        hyfi_unreg(&t->mh);
-        if (t->host) starpu_free_noflag(t->host, t->numel * (t->is_int ? 4 : 4));
-        if (t->ghost) starpu_free_noflag(t->ghost, t->numel * 4);
-        if (t->mhost) starpu_free_noflag(t->mhost, t->numel * 4);
+        const size_t copies = t->kind == T_PARAM || t->kind == T_STATE ? (size_t)nrep : 1;
+        for (int k = 0; t->mh && k < nrep; k++) hyfi_unreg(&t->mh[k]);
+        hyfi_unreg(&t->rsave);
+        for (int k = 0; t->arc && k < nrep * nrep; k++) hyfi_unreg(&t->arc[k]);
+        free(t->arc);
+        t->arc = NULL;
+        free(t->mh);
+        t->mh = NULL;
+        if (t->host) starpu_free_noflag(t->host, copies * t->numel * 4);
+        if (t->ghost) starpu_free_noflag(t->ghost, copies * t->numel * 4);
+        if (t->mhost) starpu_free_noflag(t->mhost, copies * t->numel * 4);
         t->host = t->ghost = t->mhost = NULL;
     }
     if (g->dloss) {
@@ -141,14 +149,34 @@ static struct starpu_codelet *redux_cl(void) { return &hyfi_cl_redux_add; }
 static struct starpu_codelet *redux_init_cl(void) { return &hyfi_cl_redux_zero; }
 
 /* Register every tensor; allocate and initialise what lives in host memory. */
+/* The all-reduce algorithm of a gradient of n floats over the replicas. */
+static int use_ring(const hyfi_graph *g, size_t n)
+{
+    const hyfi_allreduce a = g->plan_cfg.allreduce;
+    if (a == HYFI_ALLREDUCE_RING) return n >= (size_t)g->pl->nrep;
+    if (a == HYFI_ALLREDUCE_TREE) return 0;
+    return n * sizeof(float) >= HYFI_RING_MIN_BYTES && n >= (size_t)g->pl->nrep;
+}
+
+/* Chunk c of the ring: [c * n / R, (c+1) * n / R). */
+static size_t chunk_lo(size_t n, int R, int c) { return n * (size_t)c / (size_t)R; }
+
+int hyfi_handle_owner(const hyfi_graph *g, const hyfi_tensor *t, int k)
+{
+    const int per_mb = t->kind == T_INPUT || t->kind == T_LABELS || t->kind == T_ACT ||
+                       t->kind == T_SAVED;
+    return hyfi_trank(g, t, per_mb ? HYFI_REP(g->pl, k) : k);
+}
+
 static hyfi_status register_tensors(hyfi_graph *g)
 {
-    const int M = g->pl->nmb, me = g->ctx->rank;
+    const hyfi_plan *pl = g->pl;
+    const int M = pl->nmb, me = g->ctx->rank, NR = pl->nrep;
     for (int i = 0; i < g->ntensors; i++) {
         hyfi_tensor *t = g->tensors[i];
         const int per_mb = t->kind == T_INPUT || t->kind == T_LABELS || t->kind == T_ACT ||
                            t->kind == T_SAVED;
-        t->nh = per_mb ? M : 1;
+        t->nh = per_mb ? M : NR;
         t->mb_numel = per_mb && t->batched ? t->numel / (size_t)M : t->numel;
         if (t->mb_numel > UINT32_MAX)
             return hyfi_graph_fail(g, HYFI_ERR_SHAPE, "tensor \"%s\" has %zu elements per "
@@ -158,7 +186,9 @@ static hyfi_status register_tensors(hyfi_graph *g)
         t->h = calloc((size_t)t->nh, sizeof *t->h);
         t->gw = calloc((size_t)t->nh, 1);
         if (!t->h || !t->gw) goto oom;
-        const int own = t->rank == me;
+        /* this rank owns some handle of t */
+        int own = 0;
+        for (int k = 0; k < NR; k++) own |= hyfi_trank(g, t, k) == me;
         const size_t elem = t->is_int ? sizeof(int32_t) : sizeof(float);
         switch (t->kind) {
         case T_INPUT:
@@ -169,52 +199,68 @@ static hyfi_status register_tensors(hyfi_graph *g)
             }
             for (int m = 0; m < M; m++)
                 hyfi_reg(g, &t->h[m], own ? t->host + (size_t)m * t->mb_numel : NULL, t->mb_numel,
-                    elem, t->rank, t->name, "", m, M);
+                    elem, hyfi_handle_owner(g, t, m), t->name, "", m, M);
             if (!t->is_int) {
                 t->gh = calloc((size_t)M, sizeof *t->gh);
                 if (!t->gh) goto oom;
                 for (int m = 0; m < M; m++)
-                    hyfi_reg(g, &t->gh[m], NULL, t->mb_numel, elem, t->rank, t->name, ".grad", m, M);
+                    hyfi_reg(g, &t->gh[m], NULL, t->mb_numel, elem, hyfi_handle_owner(g, t, m),
+                             t->name, ".grad", m, M);
             }
             break;
         case T_PARAM:
-            t->gh = calloc(1, sizeof *t->gh);
-            if (!t->gh) goto oom;
+            /* one copy per replica, all initialised alike */
+            t->gh = calloc((size_t)NR, sizeof *t->gh);
+            t->mh = calloc((size_t)NR, sizeof *t->mh);
+            if (!t->gh || !t->mh) goto oom;
             if (own) {
-                if (hyfi_host_alloc(&t->host, t->numel) || hyfi_host_alloc(&t->ghost, t->numel) ||
-                    hyfi_host_alloc(&t->mhost, t->numel))
+                const size_t n = (size_t)NR * t->numel;
+                if (hyfi_host_alloc(&t->host, n) || hyfi_host_alloc(&t->ghost, n) ||
+                    hyfi_host_alloc(&t->mhost, n))
                     goto oom;
-                hyfi_param_init(t->host, t, g->seed);
-                memset(t->ghost, 0, t->numel * 4);
-                memset(t->mhost, 0, t->numel * 4);
+                for (int k = 0; k < NR; k++) hyfi_param_init(t->host + (size_t)k * t->numel, t, g->seed);
+                memset(t->ghost, 0, n * 4);
+                memset(t->mhost, 0, n * 4);
             }
-            hyfi_reg(g, &t->h[0], t->host, t->numel, elem, t->rank, t->name, "", 0, 1);
-            hyfi_reg(g, &t->gh[0], t->ghost, t->numel, elem, t->rank, t->name, ".grad", 0, 1);
-            hyfi_reg(g, &t->mh, t->mhost, t->numel, elem, t->rank, t->name, ".momentum", 0, 1);
-            /* Summed over micro-batches by a StarPU reduction. */
-            if (M > 1 && !g->plan_cfg.deterministic)
-                starpu_data_set_reduction_methods(t->gh[0], redux_cl(), redux_init_cl());
+            for (int k = 0; k < NR; k++) {
+                const size_t o = (size_t)k * t->numel;
+                const int r = hyfi_trank(g, t, k);
+                hyfi_reg(g, &t->h[k], own ? t->host + o : NULL, t->numel, elem, r, t->name, "",
+                         k, NR);
+                hyfi_reg(g, &t->gh[k], own ? t->ghost + o : NULL, t->numel, elem, r, t->name,
+                         ".grad", k, NR);
+                hyfi_reg(g, &t->mh[k], own ? t->mhost + o : NULL, t->numel, elem, r, t->name,
+                         ".momentum", k, NR);
+                /* Summed over micro-batches by a StarPU reduction. */
+                if (pl->mbr > 1 && !g->plan_cfg.deterministic)
+                    starpu_data_set_reduction_methods(t->gh[k], redux_cl(), redux_init_cl());
+            }
             break;
         case T_STATE:
             if (own) {
-                if (hyfi_host_alloc(&t->host, t->numel)) goto oom;
-                hyfi_param_init(t->host, t, g->seed);
+                if (hyfi_host_alloc(&t->host, (size_t)NR * t->numel)) goto oom;
+                for (int k = 0; k < NR; k++) hyfi_param_init(t->host + (size_t)k * t->numel, t, g->seed);
             }
-            hyfi_reg(g, &t->h[0], t->host, t->numel, elem, t->rank, t->name, "", 0, 1);
+            for (int k = 0; k < NR; k++)
+                hyfi_reg(g, &t->h[k], own ? t->host + (size_t)k * t->numel : NULL, t->numel, elem,
+                         hyfi_trank(g, t, k), t->name, "", k, NR);
             break;
         case T_ACT:
             for (int m = 0; m < M; m++)
-                hyfi_reg(g, &t->h[m], NULL, t->mb_numel, elem, t->rank, t->name, "", m, M);
+                hyfi_reg(g, &t->h[m], NULL, t->mb_numel, elem, hyfi_handle_owner(g, t, m), t->name,
+                         "", m, M);
             if (t != g->loss) {
                 t->gh = calloc((size_t)M, sizeof *t->gh);
                 if (!t->gh) goto oom;
                 for (int m = 0; m < M; m++)
-                    hyfi_reg(g, &t->gh[m], NULL, t->mb_numel, elem, t->rank, t->name, ".grad", m, M);
+                    hyfi_reg(g, &t->gh[m], NULL, t->mb_numel, elem, hyfi_handle_owner(g, t, m),
+                             t->name, ".grad", m, M);
             }
             break;
         case T_SAVED:
             for (int m = 0; m < M; m++)
-                hyfi_reg(g, &t->h[m], NULL, t->mb_numel, elem, t->rank, t->name, "", m, M);
+                hyfi_reg(g, &t->h[m], NULL, t->mb_numel, elem, hyfi_handle_owner(g, t, m), t->name,
+                         "", m, M);
             break;
         }
     }
@@ -235,8 +281,26 @@ static hyfi_status register_tensors(hyfi_graph *g)
             snprintf(sfx, sizeof sfx, ".grad.stage%d", nd->stage);
             for (int m = 0; m < M; m++)
                 hyfi_reg(g, &t->gpart[(size_t)nd->stage * M + m], NULL, t->mb_numel, sizeof(float),
-                    g->pl->stage_rank[nd->stage], t->name, sfx, m, M);
+                    hyfi_stage_rank(pl, HYFI_REP(pl, m), nd->stage), t->name, sfx, m, M);
         }
+    }
+    /* Replicas: saved running statistics, ring chunks. */
+    for (int i = 0; NR > 1 && i < g->ntensors; i++) {
+        hyfi_tensor *t = g->tensors[i];
+        if (t->kind == T_STATE)
+            hyfi_reg(g, &t->rsave, NULL, t->numel, sizeof(float), hyfi_trank(g, t, 0), t->name,
+                     ".start", 0, 1);
+        if (t->kind != T_PARAM || !use_ring(g, t->numel)) continue;
+        t->arc = calloc((size_t)NR * NR, sizeof *t->arc);
+        if (!t->arc) goto oom;
+        for (int k = 0; k < NR; k++)
+            for (int c = 0; c < NR; c++) {
+                char sfx[48];
+                snprintf(sfx, sizeof sfx, ".grad.r%d.chunk%d", k, c);
+                hyfi_reg(g, &t->arc[k * NR + c], NULL,
+                         chunk_lo(t->numel, NR, c + 1) - chunk_lo(t->numel, NR, c), sizeof(float),
+                         hyfi_trank(g, t, k), t->name, sfx, 0, 1);
+            }
     }
     /* The seed of the backward: d(mean over the batch)/d(micro-batch loss) = 1/M. */
     if (hyfi_host_alloc(&g->dloss_host, (size_t)M)) goto oom;
@@ -244,13 +308,12 @@ static hyfi_status register_tensors(hyfi_graph *g)
     if (!g->dloss) goto oom;
     for (int m = 0; m < M; m++) {
         g->dloss_host[m] = 1.0f / (float)M;
-        hyfi_reg(g, &g->dloss[m], g->dloss_host + m, 1, sizeof(float), g->loss->rank, g->loss->name,
-            ".grad", m, M);
+        hyfi_reg(g, &g->dloss[m], g->dloss_host + m, 1, sizeof(float),
+                 hyfi_handle_owner(g, g->loss, m), g->loss->name, ".grad", m, M);
     }
     g->loss->gh = g->dloss;
     /* 1F1B: per stage, one token per activation slot (see emit_events). */
-    if (g->pl->schedule == HYFI_SCHEDULE_1F1B && M > 1) {
-        const hyfi_plan *pl = g->pl;
+    if (pl->schedule == HYFI_SCHEDULE_1F1B && pl->mbr > 1) {
         for (int q = 0; q < pl->nplaces; q++) g->ntokens += pl->inflight[pl->place_stage[q]];
         g->tokens = calloc((size_t)g->ntokens, sizeof *g->tokens);
         if (!g->tokens || hyfi_host_alloc(&g->token_host, (size_t)g->ntokens)) goto oom;
@@ -368,18 +431,18 @@ static int emit_forward(emit_ctx *e, const node *nd, int training)
     switch (nd->op) {
     case OP_CONV2D:
         TASK(&hyfi_cl_conv2d_forward, nm, &a);
-        W(HV(y)), R(HV(x)), R(TH(nd->p[0], 0));
-        if (nd->p[1]) R(TH(nd->p[1], 0));
+        W(HV(y)), R(HV(x)), R(PH(nd->p[0]));
+        if (nd->p[1]) R(PH(nd->p[1]));
         break;
     case OP_BATCHNORM:
         if (training) {
             TASK(&hyfi_cl_batchnorm_forward_train, nm, &a);
-            W(HV(y)), W(HV(nd->s[0])), W(HV(nd->s[1])), RW(TH(nd->p[2], 0)), RW(TH(nd->p[3], 0));
-            R(HV(x)), R(TH(nd->p[0], 0)), R(TH(nd->p[1], 0));
+            W(HV(y)), W(HV(nd->s[0])), W(HV(nd->s[1])), RW(PH(nd->p[2])), RW(PH(nd->p[3]));
+            R(HV(x)), R(PH(nd->p[0])), R(PH(nd->p[1]));
         } else {
             TASK(&hyfi_cl_batchnorm_forward_eval, nm, &a);
-            W(HV(y)), R(HV(x)), R(TH(nd->p[0], 0)), R(TH(nd->p[1], 0)), R(TH(nd->p[2], 0));
-            R(TH(nd->p[3], 0));
+            W(HV(y)), R(HV(x)), R(PH(nd->p[0])), R(PH(nd->p[1])), R(PH(nd->p[2]));
+            R(PH(nd->p[3]));
         }
         break;
     case OP_RELU:
@@ -418,8 +481,8 @@ static int emit_forward(emit_ctx *e, const node *nd, int training)
     }
     case OP_FC:
         TASK(&hyfi_cl_fc_forward, nm, &a);
-        W(HV(y)), R(HV(x)), R(TH(nd->p[0], 0));
-        if (nd->p[1]) R(TH(nd->p[1], 0));
+        W(HV(y)), R(HV(x)), R(PH(nd->p[0]));
+        if (nd->p[1]) R(PH(nd->p[1]));
         break;
     case OP_XENT:
         TASK(&hyfi_cl_xent_forward, nm, &a);
@@ -453,7 +516,7 @@ int hyfi_grad_sum_mode(emit_ctx *e, starpu_data_handle_t h, unsigned char *writt
                        const char *name, enum starpu_data_access_mode *mode, int *acc)
 {
     program *P = e->P;
-    if (e->M == 1) {
+    if (e->g->pl->mbr == 1) {
         *mode = STARPU_W;
         *acc = 0;
     } else if (e->g->plan_cfg.deterministic) {
@@ -479,7 +542,7 @@ static int param_grad_mode(emit_ctx *e, hyfi_tensor *p, enum starpu_data_access_
                            int *acc)
 {
     p->gwritten = 1;
-    return hyfi_grad_sum_mode(e, p->gh[0], &p->gw[0], p->numel, p->name, mode, acc);
+    return hyfi_grad_sum_mode(e, PGH(p), &PGW(p), p->numel, p->name, mode, acc);
 }
 
 /* Backward of an op with a weight and an optional bias (conv2d, fc): the data
@@ -495,7 +558,7 @@ static int emit_weighted_backward(emit_ctx *e, const node *nd, hyfi_task_args *a
         hyfi_task_name(nm, sizeof nm, nd, "bwd_data", e);
         a->acc = GACC(x);
         TASK(cl_data, nm, a);
-        GRAD_OUT(x), R(HG(y)), R(TH(nd->p[0], 0));
+        GRAD_OUT(x), R(HG(y)), R(PH(nd->p[0]));
         GRAD_DONE(x);
     }
     enum starpu_data_access_mode mw, mb = STARPU_W;
@@ -505,8 +568,8 @@ static int emit_weighted_backward(emit_ctx *e, const node *nd, hyfi_task_args *a
     hyfi_task_name(nm, sizeof nm, nd, "bwd_weight", e);
     a->acc = accw; /* weight and bias are always written together */
     TASK(cl_weight, nm, a);
-    hyfi_prog_buf(P, nd->p[0]->gh[0], mw);
-    if (nd->p[1]) hyfi_prog_buf(P, nd->p[1]->gh[0], mb);
+    hyfi_prog_buf(P, PGH(nd->p[0]), mw);
+    if (nd->p[1]) hyfi_prog_buf(P, PGH(nd->p[1]), mb);
     R(HG(y)), R(HV(x));
     return 0;
 }
@@ -531,9 +594,9 @@ static int emit_backward(emit_ctx *e, const node *nd)
         hyfi_task_name(nm, sizeof nm, nd, "bwd", e);
         TASK(&hyfi_cl_batchnorm_backward, nm, &a);
         GRAD_OUT(x);
-        hyfi_prog_buf(P, nd->p[0]->gh[0], mg);
-        hyfi_prog_buf(P, nd->p[1]->gh[0], mb);
-        R(HG(y)), R(HV(x)), R(TH(nd->p[0], 0)), R(HV(nd->s[0])), R(HV(nd->s[1]));
+        hyfi_prog_buf(P, PGH(nd->p[0]), mg);
+        hyfi_prog_buf(P, PGH(nd->p[1]), mb);
+        R(HG(y)), R(HV(x)), R(PH(nd->p[0])), R(HV(nd->s[0])), R(HV(nd->s[1]));
         GRAD_DONE(x);
         break;
     }
@@ -646,7 +709,7 @@ static void finish_tasks(emit_ctx *e, int from)
         t->worker = pl->place_worker[t->place];
         t->prio = e->prio;
         if (e->g->tokens && t->nbuf < HYFI_MAX_TASK_BUFFERS) {
-            const int slot = e->m % pl->inflight[pl->place_stage[t->place]];
+            const int slot = (e->m % pl->mbr) % pl->inflight[pl->place_stage[t->place]];
             t->buf[t->nbuf].handle = e->g->tokens[token_base(pl, t->place) + slot];
             t->buf[t->nbuf].mode = e->token_mode;
             t->nbuf++;
@@ -661,7 +724,7 @@ static int emit_loss_bcast(hyfi_graph *g, program *P)
     if (g->ctx->nranks < 2) return 0;
     for (int m = 0; m < g->loss->nh; m++) {
         if (hyfi_prog_push(P, PT_BCAST, NULL, "loss.bcast", NULL)) return -1;
-        P->t[P->n - 1].rank = g->loss->rank;
+        P->t[P->n - 1].rank = hyfi_handle_owner(g, g->loss, m);
         hyfi_prog_buf(P, g->loss->h[m], STARPU_R);
     }
     return 0;
@@ -694,12 +757,170 @@ static int clamp_prio(int p)
     return p < lo ? lo : p > hi ? hi : p;
 }
 
+/* The last task pushed runs on `place` with priority prio. */
+static void on_place(hyfi_graph *g, program *P, int place, int prio)
+{
+    prog_task *t = &P->t[P->n - 1];
+    t->place = place;
+    t->rank = g->pl->place_rank[place];
+    t->worker = g->pl->place_worker[place];
+    t->prio = prio;
+}
+
+/* ---------------------------------------------------------------- replicas
+ *
+ * Running statistics. A batch norm's running statistic follows
+ *     r <- a r + m s_j   (a = 1 - momentum, s_j: the statistic of micro-batch j)
+ * over the step's micro-batches in order. Replica k applies it to its own
+ * micro-batches [k B, (k+1) B) from the common start r0, giving r_k; the
+ * one-place value after all of them is then exactly
+ *     x_0 = r_0,  x_k = a^B x_(k-1) + (r_k - a^B r0),  r = x_(R-1),
+ * computed on replica 0 (r0 saved at the start of the step) and copied to the
+ * other replicas. Linear, so equal up to round-off. */
+static int emit_state_save(hyfi_graph *g, program *P)
+{
+    const hyfi_plan *pl = g->pl;
+    if (pl->nrep < 2) return 0;
+    for (int i = 0; i < g->ntensors; i++) {
+        hyfi_tensor *t = g->tensors[i];
+        if (t->kind != T_STATE || !t->rsave) continue;
+        hyfi_task_args a = {.acc = 0, .u.elt.count = t->numel};
+        char nm[64];
+        snprintf(nm, sizeof nm, "%.50s.save", t->name);
+        TASK(&hyfi_cl_accumulate, nm, &a);
+        W(t->rsave), R(t->h[0]);
+        on_place(g, P, pl->stage_place0[t->stage], clamp_prio(pl->nticks + 1));
+    }
+    return 0;
+}
+
+static int emit_state_combine(hyfi_graph *g, program *P)
+{
+    const hyfi_plan *pl = g->pl;
+    if (pl->nrep < 2) return 0;
+    for (int i = 0; i < g->nnodes; i++) {
+        const node *nd = &g->nodes[i];
+        if (nd->op != OP_BATCHNORM) continue;
+        for (int j = 2; j < 4; j++) {
+            hyfi_tensor *t = nd->p[j];
+            if (!t->rsave) continue;
+            hyfi_task_args a = {.u.rcomb = {.count = t->numel, .nrep = pl->nrep,
+                                            .decay = pow(1.0 - (double)nd->a.bn.momentum,
+                                                         (double)pl->mbr)}};
+            char nm[64];
+            snprintf(nm, sizeof nm, "%.50s.combine", t->name);
+            TASK(&hyfi_cl_running_combine, nm, &a);
+            RW(t->h[0]), R(t->rsave);
+            for (int k = 1; k < pl->nrep; k++) R(t->h[k]);
+            on_place(g, P, pl->stage_place0[t->stage], clamp_prio(pl->nticks + 1));
+            for (int k = 1; k < pl->nrep; k++) {
+                hyfi_task_args c = {.acc = 0, .u.elt.count = t->numel};
+                snprintf(nm, sizeof nm, "%.44s.copy.r%d", t->name, k);
+                TASK(&hyfi_cl_accumulate, nm, &c);
+                W(t->h[k]), R(t->h[0]);
+                on_place(g, P, HYFI_PLACE(pl, k, pl->stage_place0[t->stage]),
+                         clamp_prio(pl->nticks + 1));
+            }
+        }
+    }
+    return 0;
+}
+
+/* All-reduce (sum) of every parameter gradient over the replicas, as tasks:
+ * each replica's gradient is complete when its last micro-batch's backward
+ * (and, on tiled stages, the sum over tiles) has run, and StarPU starts these
+ * tasks then: the gradients of the last layers travel while the first layers
+ * still run their backward. Every replica ends with the same floats.
+ *   ring: gradient k split into R chunks C[k][c]; reduce-scatter: R-1 steps,
+ *         replica k adds replica k-1's chunk (k-1-s) mod R into its own; then
+ *         replica k holds chunk (k+1) mod R summed; all-gather: R-1 steps,
+ *         replica k copies chunk (k-s) mod R from replica k-1; join.
+ *   tree: binomial reduce into replica 0 (replica k adds k+d for d = 1, 2,
+ *         4, ...), then the sum copied back down the same tree. */
+static int emit_allreduce(hyfi_graph *g, program *P)
+{
+    const hyfi_plan *pl = g->pl;
+    const int R = pl->nrep, prio = clamp_prio(pl->nticks + 1);
+    if (R < 2) return 0;
+    char nm[128];
+    for (int i = g->nparams - 1; i >= 0; i--) {
+        hyfi_tensor *p = g->params[i];
+        if (!p->gwritten) continue;
+        const size_t n = p->numel;
+#define RPLACE(k) HYFI_PLACE(pl, (k), pl->stage_place0[p->stage])
+        if (!p->arc) { /* tree */
+            int top = 1;
+            while (top * 2 < R) top *= 2;
+            for (int d = 1; d < R; d *= 2)
+                for (int k = 0; k + d < R; k += 2 * d) {
+                    hyfi_task_args a = {.acc = 1, .u.elt.count = n};
+                    snprintf(nm, sizeof nm, "%.36s.allreduce.add.r%d.r%d", p->name, k, k + d);
+                    TASK(&hyfi_cl_accumulate, nm, &a);
+                    RW(p->gh[k]), R(p->gh[k + d]);
+                    on_place(g, P, RPLACE(k), prio);
+                }
+            for (int d = top; d >= 1; d /= 2)
+                for (int k = 0; k + d < R; k += 2 * d) {
+                    hyfi_task_args a = {.acc = 0, .u.elt.count = n};
+                    snprintf(nm, sizeof nm, "%.36s.allreduce.copy.r%d.r%d", p->name, k + d, k);
+                    TASK(&hyfi_cl_accumulate, nm, &a);
+                    W(p->gh[k + d]), R(p->gh[k]);
+                    on_place(g, P, RPLACE(k + d), prio);
+                }
+            continue;
+        }
+#define CH(k, c) p->arc[(size_t)(k) * R + (c)]
+        for (int k = 0; k < R; k++)
+            for (int c = 0; c < R; c++) {
+                hyfi_task_args a = {.u.slice = {.count = chunk_lo(n, R, c + 1) - chunk_lo(n, R, c),
+                                                .src_off = chunk_lo(n, R, c)}};
+                snprintf(nm, sizeof nm, "%.36s.allreduce.split.r%d.c%d", p->name, k, c);
+                TASK(&hyfi_cl_copy_slice, nm, &a);
+                W(CH(k, c)), R(p->gh[k]);
+                on_place(g, P, RPLACE(k), prio);
+            }
+        for (int st = 0; st < R - 1; st++)
+            for (int k = 0; k < R; k++) {
+                const int c = ((k - 1 - st) % R + R) % R, from = (k + R - 1) % R;
+                hyfi_task_args a = {.acc = 1,
+                                    .u.elt.count = chunk_lo(n, R, c + 1) - chunk_lo(n, R, c)};
+                snprintf(nm, sizeof nm, "%.36s.allreduce.rs%d.r%d.c%d", p->name, st, k, c);
+                TASK(&hyfi_cl_accumulate, nm, &a);
+                RW(CH(k, c)), R(CH(from, c));
+                on_place(g, P, RPLACE(k), prio);
+            }
+        for (int st = 0; st < R - 1; st++)
+            for (int k = 0; k < R; k++) {
+                const int c = ((k - st) % R + R) % R, from = (k + R - 1) % R;
+                hyfi_task_args a = {.acc = 0,
+                                    .u.elt.count = chunk_lo(n, R, c + 1) - chunk_lo(n, R, c)};
+                snprintf(nm, sizeof nm, "%.36s.allreduce.ag%d.r%d.c%d", p->name, st, k, c);
+                TASK(&hyfi_cl_accumulate, nm, &a);
+                W(CH(k, c)), R(CH(from, c));
+                on_place(g, P, RPLACE(k), prio);
+            }
+        for (int k = 0; k < R; k++)
+            for (int c = 0; c < R; c++) {
+                hyfi_task_args a = {.u.slice = {.count = chunk_lo(n, R, c + 1) - chunk_lo(n, R, c),
+                                                .dst_off = chunk_lo(n, R, c)}};
+                snprintf(nm, sizeof nm, "%.36s.allreduce.join.r%d.c%d", p->name, k, c);
+                TASK(&hyfi_cl_copy_slice, nm, &a);
+                RW(p->gh[k]), R(CH(k, c));
+                on_place(g, P, RPLACE(k), prio);
+            }
+#undef CH
+#undef RPLACE
+    }
+    return 0;
+}
+
 static int build_train(hyfi_graph *g, const int *first)
 {
     const hyfi_plan *pl = g->pl;
     const int M = pl->nmb;
     emit_ctx ec = {.g = g, .P = &g->train_prog, .M = M};
     emit_ctx *e = &ec;
+    if (emit_state_save(g, ec.P)) return -1;
     for (int i = 0; i < g->ntensors; i++) {
         hyfi_tensor *t = g->tensors[i];
         memset(t->gw, 0, (size_t)t->nh);
@@ -713,8 +934,9 @@ static int build_train(hyfi_graph *g, const int *first)
         const hyfi_pipe_event *ev = &pl->events[k];
         const int s = ev->stage;
         ec.m = ev->mb;
+        ec.rep = HYFI_REP(pl, ev->mb);
         ec.stage = s;
-        ec.place = pl->stage_place0[s];
+        ec.place = HYFI_PLACE(pl, ec.rep, pl->stage_place0[s]);
         ec.prio = clamp_prio(pl->nticks - ev->tick);
         /* 1F1B: forwards read the slot's token, backwards write it (commuting among
          * themselves), so forward m + inflight waits for backward m. */
@@ -762,30 +984,33 @@ static int build_train(hyfi_graph *g, const int *first)
             if (t->stage != s || t == g->loss || (t->kind != T_ACT && t->kind != T_SAVED))
                 continue;
             t->released = 1;
-            rc = hyfi_emit_release(ec.P, t->h[ev->mb], t->rank);
-            if (!rc && t->gh) rc = hyfi_emit_release(ec.P, t->gh[ev->mb], t->rank);
+            const int own = hyfi_handle_owner(g, t, ev->mb);
+            rc = hyfi_emit_release(ec.P, t->h[ev->mb], own);
+            if (!rc && t->gh) rc = hyfi_emit_release(ec.P, t->gh[ev->mb], own);
             for (int c = 0; t->gpart && c < pl->nstages && !rc; c++) {
                 starpu_data_handle_t h = t->gpart[(size_t)c * t->nh + ev->mb];
-                if (h) rc = hyfi_emit_release(ec.P, h, pl->stage_rank[c]);
+                if (h) rc = hyfi_emit_release(ec.P, h, hyfi_stage_rank(pl, ec.rep, c));
             }
         }
     }
     if (rc) return rc;
     program *P = ec.P;
     if (hyfi_spatial_param_sums(e)) return -1;
-    for (int i = 0; i < g->nparams; i++) {
-        hyfi_tensor *p = g->params[i];
-        if (!p->gwritten) continue; /* not on the loss's path: left alone, as PyTorch does */
-        hyfi_task_args a = {.u.sgd = {.count = p->numel, .lr = g->train.lr,
-                                      .momentum = g->train.momentum,
-                                      .weight_decay = g->train.weight_decay}};
-        char nm[64];
-        snprintf(nm, sizeof nm, "%.50s.sgd", p->name);
-        TASK(&hyfi_cl_sgd_update, nm, &a);
-        RW(p->h[0]), RW(p->mh), R(p->gh[0]);
-        P->t[P->n - 1].rank = p->rank;
-        P->t[P->n - 1].worker = pl->stage_worker[p->stage];
-    }
+    if (emit_state_combine(g, P) || emit_allreduce(g, P)) return -1;
+    for (int k = 0; k < pl->nrep; k++)
+        for (int i = 0; i < g->nparams; i++) {
+            hyfi_tensor *p = g->params[i];
+            if (!p->gwritten) continue; /* not on the loss's path: left alone, as PyTorch does */
+            hyfi_task_args a = {.u.sgd = {.count = p->numel, .lr = g->train.lr,
+                                          .momentum = g->train.momentum,
+                                          .weight_decay = g->train.weight_decay}};
+            char nm[128];
+            if (pl->nrep > 1) snprintf(nm, sizeof nm, "%.40s.sgd.r%d", p->name, k);
+            else snprintf(nm, sizeof nm, "%.50s.sgd", p->name);
+            TASK(&hyfi_cl_sgd_update, nm, &a);
+            RW(p->h[k]), RW(p->mh[k]), R(p->gh[k]);
+            on_place(g, P, HYFI_PLACE(pl, k, pl->stage_place0[p->stage]), 0);
+        }
     return emit_loss_bcast(g, P);
 }
 
@@ -794,16 +1019,19 @@ static int build_forward(hyfi_graph *g, program *P, const int *first, int traini
 {
     const hyfi_plan *pl = g->pl;
     emit_ctx ec = {.g = g, .P = P, .M = pl->nmb};
+    if (training && emit_state_save(g, P)) return -1;
     for (int k = 0; k < pl->nevents; k++) {
         const hyfi_pipe_event *ev = &pl->events[k];
         if (ev->backward) continue;
         ec.m = ev->mb;
+        ec.rep = HYFI_REP(pl, ev->mb);
         ec.stage = ev->stage;
-        ec.place = pl->stage_place0[ev->stage];
+        ec.place = HYFI_PLACE(pl, ec.rep, pl->stage_place0[ev->stage]);
         const int from = P->n;
         if (emit_stage_forward(&ec, first, training)) return -1;
         finish_tasks(&ec, from);
     }
+    if (training && emit_state_combine(g, P)) return -1;
     return emit_loss_bcast(g, P);
 }
 

@@ -9,7 +9,8 @@
 typedef struct emit_ctx_s {
     hyfi_graph *g;
     program *P;
-    int m, M;
+    int m, M;                            /* micro-batch m of the step's M (all replicas) */
+    int rep;                             /* the replica of m */
     int stage;
     int place;                           /* the event's default place */
     int prio;
@@ -20,6 +21,10 @@ typedef struct emit_ctx_s {
     do {                                                                                    \
         if (hyfi_prog_push(P, PT_TASK, (cl), (nm), (args))) return -1;                     \
     } while (0)
+/* Replica e->rep's copy of a parameter or state tensor, its gradient and flag. */
+#define PH(t) ((t)->h[e->rep])
+#define PGH(t) ((t)->gh[e->rep])
+#define PGW(t) ((t)->gw[e->rep])
 #define R(h) hyfi_prog_buf(P, (h), STARPU_R)
 #define W(h) hyfi_prog_buf(P, (h), STARPU_W)
 #define RW(h) hyfi_prog_buf(P, (h), STARPU_RW)

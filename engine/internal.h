@@ -17,6 +17,12 @@
 #include <stdarg.h>
 
 #define HYFI_MAX_TASK_BUFFERS 16
+/* Replicas (GEMS copies x data-parallel groups): a running-statistics combine
+ * task reads every replica's copy, within StarPU's buffer limit. */
+#define HYFI_MAX_REPLICAS 12
+/* HYFI_ALLREDUCE_AUTO: gradients from this size on go by ring, smaller ones by
+ * tree (bench/replica_scaling.sh measures both). */
+#define HYFI_RING_MIN_BYTES (64 * 1024)
 #define HYFI_NAME_MAX 128
 
 typedef enum {
@@ -57,7 +63,9 @@ struct hyfi_tensor {
      * tensors) have one handle per micro-batch: nh = M; for inputs, labels,
      * activations and probabilities handle m holds batch rows [m N/M, (m+1) N/M)
      * (mb_numel elements); batch-norm statistics are per micro-batch, not
-     * sliced. Parameters and state have one handle (nh = 1). */
+     * sliced. Parameters and state have one handle per replica (nh = the
+     * plan's nrep; handle k on replica k's place of the tensor's stage; their
+     * host memory holds the copies this rank owns, copy k at k * numel). */
     int nh;
     size_t mb_numel;
     float *host;          /* host memory for inputs, labels, params, state (StarPU-allocated,
@@ -78,7 +86,12 @@ struct hyfi_tensor {
     unsigned char *gpw;   /* compile-time flags of gpart, as gw */
     struct hyfi_tiles *tl; /* spatial tiles, NULL for untiled tensors */
     float *mhost;         /* momentum (params) */
-    starpu_data_handle_t mh;
+    starpu_data_handle_t *mh; /* nh momentum handles (params) */
+    /* Replicas: the running statistic at the start of the step (state, on
+     * replica 0); the ring all-reduce's chunks [k * nrep + c] (params whose
+     * gradient goes by ring; NULL: by tree). */
+    starpu_data_handle_t rsave;
+    starpu_data_handle_t *arc;
 };
 
 /* Spatial tiles of a tensor (engine/spatial.c). */
@@ -237,15 +250,20 @@ typedef struct hyfi_plan {
     int *layer_stage;      /* per layer */
     int nstages, nmb;      /* S stages, M micro-batches */
     /* places: stage s < K (tiled) has P places, one per tile (place s*P + t);
-     * stage s >= K one (place K*P + s - K) */
+     * stage s >= K one (place K*P + s - K): nplaces1 places per replica.
+     * Replicas (GEMS copies x data-parallel groups): replica k has places
+     * [k * nplaces1, (k+1) * nplaces1) and micro-batches [k * mbr, (k+1) * mbr)
+     * of the step's nmb = nrep * mbr. */
     int K, P, grid_rows, grid_cols;
-    int nplaces;
+    int nplaces, nplaces1;
+    int nrep, copies, groups, mbr;
     int *place_rank, *place_worker, *place_stage;
-    int *stage_place0;     /* first place of each stage (its parameters, statistics) */
+    int *stage_place0;     /* first place of each stage in replica 0 (its parameters,
+                              statistics) */
     int batch;             /* N: the batch of every batch tensor */
     hyfi_schedule schedule;
-    int *stage_rank;       /* stage -> MPI rank of its first place */
-    int *stage_worker;     /* stage -> pinned worker of its first place, or -1 */
+    int *stage_rank;       /* stage -> MPI rank of its first place (replica 0) */
+    int *stage_worker;     /* stage -> pinned worker of its first place, or -1 (replica 0) */
     int *inflight;         /* per stage: micro-batches alive at once */
     struct hyfi_pipe_event *events;
     int nevents, nticks;
@@ -260,6 +278,26 @@ typedef struct hyfi_plan {
 } hyfi_plan;
 hyfi_status hyfi_plan_build(hyfi_graph *g);
 
+/* Replica rep's copy of place q of replica 0; the replica of micro-batch m. */
+#define HYFI_PLACE(pl, rep, q) ((rep) * (pl)->nplaces1 + (q))
+#define HYFI_REP(pl, m) ((m) / (pl)->mbr)
+/* Rank and pinned worker of stage s's first place in replica rep. */
+static inline int hyfi_stage_rank(const hyfi_plan *pl, int rep, int s)
+{
+    return pl->place_rank[HYFI_PLACE(pl, rep, pl->stage_place0[s])];
+}
+static inline int hyfi_stage_worker(const hyfi_plan *pl, int rep, int s)
+{
+    return pl->place_worker[HYFI_PLACE(pl, rep, pl->stage_place0[s])];
+}
+/* Rank that owns replica rep's copy of t (its handles of that replica). */
+static inline int hyfi_trank(const hyfi_graph *g, const hyfi_tensor *t, int rep)
+{
+    return hyfi_stage_rank(g->pl, rep, t->stage);
+}
+/* Owner of handle k of t (a micro-batch of batch tensors, a replica of the others). */
+int hyfi_handle_owner(const hyfi_graph *g, const hyfi_tensor *t, int k);
+
 /* spatial.c: spatial parallelism. */
 struct emit_ctx_s;
 hyfi_status hyfi_spatial_plan_grid(hyfi_graph *g);   /* K, P, grid of the plan */
@@ -268,7 +306,7 @@ int hyfi_spatial_register(hyfi_graph *g);            /* tile handles */
 void hyfi_spatial_free(hyfi_graph *g);
 int hyfi_spatial_tiled(const hyfi_graph *g, const node *nd);
 /* Rank of tile t of a tensor's tiles. */
-int hyfi_tile_rank(const hyfi_graph *g, const hyfi_tiles *tl, int t);
+int hyfi_tile_rank(const hyfi_graph *g, const hyfi_tiles *tl, int t, int rep);
 size_t hyfi_tile_numel(const hyfi_tensor *x, int t); /* one micro-batch */
 void hyfi_plan_free(hyfi_graph *g);
 /* Bytes each rank sends to each other rank in one train step, by walking the

@@ -203,10 +203,14 @@ hyfi_status hyfi_load_params(hyfi_graph *g, const char *path)
     for (int i = 0; i < g->ntensors; i++) {
         hyfi_tensor *t = g->tensors[i];
         if (!vals[i]) continue;
-        hyfi_handle_write(g, t->h[0], t->rank, vals[i], t->numel * sizeof(float));
+        /* every replica's copy */
+        for (int k = 0; k < t->nh; k++)
+            hyfi_handle_write(g, t->h[k], hyfi_trank(g, t, k), vals[i], t->numel * sizeof(float));
         if (t->mh) { /* a loaded model starts with fresh momentum */
             memset(vals[i], 0, t->numel * sizeof(float));
-            hyfi_handle_write(g, t->mh, t->rank, vals[i], t->numel * sizeof(float));
+            for (int k = 0; k < t->nh; k++)
+                hyfi_handle_write(g, t->mh[k], hyfi_trank(g, t, k), vals[i],
+                                  t->numel * sizeof(float));
         }
     }
 out:

@@ -79,6 +79,29 @@ hyfi_status hyfi_graph_set_plan(hyfi_graph *g, const hyfi_plan_config *p)
         return hyfi_call_fail(g, HYFI_ERR_ARG, "hyfi_graph_set_plan: unknown schedule %d; use "
                                                "HYFI_SCHEDULE_GPIPE or HYFI_SCHEDULE_1F1B",
                               (int)p->schedule);
+    if (p->gems != HYFI_GEMS_NONE && p->gems != HYFI_GEMS_MAST && p->gems != HYFI_GEMS_MASTER)
+        return hyfi_call_fail(g, HYFI_ERR_ARG, "hyfi_graph_set_plan: unknown GEMS mode %d; use "
+                                               "HYFI_GEMS_NONE, HYFI_GEMS_MAST or "
+                                               "HYFI_GEMS_MASTER", (int)p->gems);
+    if (p->allreduce != HYFI_ALLREDUCE_AUTO && p->allreduce != HYFI_ALLREDUCE_RING &&
+        p->allreduce != HYFI_ALLREDUCE_TREE)
+        return hyfi_call_fail(g, HYFI_ERR_ARG, "hyfi_graph_set_plan: unknown all-reduce %d; use "
+                                               "HYFI_ALLREDUCE_AUTO, _RING or _TREE",
+                              (int)p->allreduce);
+    if (p->replications > 1 && p->gems != HYFI_GEMS_MASTER)
+        return hyfi_call_fail(g, HYFI_ERR_ARG, "hyfi_graph_set_plan: %d replications need GEMS "
+                                               "MASTER (--gems master); MAST has one pair of "
+                                               "copies", p->replications);
+    {
+        const long copies = p->gems == HYFI_GEMS_NONE     ? 1
+                            : p->gems == HYFI_GEMS_MAST   ? 2
+                            : 2L * (p->replications > 1 ? p->replications : 1);
+        const long reps = copies * (p->data_parallel > 1 ? p->data_parallel : 1);
+        if (reps > HYFI_MAX_REPLICAS)
+            return hyfi_call_fail(g, HYFI_ERR_ARG, "hyfi_graph_set_plan: %ld replicas (GEMS "
+                                                   "copies x --data-parallel); at most %d",
+                                  reps, HYFI_MAX_REPLICAS);
+    }
     g->plan_cfg = *p;
     if (p->balance && p->stages > 0) {
         g->plan_balance = malloc((size_t)p->stages * sizeof(int));
@@ -149,7 +172,9 @@ static hyfi_status check_memory_limit(hyfi_graph *g)
             if (pl->place_rank[q] != r) continue;
             const int s = pl->place_stage[q];
             const double b = (double)pl->stage_act_bytes[s] +
-                             (q == pl->stage_place0[s] ? (double)pl->stage_param_bytes[s] : 0);
+                             (q % pl->nplaces1 == pl->stage_place0[s]
+                                  ? (double)pl->stage_param_bytes[s]
+                                  : 0);
             need += b;
             if (worst < 0 || s == 0) worst = s;
         }
@@ -174,11 +199,18 @@ hyfi_status hyfi_plan_build(hyfi_graph *g)
     g->pl = pl;
     const hyfi_plan_config *cfg = &g->plan_cfg;
     const int nl = hyfi_layer_count(g), S = cfg->stages > 1 ? cfg->stages : 1;
-    const int M = cfg->parts > 1 ? cfg->parts : 1, R = g->ctx->nranks;
+    const int MB = cfg->parts > 1 ? cfg->parts : 1, R = g->ctx->nranks;
+    pl->copies = cfg->gems == HYFI_GEMS_NONE   ? 1
+                 : cfg->gems == HYFI_GEMS_MAST ? 2
+                                               : 2 * (cfg->replications > 1 ? cfg->replications : 1);
+    pl->groups = cfg->data_parallel > 1 ? cfg->data_parallel : 1;
+    pl->nrep = pl->copies * pl->groups;
+    const int M = MB * pl->nrep;
     char err[400];
     pl->nlayers = nl;
     pl->nstages = S;
     pl->nmb = M;
+    pl->mbr = MB;
     pl->schedule = cfg->schedule;
     pl->layer_of_node = malloc((size_t)g->nnodes * sizeof(int));
     pl->layer_stage = malloc((size_t)nl * sizeof(int));
@@ -239,10 +271,17 @@ hyfi_status hyfi_plan_build(hyfi_graph *g)
     }
     if (pl->batch < 0) pl->batch = 1;
     if (pl->batch % M != 0) {
-        st = hyfi_call_fail(g, HYFI_ERR_ARG, "the batch of %d images cannot be cut into %d "
-                                              "equal micro-batches (--parts %d); use a batch "
-                                              "that is a multiple of %d, or --parts dividing %d",
-                             pl->batch, M, M, M, pl->batch);
+        if (pl->nrep > 1)
+            st = hyfi_call_fail(g, HYFI_ERR_ARG, "the global batch of %d images cannot be cut "
+                                                  "into %d replicas x %d micro-batches (--parts "
+                                                  "%d); use a global batch that is a multiple of "
+                                                  "%d (--batch-size per replica a multiple of "
+                                                  "--parts)", pl->batch, pl->nrep, MB, MB, M);
+        else
+            st = hyfi_call_fail(g, HYFI_ERR_ARG, "the batch of %d images cannot be cut into %d "
+                                                  "equal micro-batches (--parts %d); use a batch "
+                                                  "that is a multiple of %d, or --parts dividing "
+                                                  "%d", pl->batch, M, M, M, pl->batch);
         goto out;
     }
 
@@ -252,7 +291,8 @@ hyfi_status hyfi_plan_build(hyfi_graph *g)
     if (cfg->spatial_stages > 0 && cfg->spatial_parts > 1) {
         if ((st = hyfi_spatial_plan_grid(g)) != HYFI_OK) goto out;
     }
-    pl->nplaces = pl->K * pl->P + (S - pl->K);
+    pl->nplaces1 = pl->K * pl->P + (S - pl->K);
+    pl->nplaces = pl->nplaces1 * pl->nrep;
     pl->place_rank = malloc((size_t)pl->nplaces * sizeof(int));
     pl->place_worker = malloc((size_t)pl->nplaces * sizeof(int));
     pl->place_stage = malloc((size_t)pl->nplaces * sizeof(int));
@@ -265,7 +305,10 @@ hyfi_status hyfi_plan_build(hyfi_graph *g)
         pl->stage_place0[s] = q;
         for (int t = 0; t < (s < pl->K ? pl->P : 1); t++) pl->place_stage[q++] = s;
     }
-    if (hyfi_places_to_ranks(pl->nplaces, R, pl->place_rank, err, sizeof err)) {
+    for (int q = pl->nplaces1; q < pl->nplaces; q++)
+        pl->place_stage[q] = pl->place_stage[q % pl->nplaces1];
+    if (hyfi_replicas_to_ranks(pl->nplaces1, pl->place_stage, pl->copies, pl->groups, R,
+                               pl->place_rank, err, sizeof err)) {
         st = hyfi_call_fail(g, HYFI_ERR_ARG, "%s", err);
         goto out;
     }
@@ -287,14 +330,37 @@ hyfi_status hyfi_plan_build(hyfi_graph *g)
     }
 
     /* schedule */
-    pl->nticks = hyfi_pipe_schedule(S, M, cfg->schedule == HYFI_SCHEDULE_1F1B ? HYFI_PIPE_1F1B
-                                                                              : HYFI_PIPE_GPIPE,
+    /* schedule: every replica runs the schedule of its own micro-batches; the
+     * replicas' events are merged by tick (each replica's order kept) */
+    pl->nticks = hyfi_pipe_schedule(S, MB, cfg->schedule == HYFI_SCHEDULE_1F1B ? HYFI_PIPE_1F1B
+                                                                               : HYFI_PIPE_GPIPE,
                                     pl->events, pl->inflight);
     if (pl->nticks < 0) {
         st = hyfi_call_fail(g, HYFI_ERR_NOMEM, "building the pipeline schedule failed");
         goto out;
     }
     pl->nevents = 2 * S * M;
+    if (pl->nrep > 1) {
+        const int n1 = 2 * S * MB;
+        hyfi_pipe_event *one = malloc((size_t)n1 * sizeof *one);
+        if (!one) {
+            st = hyfi_call_fail(g, HYFI_ERR_NOMEM, "out of memory building the plan");
+            goto out;
+        }
+        memcpy(one, pl->events, (size_t)n1 * sizeof *one);
+        int k = 0;
+        for (int tick = 0, i = 0; i < n1; tick++) {
+            int j = i;
+            while (j < n1 && one[j].tick == tick) j++;
+            for (int r = 0; r < pl->nrep; r++)
+                for (int x = i; x < j; x++) {
+                    pl->events[k] = one[x];
+                    pl->events[k++].mb += r * MB;
+                }
+            i = j;
+        }
+        free(one);
+    }
     pl->trivial = S == 1 && M == 1;
 
     /* Owners: a tensor lives on the stage of the op that produces (activations,
@@ -442,6 +508,26 @@ size_t hyfi_plan_describe(const hyfi_graph *g, char *buf, size_t len)
             s, si.first_layer, si.first_layer + si.nlayers - 1, si.first_layer_name,
             si.last_layer_name, where, si.params, (double)si.param_bytes / 1e6, si.flops / 1e9,
             (double)si.act_bytes / 1e6, si.tiles > 1 ? " per tile" : "", si.inflight);
+    }
+    if (pl->nrep > 1) {
+        const hyfi_plan_config *c = &g->plan_cfg;
+        OUT("  replicas: %d (%s%d data-parallel group%s), %d micro-batch%s each; gradients "
+            "all-reduced by %s\n",
+            pl->nrep,
+            c->gems == HYFI_GEMS_MAST     ? "GEMS MAST: 2 copies x "
+            : c->gems == HYFI_GEMS_MASTER ? "GEMS MASTER: "
+                                          : "",
+            pl->groups, pl->groups == 1 ? "" : "s", pl->mbr, pl->mbr == 1 ? "" : "es",
+            c->allreduce == HYFI_ALLREDUCE_RING   ? "ring"
+            : c->allreduce == HYFI_ALLREDUCE_TREE ? "tree"
+                                                  : "tree (small) / ring (large)");
+        if (c->gems == HYFI_GEMS_MASTER) OUT("    (%d copies per group)\n", pl->copies);
+        for (int r = 0; r < pl->nrep; r++) {
+            OUT("    replica %d (copy %d%s, group %d): stages on ranks", r, r % pl->copies,
+                (r % pl->copies) & 1 ? ", mirrored" : "", r / pl->copies);
+            for (int s = 0; s < pl->nstages; s++) OUT(" %d", hyfi_stage_rank(pl, r, s));
+            OUT("\n");
+        }
     }
     size_t tot = 0;
     for (int i = 0; i < g->ctx->nranks * g->ctx->nranks; i++) tot += pl->pred_bytes[i];

@@ -131,7 +131,7 @@ static hyfi_status write_batch(hyfi_graph *g, hyfi_tensor *t, const void *data, 
 {
     if (!t->tl || t->tl->full)
         for (int m = 0; m < t->nh; m++)
-            hyfi_handle_write(g, t->h[m], t->rank,
+            hyfi_handle_write(g, t->h[m], hyfi_handle_owner(g, t, m),
                               (const char *)data + (size_t)m * t->mb_numel * elem,
                               t->mb_numel * elem);
     if (!t->tl) return HYFI_OK;
@@ -142,7 +142,8 @@ static hyfi_status write_batch(hyfi_graph *g, hyfi_tensor *t, const void *data, 
             float *tmp = malloc(n * sizeof(float));
             if (!tmp) return hyfi_call_fail(g, HYFI_ERR_NOMEM, "out of memory writing tiles");
             tile_copy(t, q, (float *)data + (size_t)m * t->mb_numel, tmp, 1);
-            hyfi_handle_write(g, t->tl->h[m * P + q], hyfi_tile_rank(g, t->tl, q), tmp,
+            hyfi_handle_write(g, t->tl->h[m * P + q],
+                              hyfi_tile_rank(g, t->tl, q, HYFI_REP(g->pl, m)), tmp,
                               n * sizeof(float));
             free(tmp);
         }
@@ -266,7 +267,8 @@ static void read_tensor(hyfi_graph *g, const hyfi_tensor *t, starpu_data_handle_
             }
         return;
     }
-    if (t->nh == 1) {
+    if (t->nh == 1 || t->kind == T_PARAM || t->kind == T_STATE) {
+        /* parameters and state: replica 0's copy (the replicas hold the same) */
         hyfi_handle_read(g, h[0], -1, out, t->numel * sizeof(float));
     } else if (t->batched) {
         for (int m = 0; m < t->nh; m++)
@@ -335,6 +337,7 @@ hyfi_status hyfi_tensor_write(hyfi_graph *g, hyfi_tensor *t, const float *data, 
         return hyfi_call_fail(g, HYFI_ERR_ARG, "hyfi_tensor_write: \"%s\" is not a parameter or "
                                                "state tensor (use hyfi_set_input for inputs), or "
                                                "the data is NULL", t->name);
-    hyfi_handle_write(g, t->h[0], t->rank, data, count * sizeof(float));
+    for (int k = 0; k < t->nh; k++)
+        hyfi_handle_write(g, t->h[k], hyfi_trank(g, t, k), data, count * sizeof(float));
     return HYFI_OK;
 }

@@ -52,8 +52,9 @@ typedef struct hyfi_tnode {
     hyfi_piece piece[HYFI_MAX_TILES][NP];  /* src_*: coordinates in that tile */
     starpu_data_handle_t *buf, *dbuf;      /* [m * P + t] */
     starpu_data_handle_t *strip, *dstrip;  /* [(m * P + t) * NP + k], k >= 1 */
-    starpu_data_handle_t *wpart, *bpart;   /* conv: per-tile weight / bias gradients [t] */
-    unsigned char wpw[HYFI_MAX_TILES];
+    starpu_data_handle_t *wpart, *bpart;   /* conv: per-tile weight / bias gradients
+                                              [rep * P + t] */
+    unsigned char wpw[HYFI_MAX_TILES * HYFI_MAX_REPLICAS]; /* [rep * P + t] */
     starpu_data_handle_t *part, *bwpart;   /* bn: per-tile statistics [m * P + t] */
     starpu_data_handle_t *tot;             /* bn: backward totals [m] */
 } hyfi_tnode;
@@ -97,14 +98,14 @@ int hyfi_spatial_tiled(const hyfi_graph *g, const node *nd)
     return g->pl && g->pl->K > 0 && nd->stage < g->pl->K;
 }
 
-static int place_of(const hyfi_plan *pl, int stage, int t)
+static int place_of(const hyfi_plan *pl, int rep, int stage, int t)
 {
-    return pl->stage_place0[stage] + (stage < pl->K ? t : 0);
+    return HYFI_PLACE(pl, rep, pl->stage_place0[stage] + (stage < pl->K ? t : 0));
 }
 
-int hyfi_tile_rank(const hyfi_graph *g, const hyfi_tiles *tl, int t)
+int hyfi_tile_rank(const hyfi_graph *g, const hyfi_tiles *tl, int t, int rep)
 {
-    return g->pl->place_rank[place_of(g->pl, tl->stage, t)];
+    return g->pl->place_rank[place_of(g->pl, rep, tl->stage, t)];
 }
 
 static int tile_h(const hyfi_tiles *tl, int t) { return tl->rcut[t / tl->cols + 1] - tl->rcut[t / tl->cols]; }
@@ -489,7 +490,7 @@ void hyfi_spatial_free(hyfi_graph *g)
         }
         free(tn->strip);
         free(tn->dstrip);
-        for (int k = 0; tn->wpart && k < P; k++) {
+        for (int k = 0; tn->wpart && k < P * g->pl->nrep; k++) {
             hyfi_unreg(&tn->wpart[k]);
             if (tn->bpart) hyfi_unreg(&tn->bpart[k]);
         }
@@ -551,7 +552,7 @@ static int fused_register(hyfi_graph *g)
             for (int m = 0; m < M; m++)
                 for (int q = 0; q < P; q++) {
                     const size_t k = ((size_t)j * M + m) * P + q;
-                    const int rq = hyfi_tile_rank(g, nd->out->tl, q);
+                    const int rq = hyfi_tile_rank(g, nd->out->tl, q, HYFI_REP(pl, m));
                     const size_t on = (size_t)n * Co * fg_rows(fg, j, q) * fg_cols(fg, j, q);
                     if (j < fg->n - 1) {
                         snprintf(sfx, sizeof sfx, ".ext.tile%d", q);
@@ -629,12 +630,13 @@ int hyfi_spatial_register(hyfi_graph *g)
             for (int q = 0; q < P; q++) {
                 const size_t n = hyfi_tile_numel(t, q);
                 snprintf(sfx, sizeof sfx, ".tile%d", q);
-                hyfi_reg(g, &tl->h[m * P + q], NULL, n, sizeof(float), hyfi_tile_rank(g, tl, q),
+                hyfi_reg(g, &tl->h[m * P + q], NULL, n, sizeof(float),
+                         hyfi_tile_rank(g, tl, q, HYFI_REP(pl, m)),
                          t->name, sfx, m, M);
                 if (t->kind == T_ACT && t->requires_grad) {
                     snprintf(sfx, sizeof sfx, ".tile%d.grad", q);
                     hyfi_reg(g, &tl->gh[m * P + q], NULL, n, sizeof(float),
-                             hyfi_tile_rank(g, tl, q), t->name, sfx, m, M);
+                             hyfi_tile_rank(g, tl, q, HYFI_REP(pl, m)), t->name, sfx, m, M);
                 }
             }
     }
@@ -652,7 +654,7 @@ int hyfi_spatial_register(hyfi_graph *g)
             if (!tn->buf || !tn->dbuf || !tn->strip || !tn->dstrip) return -1;
             for (int m = 0; m < M; m++)
                 for (int q = 0; q < P; q++) {
-                    const int rq = hyfi_tile_rank(g, x->tl, q);
+                    const int rq = hyfi_tile_rank(g, x->tl, q, HYFI_REP(pl, m));
                     if (!tn->use_buf[q]) continue;
                     const size_t bn = (size_t)n * C * tn->buf_h[q] * tn->buf_w[q];
                     snprintf(sfx, sizeof sfx, ".in.tile%d", q);
@@ -665,7 +667,7 @@ int hyfi_spatial_register(hyfi_graph *g)
                     }
                     for (int k = 1; k < tn->npieces[q]; k++) {
                         const hyfi_piece *p = &tn->piece[q][k];
-                        const int ru = hyfi_tile_rank(g, x->tl, tn->from[q][k]);
+                        const int ru = hyfi_tile_rank(g, x->tl, tn->from[q][k], HYFI_REP(pl, m));
                         const size_t sn = (size_t)n * C * p->h * p->w;
                         const size_t j = ((size_t)m * P + q) * NP + k;
                         snprintf(sfx, sizeof sfx, ".halo%d_%d", tn->from[q][k], q);
@@ -680,22 +682,24 @@ int hyfi_spatial_register(hyfi_graph *g)
                     }
                 }
             if (nd->op == OP_CONV2D) {
-                tn->wpart = handles((size_t)P);
-                if (nd->p[1]) tn->bpart = handles((size_t)P);
+                const int NR = pl->nrep;
+                tn->wpart = handles((size_t)P * NR);
+                if (nd->p[1]) tn->bpart = handles((size_t)P * NR);
                 if (!tn->wpart || (nd->p[1] && !tn->bpart)) return -1;
-                for (int q = 0; q < P; q++) {
-                    const int rq = hyfi_tile_rank(g, nd->out->tl, q);
-                    snprintf(sfx, sizeof sfx, ".grad.tile%d", q);
-                    hyfi_reg(g, &tn->wpart[q], NULL, nd->p[0]->numel, sizeof(float), rq,
+                for (int k = 0; k < P * NR; k++) {
+                    const int q = k % P, rq = hyfi_tile_rank(g, nd->out->tl, q, k / P);
+                    if (NR > 1) snprintf(sfx, sizeof sfx, ".grad.r%d.tile%d", k / P, q);
+                    else snprintf(sfx, sizeof sfx, ".grad.tile%d", q);
+                    hyfi_reg(g, &tn->wpart[k], NULL, nd->p[0]->numel, sizeof(float), rq,
                              nd->p[0]->name, sfx, 0, 1);
                     if (nd->p[1])
-                        hyfi_reg(g, &tn->bpart[q], NULL, nd->p[1]->numel, sizeof(float), rq,
+                        hyfi_reg(g, &tn->bpart[k], NULL, nd->p[1]->numel, sizeof(float), rq,
                                  nd->p[1]->name, sfx, 0, 1);
-                    if (M > 1 && !g->plan_cfg.deterministic) {
-                        starpu_data_set_reduction_methods(tn->wpart[q], &hyfi_cl_redux_add,
+                    if (pl->mbr > 1 && !g->plan_cfg.deterministic) {
+                        starpu_data_set_reduction_methods(tn->wpart[k], &hyfi_cl_redux_add,
                                                           &hyfi_cl_redux_zero);
                         if (nd->p[1])
-                            starpu_data_set_reduction_methods(tn->bpart[q], &hyfi_cl_redux_add,
+                            starpu_data_set_reduction_methods(tn->bpart[k], &hyfi_cl_redux_add,
                                                               &hyfi_cl_redux_zero);
                     }
                 }
@@ -707,7 +711,7 @@ int hyfi_spatial_register(hyfi_graph *g)
             if (!tn->part || !tn->bwpart || !tn->tot) return -1;
             for (int m = 0; m < M; m++) {
                 for (int q = 0; q < P; q++) {
-                    const int rq = hyfi_tile_rank(g, x->tl, q);
+                    const int rq = hyfi_tile_rank(g, x->tl, q, HYFI_REP(pl, m));
                     snprintf(sfx, sizeof sfx, ".stats.tile%d", q);
                     /* 2C doubles */
                     hyfi_reg(g, &tn->part[m * P + q], NULL, 4 * (size_t)C, sizeof(float), rq,
@@ -717,7 +721,8 @@ int hyfi_spatial_register(hyfi_graph *g)
                              nd->name, sfx, m, M);
                 }
                 hyfi_reg(g, &tn->tot[m], NULL, 2 * (size_t)C, sizeof(float),
-                         pl->stage_rank[nd->stage], nd->name, ".dstats", m, M);
+                         hyfi_stage_rank(pl, HYFI_REP(pl, m), nd->stage), nd->name, ".dstats", m,
+                         M);
             }
         }
     }
@@ -744,7 +749,7 @@ static void tile_grad_done(emit_ctx *e, hyfi_tensor *x, int q)
 
 static int tplace(const emit_ctx *e, const hyfi_tensor *x, int q)
 {
-    return place_of(e->g->pl, x->tl->stage, q);
+    return place_of(e->g->pl, e->rep, x->tl->stage, q);
 }
 
 static void tname(char *out, size_t len, const node *nd, const char *pass, int q, const emit_ctx *e)
@@ -963,8 +968,8 @@ static int fused_forward(emit_ctx *e, const hyfi_fgroup *fg, int training)
             hyfi_task_args c = {.u.bnc = ca};
             hyfi_task_name(nm, sizeof nm, nd, "combine", e);
             TASK(&hyfi_cl_bn_combine, nm, &c);
-            W(TH(nd->s[0], e->m)), W(TH(nd->s[1], e->m)), RW(TH(nd->p[2], 0));
-            RW(TH(nd->p[3], 0));
+            W(TH(nd->s[0], e->m)), W(TH(nd->s[1], e->m)), RW(PH(nd->p[2]));
+            RW(PH(nd->p[3]));
             for (int q = 0; q < Pt; q++) R(tn->part[e->m * Pt + q]);
         }
         for (int q = 0; q < Pt; q++) {
@@ -988,8 +993,8 @@ static int fused_forward(emit_ctx *e, const hyfi_fgroup *fg, int training)
             switch (nd->op) {
             case OP_CONV2D:
                 TASK(&hyfi_cl_conv2d_forward, nm, &a);
-                W(out), R(in), R(TH(nd->p[0], 0));
-                if (nd->p[1]) R(TH(nd->p[1], 0));
+                W(out), R(in), R(PH(nd->p[0]));
+                if (nd->p[1]) R(PH(nd->p[1]));
                 break;
             case OP_MAXPOOL:
             case OP_AVGPOOL:
@@ -999,9 +1004,9 @@ static int fused_forward(emit_ctx *e, const hyfi_fgroup *fg, int training)
                 break;
             case OP_BATCHNORM:
                 TASK(&hyfi_cl_batchnorm_forward_eval, nm, &a);
-                W(out), R(in), R(TH(nd->p[0], 0)), R(TH(nd->p[1], 0));
+                W(out), R(in), R(PH(nd->p[0])), R(PH(nd->p[1]));
                 if (training) R(TH(nd->s[0], e->m)), R(TH(nd->s[1], e->m));
-                else R(TH(nd->p[2], 0)), R(TH(nd->p[3], 0));
+                else R(PH(nd->p[2])), R(PH(nd->p[3]));
                 break;
             case OP_RELU:
                 TASK(&hyfi_cl_relu_forward, nm, &a);
@@ -1048,17 +1053,17 @@ static int fused_backward(emit_ctx *e, const hyfi_fgroup *fg)
             enum starpu_data_access_mode mg, mb;
             int accg, accb;
             nd->p[0]->gwritten = nd->p[1]->gwritten = 1;
-            if (hyfi_grad_sum_mode(e, nd->p[0]->gh[0], &nd->p[0]->gw[0], nd->p[0]->numel,
+            if (hyfi_grad_sum_mode(e, PGH(nd->p[0]), &PGW(nd->p[0]), nd->p[0]->numel,
                                    nd->p[0]->name, &mg, &accg) ||
-                hyfi_grad_sum_mode(e, nd->p[1]->gh[0], &nd->p[1]->gw[0], nd->p[1]->numel,
+                hyfi_grad_sum_mode(e, PGH(nd->p[1]), &PGW(nd->p[1]), nd->p[1]->numel,
                                    nd->p[1]->name, &mb, &accb))
                 return -1;
             hyfi_task_args c = {.acc = accg ? HYFI_BN_ACC_PARAMS : 0, .u.bnc = ca};
             hyfi_task_name(nm, sizeof nm, nd, "bwd_combine", e);
             TASK(&hyfi_cl_bn_bwd_combine, nm, &c);
             W(tn->tot[e->m]);
-            hyfi_prog_buf(P, nd->p[0]->gh[0], mg);
-            hyfi_prog_buf(P, nd->p[1]->gh[0], mb);
+            hyfi_prog_buf(P, PGH(nd->p[0]), mg);
+            hyfi_prog_buf(P, PGH(nd->p[1]), mb);
             R(TH(nd->s[1], e->m));
             for (int q = 0; q < Pt; q++) R(tn->bwpart[e->m * Pt + q]);
             for (int q = 0; q < Pt; q++) {
@@ -1070,7 +1075,7 @@ static int fused_backward(emit_ctx *e, const hyfi_fgroup *fg)
                 tname(nm, sizeof nm, nd, "bwd", q, e);
                 TASK(&hyfi_cl_bn_bwd_apply, nm, &s);
                 W(fg->grad[FGK(j - 1, q)]), R(fg_dout(e, fg, j, q)), R(fg_in(e, fg, j, q));
-                R(TH(nd->p[0], 0)), R(TH(nd->s[0], e->m)), R(TH(nd->s[1], e->m));
+                R(PH(nd->p[0])), R(TH(nd->s[0], e->m)), R(TH(nd->s[1], e->m));
                 R(ext ? fg->ztot[j] : tn->tot[e->m]);
                 ON_PLACE(tplace(e, nd->out, q));
                 if (!ext) continue;
@@ -1093,7 +1098,7 @@ static int fused_backward(emit_ctx *e, const hyfi_fgroup *fg)
                 tname(nm, sizeof nm, nd, "bwd_own", q, e);
                 TASK(&hyfi_cl_bn_bwd_apply, nm, &so);
                 W(fg->dxo[FGK(j, q)]), R(fg->dyo[FGK(j, q)]), R(fg->xo[FGK(j, q)]);
-                R(TH(nd->p[0], 0)), R(TH(nd->s[0], e->m)), R(TH(nd->s[1], e->m));
+                R(PH(nd->p[0])), R(TH(nd->s[0], e->m)), R(TH(nd->s[1], e->m));
                 R(tn->tot[e->m]);
                 ON_PLACE(tplace(e, nd->out, q));
                 hyfi_task_args sc = {.u.tile = fg_rect(n, C, oh, ow, rh, rw, oy, ox, 0, 0, oh, ow)};
@@ -1114,7 +1119,7 @@ static int fused_backward(emit_ctx *e, const hyfi_fgroup *fg)
             switch (nd->op) {
             case OP_CONV2D:
                 TASK(&hyfi_cl_conv2d_backward_data, nm, &a);
-                W(din), R(fg_dout(e, fg, j, q)), R(TH(nd->p[0], 0));
+                W(din), R(fg_dout(e, fg, j, q)), R(PH(nd->p[0]));
                 break;
             case OP_MAXPOOL:
                 TASK(&hyfi_cl_maxpool_backward, nm, &a);
@@ -1151,26 +1156,26 @@ static int fused_backward(emit_ctx *e, const hyfi_fgroup *fg)
             hyfi_task_args a = fg_args(e, fg, j, q);
             enum starpu_data_access_mode mw, mb = STARPU_W;
             int accw;
-            unsigned char wf = tn->wpw[q], bf = tn->wpw[q];
-            if (hyfi_grad_sum_mode(e, tn->wpart[q], &wf, nd->p[0]->numel, nd->p[0]->name, &mw,
+            unsigned char wf = tn->wpw[e->rep * Pt + q], bf = tn->wpw[e->rep * Pt + q];
+            if (hyfi_grad_sum_mode(e, tn->wpart[e->rep * Pt + q], &wf, nd->p[0]->numel, nd->p[0]->name, &mw,
                                    &accw))
                 return -1;
             if (nd->p[1]) {
                 int accb;
-                if (hyfi_grad_sum_mode(e, tn->bpart[q], &bf, nd->p[1]->numel, nd->p[1]->name,
+                if (hyfi_grad_sum_mode(e, tn->bpart[e->rep * Pt + q], &bf, nd->p[1]->numel, nd->p[1]->name,
                                        &mb, &accb))
                     return -1;
             }
             for (int k = P->n - 1; k >= 0 && P->t[k].place < 0 && P->t[k].cl == &hyfi_cl_fill; k--)
                 P->t[k].place = tplace(e, nd->out, q);
-            nd->tn->wpw[q] = 1;
+            nd->tn->wpw[e->rep * Pt + q] = 1;
             nd->p[0]->gwritten = 1;
             if (nd->p[1]) nd->p[1]->gwritten = 1;
             a.acc = accw;
             tname(nm, sizeof nm, nd, "bwd_weight", q, e);
             TASK(&hyfi_cl_conv2d_backward_weight, nm, &a);
-            hyfi_prog_buf(P, tn->wpart[q], mw);
-            if (nd->p[1]) hyfi_prog_buf(P, tn->bpart[q], mb);
+            hyfi_prog_buf(P, tn->wpart[e->rep * Pt + q], mw);
+            if (nd->p[1]) hyfi_prog_buf(P, tn->bpart[e->rep * Pt + q], mb);
             R(fg_dout(e, fg, j, q)), R(fg_in(e, fg, j, q));
             ON_PLACE(tplace(e, nd->out, q));
         }
@@ -1202,13 +1207,13 @@ int hyfi_spatial_forward(emit_ctx *e, const node *nd, int training)
         hyfi_task_args c = {.u.bnc = ca};
         hyfi_task_name(nm, sizeof nm, nd, "combine", e);
         TASK(&hyfi_cl_bn_combine, nm, &c);
-        W(TH(nd->s[0], e->m)), W(TH(nd->s[1], e->m)), RW(TH(nd->p[2], 0)), RW(TH(nd->p[3], 0));
+        W(TH(nd->s[0], e->m)), W(TH(nd->s[1], e->m)), RW(PH(nd->p[2])), RW(PH(nd->p[3]));
         for (int q = 0; q < Pt; q++) R(tn->part[e->m * Pt + q]);
         for (int q = 0; q < Pt; q++) {
             hyfi_task_args a = tile_args(e, nd, q);
             tname(nm, sizeof nm, nd, "fwd", q, e);
             TASK(&hyfi_cl_batchnorm_forward_eval, nm, &a);
-            W(TILE(y, q)), R(TILE(x, q)), R(TH(nd->p[0], 0)), R(TH(nd->p[1], 0));
+            W(TILE(y, q)), R(TILE(x, q)), R(PH(nd->p[0])), R(PH(nd->p[1]));
             R(TH(nd->s[0], e->m)), R(TH(nd->s[1], e->m));
             ON_PLACE(tplace(e, y, q));
         }
@@ -1222,8 +1227,8 @@ int hyfi_spatial_forward(emit_ctx *e, const node *nd, int training)
             starpu_data_handle_t in;
             if (emit_assemble(e, nd, q, &in)) return -1;
             TASK(&hyfi_cl_conv2d_forward, nm, &a);
-            W(TILE(y, q)), R(in), R(TH(nd->p[0], 0));
-            if (nd->p[1]) R(TH(nd->p[1], 0));
+            W(TILE(y, q)), R(in), R(PH(nd->p[0]));
+            if (nd->p[1]) R(PH(nd->p[1]));
             break;
         }
         case OP_MAXPOOL:
@@ -1237,8 +1242,8 @@ int hyfi_spatial_forward(emit_ctx *e, const node *nd, int training)
         }
         case OP_BATCHNORM: /* eval mode: running statistics */
             TASK(&hyfi_cl_batchnorm_forward_eval, nm, &a);
-            W(TILE(y, q)), R(TILE(x, q)), R(TH(nd->p[0], 0)), R(TH(nd->p[1], 0));
-            R(TH(nd->p[2], 0)), R(TH(nd->p[3], 0));
+            W(TILE(y, q)), R(TILE(x, q)), R(PH(nd->p[0])), R(PH(nd->p[1]));
+            R(PH(nd->p[2])), R(PH(nd->p[3]));
             break;
         case OP_RELU:
             TASK(&hyfi_cl_relu_forward, nm, &a);
@@ -1356,7 +1361,7 @@ int hyfi_spatial_backward(emit_ctx *e, const node *nd)
             if (direct) tile_grad_out(e, x, q);
             else W(tn->dbuf[e->m * Pt + q]);
             R(TGRAD(y, q));
-            if (nd->op == OP_CONV2D) R(TH(nd->p[0], 0));
+            if (nd->op == OP_CONV2D) R(PH(nd->p[0]));
             if (nd->op == OP_MAXPOOL) R(direct ? TILE(x, q) : tn->buf[e->m * Pt + q]);
             ON_PLACE(tplace(e, x, q));
             if (direct) tile_grad_done(e, x, q);
@@ -1369,27 +1374,27 @@ int hyfi_spatial_backward(emit_ctx *e, const node *nd)
             hyfi_task_args a = tile_args(e, nd, q);
             enum starpu_data_access_mode mw, mb = STARPU_W;
             int accw;
-            unsigned char wf = nd->tn->wpw[q], bf = nd->tn->wpw[q];
-            if (hyfi_grad_sum_mode(e, tn->wpart[q], &wf, nd->p[0]->numel, nd->p[0]->name, &mw,
+            unsigned char wf = nd->tn->wpw[e->rep * Pt + q], bf = nd->tn->wpw[e->rep * Pt + q];
+            if (hyfi_grad_sum_mode(e, tn->wpart[e->rep * Pt + q], &wf, nd->p[0]->numel, nd->p[0]->name, &mw,
                                    &accw))
                 return -1;
             if (nd->p[1]) {
                 int accb;
-                if (hyfi_grad_sum_mode(e, tn->bpart[q], &bf, nd->p[1]->numel, nd->p[1]->name,
+                if (hyfi_grad_sum_mode(e, tn->bpart[e->rep * Pt + q], &bf, nd->p[1]->numel, nd->p[1]->name,
                                        &mb, &accb))
                     return -1;
             }
             /* the fill tasks go to the tile's place too */
             for (int k = P->n - 1; k >= 0 && P->t[k].place < 0 && P->t[k].cl == &hyfi_cl_fill; k--)
                 P->t[k].place = tplace(e, y, q);
-            nd->tn->wpw[q] = 1;
+            nd->tn->wpw[e->rep * Pt + q] = 1;
             nd->p[0]->gwritten = 1;
             if (nd->p[1]) nd->p[1]->gwritten = 1;
             a.acc = accw;
             tname(nm, sizeof nm, nd, "bwd_weight", q, e);
             TASK(&hyfi_cl_conv2d_backward_weight, nm, &a);
-            hyfi_prog_buf(P, tn->wpart[q], mw);
-            if (nd->p[1]) hyfi_prog_buf(P, tn->bpart[q], mb);
+            hyfi_prog_buf(P, tn->wpart[e->rep * Pt + q], mw);
+            if (nd->p[1]) hyfi_prog_buf(P, tn->bpart[e->rep * Pt + q], mb);
             R(TGRAD(y, q)), R(tn->use_buf[q] ? tn->buf[e->m * Pt + q] : TILE(x, q));
             ON_PLACE(tplace(e, y, q));
         }
@@ -1412,17 +1417,17 @@ int hyfi_spatial_backward(emit_ctx *e, const node *nd)
         enum starpu_data_access_mode mg, mb;
         int accg, accb;
         nd->p[0]->gwritten = nd->p[1]->gwritten = 1;
-        if (hyfi_grad_sum_mode(e, nd->p[0]->gh[0], &nd->p[0]->gw[0], nd->p[0]->numel,
+        if (hyfi_grad_sum_mode(e, PGH(nd->p[0]), &PGW(nd->p[0]), nd->p[0]->numel,
                                nd->p[0]->name, &mg, &accg) ||
-            hyfi_grad_sum_mode(e, nd->p[1]->gh[0], &nd->p[1]->gw[0], nd->p[1]->numel,
+            hyfi_grad_sum_mode(e, PGH(nd->p[1]), &PGW(nd->p[1]), nd->p[1]->numel,
                                nd->p[1]->name, &mb, &accb))
             return -1;
         hyfi_task_args c = {.acc = accg ? HYFI_BN_ACC_PARAMS : 0, .u.bnc = ca};
         hyfi_task_name(nm, sizeof nm, nd, "bwd_combine", e);
         TASK(&hyfi_cl_bn_bwd_combine, nm, &c);
         W(tn->tot[e->m]);
-        hyfi_prog_buf(P, nd->p[0]->gh[0], mg);
-        hyfi_prog_buf(P, nd->p[1]->gh[0], mb);
+        hyfi_prog_buf(P, PGH(nd->p[0]), mg);
+        hyfi_prog_buf(P, PGH(nd->p[1]), mb);
         R(TH(nd->s[1], e->m));
         for (int q = 0; q < Pt; q++) R(tn->bwpart[e->m * Pt + q]);
         for (int q = 0; q < Pt && x->requires_grad; q++) {
@@ -1432,7 +1437,7 @@ int hyfi_spatial_backward(emit_ctx *e, const node *nd)
             tname(nm, sizeof nm, nd, "bwd", q, e);
             TASK(&hyfi_cl_bn_bwd_apply, nm, &s);
             tile_grad_out(e, x, q);
-            R(TGRAD(y, q)), R(TILE(x, q)), R(TH(nd->p[0], 0)), R(TH(nd->s[0], e->m));
+            R(TGRAD(y, q)), R(TILE(x, q)), R(PH(nd->p[0])), R(TH(nd->s[0], e->m));
             R(TH(nd->s[1], e->m)), R(tn->tot[e->m]);
             ON_PLACE(tplace(e, x, q));
             tile_grad_done(e, x, q);
@@ -1554,23 +1559,25 @@ int hyfi_spatial_param_sums(emit_ctx *e)
     hyfi_graph *g = e->g;
     const int Pt = g->pl->P;
     char nm[HYFI_NAME_MAX + 32];
+    for (int r = 0; r < g->pl->nrep; r++)
     for (int i = 0; i < g->nnodes; i++) {
         const node *nd = &g->nodes[i];
-        if (!nd->tn || !nd->tn->wpart || !nd->tn->wpw[0]) continue;
+        if (!nd->tn || !nd->tn->wpart || !nd->tn->wpw[r * Pt]) continue;
         for (int k = 0; k < 2; k++) {
             hyfi_tensor *p = nd->p[k];
             if (!p) continue;
-            starpu_data_handle_t *parts = k ? nd->tn->bpart : nd->tn->wpart;
+            starpu_data_handle_t *parts = (k ? nd->tn->bpart : nd->tn->wpart) + r * Pt;
             for (int q = 0; q < Pt; q++) {
                 hyfi_task_args a = {.acc = q > 0, .u.elt.count = p->numel};
                 snprintf(nm, sizeof nm, "%.50s.tile_sum%d", p->name, q);
                 TASK(&hyfi_cl_accumulate, nm, &a);
-                hyfi_prog_buf(P, p->gh[0], q ? STARPU_RW : STARPU_W);
+                hyfi_prog_buf(P, p->gh[r], q ? STARPU_RW : STARPU_W);
                 R(parts[q]);
-                P->t[P->n - 1].place = g->pl->stage_place0[nd->stage];
-                P->t[P->n - 1].rank = g->pl->stage_rank[nd->stage];
+                P->t[P->n - 1].place = HYFI_PLACE(g->pl, r, g->pl->stage_place0[nd->stage]);
+                P->t[P->n - 1].rank = hyfi_stage_rank(g->pl, r, nd->stage);
+                P->t[P->n - 1].worker = hyfi_stage_worker(g->pl, r, nd->stage);
             }
-            p->gw[0] = 1;
+            p->gw[r] = 1;
         }
     }
     return 0;
@@ -1580,14 +1587,14 @@ int hyfi_spatial_param_sums(emit_ctx *e)
 int hyfi_spatial_release(emit_ctx *e, int s)
 {
     hyfi_graph *g = e->g;
-    const int Pt = g->pl->P, m = e->m;
+    const int Pt = g->pl->P, m = e->m, rp = e->rep;
     program *P = e->P;
     for (int i = 0; i < g->ntensors; i++) {
         hyfi_tensor *t = g->tensors[i];
         if (!t->tl || t->tl->stage != s || t->kind == T_INPUT) continue;
         t->released = 1;
         for (int q = 0; q < Pt; q++) {
-            const int r = hyfi_tile_rank(g, t->tl, q);
+            const int r = hyfi_tile_rank(g, t->tl, q, rp);
             if (hyfi_emit_release(P, t->tl->h[m * Pt + q], r)) return -1;
             if (t->tl->gh[m * Pt + q] && hyfi_emit_release(P, t->tl->gh[m * Pt + q], r)) return -1;
         }
@@ -1597,7 +1604,7 @@ int hyfi_spatial_release(emit_ctx *e, int s)
         const hyfi_tnode *tn = nd->tn;
         if (!tn || nd->stage != s) continue;
         for (int q = 0; q < Pt; q++) {
-            const int r = hyfi_tile_rank(g, nd->in[0]->tl, q);
+            const int r = hyfi_tile_rank(g, nd->in[0]->tl, q, rp);
             starpu_data_handle_t hs[] = {tn->buf ? tn->buf[m * Pt + q] : NULL,
                                          tn->dbuf ? tn->dbuf[m * Pt + q] : NULL,
                                          tn->part ? tn->part[m * Pt + q] : NULL,
@@ -1606,18 +1613,19 @@ int hyfi_spatial_release(emit_ctx *e, int s)
                 if (hs[k] && hyfi_emit_release(P, hs[k], r)) return -1;
             for (int k = 1; tn->strip && k < tn->npieces[q]; k++) {
                 const size_t j = ((size_t)m * Pt + q) * NP + k;
-                const int ru = hyfi_tile_rank(g, nd->in[0]->tl, tn->from[q][k]);
+                const int ru = hyfi_tile_rank(g, nd->in[0]->tl, tn->from[q][k], rp);
                 if (tn->strip[j] && hyfi_emit_release(P, tn->strip[j], ru)) return -1;
                 if (tn->dstrip[j] && hyfi_emit_release(P, tn->dstrip[j], r)) return -1;
             }
         }
-        if (tn->tot && hyfi_emit_release(P, tn->tot[m], g->pl->stage_rank[nd->stage])) return -1;
+        if (tn->tot && hyfi_emit_release(P, tn->tot[m], hyfi_stage_rank(g->pl, rp, nd->stage)))
+            return -1;
         if (tn->fg && tn->fg_pos == 0) {
             const hyfi_fgroup *fg = tn->fg;
             for (int j = 0; j < fg->n; j++)
                 for (int q = 0; q < Pt; q++) {
                     const size_t k = ((size_t)j * g->pl->nmb + m) * Pt + q;
-                    const int r = hyfi_tile_rank(g, fg->op[j]->out->tl, q);
+                    const int r = hyfi_tile_rank(g, fg->op[j]->out->tl, q, rp);
                     starpu_data_handle_t hs[] = {fg->val[k], fg->grad[k], fg->pbuf[k],
                                                  fg->dpbuf[k], fg->xo[k], fg->dyo[k], fg->dxo[k]};
                     for (size_t a = 0; a < sizeof hs / sizeof *hs; a++)
@@ -1659,12 +1667,13 @@ size_t hyfi_spatial_halo_volume(const hyfi_graph *g)
         const hyfi_tnode *tn = nd->tn;
         if (!tn || !tn->windowed || (tn->fg && tn->fg_pos > 0)) continue;
         const hyfi_tensor *x = nd->in[0];
+        for (int r = 0; r < pl->nrep; r++)
         for (int q = 0; q < pl->P; q++) {
             if (!tn->use_buf[q]) continue;
             for (int k = 1; k < tn->npieces[q]; k++) {
-                if (hyfi_tile_rank(g, x->tl, q) == hyfi_tile_rank(g, x->tl, tn->from[q][k]))
+                if (hyfi_tile_rank(g, x->tl, q, r) == hyfi_tile_rank(g, x->tl, tn->from[q][k], r))
                     continue;
-                const size_t s = (size_t)x->dims[0] * x->dims[1] * tn->piece[q][k].h *
+                const size_t s = (size_t)(x->dims[0] / pl->nrep) * x->dims[1] * tn->piece[q][k].h *
                                  tn->piece[q][k].w * sizeof(float);
                 b += x->requires_grad ? 2 * s : s;
             }

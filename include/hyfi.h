@@ -265,6 +265,19 @@ typedef enum hyfi_slice_method {
     HYFI_SLICE_HORIZONTAL   /* P horizontal strips (the height is cut) */
 } hyfi_slice_method;
 
+typedef enum hyfi_gems {
+    HYFI_GEMS_NONE = 0,
+    HYFI_GEMS_MAST,         /* two copies of the model: copy 1 mirrored (stage i on the place
+                               of copy 0's stage S-1-i) */
+    HYFI_GEMS_MASTER        /* 2 x `replications` copies, alternately mirrored */
+} hyfi_gems;
+
+typedef enum hyfi_allreduce {
+    HYFI_ALLREDUCE_AUTO = 0, /* tree for small gradients (and 2 replicas), ring for large */
+    HYFI_ALLREDUCE_RING,     /* reduce-scatter + all-gather over chunks: 2 steps of n/R */
+    HYFI_ALLREDUCE_TREE      /* binomial-tree reduce to replica 0, then broadcast back */
+} hyfi_allreduce;
+
 typedef struct hyfi_plan_config {
     int stages;             /* layer partitions (MPI4DL's --split-size); <= 1: one */
     const int *balance;     /* layers per stage (`stages` entries, summing to the layer
@@ -292,6 +305,20 @@ typedef struct hyfi_plan_config {
      * the neighbour computes. Chains stop at ops with several inputs (add,
      * concat) and at tensors with several consumers. <= 1: one exchange per op. */
     int fused_layers;
+    /* Replicas: GEMS copies (bidirectional parallelism) times `data_parallel`
+     * groups; each replica is the whole arrangement above (stages, tiles,
+     * micro-batches) on its own places. The graph's batch is the global batch;
+     * replica k takes its k-th slice (`parts` micro-batches of it), so the step
+     * equals the one-place step with `parts` x replicas micro-batches. Each
+     * parameter's gradient is all-reduced over the replicas by tasks (chunks
+     * moved between ranks by StarPU-MPI) as soon as it is complete, then every
+     * replica updates its own copy; running statistics are combined to what
+     * the one-place run would have. Data-parallel groups take ranks/groups
+     * ranks each; GEMS copies share their group's ranks. */
+    hyfi_gems gems;
+    int replications;       /* MASTER: pairs of copies (MPI4DL's --times); <= 1: one */
+    int data_parallel;      /* data-parallel groups (--data-parallel); <= 1: one */
+    hyfi_allreduce allreduce;
 } hyfi_plan_config;
 
 /* Set the plan of a graph before hyfi_graph_compile (default: one stage, one

@@ -29,6 +29,8 @@ typedef struct {
         hyfi_fc_args fc;
         hyfi_xent_args xent;
         hyfi_sgd_args sgd;
+        hyfi_slice_args slice;        /* copy_slice */
+        hyfi_rcomb_args rcomb;        /* running_combine */
         hyfi_tile_args tile;          /* tile_assemble / tile_scatter (acc: the mask) */
         hyfi_bn_combine_args bnc;     /* bn_combine, bn_bwd_combine */
         struct {
@@ -142,6 +144,8 @@ extern struct starpu_codelet hyfi_cl_fc_forward, hyfi_cl_fc_backward_data,
     hyfi_cl_fc_backward_weight;
 extern struct starpu_codelet hyfi_cl_xent_forward, hyfi_cl_xent_backward;
 extern struct starpu_codelet hyfi_cl_sgd_update;
+/* Replicas: copy_slice (dst, src); running_combine (x, r0, r_1 .. r_(R-1)). */
+extern struct starpu_codelet hyfi_cl_copy_slice, hyfi_cl_running_combine;
 /* Spatial tiles: assemble (dst, src...), scatter (dst..., src); batch norm over
  * tiles: stats (part, x), combine (mean, var, run_mean, run_var, parts...),
  * bwd_stats (part, dy, x, mean), bwd_combine (tot, dgamma, dbeta, var,

@@ -229,6 +229,33 @@ typedef struct {
 int hyfi_sgd_update_ref(float *w, float *v, const float *g, const hyfi_sgd_args *a);
 int hyfi_sgd_update_cpu(float *w, float *v, const float *g, const hyfi_sgd_args *a);
 
+/* ---------------------------------------------------------------- replica */
+/* Replicas (GEMS copies, data parallelism): the pieces of the gradient
+ * all-reduce and of the running-statistics combine (engine/compile.c). */
+typedef struct {
+    size_t count;                 /* floats copied */
+    size_t src_off, dst_off;      /* offsets into src and dst */
+} hyfi_slice_args;
+
+#define HYFI_RCOMB_MAX 15          /* replicas 1 .. R-1 of a combine */
+typedef struct {
+    size_t count;                 /* floats per statistic */
+    int nrep;                     /* replicas R: r holds R - 1 pointers (replicas 1..R-1) */
+    double decay;                 /* a^B: (1 - momentum) to the micro-batches per replica */
+} hyfi_rcomb_args;
+
+/* dst[dst_off + i] = src[src_off + i], i < count (a chunk out of / into a gradient). */
+int hyfi_copy_slice_ref(float *dst, const float *src, const hyfi_slice_args *a);
+int hyfi_copy_slice_cpu(float *dst, const float *src, const hyfi_slice_args *a);
+/* Running statistics of R replicas that each applied r <- (1 - m) r + m s to B
+ * micro-batches from the same r0 -> the value after all R x B in replica order:
+ *   x = r_0 (in/out);  for k = 1 .. R-1:  x = decay x + (r_k - decay r0).
+ * x, r0, r[k - 1] (count). */
+int hyfi_running_combine_ref(float *x, const float *r0, const float *const *r,
+                             const hyfi_rcomb_args *a);
+int hyfi_running_combine_cpu(float *x, const float *r0, const float *const *r,
+                             const hyfi_rcomb_args *a);
+
 /* ------------------------------------------------------------------- tile */
 /* Spatial tiles: rectangles copied between tensors of the same N and C.
  * Assembling a tile's padded input (its own rows plus the halo strips of its

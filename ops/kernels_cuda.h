@@ -93,6 +93,11 @@ int hyfi_xent_backward_cuda(hyfi_cuda_env *env, float *dlogits, const float *pro
                             const int32_t *labels, const float *dloss,
                             const hyfi_xent_args *a, int acc);
 
+int hyfi_copy_slice_cuda(hyfi_cuda_env *env, float *dst, const float *src,
+                         const hyfi_slice_args *a);
+/* r: R - 1 device pointers; at most HYFI_RCOMB_MAX of them. */
+int hyfi_running_combine_cuda(hyfi_cuda_env *env, float *x, const float *r0,
+                              const float *const *r, const hyfi_rcomb_args *a);
 int hyfi_sgd_update_cuda(hyfi_cuda_env *env, float *w, float *v, const float *g,
                          const hyfi_sgd_args *a);
 

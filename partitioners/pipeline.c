@@ -101,3 +101,57 @@ int hyfi_places_to_ranks(int places, int ranks, int *rank_of, char *err, size_t 
     for (int p = 0; p < places; p++) rank_of[p] = (int)((long long)p * ranks / places);
     return 0;
 }
+
+int hyfi_replicas_to_ranks(int places, const int *stage_of, int copies, int groups, int ranks,
+                           int *rank_of, char *err, size_t errlen)
+{
+    if (places < 1 || !stage_of || copies < 1 || groups < 1 || ranks < 1 || !rank_of) {
+        if (err) snprintf(err, errlen, "%d places x %d copies x %d groups on %d ranks: all must "
+                                       "be at least 1", places, copies, groups, ranks);
+        return -1;
+    }
+    if (ranks % groups != 0 && groups % ranks != 0) {
+        if (err)
+            snprintf(err, errlen, "%d MPI ranks cannot be shared evenly by %d data-parallel "
+                                  "replicas (--data-parallel %d): use a number of ranks that is "
+                                  "a multiple of %d (mpiexec -n %d) or divides it", ranks, groups,
+                     groups, groups, groups * ((ranks + groups - 1) / groups));
+        return -1;
+    }
+    const int per = ranks >= groups ? ranks / groups : 1;
+    if (per > places) {
+        if (err)
+            snprintf(err, errlen, "%d MPI ranks give each of the %d data-parallel replica%s %d "
+                                  "ranks but a replica has only %d place%s: every rank needs at "
+                                  "least one; run with mpiexec -n %d (or fewer), or use more "
+                                  "stages (--split-size) or tiles", ranks, groups,
+                     groups == 1 ? "" : "s", per, places, places == 1 ? "" : "s",
+                     places * groups);
+        return -1;
+    }
+    /* copy 0 of group 0 on ranks [0, per) */
+    if (hyfi_places_to_ranks(places, per, rank_of, err, errlen)) return -1;
+    const int S = stage_of[places - 1] + 1;
+    for (int c = 1; c < copies; c++)
+        for (int p = 0; p < places; p++) {
+            int q = p;
+            if (c & 1) {
+                /* place t of stage s -> place t mod n of stage S-1-s */
+                const int s = stage_of[p], ms = S - 1 - s;
+                int first = p, mfirst = -1, mn = 0;
+                while (first > 0 && stage_of[first - 1] == s) first--;
+                for (int k = 0; k < places; k++)
+                    if (stage_of[k] == ms) {
+                        if (mfirst < 0) mfirst = k;
+                        mn++;
+                    }
+                q = mfirst + (p - first) % mn;
+            }
+            rank_of[c * places + p] = rank_of[q];
+        }
+    for (int d = 1; d < groups; d++)
+        for (int k = 0; k < copies * places; k++)
+            rank_of[d * copies * places + k] =
+                ranks >= groups ? rank_of[k] + d * per : d % ranks;
+    return 0;
+}

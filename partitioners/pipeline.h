@@ -53,4 +53,20 @@ const char *hyfi_pipe_kind_name(hyfi_pipe_kind kind);
  * (a rank would have nothing to do). */
 int hyfi_places_to_ranks(int places, int ranks, int *rank_of, char *err, size_t errlen);
 
+/* Places of the replicas of one arrangement of `places` places (stage_of[p]:
+ * the stage of place p; stages 0..S-1 in order, each on consecutive places),
+ * for `copies` GEMS copies x `groups` data-parallel groups; replica
+ * k = d * copies + c (group d, copy c) has places [k * places, (k+1) * places).
+ *   groups: each data-parallel group gets its own block of ranks/groups ranks
+ *           (with fewer ranks than groups, group d shares rank d % ranks);
+ *   copy 0: its places spread over the group's ranks as hyfi_places_to_ranks;
+ *   copies: even copies sit like copy 0; odd copies are mirrored (GEMS): the
+ *           places of stage s go to the ranks of copy 0's stage S-1-s (its
+ *           place t mod the number of places of that stage).
+ * Writes rank_of[0 .. copies * groups * places). Returns 0, or -1 with a
+ * message naming the fix when ranks and groups do not divide one another, or
+ * a group would get more ranks than it has places. */
+int hyfi_replicas_to_ranks(int places, const int *stage_of, int copies, int groups, int ranks,
+                           int *rank_of, char *err, size_t errlen);
+
 #endif

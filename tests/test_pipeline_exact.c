@@ -73,11 +73,18 @@ typedef struct {
     int steps;     /* 0: STEPS; fewer steps measure no traffic */
     int traffic_only; /* 3 steps for the traffic check; numbers compared by another row */
     int fused;     /* fused halos: ops per exchange */
+    hyfi_gems gems;    /* replicas: GEMS copies */
+    int times;         /* MASTER: pairs of copies */
+    int dp;            /* data-parallel groups */
+    hyfi_allreduce ar;
 } plan_def;
 
-#define NMODELS 3
+#define NMODELS 4
 static model_def MODELS[NMODELS];
 
+/* rows without replicas leave the replica fields zero */
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmissing-field-initializers"
 static const plan_def PLANS[] = {
     {0, 2, 1, HYFI_SCHEDULE_GPIPE, 0, {0}, 0, 0, HYFI_SLICE_SQUARE, 0, 0, 0},          /* layers only */
     {0, 2, 4, HYFI_SCHEDULE_GPIPE, 0, {0}, 0, 0, HYFI_SLICE_SQUARE, 0, 0, 0},          /* layers + micro-batches */
@@ -107,7 +114,32 @@ static const plan_def PLANS[] = {
     {2, 3, 2, HYFI_SCHEDULE_1F1B, 0, {0}, 2, 4, HYFI_SLICE_HORIZONTAL, 0, 0, 2},
     {1, 2, 1, HYFI_SCHEDULE_GPIPE, 0, {0}, 1, 4, HYFI_SLICE_SQUARE, 1, 0, 2},
     {1, 2, 1, HYFI_SCHEDULE_GPIPE, 0, {0}, 1, 4, HYFI_SLICE_SQUARE, 0, 1, 2},
+    /* replicas: compared with the one-place run of the global batch cut into
+     * parts x replicas micro-batches */
+    {0, 1, 2, HYFI_SCHEDULE_GPIPE, 0, {0}, 0, 0, HYFI_SLICE_SQUARE, 0, 0, 0,
+     HYFI_GEMS_NONE, 0, 2, HYFI_ALLREDUCE_RING},                                      /* data parallel */
+    {0, 1, 2, HYFI_SCHEDULE_GPIPE, 0, {0}, 0, 0, HYFI_SLICE_SQUARE, 0, 0, 0,
+     HYFI_GEMS_NONE, 0, 4, HYFI_ALLREDUCE_RING},                                      /* 4 replicas */
+    {0, 1, 2, HYFI_SCHEDULE_GPIPE, 0, {0}, 0, 0, HYFI_SLICE_SQUARE, 0, 0, 0,
+     HYFI_GEMS_NONE, 0, 4, HYFI_ALLREDUCE_TREE},
+    {0, 2, 2, HYFI_SCHEDULE_1F1B, 0, {0}, 0, 0, HYFI_SLICE_SQUARE, 0, 0, 0,
+     HYFI_GEMS_MAST, 0, 1, HYFI_ALLREDUCE_TREE},                                      /* GEMS MAST */
+    {0, 2, 1, HYFI_SCHEDULE_GPIPE, 0, {0}, 0, 0, HYFI_SLICE_SQUARE, 0, 0, 0,
+     HYFI_GEMS_MASTER, 2, 1, HYFI_ALLREDUCE_RING},                                    /* MASTER x 2 */
+    {0, 2, 2, HYFI_SCHEDULE_1F1B, 0, {0}, 0, 0, HYFI_SLICE_SQUARE, 0, 0, 0,
+     HYFI_GEMS_MAST, 0, 2, HYFI_ALLREDUCE_AUTO},                                      /* GEMS + DP */
+    /* AmoebaNet: numbers after 1 step (see the header), traffic over 3 */
+    {1, 2, 2, HYFI_SCHEDULE_GPIPE, 1, {0}, 0, 0, HYFI_SLICE_SQUARE, 1, 0, 0,
+     HYFI_GEMS_MAST, 0, 1, HYFI_ALLREDUCE_AUTO},
+    {1, 2, 2, HYFI_SCHEDULE_GPIPE, 1, {0}, 0, 0, HYFI_SLICE_SQUARE, 0, 1, 0,
+     HYFI_GEMS_MAST, 0, 1, HYFI_ALLREDUCE_AUTO},
+    /* all five: 2 tiles x 2 stages x 2 micro-batches x GEMS x 2 data-parallel */
+    {3, 2, 2, HYFI_SCHEDULE_1F1B, 0, {0}, 1, 2, HYFI_SLICE_VERTICAL, 0, 0, 0,
+     HYFI_GEMS_MAST, 0, 2, HYFI_ALLREDUCE_AUTO},
+    {3, 2, 1, HYFI_SCHEDULE_GPIPE, 0, {0}, 1, 4, HYFI_SLICE_SQUARE, 0, 0, 2,
+     HYFI_GEMS_MAST, 0, 2, HYFI_ALLREDUCE_RING},
 };
+#pragma GCC diagnostic pop
 #define NPLANS ((int)(sizeof PLANS / sizeof *PLANS))
 
 typedef struct {
@@ -133,6 +165,27 @@ static void init_models(void)
     a.num_classes = 10;
     MODELS[1] = (model_def){"amoebanet3x16", a, 8, 64};
     MODELS[2] = (model_def){"resnet8_32px", r, 4, 32};
+    MODELS[3] = (model_def){"resnet8_32px_b8", r, 8, 32};
+}
+
+static int plan_reps(const plan_def *pd)
+{
+    const int copies = pd->gems == HYFI_GEMS_NONE   ? 1
+                       : pd->gems == HYFI_GEMS_MAST ? 2
+                                                    : 2 * (pd->times > 1 ? pd->times : 1);
+    return copies * (pd->dp > 1 ? pd->dp : 1);
+}
+
+/* The micro-batches of the one-place reference: parts x replicas. */
+static int ref_parts(const plan_def *pd) { return pd->parts * plan_reps(pd); }
+
+/* The plan can run on R ranks: every rank gets a place. */
+static int plan_fits(const plan_def *pd, int R)
+{
+    const int places = pd->stages - pd->K + pd->K * (pd->P > 1 ? pd->P : 1);
+    const int groups = pd->dp > 1 ? pd->dp : 1;
+    if (R % groups && groups % R) return 0;
+    return (R >= groups ? R / groups : 1) <= places;
 }
 
 static void batch_data(const model_def *m, int step, float *x, int32_t *y)
@@ -317,13 +370,13 @@ static int do_ref(const char *dir)
     }
     int fails = 0;
     for (int mi = 0; mi < NMODELS; mi++)
-        for (int parts = 1; parts <= 4; parts *= 2)
+        for (int parts = 1; parts <= 8; parts *= 2)
             for (int k = 0; k < 4; k++) {
                 const int det = k & 1, steps = k & 2 ? 1 : STEPS;
                 /* only the references some plan compares with */
                 int used = 0;
                 for (int p = 0; p < NPLANS; p++)
-                    used |= PLANS[p].model == mi && PLANS[p].parts == parts &&
+                    used |= PLANS[p].model == mi && ref_parts(&PLANS[p]) == parts &&
                             PLANS[p].det == det && (PLANS[p].steps ? PLANS[p].steps : STEPS) == steps;
                 if (!used) continue;
                 run_result r = {.steps = steps};
@@ -424,16 +477,20 @@ static int do_check(const char *dir, int use_mpi)
     int nplans = 0;
     for (int k = 0; k < NPLANS; k++) {
         const plan_def *pd = &PLANS[k];
-        if (pd->stages - pd->K + pd->K * (pd->P > 1 ? pd->P : 1) < R) continue;
+        if (!plan_fits(pd, R)) continue;
         const model_def *m = &MODELS[pd->model];
+        const char *filter = getenv("HYFI_TEST_FILTER");
         hyfi_plan_config plan = {.stages = pd->stages, .parts = pd->parts,
                                  .schedule = pd->schedule, .deterministic = pd->det,
                                  .balance = pd->balance[0] ? pd->balance : NULL,
                                  .spatial_stages = pd->K, .spatial_parts = pd->P,
-                                 .slice = pd->slice, .fused_layers = pd->fused};
+                                 .slice = pd->slice, .fused_layers = pd->fused,
+                                 .gems = pd->gems, .replications = pd->times,
+                                 .data_parallel = pd->dp, .allreduce = pd->ar};
+        const int reps = plan_reps(pd);
         /* Bitwise where the gradient sums have a fixed order: deterministic
          * plans, and at most two micro-batches (a + b == b + a). */
-        const int exact = !pd->K && (pd->det || pd->parts <= 2);
+        const int exact = !pd->K && reps == 1 && (pd->det || pd->parts <= 2);
         char what[160], path[1024];
         char sp[48] = "";
         if (pd->K)
@@ -441,14 +498,26 @@ static int do_check(const char *dir, int use_mpi)
                      pd->slice == HYFI_SLICE_SQUARE ? "square"
                      : pd->slice == HYFI_SLICE_VERTICAL ? "vertical" : "horizontal",
                      pd->fused > 1 ? " fused" : "");
-        snprintf(what, sizeof what, "%s S=%d M=%d %s%s%s%s on %d rank%s%s", m->name, pd->stages,
-                 pd->parts, pd->schedule == HYFI_SCHEDULE_1F1B ? "1f1b" : "gpipe",
-                 plan.balance ? " (balance given)" : "", pd->det ? " deterministic" : "", sp, R,
-                 R > 1 ? "s" : "", use_mpi ? "" : " (no MPI)");
+        char rp[80] = "";
+        if (reps > 1)
+            snprintf(rp, sizeof rp, "%s%s%s%.0d (%d replicas, %s)",
+                     pd->gems == HYFI_GEMS_MAST     ? " GEMS MAST"
+                     : pd->gems == HYFI_GEMS_MASTER ? " GEMS MASTER"
+                                                    : "",
+                     pd->gems == HYFI_GEMS_MASTER && pd->times > 1 ? " x2" : "",
+                     pd->dp > 1 ? " data-parallel " : "", pd->dp > 1 ? pd->dp : 0, reps,
+                     pd->ar == HYFI_ALLREDUCE_RING   ? "ring"
+                     : pd->ar == HYFI_ALLREDUCE_TREE ? "tree"
+                                                     : "auto");
+        snprintf(what, sizeof what, "%s S=%d M=%d %s%s%s%s%s on %d rank%s%s", m->name,
+                 pd->stages, pd->parts, pd->schedule == HYFI_SCHEDULE_1F1B ? "1f1b" : "gpipe",
+                 plan.balance ? " (balance given)" : "", pd->det ? " deterministic" : "", sp, rp,
+                 R, R > 1 ? "s" : "", use_mpi ? "" : " (no MPI)");
+        if (filter && !strstr(what, filter)) continue;
         const int steps = pd->steps ? pd->steps : STEPS;
         run_result got = {.steps = steps}, want = {.steps = steps};
         hyfi_graph *g = NULL;
-        ref_path(path, sizeof path, dir, m, pd->parts, pd->det, steps);
+        ref_path(path, sizeof path, dir, m, ref_parts(pd), pd->det, steps);
         if (load_ref(path, &want)) {
             printf("%s: cannot read the reference %s (run 'ref' first)\n", what, path);
             tu_check(1, what);
@@ -491,11 +560,12 @@ static int do_check(const char *dir, int use_mpi)
             for (int to = 0; to < R; to++) {
                 const size_t meas = got.sent[1][to] - got.sent[0][to];
                 const size_t pred = hyfi_plan_step_bytes(g, rank, to);
-                const size_t closed = pd->model == 0 ? chain_bytes(g, rank, to, R) : pred;
+                const size_t closed =
+                    pd->model == 0 && reps == 1 ? chain_bytes(g, rank, to, R) : pred;
                 if (meas != 2 * pred || pred != closed) {
                     printf("  rank %d -> %d: %zu bytes sent in 2 steps, predicted 2 x %zu%s%zu\n",
-                           rank, to, meas, pred, pd->model == 0 ? ", closed form " : ", ",
-                           closed);
+                           rank, to, meas, pred,
+                           pd->model == 0 && reps == 1 ? ", closed form " : ", ", closed);
                     tbad++;
                 }
                 if (rank == 0 && to == 1)
