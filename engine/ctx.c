@@ -162,6 +162,7 @@ void hyfi_ctx_destroy(hyfi_ctx *ctx)
     hyfi_ops_fini();
     if (ctx->mpi) starpu_mpi_shutdown();
     else starpu_shutdown();
+    hyfi_records_free();
     free(ctx);
     g_ctx_alive = 0;
 }

@@ -179,6 +179,7 @@ struct hyfi_ctx {
     int ncpu, ncuda;
     int cpu_threads;
     int verbose;
+    int records;          /* hyfi_ctx_set_task_records */
 };
 
 struct hyfi_graph {
@@ -232,6 +233,10 @@ void hyfi_tensor_free(hyfi_tensor *t);
 /* compile.c */
 void hyfi_programs_free(hyfi_graph *g);
 void hyfi_handles_free(hyfi_graph *g);
+
+/* records.c: the per-task callback of hyfi_ctx_set_task_records. */
+void hyfi_record_task(void *arg);
+void hyfi_records_free(void);
 
 /* run.c */
 hyfi_status hyfi_program_run(hyfi_graph *g, program *p);

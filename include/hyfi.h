@@ -354,6 +354,23 @@ size_t hyfi_plan_halo_volume(const hyfi_graph *g);
 /* The plan as text (one line per stage), snprintf-style: returns the length it
  * needs, writes at most len bytes. */
 size_t hyfi_plan_describe(const hyfi_graph *g, char *buf, size_t len);
+/* ----------------------------------------------------------- task records */
+/* With records on, every hyfi task this rank runs leaves a record when it
+ * ends: its name (op.pass[.tile][.mb], e.g. "s1.b0.conv1.bwd_weight.mb2" or
+ * "fc.weight.allreduce.rs0.r1.c0"), the StarPU worker and its start and end
+ * on StarPU's clock (microseconds, one clock per process). Turning them on
+ * enables StarPU's task profiling and costs a callback per task; off, nothing
+ * (the default). Switching on clears the records. */
+typedef struct hyfi_task_record {
+    char name[64];
+    int worker;
+    double start_us, end_us;
+} hyfi_task_record;
+hyfi_status hyfi_ctx_set_task_records(hyfi_ctx *ctx, bool on);
+/* Copy up to cap records (in completion order) to out (may be NULL with cap
+ * 0); returns how many there are. */
+size_t hyfi_ctx_task_records(const hyfi_ctx *ctx, hyfi_task_record *out, size_t cap);
+
 /* Bytes this rank has sent to each rank so far (StarPU-MPI's statistics);
  * sent[] has nranks entries. All zero without MPI. */
 hyfi_status hyfi_ctx_comm_bytes(const hyfi_ctx *ctx, size_t *sent, int nranks);
