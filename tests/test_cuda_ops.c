@@ -14,6 +14,7 @@ int cuda_test_fc(uint64_t *seed);
 int cuda_test_xent(uint64_t *seed);
 int cuda_test_sgd(uint64_t *seed);
 int cuda_test_tile(uint64_t *seed);
+int cuda_test_replica(uint64_t *seed);
 
 int main(void)
 {
@@ -37,6 +38,7 @@ int main(void)
     failures += cuda_test_fc(&seed);
     failures += cuda_test_xent(&seed);
     failures += cuda_test_sgd(&seed);
+    failures += cuda_test_replica(&seed);
     printf("%d CUDA comparisons failed\n", failures);
     int rc = tu_finish();
     return failures ? 1 : rc;

@@ -105,5 +105,30 @@ int main(void)
     tu_check(hyfi_places_to_ranks(2, 4, r, err, sizeof err) == 0 || !strstr(err, "mpiexec -n 2"),
              "more ranks than places refused, naming the fix");
     printf("message: %s\n", err);
+
+    /* replicas: 2 stages (places 0, 1), GEMS MAST on 2 ranks: copy 1 mirrored */
+    int rr[64];
+    const int st2[] = {0, 1};
+    tu_check(hyfi_replicas_to_ranks(2, st2, 2, 1, 2, rr, err, sizeof err) || rr[0] != 0 ||
+                 rr[1] != 1 || rr[2] != 1 || rr[3] != 0, "GEMS MAST on 2 ranks: 0 1 | 1 0");
+    /* MASTER x2: copies 2 and 3 as copies 0 and 1 */
+    tu_check(hyfi_replicas_to_ranks(2, st2, 4, 1, 2, rr, err, sizeof err) || rr[4] != 0 ||
+                 rr[5] != 1 || rr[6] != 1 || rr[7] != 0, "GEMS MASTER x2: 0 1 | 1 0 | 0 1 | 1 0");
+    /* 2 tiles + 1 stage, GEMS, 2 data-parallel groups on 4 ranks */
+    const int st3[] = {0, 0, 1};
+    tu_check(hyfi_replicas_to_ranks(3, st3, 2, 2, 4, rr, err, sizeof err) || rr[0] != 0 ||
+                 rr[1] != 0 || rr[2] != 1 || rr[3] != 1 || rr[4] != 1 || rr[5] != 0 ||
+                 rr[6] != 2 || rr[8] != 3 || rr[9] != 3 || rr[11] != 2,
+             "5 dimensions on 4 ranks: 0 0 1 | 1 1 0 | 2 2 3 | 3 3 2");
+    /* data parallel 4 on 2 ranks: groups share ranks */
+    const int st1[] = {0};
+    tu_check(hyfi_replicas_to_ranks(1, st1, 1, 4, 2, rr, err, sizeof err) || rr[0] != 0 ||
+                 rr[1] != 1 || rr[2] != 0 || rr[3] != 1, "4 data-parallel replicas on 2 ranks");
+    tu_check(hyfi_replicas_to_ranks(1, st1, 1, 2, 3, rr, err, sizeof err) == 0 ||
+                 !strstr(err, "multiple of 2"), "3 ranks for 2 data-parallel replicas refused");
+    printf("message: %s\n", err);
+    tu_check(hyfi_replicas_to_ranks(1, st1, 1, 2, 4, rr, err, sizeof err) == 0 ||
+                 !strstr(err, "mpiexec -n 2"), "4 ranks for 2 one-place replicas refused");
+    printf("message: %s\n", err);
     return tu_finish();
 }
