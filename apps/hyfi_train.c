@@ -78,7 +78,20 @@ typedef struct options {
     int spatial_parts;         /* --num-spatial-parts */
     hyfi_slice_method slice;   /* --slice-method */
     int fused_layers;          /* --fused-layers, --halo-d2 */
+    hyfi_gems gems;            /* --gems */
+    int replications;          /* --replications, --times (MASTER) */
+    int data_parallel;         /* --data-parallel */
+    hyfi_allreduce allreduce;  /* --allreduce */
 } options;
+
+/* Model replicas: GEMS copies x data-parallel groups. */
+static int replicas(const options *o)
+{
+    const int copies = o->gems == HYFI_GEMS_NONE   ? 1
+                       : o->gems == HYFI_GEMS_MAST ? 2
+                                                   : 2 * (o->replications > 1 ? o->replications : 1);
+    return copies * (o->data_parallel > 1 ? o->data_parallel : 1);
+}
 
 #define MAX_STAGES 4096
 
@@ -168,6 +181,20 @@ static void usage(FILE *f)
         "  --fused-layers F      up to F consecutive tiled convolutions/pools share one\n"
         "                        wider halo exchange, recomputing a shrinking border [1]\n"
         "  --halo-d2             --fused-layers 2 (MPI4DL's flag)\n"
+        "  --gems M              mast | master: bidirectional parallelism (GEMS): a second\n"
+        "                        copy of the model with its stages mirrored (stage i on the\n"
+        "                        place of stage S-1-i), on its own slice of the data [none]\n"
+        "  --replications R      master: R pairs of copies (also --times, MPI4DL's name) [1]\n"
+        "  --data-parallel N     N replicas of the whole arrangement, each on ranks/N ranks\n"
+        "                        and its own slice of the data; gradients all-reduced by\n"
+        "                        tasks as soon as each is complete [1]\n"
+        "  --allreduce A         auto | ring | tree: the all-reduce over the replicas; auto:\n"
+        "                        tree below 64 KiB per gradient, ring above [auto]\n"
+        "  With replicas, --batch-size is per replica (as in MPI4DL): a step trains on\n"
+        "  batch-size x replicas images, replica k on the k-th slice, and images/s counts\n"
+        "  them all. The step equals the one-place step with --batch-size B x replicas\n"
+        "  --parts M x replicas. Each step line is followed by MPI4DL's own line\n"
+        "  (`Epoch: e images per sec:X`, X = --batch-size / step time, as MPI4DL counts).\n"
         "\n"
         "  -v, --verbose         print the StarPU workers found\n"
         "  -h, --help            this text\n"
@@ -270,7 +297,8 @@ static int parse_args(int argc, char **argv, options *o)
             "--eval-batches", "--metrics", "--depth", "--resnet-version", "--resnet-style",
             "--num-layers", "--num-filters", "--split-size", "--balance", "--parts",
             "--schedule", "--spatial-size", "--num-spatial-parts", "--slice-method",
-            "--fused-layers"};
+            "--fused-layers", "--gems", "--replications", "--times", "--data-parallel",
+            "--allreduce"};
         bool known = false;
         for (size_t k = 0; k < sizeof KNOWN / sizeof KNOWN[0]; k++) known |= !strcmp(flag, KNOWN[k]);
         if (!known) return bad_usage("unknown flag '%s'", flag);
@@ -360,6 +388,20 @@ static int parse_args(int argc, char **argv, options *o)
             else if (!strcmp(val, "horizontal")) o->slice = HYFI_SLICE_HORIZONTAL;
             else return bad_usage("--slice-method '%s' is not known; valid: square, vertical, "
                                   "horizontal", val);
+        } else if (!strcmp(flag, "--gems")) {
+            if (!strcmp(val, "mast")) o->gems = HYFI_GEMS_MAST;
+            else if (!strcmp(val, "master")) o->gems = HYFI_GEMS_MASTER;
+            else if (!strcmp(val, "none")) o->gems = HYFI_GEMS_NONE;
+            else return bad_usage("--gems '%s' is not known; valid: mast, master, none", val);
+        } else if (!strcmp(flag, "--replications") || !strcmp(flag, "--times")) {
+            rc = parse_int(flag, val, 1, 6, &o->replications);
+        } else if (!strcmp(flag, "--data-parallel")) {
+            rc = parse_int(flag, val, 1, 12, &o->data_parallel);
+        } else if (!strcmp(flag, "--allreduce")) {
+            if (!strcmp(val, "auto")) o->allreduce = HYFI_ALLREDUCE_AUTO;
+            else if (!strcmp(val, "ring")) o->allreduce = HYFI_ALLREDUCE_RING;
+            else if (!strcmp(val, "tree")) o->allreduce = HYFI_ALLREDUCE_TREE;
+            else return bad_usage("--allreduce '%s' is not known; valid: auto, ring, tree", val);
         } else if (!strcmp(flag, "--parts")) {
             rc = parse_int(flag, val, 1, 1 << 20, &o->parts);
         } else if (!strcmp(flag, "--schedule")) {
@@ -390,6 +432,11 @@ static int parse_args(int argc, char **argv, options *o)
         }
         if (rc) return -1;
     }
+    if (o->replications > 1 && o->gems != HYFI_GEMS_MASTER)
+        return bad_usage("--replications %d needs --gems master (MAST has one pair of copies)",
+                         o->replications);
+    if (replicas(o) > 12)
+        return bad_usage("%d replicas (GEMS copies x --data-parallel): at most 12", replicas(o));
     if (o->balance) {
         if (!o->split_size) o->split_size = o->nbalance;
         if (o->nbalance != o->split_size)
@@ -546,7 +593,7 @@ int main(int argc, char **argv)
         spec.channels = 3;
         spec.height = spec.width = o.image_size ? o.image_size : 32;
         spec.num_classes = o.num_classes ? o.num_classes : 10;
-        spec.count = (size_t)10 * (size_t)o.batch_size;
+        spec.count = (size_t)10 * (size_t)o.batch_size * (size_t)replicas(&o);
         spec.seed = o.seed;
     }
     int drc = hyfi_dataset_open(&spec, &train, err, sizeof err);
@@ -590,7 +637,8 @@ int main(int argc, char **argv)
         rc = 2;
         goto out;
     }
-    const int B = o.batch_size;
+    /* B: the global batch (--batch-size per replica, as in MPI4DL) */
+    const int nrep = replicas(&o), B = o.batch_size * nrep;
     const size_t ntrain = hyfi_dataset_size(train), numel = hyfi_dataset_image_numel(train);
     const size_t spe = hyfi_data_steps_per_epoch(ntrain, B);
     const long long total = o.steps > 0 ? o.steps : (long long)o.num_epochs * (long long)spe;
@@ -643,7 +691,9 @@ int main(int argc, char **argv)
                              .spatial_stages = o.spatial_size,
                              .spatial_parts = o.spatial_size && !o.spatial_parts ? 4
                                                                                  : o.spatial_parts,
-                             .slice = o.slice, .fused_layers = o.fused_layers};
+                             .slice = o.slice, .fused_layers = o.fused_layers,
+                             .gems = o.gems, .replications = o.replications,
+                             .data_parallel = o.data_parallel, .allreduce = o.allreduce};
     if ((st = hyfi_graph_set_plan(g, &plan)) != HYFI_OK ||
         (st = hyfi_graph_compile(g, loss, &tc)) != HYFI_OK) {
         lib_fail("hyfi_graph_compile", st, g);
@@ -657,6 +707,9 @@ int main(int argc, char **argv)
            model_what, hyfi_param_numel(g), hyfi_data_kind_name(o.dataset), ntrain,
            test ? "" : " (no test split)", C, H, W, K);
     if (test) printf("hyfi-train: %zu test images\n", hyfi_dataset_size(test));
+    if (nrep > 1)
+        printf("hyfi-train: %d replicas x batch %d per replica = global batch %d\n", nrep,
+               o.batch_size, B);
     printf("hyfi-train: batch %d, %lld steps (%zu per epoch), lr %g (%s), momentum %g, weight "
            "decay %g, seed %" PRIu64 ", %d CPU + %d CUDA workers\n",
            B, total, spe, (double)o.lr, o.cosine ? "cosine" : "constant", (double)o.momentum,
@@ -715,6 +768,8 @@ int main(int argc, char **argv)
         t_prev = t;
         if ((s + 1) % o.print_freq == 0 || s == 0 || s + 1 == total) {
             printf("step %lld loss %.4f images/s %.1f\n", s + 1, (double)l, rates[s]);
+            /* MPI4DL's line: its rank 0 divides --batch-size (one replica's) by the time */
+            printf("Epoch: %lld images per sec:%f\n", s / (long long)spe, rates[s] / nrep);
             fflush(stdout);
         }
         if (mf) {
