@@ -82,6 +82,7 @@ typedef struct options {
     int replications;          /* --replications, --times (MASTER) */
     int data_parallel;         /* --data-parallel */
     hyfi_allreduce allreduce;  /* --allreduce */
+    int bucket_kib;            /* --bucket-kib */
 } options;
 
 /* Model replicas: GEMS copies x data-parallel groups. */
@@ -190,6 +191,8 @@ static void usage(FILE *f)
         "                        tasks as soon as each is complete [1]\n"
         "  --allreduce A         auto | ring | tree: the all-reduce over the replicas; auto:\n"
         "                        tree below 64 KiB per gradient, ring above [auto]\n"
+        "  --bucket-kib K        gradients travel packed in buckets of up to K KiB; -1: one\n"
+        "                        all-reduce per parameter [256]\n"
         "  With replicas, --batch-size is per replica (as in MPI4DL): a step trains on\n"
         "  batch-size x replicas images, replica k on the k-th slice, and images/s counts\n"
         "  them all. The step equals the one-place step with --batch-size B x replicas\n"
@@ -298,7 +301,7 @@ static int parse_args(int argc, char **argv, options *o)
             "--num-layers", "--num-filters", "--split-size", "--balance", "--parts",
             "--schedule", "--spatial-size", "--num-spatial-parts", "--slice-method",
             "--fused-layers", "--gems", "--replications", "--times", "--data-parallel",
-            "--allreduce"};
+            "--allreduce", "--bucket-kib"};
         bool known = false;
         for (size_t k = 0; k < sizeof KNOWN / sizeof KNOWN[0]; k++) known |= !strcmp(flag, KNOWN[k]);
         if (!known) return bad_usage("unknown flag '%s'", flag);
@@ -397,6 +400,8 @@ static int parse_args(int argc, char **argv, options *o)
             rc = parse_int(flag, val, 1, 6, &o->replications);
         } else if (!strcmp(flag, "--data-parallel")) {
             rc = parse_int(flag, val, 1, 12, &o->data_parallel);
+        } else if (!strcmp(flag, "--bucket-kib")) {
+            rc = parse_int(flag, val, -1, 1 << 20, &o->bucket_kib);
         } else if (!strcmp(flag, "--allreduce")) {
             if (!strcmp(val, "auto")) o->allreduce = HYFI_ALLREDUCE_AUTO;
             else if (!strcmp(val, "ring")) o->allreduce = HYFI_ALLREDUCE_RING;
@@ -693,7 +698,8 @@ int main(int argc, char **argv)
                                                                                  : o.spatial_parts,
                              .slice = o.slice, .fused_layers = o.fused_layers,
                              .gems = o.gems, .replications = o.replications,
-                             .data_parallel = o.data_parallel, .allreduce = o.allreduce};
+                             .data_parallel = o.data_parallel, .allreduce = o.allreduce,
+                             .bucket_kib = o.bucket_kib};
     if ((st = hyfi_graph_set_plan(g, &plan)) != HYFI_OK ||
         (st = hyfi_graph_compile(g, loss, &tc)) != HYFI_OK) {
         lib_fail("hyfi_graph_compile", st, g);

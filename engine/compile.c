@@ -98,9 +98,6 @@ void hyfi_handles_free(hyfi_graph *g)
         const size_t copies = t->kind == T_PARAM || t->kind == T_STATE ? (size_t)nrep : 1;
         for (int k = 0; t->mh && k < nrep; k++) hyfi_unreg(&t->mh[k]);
         hyfi_unreg(&t->rsave);
-        for (int k = 0; t->arc && k < nrep * nrep; k++) hyfi_unreg(&t->arc[k]);
-        free(t->arc);
-        t->arc = NULL;
         free(t->mh);
         t->mh = NULL;
         if (t->host) starpu_free_noflag(t->host, copies * t->numel * 4);
@@ -108,6 +105,17 @@ void hyfi_handles_free(hyfi_graph *g)
         if (t->mhost) starpu_free_noflag(t->mhost, copies * t->numel * 4);
         t->host = t->ghost = t->mhost = NULL;
     }
+    for (int b = 0; b < g->nbuckets; b++) {
+        hyfi_bucket *bk = &g->buckets[b];
+        for (int k = 0; bk->h && bk->nparams > 1 && k < nrep; k++) hyfi_unreg(&bk->h[k]);
+        for (int k = 0; bk->arc && k < nrep * nrep; k++) hyfi_unreg(&bk->arc[k]);
+        free(bk->h);
+        free(bk->arc);
+        free(bk->params);
+    }
+    free(g->buckets);
+    g->buckets = NULL;
+    g->nbuckets = 0;
     if (g->dloss) {
         for (int m = 0; m < M; m++) hyfi_unreg(&g->dloss[m]);
         free(g->dloss);
@@ -284,23 +292,12 @@ static hyfi_status register_tensors(hyfi_graph *g)
                     hyfi_stage_rank(pl, HYFI_REP(pl, m), nd->stage), t->name, sfx, m, M);
         }
     }
-    /* Replicas: saved running statistics, ring chunks. */
+    /* Replicas: saved running statistics. */
     for (int i = 0; NR > 1 && i < g->ntensors; i++) {
         hyfi_tensor *t = g->tensors[i];
         if (t->kind == T_STATE)
             hyfi_reg(g, &t->rsave, NULL, t->numel, sizeof(float), hyfi_trank(g, t, 0), t->name,
                      ".start", 0, 1);
-        if (t->kind != T_PARAM || !use_ring(g, t->numel)) continue;
-        t->arc = calloc((size_t)NR * NR, sizeof *t->arc);
-        if (!t->arc) goto oom;
-        for (int k = 0; k < NR; k++)
-            for (int c = 0; c < NR; c++) {
-                char sfx[48];
-                snprintf(sfx, sizeof sfx, ".grad.r%d.chunk%d", k, c);
-                hyfi_reg(g, &t->arc[k * NR + c], NULL,
-                         chunk_lo(t->numel, NR, c + 1) - chunk_lo(t->numel, NR, c), sizeof(float),
-                         hyfi_trank(g, t, k), t->name, sfx, 0, 1);
-            }
     }
     /* The seed of the backward: d(mean over the batch)/d(micro-batch loss) = 1/M. */
     if (hyfi_host_alloc(&g->dloss_host, (size_t)M)) goto oom;
@@ -837,79 +834,154 @@ static int emit_state_combine(hyfi_graph *g, program *P)
  *         replica k copies chunk (k-s) mod R from replica k-1; join.
  *   tree: binomial reduce into replica 0 (replica k adds k+d for d = 1, 2,
  *         4, ...), then the sum copied back down the same tree. */
+/* One all-reduce over h[0 .. R) (n floats each, on stage `stage`'s first
+ * place of every replica); arc: the ring's R x R chunk handles, or NULL (tree). */
+static int emit_allreduce_one(hyfi_graph *g, program *P, const char *name,
+                              starpu_data_handle_t *h, starpu_data_handle_t *arc, size_t n,
+                              int stage)
+{
+    const hyfi_plan *pl = g->pl;
+    const int R = pl->nrep, prio = clamp_prio(pl->nticks + 1);
+    char nm[128];
+#define RPLACE(k) HYFI_PLACE(pl, (k), pl->stage_place0[stage])
+    if (!arc) { /* tree */
+        int top = 1;
+        while (top * 2 < R) top *= 2;
+        for (int d = 1; d < R; d *= 2)
+            for (int k = 0; k + d < R; k += 2 * d) {
+                hyfi_task_args a = {.acc = 1, .u.elt.count = n};
+                snprintf(nm, sizeof nm, "%.36s.allreduce.add.r%d.r%d", name, k, k + d);
+                TASK(&hyfi_cl_accumulate, nm, &a);
+                RW(h[k]), R(h[k + d]);
+                on_place(g, P, RPLACE(k), prio);
+            }
+        for (int d = top; d >= 1; d /= 2)
+            for (int k = 0; k + d < R; k += 2 * d) {
+                hyfi_task_args a = {.acc = 0, .u.elt.count = n};
+                snprintf(nm, sizeof nm, "%.36s.allreduce.copy.r%d.r%d", name, k + d, k);
+                TASK(&hyfi_cl_accumulate, nm, &a);
+                W(h[k + d]), R(h[k]);
+                on_place(g, P, RPLACE(k + d), prio);
+            }
+        return 0;
+    }
+#define CH(k, c) arc[(size_t)(k) * R + (c)]
+#define CN(c) (chunk_lo(n, R, (c) + 1) - chunk_lo(n, R, (c)))
+    for (int k = 0; k < R; k++)
+        for (int c = 0; c < R; c++) {
+            hyfi_task_args a = {.u.slice = {.count = CN(c), .src_off = chunk_lo(n, R, c)}};
+            snprintf(nm, sizeof nm, "%.36s.allreduce.split.r%d.c%d", name, k, c);
+            TASK(&hyfi_cl_copy_slice, nm, &a);
+            W(CH(k, c)), R(h[k]);
+            on_place(g, P, RPLACE(k), prio);
+        }
+    for (int st = 0; st < R - 1; st++)
+        for (int k = 0; k < R; k++) {
+            const int c = ((k - 1 - st) % R + R) % R, from = (k + R - 1) % R;
+            hyfi_task_args a = {.acc = 1, .u.elt.count = CN(c)};
+            snprintf(nm, sizeof nm, "%.36s.allreduce.rs%d.r%d.c%d", name, st, k, c);
+            TASK(&hyfi_cl_accumulate, nm, &a);
+            RW(CH(k, c)), R(CH(from, c));
+            on_place(g, P, RPLACE(k), prio);
+        }
+    for (int st = 0; st < R - 1; st++)
+        for (int k = 0; k < R; k++) {
+            const int c = ((k - st) % R + R) % R, from = (k + R - 1) % R;
+            hyfi_task_args a = {.acc = 0, .u.elt.count = CN(c)};
+            snprintf(nm, sizeof nm, "%.36s.allreduce.ag%d.r%d.c%d", name, st, k, c);
+            TASK(&hyfi_cl_accumulate, nm, &a);
+            W(CH(k, c)), R(CH(from, c));
+            on_place(g, P, RPLACE(k), prio);
+        }
+    for (int k = 0; k < R; k++)
+        for (int c = 0; c < R; c++) {
+            hyfi_task_args a = {.u.slice = {.count = CN(c), .dst_off = chunk_lo(n, R, c)}};
+            snprintf(nm, sizeof nm, "%.36s.allreduce.join.r%d.c%d", name, k, c);
+            TASK(&hyfi_cl_copy_slice, nm, &a);
+            RW(h[k]), R(CH(k, c));
+            on_place(g, P, RPLACE(k), prio);
+        }
+#undef CN
+#undef CH
+#undef RPLACE
+    return 0;
+}
+
+/* Gradients travel in buckets: the parameters of one stage, in the order the
+ * backward completes them (last layers first), packed into one handle per
+ * replica up to the bucket size, so that a few large messages replace many
+ * small ones (batch-norm parameters are tens of floats). A bucket is packed as
+ * its gradients complete (a chain of slice copies), all-reduced, and unpacked.
+ * A bucket of one parameter is all-reduced in place. */
 static int emit_allreduce(hyfi_graph *g, program *P)
 {
     const hyfi_plan *pl = g->pl;
     const int R = pl->nrep, prio = clamp_prio(pl->nticks + 1);
     if (R < 2) return 0;
+    const int kib = g->plan_cfg.bucket_kib;
+    const size_t cap = kib < 0 ? 0 : (size_t)(kib ? kib : HYFI_BUCKET_KIB) * 1024;
+    g->buckets = calloc((size_t)g->nparams, sizeof *g->buckets);
+    if (!g->buckets) return -1;
     char nm[128];
     for (int i = g->nparams - 1; i >= 0; i--) {
         hyfi_tensor *p = g->params[i];
         if (!p->gwritten) continue;
-        const size_t n = p->numel;
-#define RPLACE(k) HYFI_PLACE(pl, (k), pl->stage_place0[p->stage])
-        if (!p->arc) { /* tree */
-            int top = 1;
-            while (top * 2 < R) top *= 2;
-            for (int d = 1; d < R; d *= 2)
-                for (int k = 0; k + d < R; k += 2 * d) {
-                    hyfi_task_args a = {.acc = 1, .u.elt.count = n};
-                    snprintf(nm, sizeof nm, "%.36s.allreduce.add.r%d.r%d", p->name, k, k + d);
-                    TASK(&hyfi_cl_accumulate, nm, &a);
-                    RW(p->gh[k]), R(p->gh[k + d]);
-                    on_place(g, P, RPLACE(k), prio);
-                }
-            for (int d = top; d >= 1; d /= 2)
-                for (int k = 0; k + d < R; k += 2 * d) {
-                    hyfi_task_args a = {.acc = 0, .u.elt.count = n};
-                    snprintf(nm, sizeof nm, "%.36s.allreduce.copy.r%d.r%d", p->name, k + d, k);
-                    TASK(&hyfi_cl_accumulate, nm, &a);
-                    W(p->gh[k + d]), R(p->gh[k]);
-                    on_place(g, P, RPLACE(k + d), prio);
-                }
-            continue;
+        hyfi_bucket *b = g->nbuckets ? &g->buckets[g->nbuckets - 1] : NULL;
+        if (!b || b->stage != p->stage || (b->numel + p->numel) * sizeof(float) > cap) {
+            b = &g->buckets[g->nbuckets++];
+            b->stage = p->stage;
+            b->params = calloc((size_t)g->nparams, sizeof *b->params);
+            if (!b->params) return -1;
         }
-#define CH(k, c) p->arc[(size_t)(k) * R + (c)]
-        for (int k = 0; k < R; k++)
+        b->params[b->nparams++] = p;
+        b->numel += p->numel;
+    }
+    for (int bi = 0; bi < g->nbuckets; bi++) {
+        hyfi_bucket *b = &g->buckets[bi];
+        const int ring = use_ring(g, b->numel);
+        char bname[HYFI_NAME_MAX];
+        if (b->nparams == 1) snprintf(bname, sizeof bname, "%s", b->params[0]->name);
+        else snprintf(bname, sizeof bname, "bucket%d", bi);
+        b->h = calloc((size_t)R, sizeof *b->h);
+        if (!b->h || (ring && !(b->arc = calloc((size_t)R * R, sizeof *b->arc)))) return -1;
+        for (int k = 0; k < R; k++) {
+            if (b->nparams == 1) {
+                b->h[k] = b->params[0]->gh[k];
+                continue;
+            }
+            hyfi_reg(g, &b->h[k], NULL, b->numel, sizeof(float), hyfi_stage_rank(pl, k, b->stage),
+                     bname, ".grad", k, R);
+        }
+        for (int k = 0; ring && k < R; k++)
             for (int c = 0; c < R; c++) {
-                hyfi_task_args a = {.u.slice = {.count = chunk_lo(n, R, c + 1) - chunk_lo(n, R, c),
-                                                .src_off = chunk_lo(n, R, c)}};
-                snprintf(nm, sizeof nm, "%.36s.allreduce.split.r%d.c%d", p->name, k, c);
+                char sfx[48];
+                snprintf(sfx, sizeof sfx, ".grad.r%d.chunk%d", k, c);
+                hyfi_reg(g, &b->arc[k * R + c], NULL,
+                         chunk_lo(b->numel, R, c + 1) - chunk_lo(b->numel, R, c), sizeof(float),
+                         hyfi_stage_rank(pl, k, b->stage), bname, sfx, 0, 1);
+            }
+        /* pack */
+        for (int k = 0; b->nparams > 1 && k < R; k++)
+            for (int j = 0, off = 0; j < b->nparams; off += (int)b->params[j]->numel, j++) {
+                hyfi_tensor *p = b->params[j];
+                hyfi_task_args a = {.u.slice = {.count = p->numel, .dst_off = (size_t)off}};
+                snprintf(nm, sizeof nm, "%.30s.allreduce.pack.r%d", p->name, k);
                 TASK(&hyfi_cl_copy_slice, nm, &a);
-                W(CH(k, c)), R(p->gh[k]);
-                on_place(g, P, RPLACE(k), prio);
+                hyfi_prog_buf(P, b->h[k], j ? STARPU_RW : STARPU_W);
+                R(p->gh[k]);
+                on_place(g, P, HYFI_PLACE(pl, k, pl->stage_place0[b->stage]), prio);
             }
-        for (int st = 0; st < R - 1; st++)
-            for (int k = 0; k < R; k++) {
-                const int c = ((k - 1 - st) % R + R) % R, from = (k + R - 1) % R;
-                hyfi_task_args a = {.acc = 1,
-                                    .u.elt.count = chunk_lo(n, R, c + 1) - chunk_lo(n, R, c)};
-                snprintf(nm, sizeof nm, "%.36s.allreduce.rs%d.r%d.c%d", p->name, st, k, c);
-                TASK(&hyfi_cl_accumulate, nm, &a);
-                RW(CH(k, c)), R(CH(from, c));
-                on_place(g, P, RPLACE(k), prio);
-            }
-        for (int st = 0; st < R - 1; st++)
-            for (int k = 0; k < R; k++) {
-                const int c = ((k - st) % R + R) % R, from = (k + R - 1) % R;
-                hyfi_task_args a = {.acc = 0,
-                                    .u.elt.count = chunk_lo(n, R, c + 1) - chunk_lo(n, R, c)};
-                snprintf(nm, sizeof nm, "%.36s.allreduce.ag%d.r%d.c%d", p->name, st, k, c);
-                TASK(&hyfi_cl_accumulate, nm, &a);
-                W(CH(k, c)), R(CH(from, c));
-                on_place(g, P, RPLACE(k), prio);
-            }
-        for (int k = 0; k < R; k++)
-            for (int c = 0; c < R; c++) {
-                hyfi_task_args a = {.u.slice = {.count = chunk_lo(n, R, c + 1) - chunk_lo(n, R, c),
-                                                .dst_off = chunk_lo(n, R, c)}};
-                snprintf(nm, sizeof nm, "%.36s.allreduce.join.r%d.c%d", p->name, k, c);
+        if (emit_allreduce_one(g, P, bname, b->h, b->arc, b->numel, b->stage)) return -1;
+        /* unpack */
+        for (int k = 0; b->nparams > 1 && k < R; k++)
+            for (int j = 0, off = 0; j < b->nparams; off += (int)b->params[j]->numel, j++) {
+                hyfi_tensor *p = b->params[j];
+                hyfi_task_args a = {.u.slice = {.count = p->numel, .src_off = (size_t)off}};
+                snprintf(nm, sizeof nm, "%.30s.allreduce.unpack.r%d", p->name, k);
                 TASK(&hyfi_cl_copy_slice, nm, &a);
-                RW(p->gh[k]), R(CH(k, c));
-                on_place(g, P, RPLACE(k), prio);
+                W(p->gh[k]), R(b->h[k]);
+                on_place(g, P, HYFI_PLACE(pl, k, pl->stage_place0[b->stage]), prio);
             }
-#undef CH
-#undef RPLACE
     }
     return 0;
 }

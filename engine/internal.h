@@ -23,6 +23,18 @@
 /* HYFI_ALLREDUCE_AUTO: gradients from this size on go by ring, smaller ones by
  * tree (bench/replica_scaling.sh measures both). */
 #define HYFI_RING_MIN_BYTES (64 * 1024)
+/* Default all-reduce bucket (hyfi_plan_config.bucket_kib 0). */
+#define HYFI_BUCKET_KIB 256
+
+/* An all-reduce bucket: gradients of one stage packed per replica. */
+typedef struct hyfi_bucket {
+    int stage;
+    int nparams;
+    hyfi_tensor **params;        /* in packing order (the backward's) */
+    size_t numel;
+    starpu_data_handle_t *h;     /* nrep packed gradients (one parameter: its own gh) */
+    starpu_data_handle_t *arc;   /* ring: nrep x nrep chunks [k * nrep + c]; NULL: tree */
+} hyfi_bucket;
 #define HYFI_NAME_MAX 128
 
 typedef enum {
@@ -88,10 +100,8 @@ struct hyfi_tensor {
     float *mhost;         /* momentum (params) */
     starpu_data_handle_t *mh; /* nh momentum handles (params) */
     /* Replicas: the running statistic at the start of the step (state, on
-     * replica 0); the ring all-reduce's chunks [k * nrep + c] (params whose
-     * gradient goes by ring; NULL: by tree). */
+     * replica 0). */
     starpu_data_handle_t rsave;
-    starpu_data_handle_t *arc;
 };
 
 /* Spatial tiles of a tensor (engine/spatial.c). */
@@ -213,6 +223,8 @@ struct hyfi_graph {
     starpu_data_handle_t *tokens; /* 1F1B: per stage, inflight slots (1 float each) */
     float *token_host;
     int ntokens;
+    hyfi_bucket *buckets;  /* replicas: the all-reduce buckets */
+    int nbuckets;
     int stepped;           /* a train step has run: gradients are readable */
     int last_train;        /* the last program run was the train program */
 };

@@ -319,6 +319,9 @@ typedef struct hyfi_plan_config {
     int replications;       /* MASTER: pairs of copies (MPI4DL's --times); <= 1: one */
     int data_parallel;      /* data-parallel groups (--data-parallel); <= 1: one */
     hyfi_allreduce allreduce;
+    int bucket_kib;         /* gradients of a stage travel packed in buckets of up to this
+                               many KiB (in the order the backward completes them); 0: 256;
+                               < 0: one all-reduce per parameter */
 } hyfi_plan_config;
 
 /* Set the plan of a graph before hyfi_graph_compile (default: one stage, one

@@ -160,7 +160,9 @@ int main(void)
         hyfi_ctx_destroy(ctx);
         return 2;
     }
-    run(ctx, &(hyfi_plan_config){.data_parallel = 2}, "data-parallel 2");
+    run(ctx, &(hyfi_plan_config){.data_parallel = 2}, "data-parallel 2 (buckets)");
+    run(ctx, &(hyfi_plan_config){.data_parallel = 2, .bucket_kib = -1},
+        "data-parallel 2, per parameter");
     run(ctx, &(hyfi_plan_config){.data_parallel = 2, .allreduce = HYFI_ALLREDUCE_RING},
         "data-parallel 2, ring");
     run(ctx, &(hyfi_plan_config){.stages = 2, .parts = 2, .gems = HYFI_GEMS_MAST},
