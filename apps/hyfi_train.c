@@ -83,6 +83,7 @@ typedef struct options {
     int data_parallel;         /* --data-parallel */
     hyfi_allreduce allreduce;  /* --allreduce */
     int bucket_kib;            /* --bucket-kib */
+    const char *trace;         /* --trace DIR */
 } options;
 
 /* Model replicas: GEMS copies x data-parallel groups. */
@@ -199,6 +200,10 @@ static void usage(FILE *f)
         "  --parts M x replicas. Each step line is followed by MPI4DL's own line\n"
         "  (`Epoch: e images per sec:X`, X = --batch-size / step time, as MPI4DL counts).\n"
         "\n"
+        "  --trace DIR           record a StarPU FxT trace on every rank; at the end rank 0\n"
+        "                        merges it into DIR (paje.trace for ViTE, tasks.rec,\n"
+        "                        comms.rec, dag.dot), prints hyfi's summary and writes\n"
+        "                        DIR/summary.json and DIR/timeline.svg (docs/tracing.md)\n"
         "  -v, --verbose         print the StarPU workers found\n"
         "  -h, --help            this text\n"
         "\n"
@@ -301,7 +306,7 @@ static int parse_args(int argc, char **argv, options *o)
             "--num-layers", "--num-filters", "--split-size", "--balance", "--parts",
             "--schedule", "--spatial-size", "--num-spatial-parts", "--slice-method",
             "--fused-layers", "--gems", "--replications", "--times", "--data-parallel",
-            "--allreduce", "--bucket-kib"};
+            "--allreduce", "--bucket-kib", "--trace"};
         bool known = false;
         for (size_t k = 0; k < sizeof KNOWN / sizeof KNOWN[0]; k++) known |= !strcmp(flag, KNOWN[k]);
         if (!known) return bad_usage("unknown flag '%s'", flag);
@@ -400,6 +405,9 @@ static int parse_args(int argc, char **argv, options *o)
             rc = parse_int(flag, val, 1, 6, &o->replications);
         } else if (!strcmp(flag, "--data-parallel")) {
             rc = parse_int(flag, val, 1, 12, &o->data_parallel);
+        } else if (!strcmp(flag, "--trace")) {
+            if (!*val) return bad_usage("--trace needs a folder");
+            o->trace = val;
         } else if (!strcmp(flag, "--bucket-kib")) {
             rc = parse_int(flag, val, -1, 1 << 20, &o->bucket_kib);
         } else if (!strcmp(flag, "--allreduce")) {
@@ -591,6 +599,7 @@ int main(int argc, char **argv)
     double *rates = NULL;
     float *logits_buf = NULL;
     hyfi_status st;
+    int lead = 0, nranks = 1;
 
     /* Data. */
     hyfi_data_spec spec = {.kind = o.dataset, .split = HYFI_SPLIT_TRAIN, .dir = o.datapath};
@@ -656,12 +665,13 @@ int main(int argc, char **argv)
     /* Engine: StarPU-MPI when launched by mpiexec. Every rank runs this same
      * program on the same data (seeded); rank 0 prints and writes the metrics. */
     hyfi_ctx_config cc = {.device = o.device, .ncpus = 0, .ncuda = -1, .mpi = -1,
-                          .scheduler = NULL, .verbose = o.verbose};
+                          .scheduler = NULL, .verbose = o.verbose, .trace_dir = o.trace};
     if ((st = hyfi_ctx_create(&ctx, &cc)) != HYFI_OK) {
         lib_fail("starting the engine (hyfi_ctx_create)", st, NULL);
         goto out;
     }
-    const int lead = hyfi_ctx_rank(ctx) == 0;
+    lead = hyfi_ctx_rank(ctx) == 0;
+    nranks = hyfi_ctx_nranks(ctx);
     if (!lead) {
         /* other ranks stay quiet on stdout */
         if (!freopen("/dev/null", "w", stdout)) {
@@ -886,6 +896,18 @@ out:
     free(o.balance);
     if (g) hyfi_graph_destroy(g);
     hyfi_ctx_destroy(ctx);
+    /* the ranks have written their trace files (hyfi_ctx_destroy waits) */
+    if (rc == 0 && o.trace && lead) {
+        fflush(stdout);
+        if ((st = hyfi_trace_merge(o.trace, nranks)) != HYFI_OK ||
+            (st = hyfi_trace_summarize(o.trace, stdout)) != HYFI_OK) {
+            fprintf(stderr, "hyfi-train: --trace %s: %s\n", o.trace, hyfi_last_error());
+            rc = 1;
+        } else {
+            printf("trace: %s/paje.trace (ViTE), %s/summary.json, %s/timeline.svg\n", o.trace,
+                   o.trace, o.trace);
+        }
+    }
     hyfi_dataset_free(train);
     hyfi_dataset_free(test);
     return rc;

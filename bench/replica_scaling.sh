@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
 # Data parallelism and GEMS on this machine: global images/s of
-#   1r        1 rank, one place, batch B                      (the baseline)
+#   1r-1core  1 rank on one core (one worker, one thread), batch B
+#   1r        1 rank, one place, batch B, both cores
 #   1r-dp2    1 rank, 2 data-parallel replicas (global 2B)    (the replicas' own cost)
 #   2r-dp2    2 ranks, 2 data-parallel replicas, all-reduce auto / ring / tree
 #   2r-lp     2 ranks, 2 stages, batch 2B, 2M micro-batches   (layer + pipeline)
 #   2r-gems   2 ranks, 2 stages, GEMS MAST, B per copy, M micro-batches
 # side by side in one run (configurations rotated between repetitions).
 # Weak scaling: each replica keeps batch B, so 2 ranks train 2B images per
-# step; efficiency = (2-rank img/s) / (2 x 1-rank img/s).
+# step; efficiency = (2-rank img/s) / (2 x 1-rank-on-one-core img/s): each MPI
+# rank has one core here, as a rank would have its own GPU or node.
 #
 #   bench/replica_scaling.sh [options]
 #
@@ -58,12 +60,12 @@ mpiexec=$(command -v mpiexec.mpich || command -v mpiexec)
 # shellcheck disable=SC2206
 base=($model --dataset synthetic --image-size "$image" --num-classes 10 --print-freq 1000000
       --steps $((steps + 5)))
-configs=(1r 1r-dp2 2r-dp2 2r-dp2-ring 2r-dp2-tree 2r-lp 2r-gems)
+configs=(1r-1core 1r 1r-dp2 2r-dp2 2r-dp2-ring 2r-dp2-tree 2r-lp 2r-gems)
 
 run_cfg() { # name rep -> appends a JSON line to runs.jsonl
   local kind="$1" rep="$2" log="$out/$1.$2" n=1 args=()
   case "$kind" in
-    1r) args=(--batch-size "$batch") ;;
+    1r|1r-1core) args=(--batch-size "$batch") ;;
     1r-dp2) args=(--batch-size "$batch" --data-parallel 2) ;;
     2r-dp2) n=2 args=(--batch-size "$batch" --data-parallel 2) ;;
     2r-dp2-ring) n=2 args=(--batch-size "$batch" --data-parallel 2 --allreduce ring) ;;
@@ -73,7 +75,10 @@ run_cfg() { # name rep -> appends a JSON line to runs.jsonl
     2r-gems) n=2 args=(--batch-size "$batch" --split-size 2 --parts "$parts" --gems mast
                        --schedule 1f1b) ;;
   esac
-  if [ "$n" = 1 ]; then
+  if [ "$kind" = 1r-1core ]; then
+    STARPU_NCPU=1 HYFI_CPU_THREADS=1 taskset -c 0 "$train" "${base[@]}" "${args[@]}" \
+      --metrics "$log.metrics" >"$log.log" 2>&1
+  elif [ "$n" = 1 ]; then
     "$train" "${base[@]}" "${args[@]}" --metrics "$log.metrics" >"$log.log" 2>&1
   else
     STARPU_NCPU=1 STARPU_WORKERS_NOBIND=1 STARPU_MPI_NOBIND=1 \
@@ -116,7 +121,8 @@ import json, statistics, sys
 runs = [json.loads(l) for l in open(sys.argv[1])]
 B, M = int(sys.argv[2]), int(sys.argv[3])
 desc = {
-    "1r": "1 rank, 1 place, batch %d" % B,
+    "1r-1core": "1 rank on 1 core, batch %d" % B,
+    "1r": "1 rank (2 cores), 1 place, batch %d" % B,
     "1r-dp2": "1 rank, 2 data-parallel replicas (global %d)" % (2 * B),
     "2r-dp2": "2 ranks, 2 data-parallel replicas, all-reduce auto",
     "2r-dp2-ring": "2 ranks, 2 data-parallel replicas, ring",
@@ -125,19 +131,20 @@ desc = {
     "2r-gems": "2 ranks, 2 stages, GEMS MAST, %d per copy, %d micro-batches" % (B, M),
 }
 base = None
-print("| configuration | images/s (global) | vs 1 rank | scaling efficiency | traffic between ranks (MB/step) | peak MB per rank |")
-print("|---|---|---|---|---|---|")
+print("| configuration | images/s (global), median | runs | vs 1 rank on 1 core | scaling efficiency | traffic between ranks (MB/step) | peak MB per rank |")
+print("|---|---|---|---|---|---|---|")
 for k in desc:
     rs = [r for r in runs if r["kind"] == k]
     if not rs:
         continue
     ips = statistics.median(r["ips"] for r in rs)
-    if k == "1r":
+    if k == "1r-1core":
         base = ips
     ranks = 2 if k.startswith("2r") else 1
     ratio = ips / base if base else float("nan")
-    print("| %s | %.1f | %.2f | %s | %.2f | %s |" % (
-        desc[k], ips, ratio, "%.0f%%" % (100 * ratio / ranks) if ranks > 1 else "-",
+    print("| %s | %.1f | %s | %.2f | %s | %.2f | %s |" % (
+        desc[k], ips, " ".join("%.0f" % r["ips"] for r in rs), ratio,
+        "%.0f%%" % (100 * ratio / ranks) if ranks > 1 else "-",
         rs[0]["traffic"] / 1e6, " + ".join("%.0f" % x for x in rs[0]["rss_mb"])))
 PY
   echo

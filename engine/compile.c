@@ -150,7 +150,9 @@ void hyfi_reg(hyfi_graph *g, starpu_data_handle_t *h, float *ptr, size_t n, size
     if (nm > 1) snprintf(buf, sizeof buf, "%s%s[%d]", name, suffix, m);
     else snprintf(buf, sizeof buf, "%s%s", name, suffix);
     starpu_data_set_name(*h, buf);
-    if (g->ctx->mpi) starpu_mpi_data_register(*h, g->ctx->next_tag++, owner);
+    if (g->ctx->mpi) starpu_mpi_data_register(*h, g->ctx->next_tag, owner);
+    if (g->ctx->trace_dir) hyfi_trace_note_handle(g, *h, g->ctx->next_tag, owner, buf);
+    g->ctx->next_tag++;
 }
 
 static struct starpu_codelet *redux_cl(void) { return &hyfi_cl_redux_add; }
@@ -1159,6 +1161,7 @@ hyfi_status hyfi_graph_compile(hyfi_graph *g, hyfi_tensor *loss, const hyfi_trai
         return hyfi_graph_fail(g, HYFI_ERR_NOMEM, "out of memory building the task programs");
     }
     hyfi_plan_predict_comm(g);
+    if (g->ctx->trace_dir) hyfi_trace_note_plan(g);
     g->compiled = 1;
     return HYFI_OK;
 }

@@ -5,6 +5,7 @@
 #include "dnnl_common.h"
 
 #include <errno.h>
+#include <sys/stat.h>
 #include <starpu_mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -34,7 +35,7 @@ hyfi_status hyfi_ctx_create(hyfi_ctx **out, const hyfi_ctx_config *cfg_in)
     if (g_ctx_alive)
         return hyfi_fail(HYFI_ERR_STATE, "hyfi_ctx_create: a context already exists in this "
                                          "process; destroy it first (one per process)");
-    hyfi_ctx_config cfg = {HYFI_DEVICE_AUTO, -1, -1, -1, NULL, 0, 0, 0, 0};
+    hyfi_ctx_config cfg = {HYFI_DEVICE_AUTO, -1, -1, -1, NULL, 0, 0, 0, 0, NULL};
     if (cfg_in) cfg = *cfg_in;
     if (cfg.device != HYFI_DEVICE_AUTO && cfg.device != HYFI_DEVICE_CPU &&
         cfg.device != HYFI_DEVICE_CUDA)
@@ -72,17 +73,53 @@ hyfi_status hyfi_ctx_create(hyfi_ctx **out, const hyfi_ctx_config *cfg_in)
     if (cfg.device == HYFI_DEVICE_CUDA && cfg.ncpus <= 0) conf.ncpus = 0;
     conf.nopencl = 0;
 
+    /* FxT: StarPU reads these at initialisation (TOOLCHAIN: 1.4 records only
+     * with STARPU_FXT_TRACE=1). Each rank writes raw/prof_file_<user>_<rank>. */
+    if (cfg.trace_dir) {
+#ifndef STARPU_USE_FXT
+        free(ctx);
+        return hyfi_fail(HYFI_ERR_UNSUPPORTED, "tracing asked for (%s) but this StarPU was built "
+                                               "without FxT; rebuild it with --with-fxt "
+                                               "(scripts/setup.sh does)", cfg.trace_dir);
+#else
+        char raw[4096];
+        snprintf(raw, sizeof raw, "%s/raw", cfg.trace_dir);
+        if ((mkdir(cfg.trace_dir, 0777) && errno != EEXIST) || (mkdir(raw, 0777) && errno != EEXIST)) {
+            const int e = errno;
+            free(ctx);
+            return hyfi_fail(HYFI_ERR_IO, "trace folder %s: cannot create it (%s); give a "
+                                          "writable path", raw, strerror(e));
+        }
+        ctx->trace_dir = strdup(cfg.trace_dir);
+        strcat(raw, "/");
+        setenv("STARPU_FXT_TRACE", "1", 1);
+        setenv("STARPU_FXT_PREFIX", raw, 1);
+#endif
+    }
     int rc;
+    /* With a trace, the context initialises MPI itself, so that after
+     * StarPU's shutdown (which writes the trace files) the ranks can meet in a
+     * barrier before rank 0 merges them. */
+    if (ctx->mpi && ctx->trace_dir) {
+        int inited = 0, prov = 0;
+        MPI_Initialized(&inited);
+        if (!inited) {
+            MPI_Init_thread(NULL, NULL, MPI_THREAD_SERIALIZED, &prov);
+            ctx->own_mpi = 1;
+        }
+    }
     if (ctx->mpi) {
         /* StarPU-MPI counts bytes per destination only when told so before
          * its initialisation (and prints the counts at shutdown). */
         if (cfg.comm_stats) setenv("STARPU_MPI_STATS", "1", 1);
-        rc = starpu_mpi_init_conf(NULL, NULL, 1, MPI_COMM_WORLD, &conf);
+        rc = starpu_mpi_init_conf(NULL, NULL, !ctx->own_mpi, MPI_COMM_WORLD, &conf);
     } else {
         rc = starpu_init(&conf);
     }
     if (rc != 0) {
         int mpi = ctx->mpi;
+        if (ctx->own_mpi) MPI_Finalize();
+        free(ctx->trace_dir);
         free(ctx);
         if (rc == -ENODEV && cfg.device == HYFI_DEVICE_CUDA)
             return hyfi_fail(HYFI_ERR_UNSUPPORTED,
@@ -110,6 +147,8 @@ hyfi_status hyfi_ctx_create(hyfi_ctx **out, const hyfi_ctx_config *cfg_in)
     if (cfg.device == HYFI_DEVICE_CUDA && ctx->ncuda == 0) {
         if (ctx->mpi) starpu_mpi_shutdown();
         else starpu_shutdown();
+        if (ctx->own_mpi) MPI_Finalize();
+        free(ctx->trace_dir);
         free(ctx);
         return hyfi_fail(HYFI_ERR_UNSUPPORTED,
                          "device cuda: StarPU found no CUDA worker (no GPU visible, or "
@@ -141,6 +180,8 @@ hyfi_status hyfi_ctx_create(hyfi_ctx **out, const hyfi_ctx_config *cfg_in)
         hyfi_ops_fini();
         if (ctx->mpi) starpu_mpi_shutdown();
         else starpu_shutdown();
+        if (ctx->own_mpi) MPI_Finalize();
+        free(ctx->trace_dir);
         free(ctx);
         return hyfi_fail(HYFI_ERR_RUNTIME, "creating cuDNN/cuBLAS handles on the CUDA workers "
                                            "failed (code %d)", rc);
@@ -160,9 +201,16 @@ void hyfi_ctx_destroy(hyfi_ctx *ctx)
     if (!ctx) return;
     starpu_task_wait_for_all();
     hyfi_ops_fini();
+    if (ctx->trace_handles) fclose(ctx->trace_handles);
     if (ctx->mpi) starpu_mpi_shutdown();
     else starpu_shutdown();
+    /* every rank has written its trace file: rank 0 may merge after this */
+    if (ctx->own_mpi) {
+        MPI_Barrier(MPI_COMM_WORLD);
+        MPI_Finalize();
+    }
     hyfi_records_free();
+    free(ctx->trace_dir);
     free(ctx);
     g_ctx_alive = 0;
 }

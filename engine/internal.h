@@ -190,6 +190,9 @@ struct hyfi_ctx {
     int cpu_threads;
     int verbose;
     int records;          /* hyfi_ctx_set_task_records */
+    char *trace_dir;      /* FxT tracing on (hyfi_ctx_config.trace_dir), else NULL */
+    int own_mpi;          /* MPI initialised (and finalised) by the context */
+    FILE *trace_handles;  /* rank 0, tracing: hyfi_handles.tsv being written */
 };
 
 struct hyfi_graph {
@@ -245,6 +248,13 @@ void hyfi_tensor_free(hyfi_tensor *t);
 /* compile.c */
 void hyfi_programs_free(hyfi_graph *g);
 void hyfi_handles_free(hyfi_graph *g);
+
+/* trace.c: names and categories of the handles and ops, for the summary. */
+void hyfi_trace_note_handle(hyfi_graph *g, starpu_data_handle_t h, int64_t tag, int owner,
+                            const char *name);
+void hyfi_trace_note_plan(hyfi_graph *g);
+/* records.c: a marker task (name "hyfi.program.<k>") at the start of a program. */
+void hyfi_trace_mark_program(hyfi_ctx *ctx);
 
 /* records.c: the per-task callback of hyfi_ctx_set_task_records. */
 void hyfi_record_task(void *arg);

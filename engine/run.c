@@ -13,6 +13,7 @@
 hyfi_status hyfi_program_run(hyfi_graph *g, program *p)
 {
     const int mpi = g->ctx->mpi, me = g->ctx->rank;
+    if (g->ctx->trace_dir) hyfi_trace_mark_program(g->ctx);
     for (int i = 0; i < p->n; i++) {
         prog_task *t = &p->t[i];
         if (t->kind == PT_BCAST) {

@@ -72,6 +72,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h> /* FILE: hyfi_trace_summarize */
 
 #ifdef __cplusplus
 extern "C" {
@@ -122,6 +123,11 @@ typedef struct hyfi_ctx_config {
     int verbose;          /* 1: print the workers found */
     int comm_stats;       /* 1: count the bytes sent to each rank (hyfi_ctx_comm_bytes;
                              StarPU-MPI also prints them at shutdown) */
+    const char *trace_dir;/* non-NULL: record a StarPU FxT trace on every rank into
+                             trace_dir/raw (created), with hyfi's names of handles and
+                             ops beside it; after hyfi_ctx_destroy, rank 0 merges and
+                             summarises it (hyfi_trace_merge, hyfi_trace_summarize).
+                             NULL: no tracing and no cost */
 } hyfi_ctx_config;
 
 /* Initialise StarPU (and StarPU-MPI when asked). One context per process. */
@@ -357,6 +363,24 @@ size_t hyfi_plan_halo_volume(const hyfi_graph *g);
 /* The plan as text (one line per stage), snprintf-style: returns the length it
  * needs, writes at most len bytes. */
 size_t hyfi_plan_describe(const hyfi_graph *g, char *buf, size_t len);
+/* ----------------------------------------------------------------- traces */
+/* After a traced run (hyfi_ctx_config.trace_dir) and hyfi_ctx_destroy, on one
+ * process (rank 0): merge the ranks' FxT files with StarPU's starpu_fxt_tool
+ * into dir (paje.trace for ViTE, tasks.rec, comms.rec, data.rec, dag.dot,
+ * trace.html). nranks: the run's MPI size. */
+hyfi_status hyfi_trace_merge(const char *dir, int nranks);
+/* Read a merged trace and write dir/summary.json and dir/timeline.svg; print
+ * the summary to out (may be NULL). The summary: per rank and worker the busy
+ * and idle time, compute time by op kind, per place (replica, stage, tile);
+ * transfers between ranks (count, bytes, time) split into halo, batch-norm
+ * statistics of tiles, pipeline (activations and gradients between stages
+ * and places), all-reduce (gradients, running statistics) and other, and how
+ * much of their time the receiving rank computed meanwhile; the steps (task
+ * programs) found and the critical path of the last one. The picture: one
+ * lane per worker per rank over the last step, tasks coloured by kind and
+ * labelled by op, tile and micro-batch, transfers drawn between lanes. */
+hyfi_status hyfi_trace_summarize(const char *dir, FILE *out);
+
 /* ----------------------------------------------------------- task records */
 /* With records on, every hyfi task this rank runs leaves a record when it
  * ends: its name (op.pass[.tile][.mb], e.g. "s1.b0.conv1.bwd_weight.mb2" or
