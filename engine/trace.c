@@ -270,18 +270,19 @@ static void task_cb(char **k, char **v, int n, void *arg)
         if (!strcmp(k[i], "Name")) snprintf(t.name, sizeof t.name, "%s", v[i]);
         else if (!strcmp(k[i], "Model")) snprintf(t.model, sizeof t.model, "%s", v[i]);
         else if (!strcmp(k[i], "JobId")) snprintf(t.job, sizeof t.job, "%s", v[i]);
-        else if (!strcmp(k[i], "MPIRank")) t.rank = atoi(v[i]);
+        else if (!strcmp(k[i], "MPIRank")) t.rank = atoi(v[i]) < 0 ? 0 : atoi(v[i]); /* -1: no MPI */
         else if (!strcmp(k[i], "WorkerId")) t.worker = atoi(v[i]);
         else if (!strcmp(k[i], "SubmitTime")) t.submit = atof(v[i]);
         else if (!strcmp(k[i], "StartTime")) t.start = atof(v[i]);
         else if (!strcmp(k[i], "EndTime")) t.end = atof(v[i]);
         else if (!strcmp(k[i], "DependsOn")) t.deps = strdup(v[i]);
     }
+    if (t.worker < -1) t.worker = -1;
     if (!t.job[0]) {
         free(t.deps);
         return;
     }
-    t.hyfi = !strncmp(t.model, "hyfi_", 5) && t.start >= 0 && t.end >= t.start;
+    t.hyfi = !strncmp(t.model, "hyfi_", 5) && t.start >= 0 && t.end >= t.start && t.worker >= 0;
     if (tv->n == tv->cap) {
         size_t nc = tv->cap ? 2 * tv->cap : 4096;
         trec *p = realloc(tv->t, nc * sizeof *p);
