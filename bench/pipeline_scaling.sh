@@ -27,32 +27,11 @@ set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 model="--model resnet --depth 56" batch=64 image=32 parts="1,2,4,8" schedule=1f1b
 steps=15 reps=2 bdir="$root/build" out=""
-usage() { sed -n '2,/^set -euo/p' "${BASH_SOURCE[0]}" | sed '$d' | sed 's/^# \{0,1\}//'; }
-while [ $# -gt 0 ]; do
-  case "$1" in
-    --model) model="$2"; shift 2 ;;
-    --batch) batch="$2"; shift 2 ;;
-    --image) image="$2"; shift 2 ;;
-    --parts) parts="$2"; shift 2 ;;
-    --schedule) schedule="$2"; shift 2 ;;
-    --steps) steps="$2"; shift 2 ;;
-    --reps) reps="$2"; shift 2 ;;
-    --build) bdir="$2"; shift 2 ;;
-    --out) out="$2"; shift 2 ;;
-    -h|--help) usage; exit 0 ;;
-    *) echo "pipeline_scaling.sh: unknown option '$1' (--help lists them)" >&2; exit 2 ;;
-  esac
-done
-out="${out:-$bdir/bench-pipeline}"
-mkdir -p "$out"
-out="$(cd "$out" && pwd)"
-# shellcheck source=../scripts/env.sh
-source "$root/scripts/env.sh"
-train="$bdir/apps/hyfi-train"
-[ -x "$train" ] || bash "$root/scripts/build.sh" "$bdir" >&2
-export STARPU_HOME="$out/starpu-home" STARPU_SILENT=1
-mkdir -p "$STARPU_HOME"
-mpiexec=$(command -v mpiexec.mpich || command -v mpiexec)
+# shellcheck source=common.sh
+source "$root/bench/common.sh"
+bench_opts="model batch image parts schedule steps reps out"
+bench_parse "$@"
+bench_setup bench-pipeline
 
 # shellcheck disable=SC2206
 base=($model --dataset synthetic --batch-size "$batch" --image-size "$image" --num-classes 10

@@ -31,31 +31,11 @@ set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 model="--model resnet --depth 56" batch=32 image=32 parts=2
 steps=15 reps=2 bdir="$root/build" out=""
-usage() { sed -n '2,/^set -euo/p' "${BASH_SOURCE[0]}" | sed '$d' | sed 's/^# \{0,1\}//'; }
-while [ $# -gt 0 ]; do
-  case "$1" in
-    --model) model="$2"; shift 2 ;;
-    --batch) batch="$2"; shift 2 ;;
-    --image) image="$2"; shift 2 ;;
-    --parts) parts="$2"; shift 2 ;;
-    --steps) steps="$2"; shift 2 ;;
-    --reps) reps="$2"; shift 2 ;;
-    --build) bdir="$2"; shift 2 ;;
-    --out) out="$2"; shift 2 ;;
-    -h|--help) usage; exit 0 ;;
-    *) echo "replica_scaling.sh: unknown option '$1' (--help lists them)" >&2; exit 2 ;;
-  esac
-done
-out="${out:-$bdir/bench-replica}"
-mkdir -p "$out"
-out="$(cd "$out" && pwd)"
-# shellcheck source=../scripts/env.sh
-source "$root/scripts/env.sh"
-train="$bdir/apps/hyfi-train"
-[ -x "$train" ] || bash "$root/scripts/build.sh" "$bdir" >&2
-export STARPU_HOME="$out/starpu-home" STARPU_SILENT=1
-mkdir -p "$STARPU_HOME"
-mpiexec=$(command -v mpiexec.mpich || command -v mpiexec)
+# shellcheck source=common.sh
+source "$root/bench/common.sh"
+bench_opts="model batch image parts steps reps out"
+bench_parse "$@"
+bench_setup bench-replica
 
 # shellcheck disable=SC2206
 base=($model --dataset synthetic --image-size "$image" --num-classes 10 --print-freq 1000000

@@ -25,33 +25,11 @@ set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 model="--model resnet --depth 20" balance="4,7" sizes="128,256,512" batch=2 parts=4
 slice=square steps=8 reps=2 bdir="$root/build" out=""
-usage() { sed -n '2,/^set -euo/p' "${BASH_SOURCE[0]}" | sed '$d' | sed 's/^# \{0,1\}//'; }
-while [ $# -gt 0 ]; do
-  case "$1" in
-    --model) model="$2"; shift 2 ;;
-    --balance) balance="$2"; shift 2 ;;
-    --sizes) sizes="$2"; shift 2 ;;
-    --batch) batch="$2"; shift 2 ;;
-    --parts) parts="$2"; shift 2 ;;
-    --slice) slice="$2"; shift 2 ;;
-    --steps) steps="$2"; shift 2 ;;
-    --reps) reps="$2"; shift 2 ;;
-    --build) bdir="$2"; shift 2 ;;
-    --out) out="$2"; shift 2 ;;
-    -h|--help) usage; exit 0 ;;
-    *) echo "spatial_scaling.sh: unknown option '$1' (--help lists them)" >&2; exit 2 ;;
-  esac
-done
-out="${out:-$bdir/bench-spatial}"
-mkdir -p "$out"
-out="$(cd "$out" && pwd)"
-# shellcheck source=../scripts/env.sh
-source "$root/scripts/env.sh"
-train="$bdir/apps/hyfi-train"
-[ -x "$train" ] || bash "$root/scripts/build.sh" "$bdir" >&2
-export STARPU_HOME="$out/starpu-home" STARPU_SILENT=1
-mkdir -p "$STARPU_HOME"
-mpiexec=$(command -v mpiexec.mpich || command -v mpiexec)
+# shellcheck source=common.sh
+source "$root/bench/common.sh"
+bench_opts="model balance sizes batch parts slice steps reps out"
+bench_parse "$@"
+bench_setup bench-spatial
 IFS=, read -r -a slist <<<"$sizes"
 
 run_cfg() { # kind size rep

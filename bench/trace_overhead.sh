@@ -9,26 +9,11 @@
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 reps=3 steps=15 bdir="$root/build" out=""
-while [ $# -gt 0 ]; do
-  case "$1" in
-    --reps) reps="$2"; shift 2 ;;
-    --steps) steps="$2"; shift 2 ;;
-    --build) bdir="$2"; shift 2 ;;
-    --out) out="$2"; shift 2 ;;
-    -h|--help) sed -n '2,/^set -euo/p' "${BASH_SOURCE[0]}" | sed '$d' | sed 's/^# \{0,1\}//'; exit 0 ;;
-    *) echo "trace_overhead.sh: unknown option '$1'" >&2; exit 2 ;;
-  esac
-done
-out="${out:-$bdir/bench-trace}"
-mkdir -p "$out"
-out="$(cd "$out" && pwd)"
-# shellcheck source=../scripts/env.sh
-source "$root/scripts/env.sh"
-train="$bdir/apps/hyfi-train"
-[ -x "$train" ] || bash "$root/scripts/build.sh" "$bdir" >&2
-export STARPU_HOME="$out/starpu-home" STARPU_SILENT=1
-mkdir -p "$STARPU_HOME"
-mpiexec=$(command -v mpiexec.mpich || command -v mpiexec)
+# shellcheck source=common.sh
+source "$root/bench/common.sh"
+bench_opts="reps steps out"
+bench_parse "$@"
+bench_setup bench-trace
 base=(--model resnet --depth 20 --dataset synthetic --image-size 32 --batch-size 32
       --num-classes 10 --print-freq 1000000 --steps $((steps + 5)))
 : >"$out/runs.txt"

@@ -1,0 +1,41 @@
+# Shared set-up of the bench scripts (sourced): with root, bdir and out set,
+# bench_setup NAME makes the output folder (default $bdir/NAME, absolute),
+# puts StarPU on the paths, builds hyfi if needed and sets
+#   train      the hyfi-train binary
+#   mpiexec    MPICH's mpiexec
+#   STARPU_HOME (per bench: its own performance models), STARPU_SILENT
+bench_setup() {
+  out="${out:-$bdir/$1}"
+  mkdir -p "$out"
+  out="$(cd "$out" && pwd)"
+  # shellcheck source=../scripts/env.sh
+  source "$root/scripts/env.sh"
+  train="$bdir/apps/hyfi-train"
+  [ -x "$train" ] || bash "$root/scripts/build.sh" "$bdir" >&2
+  export STARPU_HOME="$out/starpu-home" STARPU_SILENT=1
+  mkdir -p "$STARPU_HOME"
+  mpiexec=$(command -v mpiexec.mpich || command -v mpiexec)
+}
+
+# bench_parse ARGS...: `--NAME VALUE` sets the variable NAME (dashes as
+# underscores) where the script listed NAME in bench_opts; `--build DIR` sets
+# bdir; -h/--help prints the script's header comment.
+bench_parse() {
+  while [ $# -gt 0 ]; do
+    case "$1" in
+      -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'; exit 0 ;;
+      --build) bdir="$2"; shift 2 ;;
+      --*)
+        local v="${1#--}"
+        v="${v//-/_}"
+        if [[ " $bench_opts " == *" $v "* ]] && [ $# -ge 2 ]; then
+          printf -v "$v" '%s' "$2"
+          shift 2
+        else
+          echo "$(basename "$0"): unknown option '$1' (--help lists them)" >&2
+          exit 2
+        fi ;;
+      *) echo "$(basename "$0"): unexpected argument '$1' (--help lists them)" >&2; exit 2 ;;
+    esac
+  done
+}
