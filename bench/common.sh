@@ -39,3 +39,20 @@ bench_parse() {
     esac
   done
 }
+
+# bench_rotate: run_cfg CONFIG REP for every entry of configs[] and every
+# repetition 1..reps, the order rotated by one between repetitions.
+bench_rotate() {
+  local r j n=${#configs[@]}
+  for ((r = 1; r <= reps; r++)); do
+    for ((j = 0; j < n; j++)); do
+      run_cfg "${configs[$(( (j + r - 1) % n ))]}" "$r"
+    done
+  done
+}
+
+# bench_machine: the machine and date lines of a results table.
+bench_machine() {
+  echo "- machine: $(nproc) cores, $(awk -F': ' '/^model name/{print $2; exit}' /proc/cpuinfo); $(uname -srm)"
+  echo "- date: $(date -u '+%Y-%m-%d %H:%M UTC'); git $(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo '?')"
+}

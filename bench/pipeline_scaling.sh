@@ -71,18 +71,12 @@ start=$(date +%s)
 : >"$out/runs.jsonl"
 echo "[bench] calibrating StarPU's performance models" >&2
 "$train" "${base[@]}" --steps 10 >/dev/null 2>&1 || true
-for ((r = 1; r <= reps; r++)); do
-  n=${#configs[@]}
-  for ((j = 0; j < n; j++)); do
-    run_cfg "${configs[$(( (j + r - 1) % n ))]}" "$r"
-  done
-done
+bench_rotate
 
 {
   echo "Layer + pipeline parallelism, $(sed 's/--//g' <<<"$model"), batch $batch, ${image}x$image, schedule $schedule"
   echo
-  echo "- machine: $(nproc) cores, $(awk -F': ' '/^model name/{print $2; exit}' /proc/cpuinfo); $(uname -srm)"
-  echo "- date: $(date -u '+%Y-%m-%d %H:%M UTC'); git $(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo '?')"
+  bench_machine
   echo "- $reps repetitions, value = median of the runs' median images/s over $steps steps (5 warm-up steps dropped)"
   echo "- memory: peak RSS of each process (MB); in brackets the plan's estimate of activation memory per place (MB)"
   echo

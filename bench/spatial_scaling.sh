@@ -78,8 +78,7 @@ done
 {
   echo "Spatial parallelism, $(sed 's/--//g' <<<"$model"), batch $batch, 2 stages (balance $balance), stage 0 in $parts tiles ($slice)"
   echo
-  echo "- machine: $(nproc) cores, $(awk -F': ' '/^model name/{print $2; exit}' /proc/cpuinfo); $(uname -srm)"
-  echo "- date: $(date -u '+%Y-%m-%d %H:%M UTC'); git $(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo '?')"
+  bench_machine
   echo "- $reps repetitions, median of the runs' median images/s over $steps steps (5 warm-up steps dropped); traffic: the plan's bytes between ranks per step (2 ranks), of which halo strips"
   echo
   python3 - "$out/runs.jsonl" "${slist[@]}" <<'PY'
