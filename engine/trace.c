@@ -629,9 +629,10 @@ hyfi_status hyfi_trace_summarize(const char *dir, FILE *out)
     double *busy = calloc((size_t)R * W, sizeof *busy), *bykind = calloc((size_t)R * NKIND, sizeof *bykind);
     const int nplaces = pi.nrep * pi.stages * (pi.tiles > 0 ? pi.tiles : 1);
     double *byplace = calloc((size_t)nplaces + 1, sizeof *byplace);
+    double *placekind = calloc(((size_t)nplaces + 1) * NKIND, sizeof *placekind);
     span *bs = malloc((nh + cv.n + 1) * sizeof *bs), *cs = malloc((cv.n + 1) * sizeof *cs);
     double *ready = malloc((n + 1) * sizeof *ready);
-    if (!sa || !sb || !ra || !rb || !busy || !bykind || !byplace || !bs || !cs || !ready) {
+    if (!sa || !sb || !ra || !rb || !busy || !bykind || !byplace || !placekind || !bs || !cs || !ready) {
         st = hyfi_fail(HYFI_ERR_NOMEM, "hyfi_trace_summarize: out of memory");
         goto free2;
     }
@@ -656,6 +657,7 @@ hyfi_status hyfi_trace_summarize(const char *dir, FILE *out)
         if (stg >= 0 && rep < pi.nrep)
             q = (rep * pi.stages + stg) * (pi.tiles > 0 ? pi.tiles : 1) + (tile > 0 ? tile : 0);
         byplace[q < nplaces ? q : nplaces] += d;
+        placekind[(size_t)(q < nplaces ? q : nplaces) * NKIND + kind_of(x)] += d;
     }
     /* transfers */
     size_t ccount[NCAT] = {0}, cbytes[NCAT] = {0};
@@ -799,8 +801,17 @@ hyfi_status hyfi_trace_summarize(const char *dir, FILE *out)
         for (int q = 0, first = 1; q < nplaces; q++)
             if (byplace[q] > 0) {
                 const int tl = pi.tiles > 0 ? pi.tiles : 1;
-                fprintf(f, "%s{\"replica\": %d, \"stage\": %d, \"tile\": %d, \"compute_ms\": %.3f}",
-                        first ? "" : ", ", q / tl / pi.stages, q / tl % pi.stages, q % tl, byplace[q]);
+                fprintf(f, "%s{\"replica\": %d, \"stage\": %d, \"tile\": %d, \"compute_ms\": %.3f, "
+                           "\"by_kind_ms\": {",
+                        first ? "" : ",\n    ", q / tl / pi.stages, q / tl % pi.stages, q % tl,
+                        byplace[q]);
+                for (int k = 0, fk = 1; k < NKIND; k++)
+                    if (placekind[(size_t)q * NKIND + k] > 0) {
+                        fprintf(f, "%s\"%s\": %.3f", fk ? "" : ", ", KIND_NAMES[k],
+                                placekind[(size_t)q * NKIND + k]);
+                        fk = 0;
+                    }
+                fputs("}}", f);
                 first = 0;
             }
         fprintf(f, "],\n  \"transfers\": {");
@@ -912,7 +923,7 @@ hyfi_status hyfi_trace_summarize(const char *dir, FILE *out)
     free(ov);
     free(slen);
 free2:
-    free(sa), free(sb), free(ra), free(rb), free(busy), free(bykind), free(byplace), free(bs), free(cs), free(ready);
+    free(sa), free(sb), free(ra), free(rb), free(busy), free(bykind), free(byplace), free(placekind), free(bs), free(cs), free(ready);
 done:
     for (size_t i = 0; i < tv.n; i++) free(tv.t[i].deps);
     free(tv.t);
