@@ -28,6 +28,7 @@
 int hyfi_prog_push(program *p, prog_kind kind, struct starpu_codelet *cl, const char *name,
                    const hyfi_task_args *args)
 {
+    if (p->overflow) return -1;
     if (p->n == p->cap) {
         int nc = p->cap ? p->cap * 2 : 64;
         prog_task *t = realloc(p->t, (size_t)nc * sizeof *t);
@@ -49,6 +50,10 @@ int hyfi_prog_push(program *p, prog_kind kind, struct starpu_codelet *cl, const 
 void hyfi_prog_buf(program *p, starpu_data_handle_t h, enum starpu_data_access_mode mode)
 {
     prog_task *t = &p->t[p->n - 1];
+    if (t->nbuf == HYFI_MAX_TASK_BUFFERS) {
+        p->overflow = 1;
+        return;
+    }
     t->buf[t->nbuf].handle = h;
     t->buf[t->nbuf].mode = mode;
     t->nbuf++;
@@ -707,7 +712,11 @@ static void finish_tasks(emit_ctx *e, int from)
         t->rank = pl->place_rank[t->place];
         t->worker = pl->place_worker[t->place];
         t->prio = e->prio;
-        if (e->g->tokens && t->nbuf < HYFI_MAX_TASK_BUFFERS) {
+        if (e->g->tokens) {
+            if (t->nbuf == HYFI_MAX_TASK_BUFFERS) {
+                e->P->overflow = 1;
+                continue;
+            }
             const int slot = (e->m % pl->mbr) % pl->inflight[pl->place_stage[t->place]];
             t->buf[t->nbuf].handle = e->g->tokens[token_base(pl, t->place) + slot];
             t->buf[t->nbuf].mode = e->token_mode;
@@ -1155,9 +1164,16 @@ hyfi_status hyfi_graph_compile(hyfi_graph *g, hyfi_tensor *loss, const hyfi_trai
         return hyfi_graph_fail(g, HYFI_ERR_NOMEM, "out of memory registering the tiles");
     }
     if (build_programs(g)) {
+        const int overflow =
+            g->train_prog.overflow || g->infer_prog.overflow || g->fwd_train_prog.overflow;
         hyfi_programs_free(g);
         hyfi_handles_free(g);
         hyfi_plan_free(g);
+        if (overflow)
+            return hyfi_graph_fail(g, HYFI_ERR_UNSUPPORTED,
+                                   "a task of this plan needs more than %d buffers; use fewer "
+                                   "spatial parts or replicas",
+                                   HYFI_MAX_TASK_BUFFERS);
         return hyfi_graph_fail(g, HYFI_ERR_NOMEM, "out of memory building the task programs");
     }
     hyfi_plan_predict_comm(g);

@@ -16,10 +16,16 @@
 #include <starpu.h>
 #include <stdarg.h>
 
-#define HYFI_MAX_TASK_BUFFERS 16
 /* Replicas (GEMS copies x data-parallel groups): a running-statistics combine
- * task reads every replica's copy, within StarPU's buffer limit. */
+ * task reads every replica's copy. */
 #define HYFI_MAX_REPLICAS 12
+/* Buffers of one task. The widest tasks read one buffer per tile or replica
+ * besides a few fixed ones (the tiled batch-norm combine: 4 + one partial sum
+ * per tile; the running-statistics combine: 2 + one copy per replica), plus
+ * the pipeline token. A task that would need more is a compile error
+ * (program.overflow), never a silent overwrite. */
+#define HYFI_MAX_TASK_BUFFERS                                                               \
+    ((HYFI_MAX_TILES > HYFI_MAX_REPLICAS ? HYFI_MAX_TILES : HYFI_MAX_REPLICAS) + 8)
 /* HYFI_ALLREDUCE_AUTO: gradients from this size on go by ring, smaller ones by
  * tree (bench/replica_scaling.sh measures both). */
 #define HYFI_RING_MIN_BYTES (64 * 1024)
@@ -179,6 +185,7 @@ typedef struct {
 typedef struct {
     prog_task *t;
     int n, cap;
+    int overflow; /* a task was given more than HYFI_MAX_TASK_BUFFERS buffers */
 } program;
 
 struct hyfi_ctx {
