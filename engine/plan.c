@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 /* ------------------------------------------------------------------ layers */
 
@@ -153,40 +154,144 @@ static double node_cost(const hyfi_graph *g, int i)
     return oi.flops + (double)oi.act_bytes;
 }
 
-/* Under StarPU's per-process memory limit (STARPU_LIMIT_CPU_MEM, MB), a rank
- * whose places need more waits for memory forever: refuse such a plan at
- * compile, on every rank alike (the plan is the same everywhere), naming the
- * fix. The estimate (parameters with gradients and momentum, activations,
- * their gradients and saved tensors of the micro-batches in flight) is an
- * upper bound of what was measured (docs/results.md). */
-static hyfi_status check_memory_limit(hyfi_graph *g)
+/* Host memory the ranks of one node can use: the physical memory, or the
+ * cgroup's limit (v2 memory.max, v1 memory.limit_in_bytes) when lower.
+ * HYFI_PHYS_MEM_MB overrides it (tests; a node with memory reserved for
+ * others). 0 when unknown. */
+static double host_memory_bytes(void)
+{
+    const char *ov = getenv("HYFI_PHYS_MEM_MB");
+    if (ov && atof(ov) > 0) return atof(ov) * 1e6;
+    const long pages = sysconf(_SC_PHYS_PAGES), psize = sysconf(_SC_PAGE_SIZE);
+    double mem = pages > 0 && psize > 0 ? (double)pages * (double)psize : 0;
+    static const char *const cg[] = {"/sys/fs/cgroup/memory.max",
+                                     "/sys/fs/cgroup/memory/memory.limit_in_bytes"};
+    for (size_t i = 0; i < sizeof cg / sizeof *cg; i++) {
+        FILE *f = fopen(cg[i], "r");
+        if (!f) continue;
+        char line[64] = "";
+        const int ok = fgets(line, sizeof line, f) != NULL;
+        fclose(f);
+        const double v = ok ? strtod(line, NULL) : 0; /* "max": no limit */
+        if (v > 0 && (mem <= 0 || v < mem)) mem = v;
+    }
+    return mem;
+}
+
+/* The estimate for rank r (parameters with gradients and momentum, the
+ * activations, their gradients and saved tensors of the micro-batches in
+ * flight): an upper bound of what was measured (docs/results.md). *worst: the
+ * first stage it holds. */
+static double rank_need_bytes(const hyfi_plan *pl, int r, int *worst)
+{
+    double need = 0;
+    *worst = -1;
+    for (int q = 0; q < pl->nplaces; q++) {
+        if (pl->place_rank[q] != r) continue;
+        const int s = pl->place_stage[q];
+        need += (double)pl->stage_act_bytes[s] +
+                (q % pl->nplaces1 == pl->stage_place0[s] ? (double)pl->stage_param_bytes[s] : 0);
+        if (*worst < 0 || s < *worst) *worst = s;
+    }
+    return need;
+}
+
+#define MEMORY_FIXES                                                                        \
+    "tile the big stages (--spatial-size, --num-spatial-parts), use more stages, ranks or "  \
+    "micro-batches (--split-size, --parts), or a smaller batch or image"
+
+/* This rank's places on its GPUs against their memory: StarPU moves data
+ * that does not fit back to host memory between tasks, so a plan above a
+ * GPU's memory runs (slowly) and is not refused; say so once. Places pinned
+ * to a CUDA worker count on its GPU; with CUDA workers only, the others are
+ * spread over the GPUs. */
+static void warn_gpu_memory(const hyfi_graph *g)
 {
     const hyfi_plan *pl = g->pl;
-    const char *env = getenv("STARPU_LIMIT_CPU_MEM");
-    const long limit = env ? atol(env) : 0;
-    if (limit <= 0) return HYFI_OK;
-    for (int r = 0; r < g->ctx->nranks; r++) {
+    const int ncuda = g->ctx->ncuda;
+    if (ncuda <= 0) return;
+    double spread = 0;
+    for (int k = 0; k < ncuda; k++) {
+        const int w = starpu_worker_get_by_type(STARPU_CUDA_WORKER, k);
+        if (w < 0) continue;
         double need = 0;
-        int worst = -1;
         for (int q = 0; q < pl->nplaces; q++) {
-            if (pl->place_rank[q] != r) continue;
+            if (pl->place_rank[q] != g->ctx->rank) continue;
             const int s = pl->place_stage[q];
             const double b = (double)pl->stage_act_bytes[s] +
                              (q % pl->nplaces1 == pl->stage_place0[s]
                                   ? (double)pl->stage_param_bytes[s]
                                   : 0);
-            need += b;
-            if (worst < 0 || s == 0) worst = s;
+            if (pl->place_worker[q] == w) need += b;
+            else if (pl->place_worker[q] < 0 && g->ctx->ncpu == 0 && k == 0) spread += b;
         }
-        if (need / 1e6 > (double)limit)
+        need += spread / ncuda;
+        const starpu_ssize_t total = starpu_memory_get_total(starpu_worker_get_memory_node(w));
+        if (total > 0 && need > (double)total)
+            fprintf(stderr,
+                    "hyfi: warning: rank %d: the plan needs an estimated %.1f GB on CUDA device "
+                    "%d, which has %.1f GB; StarPU will move data through host memory between "
+                    "tasks (slow); " MEMORY_FIXES "\n",
+                    g->ctx->rank, need / 1e9, k, (double)total / 1e9);
+    }
+}
+
+/* Refuse, at compile, a plan whose places cannot fit, instead of a run that
+ * waits for memory forever or is killed:
+ *   - under StarPU's per-process limit (STARPU_LIMIT_CPU_MEM, MB), each rank
+ *     against the limit;
+ *   - without it, the ranks of each node together against the node's
+ *     physical memory. Ranks are taken to be placed on nodes in blocks of
+ *     MPI_LOCALNRANKS (mpiexec's default), on nodes like this one.
+ * Every rank decides the same (the plan and the nodes are the same
+ * everywhere), so that all fail together. */
+static hyfi_status check_memory_limit(hyfi_graph *g)
+{
+    const hyfi_plan *pl = g->pl;
+    const int R = g->ctx->nranks;
+    const char *env = getenv("STARPU_LIMIT_CPU_MEM");
+    const long limit = env ? atol(env) : 0;
+    int worst;
+    if (limit > 0) {
+        for (int r = 0; r < R; r++) {
+            const double need = rank_need_bytes(pl, r, &worst);
+            if (need / 1e6 > (double)limit)
+                return hyfi_call_fail(g, HYFI_ERR_NOMEM,
+                                      "the plan needs an estimated %.0f MB on rank %d (stage %d "
+                                      "and the others it holds), above StarPU's memory limit of "
+                                      "%ld MB per process (STARPU_LIMIT_CPU_MEM), under which it "
+                                      "would wait for memory forever; " MEMORY_FIXES,
+                                      need / 1e6, r, worst, limit);
+        }
+        return HYFI_OK;
+    }
+    warn_gpu_memory(g);
+    const double phys = host_memory_bytes();
+    if (phys <= 0) return HYFI_OK;
+    const char *lr = getenv("MPI_LOCALNRANKS");
+    int per_node = g->ctx->mpi && lr && atoi(lr) > 0 ? atoi(lr) : R;
+    if (per_node > R) per_node = R;
+    for (int r0 = 0; r0 < R; r0 += per_node) {
+        double need = 0;
+        int first = -1;
+        for (int r = r0; r < R && r < r0 + per_node; r++) {
+            const double n = rank_need_bytes(pl, r, &worst);
+            if (n > 0 && first < 0) first = worst;
+            need += n;
+        }
+        if (need > phys) {
+            const int r1 = (r0 + per_node < R ? r0 + per_node : R) - 1;
+            char who[64];
+            if (r0 == r1) snprintf(who, sizeof who, "rank %d", r0);
+            else snprintf(who, sizeof who, "ranks %d-%d (one node)", r0, r1);
             return hyfi_call_fail(g, HYFI_ERR_NOMEM,
-                                  "the plan needs an estimated %.0f MB on rank %d (stage %d "
-                                  "and the others it holds), above StarPU's memory limit of "
-                                  "%ld MB per process (STARPU_LIMIT_CPU_MEM), under which it "
-                                  "would wait for memory forever; tile the big stages "
-                                  "(--spatial-size, --num-spatial-parts), use more stages, "
-                                  "ranks or micro-batches, or a smaller batch or image",
-                                  need / 1e6, r, worst, limit);
+                                  "the plan needs an estimated %.1f GB of host memory on %s "
+                                  "(from stage %d on), more than the node's %.1f GB; it would "
+                                  "wait for memory or be killed; " MEMORY_FIXES
+                                  " (with swap space, STARPU_LIMIT_CPU_MEM=MB per process lets "
+                                  "it run past physical memory)",
+                                  need / 1e9, who, first, phys / 1e9);
+        }
     }
     return HYFI_OK;
 }
