@@ -65,6 +65,7 @@ typedef struct options {
     hyfi_device device;
     const char *metrics;       /* NULL: none */
     int print_freq;
+    float divergence;          /* --divergence-ratio: stop when loss > this x the first; 0: never */
     long long eval_batches;    /* 0: the whole test split */
     int verbose;
     /* parallelism (hyfi_plan_config) */
@@ -155,7 +156,12 @@ static void usage(FILE *f)
         "  --device D            auto | cpu | cuda [auto]\n"
         "  --print-freq N        print a step line every N steps [50]\n"
         "  --eval-batches K      evaluate on the first K test batches; 0: all [0]\n"
-        "  --metrics FILE        write JSON lines: per step {\"step\",\"loss\",\"images_per_sec\"},\n"
+        "  --divergence-ratio R  stop with an error when a step's loss exceeds R times the\n"
+        "                        first step's (a diverging run); 0: never. A loss 10x the\n"
+        "                        first's or a gradient norm 100x the first's is warned\n"
+        "                        about [1000]\n"
+        "  --metrics FILE        write JSON lines: per step {\"step\",\"loss\",\"images_per_sec\",\n"
+        "                        \"grad_norm\",\"weight_norm\"},\n"
         "                        then {\"summary\":true,\"mean_images_per_sec\",\n"
         "                        \"median_images_per_sec\",\"test_accuracy\"} (null where not\n"
         "                        applicable)\n"
@@ -266,6 +272,7 @@ static int parse_args(int argc, char **argv, options *o)
     *o = (options){.batch_size = 64, .dataset = HYFI_DATA_SYNTHETIC,
                    .num_epochs = 1, .lr = 0.05f, .momentum = 0.9f, .weight_decay = 5e-4f,
                    .seed = 42, .device = HYFI_DEVICE_AUTO, .print_freq = 50,
+                   .divergence = 1000,
                    .mc = model_config_default()};
     for (int i = 1; i < argc; i++) {
         const char *arg = argv[i];
@@ -302,7 +309,7 @@ static int parse_args(int argc, char **argv, options *o)
             "--model", "--dataset", "--datapath", "--batch-size", "--image-size",
             "--num-classes", "--steps", "--num-epochs", "--lr", "--learning-rate",
             "--lr-schedule", "--momentum", "--weight-decay", "--seed", "--device", "--print-freq",
-            "--eval-batches", "--metrics", "--depth", "--resnet-version", "--resnet-style",
+            "--eval-batches", "--metrics", "--divergence-ratio", "--depth", "--resnet-version", "--resnet-style",
             "--num-layers", "--num-filters", "--split-size", "--balance", "--parts",
             "--schedule", "--spatial-size", "--num-spatial-parts", "--slice-method",
             "--fused-layers", "--gems", "--replications", "--times", "--data-parallel",
@@ -374,6 +381,11 @@ static int parse_args(int argc, char **argv, options *o)
             else if (!strcmp(val, "cpu")) o->device = HYFI_DEVICE_CPU;
             else if (!strcmp(val, "cuda")) o->device = HYFI_DEVICE_CUDA;
             else return bad_usage("--device '%s' is not known; valid: auto, cpu, cuda", val);
+        } else if (!strcmp(flag, "--divergence-ratio")) {
+            rc = parse_float(flag, val, 0, false, 1e30f, false, &o->divergence);
+            if (!rc && o->divergence > 0 && o->divergence <= 1)
+                return bad_usage("--divergence-ratio %g must be above 1 (or 0: never stop)",
+                                 (double)o->divergence);
         } else if (!strcmp(flag, "--print-freq")) {
             rc = parse_int(flag, val, 1, INT_MAX, &o->print_freq);
         } else if (!strcmp(flag, "--eval-batches")) {
@@ -755,6 +767,9 @@ int main(int argc, char **argv)
         goto out;
     }
     double t_prev = now_s();
+    float loss0 = 0;
+    double gnorm0 = 0;
+    int nwarn = 0;
     for (long long s = 0; s < total; s++) {
         hyfi_batch b;
         int prc = hyfi_prefetch_next(pf, &b);
@@ -782,6 +797,28 @@ int main(int argc, char **argv)
         double t = now_s();
         rates[s] = B / (t - t_prev);
         t_prev = t;
+        /* a diverging run: warn early, stop past --divergence-ratio (every rank
+         * has the same loss and norms, so every rank stops) */
+        double gnorm = NAN, wnorm = NAN;
+        hyfi_train_norms(g, &gnorm, &wnorm);
+        if (s == 0) loss0 = l, gnorm0 = gnorm;
+        if (s > 0 && nwarn < 5 &&
+            ((loss0 > 0 && l > 10 * loss0) || (gnorm0 > 0 && gnorm > 100 * gnorm0))) {
+            if (lead)
+                fprintf(stderr, "hyfi-train: warning: step %lld: loss %.4g (first step %.4g), "
+                                "gradient norm %.4g (first step %.4g): the run may be diverging; "
+                                "consider a lower --lr\n",
+                        s + 1, (double)l, (double)loss0, gnorm, gnorm0);
+            nwarn++;
+        }
+        if (o.divergence > 0 && loss0 > 0 && l > o.divergence * loss0) {
+            if (lead)
+                fprintf(stderr, "hyfi-train: training diverged at step %lld: the loss %.4g is "
+                                "above %g x the first step's %.4g; lower --lr (%g now), or raise "
+                                "--divergence-ratio (0: never stop)\n",
+                        s + 1, (double)l, (double)o.divergence, (double)loss0, (double)o.lr);
+            goto out;
+        }
         if ((s + 1) % o.print_freq == 0 || s == 0 || s + 1 == total) {
             printf("step %lld loss %.4f images/s %.1f\n", s + 1, (double)l, rates[s]);
             /* MPI4DL's line: its rank 0 divides --batch-size (one replica's) by the time */
@@ -793,6 +830,10 @@ int main(int argc, char **argv)
             json_num(mf, true, l);
             fputs(",\"images_per_sec\":", mf);
             json_num(mf, true, rates[s]);
+            fputs(",\"grad_norm\":", mf);
+            json_num(mf, true, gnorm);
+            fputs(",\"weight_norm\":", mf);
+            json_num(mf, true, wnorm);
             fputs("}\n", mf);
         }
     }

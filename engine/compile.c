@@ -102,6 +102,9 @@ void hyfi_handles_free(hyfi_graph *g)
         t->nh = 0;
         const size_t copies = t->kind == T_PARAM || t->kind == T_STATE ? (size_t)nrep : 1;
         for (int k = 0; t->mh && k < nrep; k++) hyfi_unreg(&t->mh[k]);
+        for (int k = 0; t->nmh && k < nrep; k++) hyfi_unreg(&t->nmh[k]);
+        free(t->nmh);
+        t->nmh = NULL;
         hyfi_unreg(&t->rsave);
         free(t->mh);
         t->mh = NULL;
@@ -128,6 +131,10 @@ void hyfi_handles_free(hyfi_graph *g)
     }
     if (g->dloss_host) starpu_free_noflag(g->dloss_host, (size_t)M * sizeof(float));
     g->dloss_host = NULL;
+    for (int i = 0; i < g->nhealth; i++) hyfi_unreg(&g->health[i]);
+    free(g->health);
+    g->health = NULL;
+    g->nhealth = 0;
     for (int i = 0; i < g->ntokens; i++) hyfi_unreg(&g->tokens[i]);
     free(g->tokens);
     g->tokens = NULL;
@@ -227,7 +234,8 @@ static hyfi_status register_tensors(hyfi_graph *g)
             /* one copy per replica, all initialised alike */
             t->gh = calloc((size_t)NR, sizeof *t->gh);
             t->mh = calloc((size_t)NR, sizeof *t->mh);
-            if (!t->gh || !t->mh) goto oom;
+            t->nmh = calloc((size_t)NR, sizeof *t->nmh);
+            if (!t->gh || !t->mh || !t->nmh) goto oom;
             if (own) {
                 const size_t n = (size_t)NR * t->numel;
                 if (hyfi_host_alloc(&t->host, n) || hyfi_host_alloc(&t->ghost, n) ||
@@ -246,6 +254,7 @@ static hyfi_status register_tensors(hyfi_graph *g)
                          ".grad", k, NR);
                 hyfi_reg(g, &t->mh[k], own ? t->mhost + o : NULL, t->numel, elem, r, t->name,
                          ".momentum", k, NR);
+                hyfi_reg(g, &t->nmh[k], NULL, 2, sizeof(float), r, t->name, ".norms", k, NR);
                 /* Summed over micro-batches by a StarPU reduction. */
                 if (pl->mbr > 1 && !g->plan_cfg.deterministic)
                     starpu_data_set_reduction_methods(t->gh[k], redux_cl(), redux_init_cl());
@@ -306,6 +315,12 @@ static hyfi_status register_tensors(hyfi_graph *g)
             hyfi_reg(g, &t->rsave, NULL, t->numel, sizeof(float), hyfi_trank(g, t, 0), t->name,
                      ".start", 0, 1);
     }
+    /* The health sums of a step: one per rank. */
+    g->nhealth = g->ctx->nranks;
+    g->health = calloc((size_t)g->nhealth, sizeof *g->health);
+    if (!g->health) goto oom;
+    for (int r = 0; r < g->nhealth; r++)
+        hyfi_reg(g, &g->health[r], NULL, 2, sizeof(float), r, "health", "", r, g->nhealth);
     /* The seed of the backward: d(mean over the batch)/d(micro-batch loss) = 1/M. */
     if (hyfi_host_alloc(&g->dloss_host, (size_t)M)) goto oom;
     g->dloss = calloc((size_t)M, sizeof *g->dloss);
@@ -997,6 +1012,55 @@ static int emit_allreduce(hyfi_graph *g, program *P)
     return 0;
 }
 
+/* The step's health: each rank adds up the SGD norms of its parameters
+ * (replica 0; the replicas' updates are the same) in parameter order, on the
+ * parameters' places; the first rank with parameters adds the other ranks'
+ * sums and sends the total to every rank, which reads it after the step
+ * (hyfi_train_step): 2 floats per rank cross the network. */
+static int emit_health(hyfi_graph *g, program *P)
+{
+    const hyfi_plan *pl = g->pl;
+    int root = -1, root_place = -1;
+    for (int r = 0; r < g->nhealth; r++) {
+        int first = 1;
+        for (int i = 0; i < g->nparams; i++) {
+            hyfi_tensor *p = g->params[i];
+            if (!p->gwritten || hyfi_trank(g, p, 0) != r) continue;
+            const int place = pl->stage_place0[p->stage];
+            hyfi_task_args a = {.acc = !first, .u.elt.count = 2};
+            char nm[96];
+            snprintf(nm, sizeof nm, "health.%.50s", p->name);
+            TASK(&hyfi_cl_accumulate, nm, &a);
+            hyfi_prog_buf(P, g->health[r], first ? STARPU_W : STARPU_RW);
+            R(p->nmh[0]);
+            on_place(g, P, place, 0);
+            if (first && root < 0) root = r, root_place = place;
+            first = 0;
+        }
+    }
+    g->health_root = root < 0 ? 0 : root;
+    if (root < 0) return 0; /* no parameter is trained */
+    for (int r = 0; r < g->nhealth; r++) {
+        if (r == root) continue;
+        int has = 0;
+        for (int i = 0; i < g->nparams && !has; i++)
+            has = g->params[i]->gwritten && hyfi_trank(g, g->params[i], 0) == r;
+        if (!has) continue;
+        hyfi_task_args a = {.acc = 1, .u.elt.count = 2};
+        char nm[48];
+        snprintf(nm, sizeof nm, "health.rank%d", r);
+        TASK(&hyfi_cl_accumulate, nm, &a);
+        RW(g->health[root]), R(g->health[r]);
+        on_place(g, P, root_place, 0);
+    }
+    if (g->ctx->nranks > 1) {
+        if (hyfi_prog_push(P, PT_BCAST, NULL, "health.bcast", NULL)) return -1;
+        P->t[P->n - 1].rank = root;
+        hyfi_prog_buf(P, g->health[root], STARPU_R);
+    }
+    return 0;
+}
+
 static int build_train(hyfi_graph *g, const int *first)
 {
     const hyfi_plan *pl = g->pl;
@@ -1091,9 +1155,10 @@ static int build_train(hyfi_graph *g, const int *first)
             if (pl->nrep > 1) snprintf(nm, sizeof nm, "%.40s.sgd.r%d", p->name, k);
             else snprintf(nm, sizeof nm, "%.50s.sgd", p->name);
             TASK(&hyfi_cl_sgd_update, nm, &a);
-            RW(p->h[k]), RW(p->mh[k]), R(p->gh[k]);
+            RW(p->h[k]), RW(p->mh[k]), W(p->nmh[k]), R(p->gh[k]);
             on_place(g, P, HYFI_PLACE(pl, k, pl->stage_place0[p->stage]), 0);
         }
+    if (emit_health(g, P)) return -1;
     return emit_loss_bcast(g, P);
 }
 

@@ -105,6 +105,9 @@ struct hyfi_tensor {
     struct hyfi_tiles *tl; /* spatial tiles, NULL for untiled tensors */
     float *mhost;         /* momentum (params) */
     starpu_data_handle_t *mh; /* nh momentum handles (params) */
+    /* params: nh health sums of the SGD step (2 floats: sum of g^2, sum of the
+     * new w^2), added up over the parameters into hyfi_graph.health */
+    starpu_data_handle_t *nmh;
     /* Replicas: the running statistic at the start of the step (state, on
      * replica 0). */
     starpu_data_handle_t rsave;
@@ -235,6 +238,12 @@ struct hyfi_graph {
     int ntokens;
     hyfi_bucket *buckets;  /* replicas: the all-reduce buckets */
     int nbuckets;
+    /* The health of a train step: per rank, the sums of its parameters'
+     * (replica 0) SGD norms; health[health_root] ends with the total and is
+     * sent to every rank. */
+    starpu_data_handle_t *health;
+    int nhealth, health_root;
+    double grad_norm, weight_norm; /* of the last train step (L2) */
     int stepped;           /* a train step has run: gradients are readable */
     int last_train;        /* the last program run was the train program */
 };

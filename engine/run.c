@@ -210,6 +210,36 @@ static hyfi_status read_loss(hyfi_graph *g, float *loss)
     return HYFI_OK;
 }
 
+/* After a train step: the health sums (on every rank, sent inside the
+ * program); when they are not finite, the first parameter whose own sums are
+ * not (every rank reads them alike). */
+static hyfi_status read_health(hyfi_graph *g)
+{
+    float h[2] = {0, 0};
+    hyfi_handle_read(g, g->health[g->health_root], -1, h, sizeof h);
+    g->grad_norm = sqrt((double)h[0]);
+    g->weight_norm = sqrt((double)h[1]);
+    if (isfinite(h[0]) && isfinite(h[1])) return HYFI_OK;
+    const char *bad = "?", *what = "gradient";
+    for (int i = 0; i < g->nparams; i++) {
+        const hyfi_tensor *p = g->params[i];
+        if (!p->gwritten) continue;
+        float n[2];
+        hyfi_handle_read(g, p->nmh[0], -1, n, sizeof n);
+        if (!isfinite(n[0]) || !isfinite(n[1])) {
+            bad = p->name;
+            what = isfinite(n[0]) ? "updated weight" : "gradient";
+            break;
+        }
+    }
+    return hyfi_call_fail(g, HYFI_ERR_DATA,
+                          "a non-finite %s (NaN, infinity or a square sum above 3e38) in "
+                          "\"%s\", the first such parameter: the update has made the weights "
+                          "unusable; check the input data for NaN/infinite values, lower the "
+                          "learning rate, and reload saved parameters before training on",
+                          what, bad);
+}
+
 hyfi_status hyfi_train_step(hyfi_graph *g, float *loss)
 {
     hyfi_status s = need_compiled(g, "hyfi_train_step");
@@ -218,7 +248,20 @@ hyfi_status hyfi_train_step(hyfi_graph *g, float *loss)
     if (s != HYFI_OK) return s;
     g->stepped = 1;
     g->last_train = 1;
-    return read_loss(g, loss);
+    s = read_loss(g, loss);
+    const hyfi_status h = read_health(g);
+    return h != HYFI_OK ? h : s;
+}
+
+hyfi_status hyfi_train_norms(hyfi_graph *g, double *grad_norm, double *weight_norm)
+{
+    hyfi_status s = need_compiled(g, "hyfi_train_norms");
+    if (s != HYFI_OK) return s;
+    if (!g->stepped)
+        return hyfi_call_fail(g, HYFI_ERR_STATE, "hyfi_train_norms: no train step has run yet");
+    if (grad_norm) *grad_norm = g->grad_norm;
+    if (weight_norm) *weight_norm = g->weight_norm;
+    return HYFI_OK;
 }
 
 hyfi_status hyfi_infer(hyfi_graph *g, float *loss)

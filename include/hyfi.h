@@ -221,8 +221,18 @@ hyfi_status hyfi_set_input(hyfi_graph *g, hyfi_tensor *t, const float *data, siz
 hyfi_status hyfi_set_labels(hyfi_graph *g, hyfi_tensor *t, const int32_t *labels, size_t count);
 
 /* One training step: forward (batch-norm in training mode), backward, SGD
- * update, as StarPU tasks; waits for them. *loss (may be NULL) gets the loss. */
+ * update, as StarPU tasks; waits for them. *loss (may be NULL) gets the loss.
+ * HYFI_ERR_DATA when the loss, a gradient or an updated weight is not finite
+ * (NaN or infinity: bad input data or a learning rate that diverges); the
+ * message names the first such parameter. The update has then been applied:
+ * the weights are corrupted, reload saved ones before training on. Every
+ * rank returns the same status. */
 hyfi_status hyfi_train_step(hyfi_graph *g, float *loss);
+/* L2 norms over every trained parameter of the last hyfi_train_step's
+ * gradient (as given to SGD, before weight decay) and of the weights after its
+ * update (replica 0's), from sums taken inside the SGD tasks. Either pointer
+ * may be NULL. HYFI_ERR_STATE before the first step. */
+hyfi_status hyfi_train_norms(hyfi_graph *g, double *grad_norm, double *weight_norm);
 /* Forward only, batch norm with running statistics; no update. *loss may be NULL. */
 hyfi_status hyfi_infer(hyfi_graph *g, float *loss);
 /* Forward only; training = true normalises with batch statistics (and updates

@@ -225,9 +225,13 @@ typedef struct {
 } hyfi_sgd_args;
 
 /* PyTorch SGD: g' = g + wd*w; v = momentum*v + g' (v = g' when momentum == 0);
- * w -= lr * v.  w, v, g (count) */
-int hyfi_sgd_update_ref(float *w, float *v, const float *g, const hyfi_sgd_args *a);
-int hyfi_sgd_update_cpu(float *w, float *v, const float *g, const hyfi_sgd_args *a);
+ * w -= lr * v.  w, v, g (count).
+ * norms (2), when not NULL: the step's health, written (not accumulated):
+ * norms[0] = sum of g^2 (the gradient given), norms[1] = sum of w^2 after the
+ * update, summed in double; a non-finite value in g or the new w makes its sum
+ * non-finite. The engine adds them up over the parameters after every step. */
+int hyfi_sgd_update_ref(float *w, float *v, float *norms, const float *g, const hyfi_sgd_args *a);
+int hyfi_sgd_update_cpu(float *w, float *v, float *norms, const float *g, const hyfi_sgd_args *a);
 
 /* ---------------------------------------------------------------- replica */
 /* Replicas (GEMS copies, data parallelism): the pieces of the gradient

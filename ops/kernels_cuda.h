@@ -98,7 +98,7 @@ int hyfi_copy_slice_cuda(hyfi_cuda_env *env, float *dst, const float *src,
 /* r: R - 1 device pointers; at most HYFI_RCOMB_MAX of them. */
 int hyfi_running_combine_cuda(hyfi_cuda_env *env, float *x, const float *r0,
                               const float *const *r, const hyfi_rcomb_args *a);
-int hyfi_sgd_update_cuda(hyfi_cuda_env *env, float *w, float *v, const float *g,
+int hyfi_sgd_update_cuda(hyfi_cuda_env *env, float *w, float *v, float *norms, const float *g,
                          const hyfi_sgd_args *a);
 
 int hyfi_tile_assemble_cuda(hyfi_cuda_env *env, float *dst, const float *const *src,

@@ -15,8 +15,9 @@ static int sc_case(hyfi_cuda_env *env, size_t n, float mom, float wd, int null_v
     hyfi_sgd_args a = {n, 0.05f, mom, wd};
     float *w = tu_alloc(n), *v = tu_alloc(n), *g = tu_alloc(n); /* v starts at zero */
     tu_fill(w, n, seed, -1.0f, 1.0f);
-    float *d_w = tu_cuda_upload(w, n), *d_v = tu_cuda_upload(v, n), *d_g = tu_cuda_zeros(n);
-    if (!d_w || !d_v || !d_g) {
+    float *d_w = tu_cuda_upload(w, n), *d_v = tu_cuda_upload(v, n), *d_g = tu_cuda_zeros(n),
+          *d_n = tu_cuda_zeros(2);
+    if (!d_w || !d_v || !d_g || !d_n) {
         tu_check(1, "cuda_sgd: cudaMalloc");
         fails++;
         goto out;
@@ -24,8 +25,12 @@ static int sc_case(hyfi_cuda_env *env, size_t n, float mom, float wd, int null_v
     for (int step = 1; step <= 3; step++) {
         tu_fill(g, n, seed, -1.0f, 1.0f);
         tu_cuda_copy_in(d_g, g, n);
-        hyfi_sgd_update_cpu(w, null_v ? NULL : v, g, &a);
-        int rc = hyfi_sgd_update_cuda(env, d_w, null_v ? NULL : d_v, d_g, &a);
+        float nrm[2];
+        hyfi_sgd_update_cpu(w, null_v ? NULL : v, nrm, g, &a);
+        int rc = hyfi_sgd_update_cuda(env, d_w, null_v ? NULL : d_v, d_n, d_g, &a);
+        snprintf(name, sizeof name, "sgd norms cuda/cpu n=%zu mom=%g wd=%g step %d", n,
+                 (double)mom, (double)wd, step);
+        fails += tu_cuda_check(name, rc, d_n, nrm, 2, env->stream);
         snprintf(name, sizeof name, "sgd w cuda/cpu n=%zu mom=%g wd=%g%s step %d", n,
                  (double)mom, (double)wd, null_v ? " v=NULL" : "", step);
         fails += tu_cuda_check(name, rc, d_w, w, n, env->stream);
@@ -36,7 +41,7 @@ static int sc_case(hyfi_cuda_env *env, size_t n, float mom, float wd, int null_v
         }
     }
 out:
-    cudaFree(d_w); cudaFree(d_v); cudaFree(d_g);
+    cudaFree(d_w); cudaFree(d_v); cudaFree(d_g); cudaFree(d_n);
     free(w); free(v); free(g);
     return fails;
 }

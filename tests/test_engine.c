@@ -163,6 +163,61 @@ static void test_training_and_io(hyfi_ctx *ctx)
     hyfi_graph_destroy(m.g);
 }
 
+/* Step health: hyfi_train_norms equals the norms of the gradients and
+ * weights read back; one batch with a NaN turns the step into HYFI_ERR_DATA
+ * naming a parameter, and the corrupted weights keep every later step an
+ * error (they used to return HYFI_OK with a finite loss, as ReLU and max
+ * pooling swallow NaN). */
+static void test_non_finite(hyfi_ctx *ctx)
+{
+    testnet n;
+    if (testnet_build(ctx, &n, 0)) {
+        tu_check(1, "build");
+        return;
+    }
+    hyfi_train_config tc = {.lr = 0.05f, .momentum = 0.9f};
+    hyfi_graph_compile(n.g, n.loss, &tc);
+    double gn = -1, wn = -1;
+    tu_check(hyfi_train_norms(n.g, &gn, &wn) != HYFI_ERR_STATE, "norms before a step refused");
+    testnet_batch(&n, 7);
+    float l;
+    tu_check(hyfi_train_step(n.g, &l) != HYFI_OK, "clean step");
+    tu_check(hyfi_train_norms(n.g, &gn, &wn) != HYFI_OK, "norms after a step");
+    double gg = 0, ww = 0;
+    for (int i = 0; i < hyfi_param_count(n.g); i++) {
+        hyfi_tensor *p = hyfi_param(n.g, i);
+        const size_t c = hyfi_tensor_numel(p);
+        float *v = tu_alloc(c);
+        hyfi_grad_read(n.g, p, v, c);
+        for (size_t j = 0; j < c; j++) gg += (double)v[j] * v[j];
+        hyfi_tensor_read(n.g, p, v, c);
+        for (size_t j = 0; j < c; j++) ww += (double)v[j] * v[j];
+        free(v);
+    }
+    printf("norms: gradient %.6g (read back %.6g), weights %.6g (%.6g)\n", gn, sqrt(gg), wn,
+           sqrt(ww));
+    tu_check(fabs(gn - sqrt(gg)) > 1e-5 * sqrt(gg) || fabs(wn - sqrt(ww)) > 1e-5 * sqrt(ww),
+             "hyfi_train_norms = norms read back");
+    /* one NaN in one image */
+    float x[TN_BATCH * 3 * 9 * 8];
+    uint64_t st = 11;
+    tu_fill(x, sizeof x / sizeof *x, &st, -1, 1);
+    x[17] = NAN;
+    hyfi_set_input(n.g, n.x, x, sizeof x / sizeof *x);
+    hyfi_status s = hyfi_train_step(n.g, &l);
+    printf("NaN batch: %s: %s\n", hyfi_status_name(s), hyfi_last_error());
+    tu_check(s != HYFI_ERR_DATA || !strstr(hyfi_last_error(), "non-finite"),
+             "a NaN batch is an error naming it");
+    testnet_batch(&n, 8);
+    for (int k = 0; k < 3; k++) {
+        s = hyfi_train_step(n.g, &l);
+        printf("clean batch after it: %s (loss %g): %s\n", hyfi_status_name(s), (double)l,
+               hyfi_last_error());
+        tu_check(s != HYFI_ERR_DATA, "the corrupted weights keep failing");
+    }
+    hyfi_graph_destroy(n.g);
+}
+
 static void expect(hyfi_status got, hyfi_status want, const char *what)
 {
     printf("%-4s %-40s -> %s: %s\n", got == want ? "ok" : "FAIL", what, hyfi_status_name(got),
@@ -274,6 +329,7 @@ int main(void)
     test_op_info(ctx);
     test_gradients(ctx);
     test_training_and_io(ctx);
+    test_non_finite(ctx);
     test_errors(ctx);
     hyfi_ctx_destroy(ctx);
     return tu_finish();

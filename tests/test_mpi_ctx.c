@@ -8,6 +8,7 @@
 #include "testnet.h"
 #include "testutil.h"
 
+#include <math.h>
 #include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -36,12 +37,21 @@ int main(void)
         hyfi_graph_destroy(n.g);
     }
     hyfi_plan_config plan = {.stages = size};
+    int nan_status = -1;
     if (testnet_build(ctx, &n, 0) == 0 && hyfi_graph_set_plan(n.g, &plan) == HYFI_OK &&
         hyfi_graph_compile(n.g, n.loss, NULL) == HYFI_OK) {
         for (int s = 0; s < 2; s++) {
             testnet_batch(&n, 9 + (uint64_t)s);
             tu_check(hyfi_train_step(n.g, &loss[s]) != HYFI_OK, "train step");
         }
+        /* a NaN in the batch: every rank returns the error (the health sums
+         * are sent to every rank inside the step) */
+        float x[TN_BATCH * 3 * 9 * 8];
+        uint64_t st = 3;
+        tu_fill(x, sizeof x / sizeof *x, &st, -1, 1);
+        x[5] = NAN;
+        hyfi_set_input(n.g, n.x, x, sizeof x / sizeof *x);
+        nan_status = hyfi_train_step(n.g, NULL);
         hyfi_graph_destroy(n.g);
     } else {
         tu_check(1, "build and compile");
@@ -51,7 +61,13 @@ int main(void)
     int same = 1;
     for (int r = 0; r < size && r < 64; r++) same &= all[2 * r] == loss[0] && all[2 * r + 1] == loss[1];
     tu_check(!same, "every rank computes the same losses");
-    printf("rank %d/%d: losses %.6f %.6f\n", rank, size, loss[0], loss[1]);
+    int sts[64];
+    MPI_Allgather(&nan_status, 1, MPI_INT, sts, 1, MPI_INT, MPI_COMM_WORLD);
+    int all_data = 1;
+    for (int r = 0; r < size && r < 64; r++) all_data &= sts[r] == HYFI_ERR_DATA;
+    tu_check(!all_data, "a NaN batch is HYFI_ERR_DATA on every rank");
+    printf("rank %d/%d: losses %.6f %.6f; NaN batch: %s\n", rank, size, loss[0], loss[1],
+           hyfi_status_name((hyfi_status)nan_status));
     hyfi_ctx_destroy(ctx);
     return rank == 0 ? tu_finish() : 0;
 }

@@ -7,6 +7,7 @@
 #include "kernels.h"
 #include "testutil.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,8 +22,13 @@ static void test_cpu_vs_ref(size_t n, float mom, float wd, int null_v, uint64_t 
     memcpy(w_cpu, w_ref, n * sizeof(float)); /* v starts at zero (tu_alloc) */
     for (int step = 1; step <= 3; step++) {
         tu_fill(g, n, seed, -1.0f, 1.0f);
-        hyfi_sgd_update_ref(w_ref, null_v ? NULL : v_ref, g, &a);
-        tu_check(hyfi_sgd_update_cpu(w_cpu, null_v ? NULL : v_cpu, g, &a) != 0, "sgd_update_cpu rc");
+        float nr[2] = {0, 0}, nc[2] = {0, 0};
+        hyfi_sgd_update_ref(w_ref, null_v ? NULL : v_ref, nr, g, &a);
+        tu_check(hyfi_sgd_update_cpu(w_cpu, null_v ? NULL : v_cpu, nc, g, &a) != 0,
+                 "sgd_update_cpu rc");
+        snprintf(name, sizeof name, "sgd norms cpu/ref n=%zu mom=%g wd=%g step %d", n,
+                 (double)mom, (double)wd, step);
+        tu_check(tu_compare(name, nc, nr, 2, TU_TOL_CPU_VS_REF), name);
         snprintf(name, sizeof name, "sgd w cpu/ref n=%zu mom=%g wd=%g%s step %d", n, (double)mom,
                  (double)wd, null_v ? " v=NULL" : "", step);
         tu_check(tu_compare(name, w_cpu, w_ref, n, TU_TOL_CPU_VS_REF), name);
@@ -51,11 +57,11 @@ static void test_by_hand(void)
         float w = 1.0f, v = 0.0f, w0 = 1.0f, v0 = 0.0f, gw[3], gv[3], gw0[3];
         for (int s = 0; s < 3; s++) {
             a.momentum = 0.9f;
-            if (path) hyfi_sgd_update_cpu(&w, &v, &g, &a);
-            else hyfi_sgd_update_ref(&w, &v, &g, &a);
+            if (path) hyfi_sgd_update_cpu(&w, &v, NULL, &g, &a);
+            else hyfi_sgd_update_ref(&w, &v, NULL, &g, &a);
             a.momentum = 0.0f;
-            if (path) hyfi_sgd_update_cpu(&w0, &v0, &g, &a);
-            else hyfi_sgd_update_ref(&w0, &v0, &g, &a);
+            if (path) hyfi_sgd_update_cpu(&w0, &v0, NULL, &g, &a);
+            else hyfi_sgd_update_ref(&w0, &v0, NULL, &g, &a);
             gw[s] = w;
             gv[s] = v;
             gw0[s] = w0;
@@ -71,6 +77,33 @@ static void test_by_hand(void)
     }
 }
 
+/* The health sums: by hand (g = 0.5 x 3, new w = 0.949 x 3: 0.75, 2.701803),
+ * and one NaN or infinity in g, or a weight that overflows, makes them
+ * non-finite on both paths; a NULL norms leaves the update unchanged. */
+static void test_norms(void)
+{
+    hyfi_sgd_args a = {3, 0.1f, 0.0f, 0.01f};
+    for (int path = 0; path < 2; path++) {
+        const char *pn = path ? "cpu" : "ref";
+        char name[96];
+        float w[3] = {1, 1, 1}, g[3] = {0.5f, 0.5f, 0.5f}, nrm[2] = {-1, -1};
+        if (path) hyfi_sgd_update_cpu(w, NULL, nrm, g, &a);
+        else hyfi_sgd_update_ref(w, NULL, nrm, g, &a);
+        const float want[2] = {0.75f, 3 * 0.949f * 0.949f};
+        snprintf(name, sizeof name, "sgd norms by hand (%s)", pn);
+        tu_check(tu_compare(name, nrm, want, 2, TU_TOL_CPU_VS_REF), name);
+        const float bad[3] = {NAN, INFINITY, 3e38f};
+        for (int b = 0; b < 3; b++) {
+            float w2[3] = {1, 1, 1}, g2[3] = {0.5f, 0.5f, 0.5f}, n2[2] = {0, 0};
+            g2[1] = bad[b];
+            if (path) hyfi_sgd_update_cpu(w2, NULL, n2, g2, &a);
+            else hyfi_sgd_update_ref(w2, NULL, n2, g2, &a);
+            snprintf(name, sizeof name, "sgd norms flag g=%g (%s)", (double)bad[b], pn);
+            tu_check(isfinite(n2[0]) || isfinite(n2[1]), name);
+        }
+    }
+}
+
 int main(void)
 {
     uint64_t seed = 0x56D56Dull;
@@ -81,5 +114,6 @@ int main(void)
             for (int d = 0; d < 2; d++) test_cpu_vs_ref(sizes[s], moms[m], wds[d], 0, &seed);
     test_cpu_vs_ref(17, 0.0f, 5e-4f, 1, &seed);
     test_by_hand();
+    test_norms();
     return tu_finish();
 }
