@@ -39,7 +39,7 @@
  * prediction per step, and for the ResNet (a chain of blocks) the prediction
  * equals the closed form: per stage boundary between ranks, the boundary
  * activation forward and its gradient back, plus each micro-batch's loss to
- * every rank.
+ * every rank and the step's health sums (2 floats each way).
  *
  * Models: ResNet v1-8 (CIFAR, 5 layers) on 8x8 images, batch 8, and on 32x32,
  * batch 4 (spatial plans); AmoebaNet-D (3, 16) (9 layers) on 64x64, batch 8. */
@@ -427,6 +427,18 @@ static size_t chain_bytes(hyfi_graph *g, int from, int to, int R)
         if (from == a.rank && to == c.rank) b += act;
         if (from == c.rank && to == a.rank) b += act;
     }
+    /* the step's health sums (2 floats): from every other rank holding
+     * parameters to the first stage's rank, the total from it to every rank */
+    hyfi_stage_info first;
+    hyfi_plan_stage(g, 0, &first);
+    int holds = 0;
+    for (int s = 0; s < S; s++) {
+        hyfi_stage_info a;
+        hyfi_plan_stage(g, s, &a);
+        holds |= a.rank == from && a.params > 0;
+    }
+    if (to != from && to == first.rank && holds) b += 2 * sizeof(float);
+    if (to != from && from == first.rank) b += 2 * sizeof(float);
     (void)R;
     return b;
 }
