@@ -1,0 +1,138 @@
+/* Spatial parallelism, private to engine/spatial*.c: the first K stages work
+ * on P tiles of every image.
+ *
+ * Geometry (hyfi_spatial_plan): the input image is cut into a rows x cols grid
+ * of equal tiles; every op of a tiled stage maps its input's cut points to its
+ * output's (partitioners/tiling.c: stride divisibility, halos from receptive
+ * fields, padding at the image border). An op reading a window (convolution,
+ * pooling) gets, per tile, an assembled input: its own tile plus the boundary
+ * strips of its up to 8 neighbours, and zeros at the image border where the op
+ * pads with zeros (convolution, average pooling that counts the padding); max
+ * pooling and average pooling without the padding keep their border padding
+ * as kernel padding (the first tile of an axis) and clipping (the last).
+ *
+ * Tasks (hyfi_spatial_forward / _backward), per micro-batch and tile t:
+ *   halo   pack: on each neighbour's place, its boundary strip into a strip
+ *          handle the neighbour owns (only strips cross ranks); assemble: on
+ *          t's place, own tile + strips (+ zeros) -> buffer
+ *   op     the kernel on the buffer (or the tile itself when no halo is needed)
+ *   back   the kernel's input gradient into a buffer gradient, scattered into
+ *          t's own tile gradient and into strip gradients, which each neighbour
+ *          adds into its tile gradient (the halo part of the gradient goes home)
+ *   conv   weight gradients per tile (summed over micro-batches as any
+ *          parameter gradient), added over the tiles on the stage's first place
+ *          before the update
+ *   bn     statistics per tile -> combined on the stage's first place (running
+ *          statistics there) -> normalised per tile; backward the same way
+ *          (kernels in ops/bntile_*): the statistics of the whole batch
+ * A tiled tensor that an untiled op reads is gathered into a whole tensor on
+ * the first untiled consumer's place (its gradient scattered back), which is
+ * then an ordinary tensor of that stage.
+ *
+ * Files: spatial_plan.c (geometry, fused groups: pure data), spatial_reg.c
+ * (handles of tiles, halos and partial sums), spatial.c (the tasks of tiled
+ * ops, gathers, releases), spatial_fused.c (the tasks of fused-halo groups).
+ */
+#ifndef HYFI_ENGINE_SPATIAL_IMPL_H
+#define HYFI_ENGINE_SPATIAL_IMPL_H
+
+#include "emit.h"
+#include "tiling.h"
+
+#define NP HYFI_TILE_MAX_PIECES
+#define FG_MAX 32
+
+struct hyfi_fgroup;
+
+typedef struct hyfi_tnode {
+    struct hyfi_fgroup *fg; /* fused-halo group of the op (fused.c part below), or NULL */
+    int fg_pos;             /* the op's position in it */
+    int windowed;      /* conv, pools: halos and an assembled input */
+    int explicit_pad;  /* zeros in the buffer (conv, avg pool counting the padding) */
+    hyfi_tile_span rs[HYFI_MAX_TILES], cs[HYFI_MAX_TILES];
+    int use_buf[HYFI_MAX_TILES], buf_h[HYFI_MAX_TILES], buf_w[HYFI_MAX_TILES];
+    int npieces[HYFI_MAX_TILES];
+    int from[HYFI_MAX_TILES][NP];          /* the tile each piece comes from (0: own) */
+    hyfi_piece piece[HYFI_MAX_TILES][NP];  /* src_*: coordinates in that tile */
+    starpu_data_handle_t *buf, *dbuf;      /* [m * P + t] */
+    starpu_data_handle_t *strip, *dstrip;  /* [(m * P + t) * NP + k], k >= 1 */
+    starpu_data_handle_t *wpart, *bpart;   /* conv: per-tile weight / bias gradients
+                                              [rep * P + t] */
+    unsigned char wpw[HYFI_MAX_TILES * HYFI_MAX_REPLICAS]; /* [rep * P + t] */
+    starpu_data_handle_t *part, *bwpart;   /* bn: per-tile statistics [m * P + t] */
+    starpu_data_handle_t *tot;             /* bn: backward totals [m] */
+} hyfi_tnode;
+
+/* A fused-halo group: ops op[0..n) of one tiled stage, a chain (each reads the
+ * previous one's output, the only consumer of it), op[0] a convolution or
+ * pool needing a halo. Per tile, op j computes its output on region
+ * [r0, r1) x [c0, c1) of its output tensor (clipped to the tensor): the own
+ * tile for the last op, wider before, as much as the ops after it read. op[0]
+ * reads the group input over the region its outputs need, assembled (with
+ * op[0]'s node's tnode geometry) from the own tile and wider strips: one
+ * exchange. Batch norm in a group takes its statistics over the own tile
+ * only; backward, the gradients on the recomputed border are partial (each
+ * tile's share), which every sum over positions takes as they are (they are
+ * linear), and the terms of batch norm's backward that use the whole batch's
+ * sums are added on the own tile only. So the group computes the step of the
+ * unfused ops. */
+typedef struct hyfi_fgroup {
+    int n;
+    const node *op[FG_MAX];
+    int r0[FG_MAX][HYFI_MAX_TILES], r1[FG_MAX][HYFI_MAX_TILES];
+    int c0[FG_MAX][HYFI_MAX_TILES], c1[FG_MAX][HYFI_MAX_TILES];
+    /* padding op j's window needs beyond its input tensor (top, bottom, left, right) */
+    int pt[FG_MAX][HYFI_MAX_TILES], pb[FG_MAX][HYFI_MAX_TILES];
+    int pl[FG_MAX][HYFI_MAX_TILES], pr[FG_MAX][HYFI_MAX_TILES];
+    starpu_data_handle_t *val, *grad;   /* op j < n-1: output on its region [(j*M + m)*P + q] */
+    starpu_data_handle_t *pbuf, *dpbuf; /* op j >= 1 with zero padding: padded input */
+    starpu_data_handle_t *xo, *dyo, *dxo; /* batch norm: own-tile copies */
+    starpu_data_handle_t ztot[FG_MAX];  /* batch norm: zero totals */
+    float *ztot_host[FG_MAX];
+} hyfi_fgroup;
+
+static inline int place_of(const hyfi_plan *pl, int rep, int stage, int t)
+{
+    return HYFI_PLACE(pl, rep, pl->stage_place0[stage] + (stage < pl->K ? t : 0));
+}
+
+static inline int tile_h(const hyfi_tiles *tl, int t) { return tl->rcut[t / tl->cols + 1] - tl->rcut[t / tl->cols]; }
+static inline int tile_w(const hyfi_tiles *tl, int t) { return tl->ccut[t % tl->cols + 1] - tl->ccut[t % tl->cols]; }
+
+static inline int fg_rows(const hyfi_fgroup *fg, int j, int q) { return fg->r1[j][q] - fg->r0[j][q]; }
+static inline int fg_cols(const hyfi_fgroup *fg, int j, int q) { return fg->c1[j][q] - fg->c0[j][q]; }
+/* op j >= 1 reads a zero-padded copy of op j-1's region */
+static inline int fg_padded(const hyfi_fgroup *fg, int j, int q)
+{
+    const node *nd = fg->op[j];
+    const int xp = nd->op == OP_CONV2D || (nd->op == OP_AVGPOOL && nd->a.pool.count_include_pad);
+    return j > 0 && xp && (fg->pt[j][q] || fg->pb[j][q] || fg->pl[j][q] || fg->pr[j][q]);
+}
+/* batch norm op j computes on more than its own tile */
+static inline int fg_bn_extended(const hyfi_fgroup *fg, int j, int q)
+{
+    const hyfi_tiles *tl = fg->op[j]->out->tl;
+    const int r = q / tl->cols, c = q % tl->cols;
+    return fg->r0[j][q] != tl->rcut[r] || fg->r1[j][q] != tl->rcut[r + 1] ||
+           fg->c0[j][q] != tl->ccut[c] || fg->c1[j][q] != tl->ccut[c + 1];
+}
+
+/* Handles of micro-batch e->m: tile q of x, its gradient and its flag. */
+#define TILE(x, q) ((x)->tl->h[e->m * e->g->pl->P + (q)])
+#define TGRAD(x, q) ((x)->tl->gh[e->m * e->g->pl->P + (q)])
+#define TGWF(x, q) ((x)->tl->gw[e->m * e->g->pl->P + (q)])
+/* Op j of a fused group, tile q, micro-batch e->m. */
+#define FGK(j, q) (((size_t)(j) * e->M + e->m) * e->g->pl->P + (q))
+
+/* spatial.c: pieces of a tiled op's tasks that fused groups share. */
+int hyfi_sp_assemble(emit_ctx *e, const node *nd, int q, starpu_data_handle_t *in);
+int hyfi_sp_unassemble(emit_ctx *e, const node *nd, int q);
+int hyfi_sp_halo_return(emit_ctx *e, const node *nd, int q);
+int hyfi_sp_place(const emit_ctx *e, const hyfi_tensor *x, int q);
+void hyfi_sp_task_name(char *out, size_t len, const node *nd, const char *pass, int q,
+                       const emit_ctx *e);
+/* spatial_fused.c */
+int hyfi_sp_fused_forward(emit_ctx *e, const hyfi_fgroup *fg, int training);
+int hyfi_sp_fused_backward(emit_ctx *e, const hyfi_fgroup *fg);
+
+#endif
