@@ -59,4 +59,29 @@ size_t hyfi_spatial_halo_volume(const hyfi_graph *g);
 void hyfi_spatial_halo_counts(const hyfi_graph *g, int *groups, int *fused_ops, int *strips);
 extern char hyfi_halo_tag;
 
+
+/* The all-reduce algorithm of a gradient of n floats over the replicas. */
+static inline int hyfi_use_ring(const hyfi_graph *g, size_t n)
+{
+    const hyfi_allreduce a = g->plan_cfg.allreduce;
+    if (a == HYFI_ALLREDUCE_RING) return n >= (size_t)g->pl->nrep;
+    if (a == HYFI_ALLREDUCE_TREE) return 0;
+    return n * sizeof(float) >= HYFI_RING_MIN_BYTES && n >= (size_t)g->pl->nrep;
+}
+
+/* Chunk c of the ring: [c * n / R, (c+1) * n / R). */
+static inline size_t hyfi_chunk_lo(size_t n, int R, int c) { return n * (size_t)c / (size_t)R; }
+
+/* handles.c */
+hyfi_status hyfi_register_tensors(hyfi_graph *g);
+/* compile.c: the last task pushed runs on `place` with priority prio
+ * (clamped to the scheduler's range by hyfi_clamp_prio). */
+int hyfi_clamp_prio(int p);
+void hyfi_on_place(hyfi_graph *g, program *P, int place, int prio);
+/* reduce.c */
+int hyfi_emit_state_save(hyfi_graph *g, program *P);
+int hyfi_emit_state_combine(hyfi_graph *g, program *P);
+int hyfi_emit_allreduce(hyfi_graph *g, program *P);
+int hyfi_emit_health(hyfi_graph *g, program *P);
+
 #endif

@@ -1,0 +1,334 @@
+/* Handles: every tensor's StarPU handles (values, gradients, momentum,
+ * health sums; per micro-batch or per replica), partial gradients, the
+ * loss seed, 1F1B tokens; registration (with StarPU-MPI owners and tags) and
+ * release; the task programs' storage.
+ *
+ * Memory: inputs, labels, parameters, state and momentum live in host memory
+ * that StarPU manages (starpu_malloc, pinned when there are GPUs); activations,
+ * gradients and saved tensors are registered without a home and allocated by
+ * StarPU wherever a task needs them.
+ */
+#include "emit.h"
+
+#include <starpu_mpi.h>
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+int hyfi_prog_push(program *p, prog_kind kind, struct starpu_codelet *cl, const char *name,
+                   const hyfi_task_args *args)
+{
+    if (p->overflow) return -1;
+    if (p->n == p->cap) {
+        int nc = p->cap ? p->cap * 2 : 64;
+        prog_task *t = realloc(p->t, (size_t)nc * sizeof *t);
+        if (!t) return -1;
+        p->t = t;
+        p->cap = nc;
+    }
+    prog_task *t = &p->t[p->n++];
+    memset(t, 0, sizeof *t);
+    t->place = -1;
+    t->kind = kind;
+    t->cl = cl;
+    t->worker = -1;
+    if (args) t->args = *args;
+    snprintf(t->name, sizeof t->name, "%s", name);
+    return 0;
+}
+
+void hyfi_prog_buf(program *p, starpu_data_handle_t h, enum starpu_data_access_mode mode)
+{
+    prog_task *t = &p->t[p->n - 1];
+    if (t->nbuf == HYFI_MAX_TASK_BUFFERS) {
+        p->overflow = 1;
+        return;
+    }
+    t->buf[t->nbuf].handle = h;
+    t->buf[t->nbuf].mode = mode;
+    t->nbuf++;
+}
+
+void hyfi_programs_free(hyfi_graph *g)
+{
+    free(g->train_prog.t);
+    free(g->infer_prog.t);
+    free(g->fwd_train_prog.t);
+    memset(&g->fwd_train_prog, 0, sizeof g->fwd_train_prog);
+    memset(&g->train_prog, 0, sizeof g->train_prog);
+    memset(&g->infer_prog, 0, sizeof g->infer_prog);
+}
+
+void hyfi_unreg(starpu_data_handle_t *h)
+{
+    if (*h) {
+        starpu_data_unregister(*h);
+        *h = NULL;
+    }
+}
+
+void hyfi_handles_free(hyfi_graph *g)
+{
+    const int M = g->pl ? g->pl->nmb : 1, nrep = g->pl ? g->pl->nrep : 1;
+    hyfi_spatial_free(g);
+    for (int i = 0; i < g->ntensors; i++) {
+        hyfi_tensor *t = g->tensors[i];
+        for (int m = 0; m < t->nh; m++) {
+            if (t->h) hyfi_unreg(&t->h[m]);
+            if (t->gh && t != g->loss) hyfi_unreg(&t->gh[m]);
+        }
+        if (t->gpart) {
+            for (int k = 0; k < g->pl->nstages * t->nh; k++) hyfi_unreg(&t->gpart[k]);
+            free(t->gpart);
+            free(t->gpw);
+            t->gpart = NULL;
+            t->gpw = NULL;
+        }
+        free(t->h);
+        if (t != g->loss) free(t->gh);
+        free(t->gw);
+        t->h = t->gh = NULL;
+        t->gw = NULL;
+        t->nh = 0;
+        const size_t copies = t->kind == T_PARAM || t->kind == T_STATE ? (size_t)nrep : 1;
+        for (int k = 0; t->mh && k < nrep; k++) hyfi_unreg(&t->mh[k]);
+        for (int k = 0; t->nmh && k < nrep; k++) hyfi_unreg(&t->nmh[k]);
+        free(t->nmh);
+        t->nmh = NULL;
+        hyfi_unreg(&t->rsave);
+        free(t->mh);
+        t->mh = NULL;
+        if (t->host) starpu_free_noflag(t->host, copies * t->numel * 4);
+        if (t->ghost) starpu_free_noflag(t->ghost, copies * t->numel * 4);
+        if (t->mhost) starpu_free_noflag(t->mhost, copies * t->numel * 4);
+        t->host = t->ghost = t->mhost = NULL;
+    }
+    for (int b = 0; b < g->nbuckets; b++) {
+        hyfi_bucket *bk = &g->buckets[b];
+        for (int k = 0; bk->h && bk->nparams > 1 && k < nrep; k++) hyfi_unreg(&bk->h[k]);
+        for (int k = 0; bk->arc && k < nrep * nrep; k++) hyfi_unreg(&bk->arc[k]);
+        free(bk->h);
+        free(bk->arc);
+        free(bk->params);
+    }
+    free(g->buckets);
+    g->buckets = NULL;
+    g->nbuckets = 0;
+    if (g->dloss) {
+        for (int m = 0; m < M; m++) hyfi_unreg(&g->dloss[m]);
+        free(g->dloss);
+        g->dloss = NULL;
+    }
+    if (g->dloss_host) starpu_free_noflag(g->dloss_host, (size_t)M * sizeof(float));
+    g->dloss_host = NULL;
+    for (int i = 0; i < g->nhealth; i++) hyfi_unreg(&g->health[i]);
+    free(g->health);
+    g->health = NULL;
+    g->nhealth = 0;
+    for (int i = 0; i < g->ntokens; i++) hyfi_unreg(&g->tokens[i]);
+    free(g->tokens);
+    g->tokens = NULL;
+    if (g->token_host) starpu_free_noflag(g->token_host, (size_t)g->ntokens * sizeof(float));
+    g->token_host = NULL;
+    g->ntokens = 0;
+}
+
+int hyfi_host_alloc(float **p, size_t n)
+{
+    return starpu_malloc((void **)p, (n ? n : 1) * sizeof(float)) == 0 ? 0 : -1;
+}
+
+/* Register one vector handle: with a home in host memory (ptr) on the owning
+ * rank, lazily allocated elsewhere (and everywhere when ptr is NULL); known to
+ * StarPU-MPI with its owner in MPI runs. */
+void hyfi_reg(hyfi_graph *g, starpu_data_handle_t *h, float *ptr, size_t n, size_t elem,
+              int owner, const char *name, const char *suffix, int m, int nm)
+{
+    if (ptr && owner == g->ctx->rank)
+        starpu_vector_data_register(h, STARPU_MAIN_RAM, (uintptr_t)ptr, (uint32_t)n, elem);
+    else
+        starpu_vector_data_register(h, -1, 0, (uint32_t)n, elem);
+    char buf[HYFI_NAME_MAX + 32];
+    if (nm > 1) snprintf(buf, sizeof buf, "%s%s[%d]", name, suffix, m);
+    else snprintf(buf, sizeof buf, "%s%s", name, suffix);
+    starpu_data_set_name(*h, buf);
+    if (g->ctx->mpi) starpu_mpi_data_register(*h, g->ctx->next_tag, owner);
+    if (g->ctx->trace_dir) hyfi_trace_note_handle(g, *h, g->ctx->next_tag, owner, buf);
+    g->ctx->next_tag++;
+}
+
+static struct starpu_codelet *redux_cl(void) { return &hyfi_cl_redux_add; }
+static struct starpu_codelet *redux_init_cl(void) { return &hyfi_cl_redux_zero; }
+
+
+int hyfi_handle_owner(const hyfi_graph *g, const hyfi_tensor *t, int k)
+{
+    const int per_mb = t->kind == T_INPUT || t->kind == T_LABELS || t->kind == T_ACT ||
+                       t->kind == T_SAVED;
+    return hyfi_trank(g, t, per_mb ? HYFI_REP(g->pl, k) : k);
+}
+
+/* Register every tensor; allocate and initialise what lives in host memory. */
+hyfi_status hyfi_register_tensors(hyfi_graph *g)
+{
+    const hyfi_plan *pl = g->pl;
+    const int M = pl->nmb, me = g->ctx->rank, NR = pl->nrep;
+    for (int i = 0; i < g->ntensors; i++) {
+        hyfi_tensor *t = g->tensors[i];
+        const int per_mb = t->kind == T_INPUT || t->kind == T_LABELS || t->kind == T_ACT ||
+                           t->kind == T_SAVED;
+        t->nh = per_mb ? M : NR;
+        t->mb_numel = per_mb && t->batched ? t->numel / (size_t)M : t->numel;
+        if (t->mb_numel > UINT32_MAX)
+            return hyfi_graph_fail(g, HYFI_ERR_SHAPE, "tensor \"%s\" has %zu elements per "
+                                                      "micro-batch; at most 2^32-1 per tensor "
+                                                      "(use more --parts, spatial parallelism or "
+                                                      "a smaller batch)", t->name, t->mb_numel);
+        t->h = calloc((size_t)t->nh, sizeof *t->h);
+        t->gw = calloc((size_t)t->nh, 1);
+        if (!t->h || !t->gw) goto oom;
+        /* this rank owns some handle of t */
+        int own = 0;
+        for (int k = 0; k < NR; k++) own |= hyfi_trank(g, t, k) == me;
+        const size_t elem = t->is_int ? sizeof(int32_t) : sizeof(float);
+        switch (t->kind) {
+        case T_INPUT:
+        case T_LABELS:
+            if (own) {
+                if (hyfi_host_alloc(&t->host, t->numel)) goto oom;
+                memset(t->host, 0, t->numel * 4);
+            }
+            for (int m = 0; m < M; m++)
+                hyfi_reg(g, &t->h[m], own ? t->host + (size_t)m * t->mb_numel : NULL, t->mb_numel,
+                    elem, hyfi_handle_owner(g, t, m), t->name, "", m, M);
+            if (!t->is_int) {
+                t->gh = calloc((size_t)M, sizeof *t->gh);
+                if (!t->gh) goto oom;
+                for (int m = 0; m < M; m++)
+                    hyfi_reg(g, &t->gh[m], NULL, t->mb_numel, elem, hyfi_handle_owner(g, t, m),
+                             t->name, ".grad", m, M);
+            }
+            break;
+        case T_PARAM:
+            /* one copy per replica, all initialised alike */
+            t->gh = calloc((size_t)NR, sizeof *t->gh);
+            t->mh = calloc((size_t)NR, sizeof *t->mh);
+            t->nmh = calloc((size_t)NR, sizeof *t->nmh);
+            if (!t->gh || !t->mh || !t->nmh) goto oom;
+            if (own) {
+                const size_t n = (size_t)NR * t->numel;
+                if (hyfi_host_alloc(&t->host, n) || hyfi_host_alloc(&t->ghost, n) ||
+                    hyfi_host_alloc(&t->mhost, n))
+                    goto oom;
+                for (int k = 0; k < NR; k++) hyfi_param_init(t->host + (size_t)k * t->numel, t, g->seed);
+                memset(t->ghost, 0, n * 4);
+                memset(t->mhost, 0, n * 4);
+            }
+            for (int k = 0; k < NR; k++) {
+                const size_t o = (size_t)k * t->numel;
+                const int r = hyfi_trank(g, t, k);
+                hyfi_reg(g, &t->h[k], own ? t->host + o : NULL, t->numel, elem, r, t->name, "",
+                         k, NR);
+                hyfi_reg(g, &t->gh[k], own ? t->ghost + o : NULL, t->numel, elem, r, t->name,
+                         ".grad", k, NR);
+                hyfi_reg(g, &t->mh[k], own ? t->mhost + o : NULL, t->numel, elem, r, t->name,
+                         ".momentum", k, NR);
+                hyfi_reg(g, &t->nmh[k], NULL, 2, sizeof(float), r, t->name, ".norms", k, NR);
+                /* Summed over micro-batches by a StarPU reduction. */
+                if (pl->mbr > 1 && !g->plan_cfg.deterministic)
+                    starpu_data_set_reduction_methods(t->gh[k], redux_cl(), redux_init_cl());
+            }
+            break;
+        case T_STATE:
+            if (own) {
+                if (hyfi_host_alloc(&t->host, (size_t)NR * t->numel)) goto oom;
+                for (int k = 0; k < NR; k++) hyfi_param_init(t->host + (size_t)k * t->numel, t, g->seed);
+            }
+            for (int k = 0; k < NR; k++)
+                hyfi_reg(g, &t->h[k], own ? t->host + (size_t)k * t->numel : NULL, t->numel, elem,
+                         hyfi_trank(g, t, k), t->name, "", k, NR);
+            break;
+        case T_ACT:
+            for (int m = 0; m < M; m++)
+                hyfi_reg(g, &t->h[m], NULL, t->mb_numel, elem, hyfi_handle_owner(g, t, m), t->name,
+                         "", m, M);
+            if (t != g->loss) {
+                t->gh = calloc((size_t)M, sizeof *t->gh);
+                if (!t->gh) goto oom;
+                for (int m = 0; m < M; m++)
+                    hyfi_reg(g, &t->gh[m], NULL, t->mb_numel, elem, hyfi_handle_owner(g, t, m),
+                             t->name, ".grad", m, M);
+            }
+            break;
+        case T_SAVED:
+            for (int m = 0; m < M; m++)
+                hyfi_reg(g, &t->h[m], NULL, t->mb_numel, elem, hyfi_handle_owner(g, t, m), t->name,
+                         "", m, M);
+            break;
+        }
+    }
+    /* Partial gradients of activations consumed by other stages. */
+    for (int i = 0; i < g->nnodes; i++) {
+        const node *nd = &g->nodes[i];
+        for (int k = 0; k < nd->nin; k++) {
+            hyfi_tensor *t = nd->in[k];
+            if (t->kind != T_ACT || !t->requires_grad || nd->stage == t->stage) continue;
+            const int S = g->pl->nstages;
+            if (!t->gpart) {
+                t->gpart = calloc((size_t)S * M, sizeof *t->gpart);
+                t->gpw = calloc((size_t)S * M, 1);
+                if (!t->gpart || !t->gpw) goto oom;
+            }
+            if (t->gpart[(size_t)nd->stage * M]) continue;
+            char sfx[32];
+            snprintf(sfx, sizeof sfx, ".grad.stage%d", nd->stage);
+            for (int m = 0; m < M; m++)
+                hyfi_reg(g, &t->gpart[(size_t)nd->stage * M + m], NULL, t->mb_numel, sizeof(float),
+                    hyfi_stage_rank(pl, HYFI_REP(pl, m), nd->stage), t->name, sfx, m, M);
+        }
+    }
+    /* Replicas: saved running statistics. */
+    for (int i = 0; NR > 1 && i < g->ntensors; i++) {
+        hyfi_tensor *t = g->tensors[i];
+        if (t->kind == T_STATE)
+            hyfi_reg(g, &t->rsave, NULL, t->numel, sizeof(float), hyfi_trank(g, t, 0), t->name,
+                     ".start", 0, 1);
+    }
+    /* The health sums of a step: one per rank. */
+    g->nhealth = g->ctx->nranks;
+    g->health = calloc((size_t)g->nhealth, sizeof *g->health);
+    if (!g->health) goto oom;
+    for (int r = 0; r < g->nhealth; r++)
+        hyfi_reg(g, &g->health[r], NULL, 2, sizeof(float), r, "health", "", r, g->nhealth);
+    /* The seed of the backward: d(mean over the batch)/d(micro-batch loss) = 1/M. */
+    if (hyfi_host_alloc(&g->dloss_host, (size_t)M)) goto oom;
+    g->dloss = calloc((size_t)M, sizeof *g->dloss);
+    if (!g->dloss) goto oom;
+    for (int m = 0; m < M; m++) {
+        g->dloss_host[m] = 1.0f / (float)M;
+        hyfi_reg(g, &g->dloss[m], g->dloss_host + m, 1, sizeof(float),
+                 hyfi_handle_owner(g, g->loss, m), g->loss->name, ".grad", m, M);
+    }
+    g->loss->gh = g->dloss;
+    /* 1F1B: per stage, one token per activation slot (see emit_events). */
+    if (pl->schedule == HYFI_SCHEDULE_1F1B && pl->mbr > 1) {
+        for (int q = 0; q < pl->nplaces; q++) g->ntokens += pl->inflight[pl->place_stage[q]];
+        g->tokens = calloc((size_t)g->ntokens, sizeof *g->tokens);
+        if (!g->tokens || hyfi_host_alloc(&g->token_host, (size_t)g->ntokens)) goto oom;
+        memset(g->token_host, 0, (size_t)g->ntokens * sizeof(float));
+        for (int q = 0, k = 0; q < pl->nplaces; q++)
+            for (int j = 0; j < pl->inflight[pl->place_stage[q]]; j++, k++) {
+                char nm[48];
+                snprintf(nm, sizeof nm, "place%d.token", q);
+                hyfi_reg(g, &g->tokens[k], g->token_host + k, 1, sizeof(float), pl->place_rank[q],
+                    nm, "", j, 2);
+            }
+    }
+    return HYFI_OK;
+oom:
+    return hyfi_graph_fail(g, HYFI_ERR_NOMEM, "out of host memory registering the tensors "
+                                              "(%d tensors); use a smaller batch or model",
+                           g->ntensors);
+}

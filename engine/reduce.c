@@ -1,0 +1,280 @@
+/* The end of a train step, across replicas and ranks: saving and combining
+ * batch norm's running statistics over replicas, all-reducing the gradients
+ * (ring or tree, in buckets), and adding up the step's health sums. */
+#include "emit.h"
+
+#include <starpu_mpi.h>
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Running statistics. A batch norm's running statistic follows
+ *     r <- a r + m s_j   (a = 1 - momentum, s_j: the statistic of micro-batch j)
+ * over the step's micro-batches in order. Replica k applies it to its own
+ * micro-batches [k B, (k+1) B) from the common start r0, giving r_k; the
+ * one-place value after all of them is then exactly
+ *     x_0 = r_0,  x_k = a^B x_(k-1) + (r_k - a^B r0),  r = x_(R-1),
+ * computed on replica 0 (r0 saved at the start of the step) and copied to the
+ * other replicas. Linear, so equal up to round-off. */
+int hyfi_emit_state_save(hyfi_graph *g, program *P)
+{
+    const hyfi_plan *pl = g->pl;
+    if (pl->nrep < 2) return 0;
+    for (int i = 0; i < g->ntensors; i++) {
+        hyfi_tensor *t = g->tensors[i];
+        if (t->kind != T_STATE || !t->rsave) continue;
+        hyfi_task_args a = {.acc = 0, .u.elt.count = t->numel};
+        char nm[64];
+        snprintf(nm, sizeof nm, "%.50s.save", t->name);
+        TASK(&hyfi_cl_accumulate, nm, &a);
+        W(t->rsave), R(t->h[0]);
+        hyfi_on_place(g, P, pl->stage_place0[t->stage], hyfi_clamp_prio(pl->nticks + 1));
+    }
+    return 0;
+}
+
+int hyfi_emit_state_combine(hyfi_graph *g, program *P)
+{
+    const hyfi_plan *pl = g->pl;
+    if (pl->nrep < 2) return 0;
+    for (int i = 0; i < g->nnodes; i++) {
+        const node *nd = &g->nodes[i];
+        if (nd->op != OP_BATCHNORM) continue;
+        for (int j = 2; j < 4; j++) {
+            hyfi_tensor *t = nd->p[j];
+            if (!t->rsave) continue;
+            hyfi_task_args a = {.u.rcomb = {.count = t->numel, .nrep = pl->nrep,
+                                            .decay = pow(1.0 - (double)nd->a.bn.momentum,
+                                                         (double)pl->mbr)}};
+            char nm[64];
+            snprintf(nm, sizeof nm, "%.50s.combine", t->name);
+            TASK(&hyfi_cl_running_combine, nm, &a);
+            RW(t->h[0]), R(t->rsave);
+            for (int k = 1; k < pl->nrep; k++) R(t->h[k]);
+            hyfi_on_place(g, P, pl->stage_place0[t->stage], hyfi_clamp_prio(pl->nticks + 1));
+            for (int k = 1; k < pl->nrep; k++) {
+                hyfi_task_args c = {.acc = 0, .u.elt.count = t->numel};
+                snprintf(nm, sizeof nm, "%.44s.copy.r%d", t->name, k);
+                TASK(&hyfi_cl_accumulate, nm, &c);
+                W(t->h[k]), R(t->h[0]);
+                hyfi_on_place(g, P, HYFI_PLACE(pl, k, pl->stage_place0[t->stage]),
+                         hyfi_clamp_prio(pl->nticks + 1));
+            }
+        }
+    }
+    return 0;
+}
+
+/* All-reduce (sum) of every parameter gradient over the replicas, as tasks:
+ * each replica's gradient is complete when its last micro-batch's backward
+ * (and, on tiled stages, the sum over tiles) has run, and StarPU starts these
+ * tasks then: the gradients of the last layers travel while the first layers
+ * still run their backward. Every replica ends with the same floats.
+ *   ring: gradient k split into R chunks C[k][c]; reduce-scatter: R-1 steps,
+ *         replica k adds replica k-1's chunk (k-1-s) mod R into its own; then
+ *         replica k holds chunk (k+1) mod R summed; all-gather: R-1 steps,
+ *         replica k copies chunk (k-s) mod R from replica k-1; join.
+ *   tree: binomial reduce into replica 0 (replica k adds k+d for d = 1, 2,
+ *         4, ...), then the sum copied back down the same tree. */
+/* One all-reduce over h[0 .. R) (n floats each, on stage `stage`'s first
+ * place of every replica); arc: the ring's R x R chunk handles, or NULL (tree). */
+static int emit_allreduce_one(hyfi_graph *g, program *P, const char *name,
+                              starpu_data_handle_t *h, starpu_data_handle_t *arc, size_t n,
+                              int stage)
+{
+    const hyfi_plan *pl = g->pl;
+    const int R = pl->nrep, prio = hyfi_clamp_prio(pl->nticks + 1);
+    char nm[128];
+#define RPLACE(k) HYFI_PLACE(pl, (k), pl->stage_place0[stage])
+    if (!arc) { /* tree */
+        int top = 1;
+        while (top * 2 < R) top *= 2;
+        for (int d = 1; d < R; d *= 2)
+            for (int k = 0; k + d < R; k += 2 * d) {
+                hyfi_task_args a = {.acc = 1, .u.elt.count = n};
+                snprintf(nm, sizeof nm, "%.36s.allreduce.add.r%d.r%d", name, k, k + d);
+                TASK(&hyfi_cl_accumulate, nm, &a);
+                RW(h[k]), R(h[k + d]);
+                hyfi_on_place(g, P, RPLACE(k), prio);
+            }
+        for (int d = top; d >= 1; d /= 2)
+            for (int k = 0; k + d < R; k += 2 * d) {
+                hyfi_task_args a = {.acc = 0, .u.elt.count = n};
+                snprintf(nm, sizeof nm, "%.36s.allreduce.copy.r%d.r%d", name, k + d, k);
+                TASK(&hyfi_cl_accumulate, nm, &a);
+                W(h[k + d]), R(h[k]);
+                hyfi_on_place(g, P, RPLACE(k + d), prio);
+            }
+        return 0;
+    }
+#define CH(k, c) arc[(size_t)(k) * R + (c)]
+#define CN(c) (hyfi_chunk_lo(n, R, (c) + 1) - hyfi_chunk_lo(n, R, (c)))
+    for (int k = 0; k < R; k++)
+        for (int c = 0; c < R; c++) {
+            hyfi_task_args a = {.u.slice = {.count = CN(c), .src_off = hyfi_chunk_lo(n, R, c)}};
+            snprintf(nm, sizeof nm, "%.36s.allreduce.split.r%d.c%d", name, k, c);
+            TASK(&hyfi_cl_copy_slice, nm, &a);
+            W(CH(k, c)), R(h[k]);
+            hyfi_on_place(g, P, RPLACE(k), prio);
+        }
+    for (int st = 0; st < R - 1; st++)
+        for (int k = 0; k < R; k++) {
+            const int c = ((k - 1 - st) % R + R) % R, from = (k + R - 1) % R;
+            hyfi_task_args a = {.acc = 1, .u.elt.count = CN(c)};
+            snprintf(nm, sizeof nm, "%.36s.allreduce.rs%d.r%d.c%d", name, st, k, c);
+            TASK(&hyfi_cl_accumulate, nm, &a);
+            RW(CH(k, c)), R(CH(from, c));
+            hyfi_on_place(g, P, RPLACE(k), prio);
+        }
+    for (int st = 0; st < R - 1; st++)
+        for (int k = 0; k < R; k++) {
+            const int c = ((k - st) % R + R) % R, from = (k + R - 1) % R;
+            hyfi_task_args a = {.acc = 0, .u.elt.count = CN(c)};
+            snprintf(nm, sizeof nm, "%.36s.allreduce.ag%d.r%d.c%d", name, st, k, c);
+            TASK(&hyfi_cl_accumulate, nm, &a);
+            W(CH(k, c)), R(CH(from, c));
+            hyfi_on_place(g, P, RPLACE(k), prio);
+        }
+    for (int k = 0; k < R; k++)
+        for (int c = 0; c < R; c++) {
+            hyfi_task_args a = {.u.slice = {.count = CN(c), .dst_off = hyfi_chunk_lo(n, R, c)}};
+            snprintf(nm, sizeof nm, "%.36s.allreduce.join.r%d.c%d", name, k, c);
+            TASK(&hyfi_cl_copy_slice, nm, &a);
+            RW(h[k]), R(CH(k, c));
+            hyfi_on_place(g, P, RPLACE(k), prio);
+        }
+#undef CN
+#undef CH
+#undef RPLACE
+    return 0;
+}
+
+/* Gradients travel in buckets: the parameters of one stage, in the order the
+ * backward completes them (last layers first), packed into one handle per
+ * replica up to the bucket size, so that a few large messages replace many
+ * small ones (batch-norm parameters are tens of floats). A bucket is packed as
+ * its gradients complete (a chain of slice copies), all-reduced, and unpacked.
+ * A bucket of one parameter is all-reduced in place. */
+int hyfi_emit_allreduce(hyfi_graph *g, program *P)
+{
+    const hyfi_plan *pl = g->pl;
+    const int R = pl->nrep, prio = hyfi_clamp_prio(pl->nticks + 1);
+    if (R < 2) return 0;
+    const int kib = g->plan_cfg.bucket_kib;
+    const size_t cap = kib < 0 ? 0 : (size_t)(kib ? kib : HYFI_BUCKET_KIB) * 1024;
+    g->buckets = calloc((size_t)g->nparams, sizeof *g->buckets);
+    if (!g->buckets) return -1;
+    char nm[128];
+    for (int i = g->nparams - 1; i >= 0; i--) {
+        hyfi_tensor *p = g->params[i];
+        if (!p->gwritten) continue;
+        hyfi_bucket *b = g->nbuckets ? &g->buckets[g->nbuckets - 1] : NULL;
+        if (!b || b->stage != p->stage || (b->numel + p->numel) * sizeof(float) > cap) {
+            b = &g->buckets[g->nbuckets++];
+            b->stage = p->stage;
+            b->params = calloc((size_t)g->nparams, sizeof *b->params);
+            if (!b->params) return -1;
+        }
+        b->params[b->nparams++] = p;
+        b->numel += p->numel;
+    }
+    for (int bi = 0; bi < g->nbuckets; bi++) {
+        hyfi_bucket *b = &g->buckets[bi];
+        const int ring = hyfi_use_ring(g, b->numel);
+        char bname[HYFI_NAME_MAX];
+        if (b->nparams == 1) snprintf(bname, sizeof bname, "%s", b->params[0]->name);
+        else snprintf(bname, sizeof bname, "bucket%d", bi);
+        b->h = calloc((size_t)R, sizeof *b->h);
+        if (!b->h || (ring && !(b->arc = calloc((size_t)R * R, sizeof *b->arc)))) return -1;
+        for (int k = 0; k < R; k++) {
+            if (b->nparams == 1) {
+                b->h[k] = b->params[0]->gh[k];
+                continue;
+            }
+            hyfi_reg(g, &b->h[k], NULL, b->numel, sizeof(float), hyfi_stage_rank(pl, k, b->stage),
+                     bname, ".grad", k, R);
+        }
+        for (int k = 0; ring && k < R; k++)
+            for (int c = 0; c < R; c++) {
+                char sfx[48];
+                snprintf(sfx, sizeof sfx, ".grad.r%d.chunk%d", k, c);
+                hyfi_reg(g, &b->arc[k * R + c], NULL,
+                         hyfi_chunk_lo(b->numel, R, c + 1) - hyfi_chunk_lo(b->numel, R, c), sizeof(float),
+                         hyfi_stage_rank(pl, k, b->stage), bname, sfx, 0, 1);
+            }
+        /* pack */
+        for (int k = 0; b->nparams > 1 && k < R; k++)
+            for (int j = 0, off = 0; j < b->nparams; off += (int)b->params[j]->numel, j++) {
+                hyfi_tensor *p = b->params[j];
+                hyfi_task_args a = {.u.slice = {.count = p->numel, .dst_off = (size_t)off}};
+                snprintf(nm, sizeof nm, "%.30s.allreduce.pack.r%d", p->name, k);
+                TASK(&hyfi_cl_copy_slice, nm, &a);
+                hyfi_prog_buf(P, b->h[k], j ? STARPU_RW : STARPU_W);
+                R(p->gh[k]);
+                hyfi_on_place(g, P, HYFI_PLACE(pl, k, pl->stage_place0[b->stage]), prio);
+            }
+        if (emit_allreduce_one(g, P, bname, b->h, b->arc, b->numel, b->stage)) return -1;
+        /* unpack */
+        for (int k = 0; b->nparams > 1 && k < R; k++)
+            for (int j = 0, off = 0; j < b->nparams; off += (int)b->params[j]->numel, j++) {
+                hyfi_tensor *p = b->params[j];
+                hyfi_task_args a = {.u.slice = {.count = p->numel, .src_off = (size_t)off}};
+                snprintf(nm, sizeof nm, "%.30s.allreduce.unpack.r%d", p->name, k);
+                TASK(&hyfi_cl_copy_slice, nm, &a);
+                W(p->gh[k]), R(b->h[k]);
+                hyfi_on_place(g, P, HYFI_PLACE(pl, k, pl->stage_place0[b->stage]), prio);
+            }
+    }
+    return 0;
+}
+
+/* The step's health: each rank adds up the SGD norms of its parameters
+ * (replica 0; the replicas' updates are the same) in parameter order, on the
+ * parameters' places; the first rank with parameters adds the other ranks'
+ * sums and sends the total to every rank, which reads it after the step
+ * (hyfi_train_step): 2 floats per rank cross the network. */
+int hyfi_emit_health(hyfi_graph *g, program *P)
+{
+    const hyfi_plan *pl = g->pl;
+    int root = -1, root_place = -1;
+    for (int r = 0; r < g->nhealth; r++) {
+        int first = 1;
+        for (int i = 0; i < g->nparams; i++) {
+            hyfi_tensor *p = g->params[i];
+            if (!p->gwritten || hyfi_trank(g, p, 0) != r) continue;
+            const int place = pl->stage_place0[p->stage];
+            hyfi_task_args a = {.acc = !first, .u.elt.count = 2};
+            char nm[96];
+            snprintf(nm, sizeof nm, "health.%.50s", p->name);
+            TASK(&hyfi_cl_accumulate, nm, &a);
+            hyfi_prog_buf(P, g->health[r], first ? STARPU_W : STARPU_RW);
+            R(p->nmh[0]);
+            hyfi_on_place(g, P, place, 0);
+            if (first && root < 0) root = r, root_place = place;
+            first = 0;
+        }
+    }
+    g->health_root = root < 0 ? 0 : root;
+    if (root < 0) return 0; /* no parameter is trained */
+    for (int r = 0; r < g->nhealth; r++) {
+        if (r == root) continue;
+        int has = 0;
+        for (int i = 0; i < g->nparams && !has; i++)
+            has = g->params[i]->gwritten && hyfi_trank(g, g->params[i], 0) == r;
+        if (!has) continue;
+        hyfi_task_args a = {.acc = 1, .u.elt.count = 2};
+        char nm[48];
+        snprintf(nm, sizeof nm, "health.rank%d", r);
+        TASK(&hyfi_cl_accumulate, nm, &a);
+        RW(g->health[root]), R(g->health[r]);
+        hyfi_on_place(g, P, root_place, 0);
+    }
+    if (g->ctx->nranks > 1) {
+        if (hyfi_prog_push(P, PT_BCAST, NULL, "health.bcast", NULL)) return -1;
+        P->t[P->n - 1].rank = root;
+        hyfi_prog_buf(P, g->health[root], STARPU_R);
+    }
+    return 0;
+}
