@@ -1,0 +1,86 @@
+/* The traffic model: the bytes each rank sends to each other rank in a
+ * step, predicted by walking the compiled train program with StarPU-MPI's
+ * rules (tests compare it with StarPU-MPI's counts). Reads the program and
+ * the handles' owners; called once at the end of hyfi_graph_compile. */
+#include "emit.h"
+
+#include <starpu_mpi.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Walk the train program as StarPU-MPI does: a task runs on its rank; a buffer
+ * it reads that another rank owns is sent by the owner unless that rank holds
+ * a cached copy; a buffer it writes on a non-owner is sent back to the owner;
+ * a write drops every cached copy; a release drops them too. Two steps are
+ * walked; the second (steady state) is recorded. The program ends by sending
+ * each micro-batch's loss to every rank (PT_BCAST). */
+void hyfi_plan_predict_comm(hyfi_graph *g)
+{
+    hyfi_plan *pl = g->pl;
+    const int R = g->ctx->nranks;
+    memset(pl->pred_bytes, 0, (size_t)R * R * sizeof(size_t));
+    memset(pl->pred_halo, 0, (size_t)R * R * sizeof(size_t));
+    pl->halo_volume = hyfi_spatial_halo_volume(g);
+    if (R < 2) return;
+    /* cached[h][r]: by handle pointer through a small open-addressing table */
+    size_t cap = 1024;
+    while (cap < (size_t)g->train_prog.n * 4) cap *= 2;
+    starpu_data_handle_t *keys = calloc(cap, sizeof *keys);
+    unsigned char *cached = calloc(cap * (size_t)R, 1);
+    if (!keys || !cached) {
+        free(keys);
+        free(cached);
+        return;
+    }
+#define SLOT(hh)                                                                           \
+    ({                                                                                     \
+        size_t i_ = ((uintptr_t)(hh) >> 4) * 0x9E3779B97F4A7C15ull & (cap - 1);            \
+        while (keys[i_] && keys[i_] != (hh)) i_ = (i_ + 1) & (cap - 1);                    \
+        keys[i_] = (hh);                                                                   \
+        i_;                                                                                \
+    })
+    for (int step = 0; step < 2; step++) {
+        if (step == 1) {
+            memset(pl->pred_bytes, 0, (size_t)R * R * sizeof(size_t));
+            memset(pl->pred_halo, 0, (size_t)R * R * sizeof(size_t));
+        }
+        for (int i = 0; i < g->train_prog.n; i++) {
+            const prog_task *t = &g->train_prog.t[i];
+            for (int b = 0; b < t->nbuf; b++) {
+                starpu_data_handle_t h = t->buf[b].handle;
+                const int o = starpu_mpi_data_get_rank(h), e = t->rank;
+                const size_t sl = SLOT(h), bytes = starpu_data_get_size(h);
+                const enum starpu_data_access_mode m = t->buf[b].mode;
+                if (t->kind == PT_RELEASE) {
+                    memset(cached + sl * R, 0, (size_t)R);
+                    continue;
+                }
+                if (t->kind == PT_BCAST) {
+                    for (int r = 0; r < R; r++)
+                        if (r != o && !cached[sl * R + r]) {
+                            pl->pred_bytes[(size_t)o * R + r] += bytes;
+                            cached[sl * R + r] = 1;
+                        }
+                    continue;
+                }
+                const int halo = starpu_data_get_user_data(h) == &hyfi_halo_tag;
+                if ((m & STARPU_R) && e != o && !cached[sl * R + e]) {
+                    pl->pred_bytes[(size_t)o * R + e] += bytes;
+                    if (halo) pl->pred_halo[(size_t)o * R + e] += bytes;
+                    cached[sl * R + e] = 1;
+                }
+                if ((m & STARPU_W) || (m & STARPU_REDUX)) {
+                    if ((m & STARPU_W) && e != o) {
+                        pl->pred_bytes[(size_t)e * R + o] += bytes;
+                        if (halo) pl->pred_halo[(size_t)e * R + o] += bytes;
+                    }
+                    memset(cached + sl * R, 0, (size_t)R);
+                }
+            }
+        }
+
+    }
+#undef SLOT
+    free(keys);
+    free(cached);
+}
