@@ -12,6 +12,7 @@
 
 #include "hyfi.h"
 #include "codelet_common.h"
+#include "errors.h"
 
 #include <starpu.h>
 #include <stdarg.h>
@@ -232,9 +233,7 @@ struct hyfi_graph {
     int last_train;        /* the last program run was the train program */
 };
 
-/* errors.c */
-hyfi_status hyfi_fail(hyfi_status s, const char *fmt, ...)
-    __attribute__((format(printf, 2, 3)));
+/* errors.c (hyfi_fail: errors.h) */
 /* Record a builder error on g (sticky: the first one is kept) and return s. */
 hyfi_status hyfi_graph_fail(hyfi_graph *g, hyfi_status s, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
