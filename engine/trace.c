@@ -9,6 +9,7 @@
  * summarising a trace is tooling outside the engine (trace/). */
 #include "internal.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -32,43 +33,86 @@ static const char *handle_category(hyfi_graph *g, const char *name)
     return "pipeline";
 }
 
+/* The first failure to write the notes (rank 0): the summary would then
+ * name no categories or places, so hyfi_trace_merge reports it. */
+static void note_failed(hyfi_ctx *c, const char *file, int e)
+{
+    if (c->trace_err) return;
+    c->trace_err = e ? e : EIO;
+    snprintf(c->trace_err_file, sizeof c->trace_err_file, "%s", file);
+}
+
+static FILE *open_note(hyfi_ctx *c, const char *file)
+{
+    char path[4200];
+    snprintf(path, sizeof path, "%s/%s", c->trace_dir, file);
+    FILE *f = fopen(path, "w");
+    if (!f) note_failed(c, file, errno);
+    return f;
+}
+
+static void close_note(hyfi_ctx *c, FILE *f, const char *file)
+{
+    if (fclose(f)) note_failed(c, file, errno);
+}
+
 void hyfi_trace_note_handle(hyfi_graph *g, starpu_data_handle_t h, int64_t tag, int owner,
                             const char *name)
 {
     (void)h;
     hyfi_ctx *c = g->ctx;
-    if (c->rank != 0) return;
+    if (c->rank != 0 || c->trace_err) return;
     if (!c->trace_handles) {
-        char path[4200];
-        snprintf(path, sizeof path, "%s/hyfi_handles.tsv", c->trace_dir);
-        c->trace_handles = fopen(path, "w");
-        if (!c->trace_handles) return; /* the summary then names no categories */
-        fputs("tag\towner\tcategory\tname\n", c->trace_handles);
+        if (!(c->trace_handles = open_note(c, "hyfi_handles.tsv"))) return;
+        if (fputs("tag\towner\tcategory\tname\n", c->trace_handles) == EOF)
+            note_failed(c, "hyfi_handles.tsv", errno);
     }
-    fprintf(c->trace_handles, "%lld\t%d\t%s\t%s\n", (long long)tag, owner,
-            handle_category(g, name), name);
+    if (fprintf(c->trace_handles, "%lld\t%d\t%s\t%s\n", (long long)tag, owner,
+                handle_category(g, name), name) < 0)
+        note_failed(c, "hyfi_handles.tsv", errno);
 }
 
 void hyfi_trace_note_plan(hyfi_graph *g)
 {
     hyfi_ctx *c = g->ctx;
-    if (c->rank != 0) return;
-    if (c->trace_handles) fflush(c->trace_handles);
-    char path[4200];
-    snprintf(path, sizeof path, "%s/hyfi_ops.tsv", c->trace_dir);
-    FILE *f = fopen(path, "w");
+    if (c->rank != 0 || c->trace_err) return;
+    if (c->trace_handles && fflush(c->trace_handles)) note_failed(c, "hyfi_handles.tsv", errno);
+    FILE *f = open_note(c, "hyfi_ops.tsv");
     if (!f) return;
-    fputs("op\tkind\tstage\n", f);
+    if (fputs("op\tkind\tstage\n", f) == EOF) note_failed(c, "hyfi_ops.tsv", errno);
     for (int i = 0; i < g->nnodes; i++)
-        fprintf(f, "%s\t%s\t%d\n", g->nodes[i].name, hyfi_op_names[g->nodes[i].op],
-                g->nodes[i].stage);
-    fclose(f);
-    snprintf(path, sizeof path, "%s/hyfi_plan.tsv", c->trace_dir);
-    if (!(f = fopen(path, "w"))) return;
+        if (fprintf(f, "%s\t%s\t%d\n", g->nodes[i].name, hyfi_op_names[g->nodes[i].op],
+                    g->nodes[i].stage) < 0)
+            note_failed(c, "hyfi_ops.tsv", errno);
+    close_note(c, f, "hyfi_ops.tsv");
+    if (!(f = open_note(c, "hyfi_plan.tsv"))) return;
     const hyfi_plan *pl = g->pl;
-    fprintf(f, "ranks\t%d\nstages\t%d\nmicrobatches\t%d\nreplicas\t%d\nper_replica\t%d\n"
-               "tiled_stages\t%d\ntiles\t%d\n",
-            c->nranks, pl->nstages, pl->nmb, pl->nrep, pl->mbr, pl->K, pl->P);
-    fclose(f);
+    if (fprintf(f, "ranks\t%d\nstages\t%d\nmicrobatches\t%d\nreplicas\t%d\nper_replica\t%d\n"
+                   "tiled_stages\t%d\ntiles\t%d\n",
+                c->nranks, pl->nstages, pl->nmb, pl->nrep, pl->mbr, pl->K, pl->P) < 0)
+        note_failed(c, "hyfi_plan.tsv", errno);
+    close_note(c, f, "hyfi_plan.tsv");
 }
 
+/* The last traced context's note failure, for hyfi_trace_merge (which runs
+ * after hyfi_ctx_destroy, on rank 0). */
+static char g_failed_dir[4096];
+static char g_failed_file[32];
+static int g_failed_err;
+
+void hyfi_trace_finish(hyfi_ctx *c)
+{
+    if (c->trace_handles && fclose(c->trace_handles)) note_failed(c, "hyfi_handles.tsv", errno);
+    c->trace_handles = NULL;
+    if (!c->trace_dir || c->rank != 0) return;
+    snprintf(g_failed_dir, sizeof g_failed_dir, "%s", c->trace_dir);
+    snprintf(g_failed_file, sizeof g_failed_file, "%s", c->trace_err_file);
+    g_failed_err = c->trace_err;
+}
+
+int hyfi_trace_note_error(const char *dir, const char **file)
+{
+    if (!g_failed_err || !dir || strcmp(dir, g_failed_dir)) return 0;
+    *file = g_failed_file;
+    return g_failed_err;
+}
