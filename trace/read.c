@@ -20,39 +20,56 @@ static int cat_of(const char *s)
     return CAT_OTHER;
 }
 
-/* Read a recutils file record by record: cb(fields, values, n, arg). */
-typedef void (*rec_cb)(char **k, char **v, int n, void *arg);
+static const char *const FN = "hyfi_trace_summarize";
+
+/* How reading path ended: e 0 (read), ENOENT (absent: an error unless
+ * optional), ENOMEM, or another errno (a read error). */
+static hyfi_status read_status(const char *path, int e, int optional)
+{
+    if (!e || (e == ENOENT && optional)) return HYFI_OK;
+    if (e == ENOMEM) return hyfi_fail(HYFI_ERR_NOMEM, "%s: out of memory reading %s", FN, path);
+    return hyfi_tt_read_failed(FN, path, e);
+}
+
+/* Read a recutils file record by record: cb(fields, values, n, arg), which
+ * returns 0 or ENOMEM. Returns 0 or an errno (see read_status). */
+typedef int (*rec_cb)(char **k, char **v, int n, void *arg);
 static int read_rec(const char *path, rec_cb cb, void *arg)
 {
     FILE *f = fopen(path, "r");
-    if (!f) return -1;
+    if (!f) return errno;
     char *line = NULL;
     size_t cap = 0;
     char *k[64], *v[64];
-    int n = 0;
+    int n = 0, e = 0;
     for (;;) {
+        errno = 0;
         ssize_t len = getline(&line, &cap, f);
-        if (len <= 1) { /* blank line or EOF: end of record */
-            if (n) cb(k, v, n, arg);
+        if (len < 0 && (ferror(f) || errno == ENOMEM)) e = errno ? errno : EIO;
+        if (len > 1 && n < 64) { /* "Key: value" */
+            if (line[len - 1] == '\n') line[--len] = 0;
+            char *c = strstr(line, ": ");
+            if (c) {
+                *c = 0;
+                k[n] = strdup(line);
+                v[n] = strdup(c + 2);
+                n++;
+                if (!k[n - 1] || !v[n - 1]) e = ENOMEM;
+            }
+        }
+        if (len <= 1 || e) { /* blank line or EOF: end of record */
+            if (n && !e) e = cb(k, v, n, arg);
             for (int i = 0; i < n; i++) free(k[i]), free(v[i]);
             n = 0;
-            if (len < 0) break;
-            continue;
+            if (len < 0 || e) break;
         }
-        if (line[len - 1] == '\n') line[--len] = 0;
-        char *c = strstr(line, ": ");
-        if (!c || n == 64) continue;
-        *c = 0;
-        k[n] = strdup(line);
-        v[n] = strdup(c + 2);
-        n++;
     }
     free(line);
     fclose(f);
-    return 0;
+    return e;
 }
 
-static void task_cb(char **k, char **v, int n, void *arg)
+static int task_cb(char **k, char **v, int n, void *arg)
 {
     trace_data *d = arg;
     trec t = {.rank = 0, .worker = -1, .start = -1, .end = -1, .step = -1};
@@ -65,12 +82,12 @@ static void task_cb(char **k, char **v, int n, void *arg)
         else if (!strcmp(k[i], "SubmitTime")) t.submit = atof(v[i]);
         else if (!strcmp(k[i], "StartTime")) t.start = atof(v[i]);
         else if (!strcmp(k[i], "EndTime")) t.end = atof(v[i]);
-        else if (!strcmp(k[i], "DependsOn")) t.deps = strdup(v[i]);
+        else if (!strcmp(k[i], "DependsOn") && !(t.deps = strdup(v[i]))) return ENOMEM;
     }
     if (t.worker < -1) t.worker = -1;
     if (!t.job[0]) {
         free(t.deps);
-        return;
+        return 0;
     }
     t.hyfi = !strncmp(t.model, "hyfi_", 5) && t.start >= 0 && t.end >= t.start && t.worker >= 0;
     if (d->n == d->cap) {
@@ -78,14 +95,15 @@ static void task_cb(char **k, char **v, int n, void *arg)
         trec *p = realloc(d->t, nc * sizeof *p);
         if (!p) {
             free(t.deps);
-            return;
+            return ENOMEM;
         }
         d->t = p, d->cap = nc;
     }
     d->t[d->n++] = t;
+    return 0;
 }
 
-static void comm_cb(char **k, char **v, int n, void *arg)
+static int comm_cb(char **k, char **v, int n, void *arg)
 {
     trace_data *d = arg;
     crec c = {.cat = CAT_OTHER};
@@ -100,86 +118,117 @@ static void comm_cb(char **k, char **v, int n, void *arg)
         else if (!strcmp(k[i], "SendJobId")) snprintf(c.sjob, sizeof c.sjob, "%s", v[i]);
         else if (!strcmp(k[i], "RecvJobId")) snprintf(c.rjob, sizeof c.rjob, "%s", v[i]);
     }
-    if (have != 3) return;
+    if (have != 3) return 0;
     if (d->nc == d->ccap) {
         size_t nc = d->ccap ? 2 * d->ccap : 1024;
         crec *p = realloc(d->c, nc * sizeof *p);
-        if (!p) return;
+        if (!p) return ENOMEM;
         d->c = p, d->ccap = nc;
     }
     d->c[d->nc++] = c;
+    return 0;
+}
+
+/* Read a text file line by line (lines of up to 511 characters; longer ones
+ * come in pieces): cb(line, arg) returns 0 or ENOMEM. Returns 0 or an errno
+ * (see read_status). */
+static int read_lines(const char *path, int (*cb)(const char *line, void *arg), void *arg)
+{
+    FILE *f = fopen(path, "r");
+    if (!f) return errno;
+    char line[512];
+    int e = 0;
+    while (!e && fgets(line, sizeof line, f)) e = cb(line, arg);
+    if (!e && ferror(f)) e = errno ? errno : EIO;
+    fclose(f);
+    return e;
 }
 
 /* hyfi_handles.tsv: tag -> category (tags are small consecutive integers). */
-static int *read_categories(const char *dir, long long *ntags)
+typedef struct {
+    int *cat;
+    long long cap, ntags;
+} categories;
+
+static int category_line(const char *line, void *arg)
 {
-    char path[4200];
-    snprintf(path, sizeof path, "%s/hyfi_handles.tsv", dir);
-    FILE *f = fopen(path, "r");
-    *ntags = 0;
-    if (!f) return NULL;
-    int *cat = NULL;
-    long long cap = 0;
-    char line[512];
-    while (fgets(line, sizeof line, f)) {
-        long long tag;
-        int owner;
-        char c[32];
-        if (sscanf(line, "%lld\t%d\t%31s", &tag, &owner, c) != 3 || tag < 0) continue;
-        if (tag >= cap) {
-            long long nc = cap ? cap : 1024;
-            while (nc <= tag) nc *= 2;
-            int *p = realloc(cat, (size_t)nc * sizeof *p);
-            if (!p) break;
-            for (long long i = cap; i < nc; i++) p[i] = CAT_OTHER;
-            cat = p, cap = nc;
-        }
-        cat[tag] = cat_of(c);
-        if (tag + 1 > *ntags) *ntags = tag + 1;
+    categories *c = arg;
+    long long tag;
+    int owner;
+    char name[32];
+    if (sscanf(line, "%lld\t%d\t%31s", &tag, &owner, name) != 3 || tag < 0) return 0;
+    if (tag >= c->cap) {
+        long long nc = c->cap ? c->cap : 1024;
+        while (nc <= tag) nc *= 2;
+        int *p = realloc(c->cat, (size_t)nc * sizeof *p);
+        if (!p) return ENOMEM;
+        for (long long i = c->cap; i < nc; i++) p[i] = CAT_OTHER;
+        c->cat = p, c->cap = nc;
     }
-    fclose(f);
-    return cat;
+    c->cat[tag] = cat_of(name);
+    if (tag + 1 > c->ntags) c->ntags = tag + 1;
+    return 0;
 }
 
-static void read_plan(const char *dir, planinfo *pi)
+/* hyfi_plan.tsv: "key value" lines. */
+static int plan_line(const char *line, void *arg)
 {
-    memset(pi, 0, sizeof *pi);
-    pi->nrep = pi->mbr = pi->stages = pi->tiles = pi->ranks = 1;
-    char path[4200], line[512];
-    snprintf(path, sizeof path, "%s/hyfi_plan.tsv", dir);
-    FILE *f = fopen(path, "r");
-    if (f) {
-        while (fgets(line, sizeof line, f)) {
-            char k[64];
-            int v;
-            if (sscanf(line, "%63s %d", k, &v) != 2) continue;
-            if (!strcmp(k, "replicas")) pi->nrep = v;
-            else if (!strcmp(k, "per_replica")) pi->mbr = v;
-            else if (!strcmp(k, "stages")) pi->stages = v;
-            else if (!strcmp(k, "tiles")) pi->tiles = v;
-            else if (!strcmp(k, "ranks")) pi->ranks = v;
-        }
-        fclose(f);
+    planinfo *pi = arg;
+    char k[64];
+    int v;
+    if (sscanf(line, "%63s %d", k, &v) != 2) return 0;
+    if (!strcmp(k, "replicas")) pi->nrep = v;
+    else if (!strcmp(k, "per_replica")) pi->mbr = v;
+    else if (!strcmp(k, "stages")) pi->stages = v;
+    else if (!strcmp(k, "tiles")) pi->tiles = v;
+    else if (!strcmp(k, "ranks")) pi->ranks = v;
+    return 0;
+}
+
+/* hyfi_ops.tsv: "op kind stage" lines. */
+typedef struct {
+    planinfo *pi;
+    int cap;
+} ops_acc;
+
+static int op_line(const char *line, void *arg)
+{
+    ops_acc *a = arg;
+    planinfo *pi = a->pi;
+    char op[256], kind[64];
+    int st;
+    if (sscanf(line, "%255s %63s %d", op, kind, &st) != 3) return 0;
+    if (pi->nops == a->cap) {
+        const int cap = a->cap ? 2 * a->cap : 256;
+        char **o = realloc(pi->op, (size_t)cap * sizeof *o);
+        if (o) pi->op = o;
+        int *s = o ? realloc(pi->stage, (size_t)cap * sizeof *s) : NULL;
+        if (s) pi->stage = s;
+        if (!o || !s) return ENOMEM;
+        a->cap = cap;
     }
-    snprintf(path, sizeof path, "%s/hyfi_ops.tsv", dir);
-    if (!(f = fopen(path, "r"))) return;
-    int cap = 0;
-    while (fgets(line, sizeof line, f)) {
-        char op[256], kind[64];
-        int st;
-        if (sscanf(line, "%255s %63s %d", op, kind, &st) != 3) continue;
-        if (pi->nops == cap) {
-            cap = cap ? 2 * cap : 256;
-            char **o = realloc(pi->op, (size_t)cap * sizeof *o);
-            int *s = realloc(pi->stage, (size_t)cap * sizeof *s);
-            if (o) pi->op = o;
-            if (s) pi->stage = s;
-            if (!o || !s) break;
-        }
-        pi->op[pi->nops] = strdup(op);
-        pi->stage[pi->nops++] = st;
-    }
-    fclose(f);
+    if (!(pi->op[pi->nops] = strdup(op))) return ENOMEM;
+    pi->stage[pi->nops++] = st;
+    return 0;
+}
+
+/* Read dir/name line by line (absent: nothing read). */
+static hyfi_status read_tsv(const char *dir, const char *name, int (*cb)(const char *, void *),
+                            void *arg)
+{
+    char path[4200];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    return read_status(path, read_lines(path, cb, arg), 1);
+}
+
+/* A merged file exactly at this process's file size limit was cut there. */
+static hyfi_status check_whole(const char *dir, const char *path)
+{
+    if (hyfi_tt_write_cause(path) != EFBIG) return HYFI_OK;
+    char cause[256];
+    hyfi_tt_cause(path, EFBIG, cause, sizeof cause);
+    return hyfi_fail(HYFI_ERR_IO, "%s: %s is cut short: %s, then merge again (remove %s/paje.trace, "
+                                  "then hyfi-trace %s)", FN, path, cause, dir, dir);
 }
 
 int hyfi_tt_job_cmp(const void *x, const void *y)
@@ -190,21 +239,32 @@ int hyfi_tt_job_cmp(const void *x, const void *y)
 hyfi_status hyfi_tt_read(const char *dir, trace_data *d)
 {
     memset(d, 0, sizeof *d);
+    planinfo *pi = &d->pi;
+    pi->nrep = pi->mbr = pi->stages = pi->tiles = pi->ranks = 1;
     char path[4200];
     snprintf(path, sizeof path, "%s/tasks.rec", dir);
-    if (read_rec(path, task_cb, d))
-        return hyfi_fail(HYFI_ERR_IO, "hyfi_trace_summarize: cannot read %s (%s); merge the "
-                                      "trace first (hyfi_trace_merge)", path, strerror(errno));
+    int e = read_rec(path, task_cb, d);
+    if (e == ENOENT)
+        return hyfi_fail(HYFI_ERR_IO, "%s: cannot read %s (%s); merge the trace first "
+                                      "(hyfi_trace_merge)", FN, path, strerror(e));
+    hyfi_status st = read_status(path, e, 0);
+    if (st == HYFI_OK) st = check_whole(dir, path);
     snprintf(path, sizeof path, "%s/comms.rec", dir);
-    read_rec(path, comm_cb, d); /* absent in one-process runs */
-    long long ntags = 0;
-    int *cats = read_categories(dir, &ntags);
-    read_plan(dir, &d->pi);
-    for (size_t i = 0; i < d->nc; i++)
-        d->c[i].cat = cats && d->c[i].tag >= 0 && d->c[i].tag < ntags ? cats[d->c[i].tag] : CAT_OTHER;
-    free(cats);
-    qsort(d->t, d->n, sizeof *d->t, hyfi_tt_job_cmp);
-    return HYFI_OK;
+    if (st == HYFI_OK) st = read_status(path, read_rec(path, comm_cb, d), 1); /* absent: one process */
+    if (st == HYFI_OK) st = check_whole(dir, path);
+    categories cats = {0};
+    ops_acc ops = {.pi = pi};
+    /* absent: a trace recorded without hyfi's notes (no categories, one place) */
+    if (st == HYFI_OK) st = read_tsv(dir, "hyfi_handles.tsv", category_line, &cats);
+    if (st == HYFI_OK) st = read_tsv(dir, "hyfi_plan.tsv", plan_line, pi);
+    if (st == HYFI_OK) st = read_tsv(dir, "hyfi_ops.tsv", op_line, &ops);
+    for (size_t i = 0; st == HYFI_OK && i < d->nc; i++) {
+        const long long tag = d->c[i].tag;
+        d->c[i].cat = cats.cat && tag >= 0 && tag < cats.ntags ? cats.cat[tag] : CAT_OTHER;
+    }
+    free(cats.cat);
+    if (st == HYFI_OK && d->n) qsort(d->t, d->n, sizeof *d->t, hyfi_tt_job_cmp);
+    return st;
 }
 
 void hyfi_tt_data_free(trace_data *d)

@@ -375,12 +375,30 @@ static hyfi_status critical_path(const trace_data *d, trace_stats *s)
     return HYFI_OK;
 }
 
+/* A trace without hyfi tasks: tasks.rec cut short where it was written (a
+ * full file system, the file size limit), or not a trace of a hyfi run. */
+static hyfi_status no_hyfi_task(const char *dir, const trace_data *d)
+{
+    char path[4200], cause[256];
+    snprintf(path, sizeof path, "%s/tasks.rec", dir);
+    const int e = hyfi_tt_write_cause(path);
+    if (e) {
+        hyfi_tt_cause(path, e, cause, sizeof cause);
+        return hyfi_fail(HYFI_ERR_IO, "hyfi_trace_summarize: %s has no hyfi task: writing it was "
+                                      "cut short: %s, then merge again (remove %s/paje.trace, then "
+                                      "hyfi-trace %s)", path, cause, dir, dir);
+    }
+    return hyfi_fail(HYFI_ERR_DATA, "hyfi_trace_summarize: %s has no hyfi task (%zu tasks): not a "
+                                    "trace of a hyfi run, or cut short while the run or the merge "
+                                    "wrote it (a full disk, a file size limit); record the run again",
+                     path, d->n);
+}
+
 hyfi_status hyfi_tt_stats(const char *dir, trace_data *d, trace_stats *s)
 {
     memset(s, 0, sizeof *s);
     find_extent(d, s);
-    if (!s->nh)
-        return hyfi_fail(HYFI_ERR_DATA, "hyfi_trace_summarize: %s/tasks.rec has no hyfi task", dir);
+    if (!s->nh) return no_hyfi_task(dir, d);
     hyfi_status st = assign_steps(d, s);
     if (st == HYFI_OK) st = compute_times(d, s);
     if (st == HYFI_OK) transfer_totals(d, s);

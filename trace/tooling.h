@@ -96,6 +96,36 @@ typedef struct {
 hyfi_status hyfi_tt_stats(const char *dir, trace_data *d, trace_stats *s);
 void hyfi_tt_stats_free(trace_stats *s);
 
+/* Checked writing (fileio.c): the first error is kept and hyfi_tt_close
+ * reports it, naming fn (the API function), the file, the cause and the fix. */
+typedef struct {
+    FILE *f;
+    const char *fn;
+    char path[4200]; /* or what f is, e.g. "the summary's output stream" */
+    int own;         /* opened here: closed by hyfi_tt_close */
+    int err;         /* the first errno */
+} tt_writer;
+hyfi_status hyfi_tt_open(tt_writer *w, const char *fn, const char *path);
+void hyfi_tt_wrap(tt_writer *w, FILE *f, const char *fn, const char *what);
+void hyfi_tt_printf(tt_writer *w, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void hyfi_tt_puts(tt_writer *w, const char *s);
+void hyfi_tt_putc(tt_writer *w, int c);
+hyfi_status hyfi_tt_close(tt_writer *w);
+
+/* Why a file another program wrote may have stopped short (fileio.c):
+ * EFBIG: its size is exactly this process's file size limit (a write stops
+ * there); ENOSPC: its file system has less than HYFI_TT_FULL_BYTES (or no
+ * inode) left; 0: no sign of either. */
+#define HYFI_TT_FULL_BYTES (16 * 1024)
+int hyfi_tt_write_cause(const char *path);
+long long hyfi_tt_space_left(const char *path); /* bytes; -1: unknown */
+long long hyfi_tt_size_limit(void);             /* bytes; -1: none */
+/* Why writing path (NULL: not a file) failed with errno e, and the fix, as text. */
+void hyfi_tt_cause(const char *path, int e, char *buf, size_t len);
+/* Fail with HYFI_ERR_IO: writing or reading path failed with errno e. */
+hyfi_status hyfi_tt_write_failed(const char *fn, const char *path, int e);
+hyfi_status hyfi_tt_read_failed(const char *fn, const char *path, int e);
+
 /* Write dir/summary.json (json.c) and dir/timeline.svg (svg.c). */
 hyfi_status hyfi_tt_write_json(const char *dir, const trace_data *d, const trace_stats *s);
 hyfi_status hyfi_tt_write_svg(const char *dir, const trace_data *d, const trace_stats *s);
