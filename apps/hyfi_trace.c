@@ -1,16 +1,19 @@
 /* hyfi-trace: merge and summarise a trace recorded with hyfi-train --trace
  * (or hyfi_ctx_config.trace_dir) again, e.g. on another machine:
  *
- *   hyfi-trace DIR            merge DIR/raw (if DIR/paje.trace is missing) and
- *                             write DIR/summary.json and DIR/timeline.svg,
- *                             printing the summary
+ *   hyfi-trace DIR            merge DIR/raw (if DIR/paje.trace is missing: not
+ *                             merged yet, or the merge failed) and write
+ *                             DIR/summary.json and DIR/timeline.svg, printing
+ *                             the summary
  *
  * Exit status: 0 success, 1 failure (the message says which), 2 bad usage. */
 #include "hyfi.h"
 
 #include <dirent.h>
+#include <errno.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 int main(int argc, char **argv)
@@ -21,14 +24,31 @@ int main(int argc, char **argv)
         return argc == 2 ? 0 : 2;
     }
     const char *dir = argv[1];
+    struct stat sb;
+    const int bad = stat(dir, &sb) ? errno : S_ISDIR(sb.st_mode) ? 0 : ENOTDIR;
+    if (bad) {
+        fprintf(stderr, "hyfi-trace: %s: %s; give a folder written by hyfi-train --trace\n", dir,
+                strerror(bad));
+        return 1;
+    }
     char p[4096];
     snprintf(p, sizeof p, "%s/paje.trace", dir);
-    if (access(p, R_OK)) {
-        /* ranks: the raw files there */
+    if (access(p, F_OK)) {
+        /* not merged yet (or the merge failed): ranks = the raw files there */
         snprintf(p, sizeof p, "%s/raw", dir);
         DIR *d = opendir(p);
+        if (!d && errno != ENOENT) {
+            fprintf(stderr, "hyfi-trace: cannot read %s: %s\n", p, strerror(errno));
+            return 1;
+        }
         int n = 0;
-        for (struct dirent *e; d && (e = readdir(d));) n += !strncmp(e->d_name, "prof_file_", 10);
+        struct dirent *e;
+        while (d && (errno = 0, e = readdir(d))) n += !strncmp(e->d_name, "prof_file_", 10);
+        if (d && errno) {
+            fprintf(stderr, "hyfi-trace: reading %s failed: %s\n", p, strerror(errno));
+            closedir(d);
+            return 1;
+        }
         if (d) closedir(d);
         if (!n) {
             fprintf(stderr, "hyfi-trace: %s has neither paje.trace nor raw/prof_file_*: not a "

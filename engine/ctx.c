@@ -201,7 +201,7 @@ void hyfi_ctx_destroy(hyfi_ctx *ctx)
     if (!ctx) return;
     starpu_task_wait_for_all();
     hyfi_ops_fini();
-    if (ctx->trace_handles) fclose(ctx->trace_handles);
+    hyfi_trace_finish(ctx);
     if (ctx->mpi) starpu_mpi_shutdown();
     else starpu_shutdown();
     /* every rank has written its trace file: rank 0 may merge after this */

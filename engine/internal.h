@@ -12,6 +12,7 @@
 
 #include "hyfi.h"
 #include "codelet_common.h"
+#include "errors.h"
 
 #include <starpu.h>
 #include <stdarg.h>
@@ -203,6 +204,8 @@ struct hyfi_ctx {
     char *trace_dir;      /* FxT tracing on (hyfi_ctx_config.trace_dir), else NULL */
     int own_mpi;          /* MPI initialised (and finalised) by the context */
     FILE *trace_handles;  /* rank 0, tracing: hyfi_handles.tsv being written */
+    int trace_err;        /* rank 0, tracing: errno of the first failed note, or 0 */
+    char trace_err_file[32]; /* and its file (hyfi_handles.tsv, ...) */
 };
 
 struct hyfi_graph {
@@ -248,9 +251,7 @@ struct hyfi_graph {
     int last_train;        /* the last program run was the train program */
 };
 
-/* errors.c */
-hyfi_status hyfi_fail(hyfi_status s, const char *fmt, ...)
-    __attribute__((format(printf, 2, 3)));
+/* errors.c (hyfi_fail: errors.h) */
 /* Record a builder error on g (sticky: the first one is kept) and return s. */
 hyfi_status hyfi_graph_fail(hyfi_graph *g, hyfi_status s, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
@@ -269,6 +270,8 @@ void hyfi_handles_free(hyfi_graph *g);
 void hyfi_trace_note_handle(hyfi_graph *g, starpu_data_handle_t h, int64_t tag, int owner,
                             const char *name);
 void hyfi_trace_note_plan(hyfi_graph *g);
+/* hyfi_ctx_destroy: close the notes; keep a failure for hyfi_trace_merge. */
+void hyfi_trace_finish(hyfi_ctx *ctx);
 /* records.c: a marker task (name "hyfi.program.<k>") at the start of a program. */
 void hyfi_trace_mark_program(hyfi_ctx *ctx);
 

@@ -1,0 +1,17 @@
+/* The thread's last error (engine/errors.c) and the failures the engine keeps
+ * for later calls, for library code that needs neither StarPU nor the graph
+ * internals (the trace tooling in trace/). */
+#ifndef HYFI_ENGINE_ERRORS_H
+#define HYFI_ENGINE_ERRORS_H
+
+#include "hyfi.h"
+
+/* Format the message into hyfi_last_error() and return s. */
+hyfi_status hyfi_fail(hyfi_status s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* engine/trace.c: errno of the last failure to write the notes of a run
+ * traced into dir (hyfi_handles.tsv, hyfi_ops.tsv, hyfi_plan.tsv; *file: which),
+ * kept by hyfi_ctx_destroy on rank 0 for hyfi_trace_merge; 0: none. */
+int hyfi_trace_note_error(const char *dir, const char **file);
+
+#endif
