@@ -3,7 +3,9 @@
  * of the whole network's loss, the SGD update against its formula, parameter
  * files round-trip (and a corrupt one is refused without touching the model),
  * initialisation is deterministic, training on a fixed batch lowers the loss,
- * and bad input gives clear errors instead of aborting. */
+ * and bad input gives clear errors instead of aborting. Parameter files: a
+ * damaged file is reported as damaged (checksum first), bytes after the
+ * checksum are refused. */
 #include "hyfi.h"
 #include "testnet.h"
 #include "testutil.h"
@@ -170,6 +172,87 @@ static void expect(hyfi_status got, hyfi_status want, const char *what)
     tu_check(got != want, what);
 }
 
+/* ---------------------------------------------------------- parameter files */
+static char *slurp(const char *path, size_t *len)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    char *b = malloc(1 << 20);
+    *len = b ? fread(b, 1, 1 << 20, f) : 0;
+    fclose(f);
+    return b;
+}
+
+static void spit(const char *path, const char *b, size_t len)
+{
+    FILE *f = fopen(path, "wb");
+    if (f) {
+        fwrite(b, 1, len, f);
+        fclose(f);
+    }
+}
+
+/* Load `path` expecting a failure whose message has `want` and not `not`. */
+static void expect_refused(hyfi_graph *g, const char *path, const char *want, const char *not,
+                           const char *what)
+{
+    hyfi_status s = hyfi_load_params(g, path);
+    const char *msg = hyfi_last_error();
+    int ok = s == HYFI_ERR_IO && strstr(msg, want) && (!not || !strstr(msg, not));
+    printf("%-4s %-40s -> %s: %s\n", ok ? "ok" : "FAIL", what, hyfi_status_name(s), msg);
+    tu_check(!ok, what);
+}
+
+static void test_param_files(hyfi_ctx *ctx)
+{
+    testnet n;
+    if (testnet_build(ctx, &n, 0) || hyfi_graph_compile(n.g, n.loss, NULL) != HYFI_OK) {
+        tu_check(1, "build");
+        return;
+    }
+    char dir[] = "/tmp/hyfi-test-files-XXXXXX", p[4][512];
+    if (!mkdtemp(dir)) {
+        tu_check(1, "mkdtemp");
+        return;
+    }
+    snprintf(p[0], sizeof p[0], "%s/params.hyfi", dir);
+    tu_check(hyfi_save_params(n.g, p[0]) != HYFI_OK, "save");
+    size_t len = 0;
+    char *good = slurp(p[0], &len);
+    printf("parameter file: %zu bytes\n", len);
+    tu_check(!good || len < 64, "saved file read back");
+    if (!good || len < 64) return;
+
+    /* Damage is reported as damage, before anything in the file is believed:
+     * a flipped byte in the first tensor's name (after magic, count, length). */
+    snprintf(p[1], sizeof p[1], "%s/damaged.hyfi", dir);
+    good[16] ^= 0x20;
+    spit(p[1], good, len);
+    good[16] ^= 0x20;
+    expect_refused(n.g, p[1], "corrupt", "another model", "flipped byte in a tensor name");
+    good[len - 20] ^= 1;
+    spit(p[1], good, len);
+    good[len - 20] ^= 1;
+    expect_refused(n.g, p[1], "corrupt", NULL, "flipped byte in the values");
+    spit(p[1], good, len - 3);
+    expect_refused(n.g, p[1], "truncated", NULL, "truncated file");
+    /* Bytes after the checksum are refused. */
+    char *longer = malloc(len + 5);
+    memcpy(longer, good, len);
+    memcpy(longer + len, "extra", 5);
+    spit(p[1], longer, len + 5);
+    free(longer);
+    expect_refused(n.g, p[1], "5 unexpected bytes after its checksum", NULL,
+                   "bytes after the checksum");
+    expect(hyfi_load_params(n.g, p[0]), HYFI_OK, "the sound file loads");
+
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    if (system(cmd) != 0) printf("could not remove %s\n", dir);
+    free(good);
+    hyfi_graph_destroy(n.g);
+}
+
 static void test_errors(hyfi_ctx *ctx)
 {
     hyfi_graph *g;
@@ -274,6 +357,7 @@ int main(void)
     test_op_info(ctx);
     test_gradients(ctx);
     test_training_and_io(ctx);
+    test_param_files(ctx);
     test_errors(ctx);
     hyfi_ctx_destroy(ctx);
     return tu_finish();
