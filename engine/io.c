@@ -6,8 +6,18 @@
  *   count x { uint32 name_len, name bytes, int32 dims[4], float32 values[numel] }
  *   uint64 checksum                 FNV-1a over everything before it; the last bytes
  *
- * Saving is atomic: a temporary file beside the target is written, flushed,
- * fsync'ed and renamed over it, so a crash never leaves a half-written file.
+ * Saving is atomic and a crash leaves nothing behind:
+ *   - the target: a symbolic link is followed (the file it names is replaced, the
+ *     link stays); an existing target that is not a regular file (a device, a
+ *     fifo, a socket, a folder) is refused;
+ *   - the contents go to an unnamed file in the target's folder (O_TMPFILE),
+ *     which a crash discards; once written and fsync'ed it gets a temporary name
+ *     "<target>.tmp.<pid>@<host>" (linkat), is renamed over the target, and the
+ *     folder is fsync'ed. Where the file system has no O_TMPFILE the named
+ *     temporary is written directly;
+ *   - a temporary of this host whose process no longer exists (killed between
+ *     naming and renaming, or while writing where there is no O_TMPFILE) is
+ *     removed by the next save of the same target.
  * Loading reads the whole file and checks the checksum before interpreting any
  * of it (a damaged file is reported as damaged, not as another model), then
  * requires the format exactly (nothing after the checksum), then the names and
@@ -19,8 +29,10 @@
  */
 #include "internal.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -30,6 +42,7 @@
 static const char MAGIC[8] = {'H', 'Y', 'F', 'I', 'P', 'R', 'M', '1'};
 #define FNV_INIT 0xCBF29CE484222325ull
 #define FNV_PRIME 0x100000001B3ull
+#define MAX_LINKS 40 /* symbolic links followed, as the kernel's MAXSYMLINKS */
 
 static int saved_kind(const hyfi_tensor *t) { return t->kind == T_PARAM || t->kind == T_STATE; }
 
@@ -58,7 +71,215 @@ static void put(stream *s, const void *p, size_t n)
     sum_bytes(&s->sum, p, n);
 }
 
-static hyfi_status write_file(hyfi_graph *g, const char *path, float *const *vals);
+/* The file a save replaces: `path` with its symbolic links followed (a link
+ * to a missing file: that file). Sets *dir and *base (allocated) and *st /
+ * *exists; refuses an existing file that is not a regular one. */
+static hyfi_status resolve_target(hyfi_graph *g, const char *path, char **dir, char **base,
+                                  struct stat *st, int *exists)
+{
+    hyfi_status s = HYFI_OK;
+    char *cur = strdup(path);
+    *dir = *base = NULL;
+    *exists = 0;
+    for (int hops = 0; cur && s == HYFI_OK; hops++) {
+        if (lstat(cur, st) != 0) {
+            if (errno != ENOENT)
+                s = hyfi_call_fail(g, HYFI_ERR_IO, "hyfi_save_params: cannot examine %s: %s; "
+                                                   "check the path", cur, strerror(errno));
+            break; /* a new file (a missing folder is reported when creating) */
+        }
+        if (!S_ISLNK(st->st_mode)) {
+            *exists = 1;
+            break;
+        }
+        char link[4096];
+        ssize_t n = hops < MAX_LINKS ? readlink(cur, link, sizeof link - 1) : -1;
+        if (n < 0 || (size_t)n >= sizeof link - 1) {
+            s = hyfi_call_fail(g, HYFI_ERR_IO, "hyfi_save_params: cannot follow the symbolic "
+                                               "link %s: %s", cur,
+                               hops >= MAX_LINKS ? "too many levels of links"
+                               : n < 0           ? strerror(errno)
+                                                 : "its target is too long");
+            break;
+        }
+        link[n] = 0;
+        char *next;
+        const char *slash = strrchr(cur, '/');
+        if (link[0] == '/' || !slash) {
+            next = strdup(link);
+        } else if ((next = malloc((size_t)(slash - cur) + 1 + (size_t)n + 1))) {
+            /* relative to the link's folder */
+            memcpy(next, cur, (size_t)(slash - cur) + 1);
+            memcpy(next + (slash - cur) + 1, link, (size_t)n + 1);
+        }
+        free(cur);
+        cur = next;
+    }
+    if (!cur) return hyfi_call_fail(g, HYFI_ERR_NOMEM, "hyfi_save_params: out of memory");
+    const char *slash = strrchr(cur, '/');
+    const char *b = slash ? slash + 1 : cur;
+    if (s == HYFI_OK && *exists && !S_ISREG(st->st_mode)) {
+        const mode_t m = st->st_mode;
+        const int via = strcmp(cur, path) != 0;
+        s = hyfi_call_fail(g, HYFI_ERR_IO, "hyfi_save_params: %s%s%s is %s, not a regular file; "
+                                           "save to a file name (nothing was written)", path,
+                           via ? " -> " : "", via ? cur : "",
+                           S_ISDIR(m)                  ? "a folder"
+                           : S_ISCHR(m) || S_ISBLK(m) ? "a device"
+                           : S_ISFIFO(m)              ? "a fifo"
+                           : S_ISSOCK(m)              ? "a socket"
+                                                      : "something else");
+    } else if (s == HYFI_OK && !*b) {
+        s = hyfi_call_fail(g, HYFI_ERR_IO, "hyfi_save_params: %s names a folder; give a file "
+                                           "name", path);
+    } else if (s == HYFI_OK) {
+        *base = strdup(b);
+        *dir = !slash        ? strdup(".")
+               : slash == cur ? strdup("/")
+                              : strndup(cur, (size_t)(slash - cur));
+        if (!*base || !*dir) {
+            free(*base);
+            free(*dir);
+            *dir = *base = NULL;
+            s = hyfi_call_fail(g, HYFI_ERR_NOMEM, "hyfi_save_params: out of memory");
+        }
+    }
+    free(cur);
+    return s;
+}
+
+static void host_name(char *out, size_t len)
+{
+    if (gethostname(out, len) != 0) snprintf(out, len, "localhost");
+    out[len - 1] = 0;
+    for (char *p = out; *p; p++)
+        if (*p == '/') *p = '_';
+}
+
+/* Remove "<base>.tmp.<pid>@<host>" in dir left by dead processes of this host. */
+static void remove_stale_temporaries(const char *dir, const char *base, const char *host)
+{
+    DIR *d = opendir(dir);
+    if (!d) return;
+    const size_t bl = strlen(base);
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        const char *n = e->d_name;
+        if (strncmp(n, base, bl) != 0 || strncmp(n + bl, ".tmp.", 5) != 0) continue;
+        char *at;
+        errno = 0;
+        long pid = strtol(n + bl + 5, &at, 10);
+        if (errno || at == n + bl + 5 || pid <= 0 || *at != '@' || strcmp(at + 1, host) != 0 ||
+            pid == (long)getpid())
+            continue;
+        if (kill((pid_t)pid, 0) == 0 || errno != ESRCH) continue; /* alive (or not ours) */
+        struct stat st;
+        if (fstatat(dirfd(d), n, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(st.st_mode))
+            unlinkat(dirfd(d), n, 0);
+    }
+    closedir(d);
+}
+
+/* Write the file (rank 0). vals[i]: the values of tensor i when saved. */
+static hyfi_status write_file(hyfi_graph *g, const char *path, float *const *vals)
+{
+    char *dir = NULL, *base = NULL, *tmp = NULL, host[256];
+    struct stat tst;
+    int exists;
+    hyfi_status st = resolve_target(g, path, &dir, &base, &tst, &exists);
+    if (st != HYFI_OK) return st;
+    host_name(host, sizeof host);
+    const size_t tl = strlen(dir) + strlen(base) + strlen(host) + 48;
+    if (!(tmp = malloc(tl))) {
+        st = hyfi_call_fail(g, HYFI_ERR_NOMEM, "hyfi_save_params: out of memory");
+        goto done;
+    }
+    snprintf(tmp, tl, "%s/%s.tmp.%ld@%s", dir, base, (long)getpid(), host);
+    remove_stale_temporaries(dir, base, host);
+
+    /* an unnamed file where the file system allows, else the named temporary */
+    int named = 0;
+    int fd = open(dir, O_TMPFILE | O_WRONLY | O_CLOEXEC, 0666);
+    if (fd < 0 && (errno == EOPNOTSUPP || errno == EISDIR || errno == EINVAL)) {
+        named = 1;
+        unlink(tmp); /* ours: a previous process with this pid */
+        fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+    }
+    if (fd < 0) {
+        st = hyfi_call_fail(g, HYFI_ERR_IO, "hyfi_save_params: cannot create a file in %s for "
+                                            "%s: %s; check that the folder exists and is "
+                                            "writable", dir, path, strerror(errno));
+        goto done;
+    }
+    if (exists) (void)fchmod(fd, tst.st_mode & 07777); /* the replaced file's permissions */
+    stream s = {.f = fdopen(fd, "wb"), .sum = FNV_INIT};
+    if (!s.f) {
+        s.err = errno;
+        close(fd);
+    } else {
+        uint32_t count = 0;
+        for (int i = 0; i < g->ntensors; i++) count += (uint32_t)saved_kind(g->tensors[i]);
+        put(&s, MAGIC, sizeof MAGIC);
+        put(&s, &count, sizeof count);
+        for (int i = 0; i < g->ntensors && !s.err; i++) {
+            hyfi_tensor *t = g->tensors[i];
+            if (!saved_kind(t)) continue;
+            uint32_t len = (uint32_t)strlen(t->name);
+            int32_t dims[4] = {t->dims[0], t->dims[1], t->dims[2], t->dims[3]};
+            put(&s, &len, sizeof len);
+            put(&s, t->name, len);
+            put(&s, dims, sizeof dims);
+            put(&s, vals[i], t->numel * sizeof(float));
+        }
+        uint64_t sum = s.sum;
+        put(&s, &sum, sizeof sum);
+        if (!s.err && fflush(s.f) != 0) s.err = errno;
+        if (!s.err && fsync(fileno(s.f)) != 0) s.err = errno;
+        if (!s.err && !named) {
+            /* give the unnamed file its temporary name */
+            char proc[64];
+            snprintf(proc, sizeof proc, "/proc/self/fd/%d", fileno(s.f));
+            unlink(tmp); /* ours: a previous process with this pid */
+            if (linkat(AT_FDCWD, proc, AT_FDCWD, tmp, AT_SYMLINK_FOLLOW) != 0 &&
+                linkat(fileno(s.f), "", AT_FDCWD, tmp, AT_EMPTY_PATH) != 0)
+                s.err = errno;
+            else
+                named = 1;
+        }
+        if (fclose(s.f) != 0 && !s.err) s.err = errno;
+    }
+    if (!s.err) {
+        /* rename over the target (the link's target when path is a link) */
+        size_t fl = strlen(dir) + strlen(base) + 2;
+        char *final = malloc(fl);
+        if (!final) s.err = ENOMEM;
+        else {
+            snprintf(final, fl, "%s/%s", dir, base);
+            if (rename(tmp, final) != 0) s.err = errno;
+            free(final);
+        }
+    }
+    if (s.err) {
+        if (named) unlink(tmp);
+        st = hyfi_call_fail(g, HYFI_ERR_IO, "hyfi_save_params: writing %s failed: %s (the "
+                                            "previous file, if any, is intact)", path,
+                            strerror(s.err));
+        goto done;
+    }
+    /* the rename itself is durable once the folder is synced */
+    int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dfd < 0 || (fsync(dfd) != 0 && errno != EINVAL)) {
+        st = hyfi_call_fail(g, HYFI_ERR_IO, "hyfi_save_params: %s is written, but syncing its "
+                                            "folder %s failed: %s; it may not survive a crash of "
+                                            "the machine", path, dir, strerror(errno));
+    }
+    if (dfd >= 0) close(dfd);
+done:
+    free(tmp);
+    free(dir);
+    free(base);
+    return st;
+}
 
 hyfi_status hyfi_save_params(hyfi_graph *g, const char *path)
 {
@@ -81,51 +302,6 @@ hyfi_status hyfi_save_params(hyfi_graph *g, const char *path)
     else if (g->ctx->rank == 0) st = write_file(g, path, vals);
     for (int i = 0; vals && i < g->ntensors; i++) free(vals[i]);
     free(vals);
-    return st;
-}
-
-static hyfi_status write_file(hyfi_graph *g, const char *path, float *const *vals)
-{
-    size_t plen = strlen(path);
-    char *tmp = malloc(plen + 32);
-    if (!tmp) return hyfi_call_fail(g, HYFI_ERR_NOMEM, "hyfi_save_params: out of memory");
-    snprintf(tmp, plen + 32, "%s.tmp.%ld", path, (long)getpid());
-    stream s = {.f = fopen(tmp, "wb"), .sum = FNV_INIT};
-    if (!s.f) {
-        hyfi_status st = hyfi_call_fail(g, HYFI_ERR_IO, "hyfi_save_params: cannot create %s: %s; "
-                                                        "check that the folder exists and is "
-                                                        "writable", tmp, strerror(errno));
-        free(tmp);
-        return st;
-    }
-    uint32_t count = 0;
-    for (int i = 0; i < g->ntensors; i++) count += (uint32_t)saved_kind(g->tensors[i]);
-    put(&s, MAGIC, sizeof MAGIC);
-    put(&s, &count, sizeof count);
-    for (int i = 0; i < g->ntensors && !s.err; i++) {
-        hyfi_tensor *t = g->tensors[i];
-        if (!saved_kind(t)) continue;
-        uint32_t len = (uint32_t)strlen(t->name);
-        int32_t dims[4] = {t->dims[0], t->dims[1], t->dims[2], t->dims[3]};
-        put(&s, &len, sizeof len);
-        put(&s, t->name, len);
-        put(&s, dims, sizeof dims);
-        put(&s, vals[i], t->numel * sizeof(float));
-    }
-    uint64_t sum = s.sum;
-    put(&s, &sum, sizeof sum);
-    if (!s.err && fflush(s.f) != 0) s.err = errno;
-    if (!s.err && fsync(fileno(s.f)) != 0) s.err = errno;
-    if (fclose(s.f) != 0 && !s.err) s.err = errno;
-    if (!s.err && rename(tmp, path) != 0) s.err = errno;
-    hyfi_status st = HYFI_OK;
-    if (s.err) {
-        unlink(tmp);
-        st = hyfi_call_fail(g, HYFI_ERR_IO, "hyfi_save_params: writing %s failed: %s (the "
-                                            "previous file, if any, is intact)", path,
-                            strerror(s.err));
-    }
-    free(tmp);
     return st;
 }
 
