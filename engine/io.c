@@ -23,9 +23,14 @@
  * requires the format exactly (nothing after the checksum), then the names and
  * shapes of the graph; only a file that passes everything is applied.
  *
- * In MPI runs both calls are collective: saving brings every value to rank 0,
- * which writes the file; loading reads the file on every rank (a shared file
- * system, or a copy per node) and each rank applies the tensors it owns.
+ * In MPI runs both calls are collective and return the same status (and
+ * message) on every rank: saving brings every value to rank 0, which writes
+ * the file, and shares its status; loading reads the file on every rank (a
+ * shared file system, or a copy per node), the ranks agree on the outcome (the
+ * first failing rank's error, naming the rank when they did not all fail
+ * alike), and only then does each rank apply the tensors it owns. The statuses
+ * travel as StarPU-MPI data: the application thread makes no MPI call of its
+ * own while StarPU-MPI's progression thread runs.
  */
 #include "internal.h"
 
@@ -33,6 +38,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
+#include <starpu_mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -45,6 +51,56 @@ static const char MAGIC[8] = {'H', 'Y', 'F', 'I', 'P', 'R', 'M', '1'};
 #define MAX_LINKS 40 /* symbolic links followed, as the kernel's MAXSYMLINKS */
 
 static int saved_kind(const hyfi_tensor *t) { return t->kind == T_PARAM || t->kind == T_STATE; }
+
+/* ------------------------------------------------- collective status (MPI) */
+typedef struct {
+    int32_t status;
+    char msg[508];
+} rank_status;
+
+/* Rank r's status, on every rank: a small StarPU-MPI handle owned by r. */
+static void bcast_status(hyfi_graph *g, int r, rank_status *mine, rank_status *out)
+{
+    hyfi_ctx *c = g->ctx;
+    starpu_data_handle_t h;
+    if (r == c->rank)
+        starpu_vector_data_register(&h, STARPU_MAIN_RAM, (uintptr_t)mine, 1, sizeof *mine);
+    else
+        starpu_vector_data_register(&h, -1, 0, 1, sizeof *mine);
+    starpu_mpi_data_register(h, c->next_tag++, r);
+    starpu_mpi_get_data_on_all_nodes_detached(MPI_COMM_WORLD, h);
+    starpu_data_acquire(h, STARPU_R);
+    memcpy(out, (void *)starpu_vector_get_local_ptr(h), sizeof *out);
+    starpu_data_release(h);
+    starpu_data_unregister(h);
+}
+
+/* Make the status of a collective call the same on every rank. root_only: only
+ * rank 0's status counts (saving: rank 0 writes); else every rank's, and the
+ * result is the first failing rank's, its message naming the rank unless all
+ * ranks failed alike. The message of the result is set on every rank. */
+static hyfi_status agree(hyfi_graph *g, hyfi_status st, int root_only)
+{
+    hyfi_ctx *c = g->ctx;
+    if (!c->mpi || c->nranks < 2) return st;
+    rank_status mine = {.status = (int32_t)st}, got, first = {.status = HYFI_OK}, r0;
+    if (st != HYFI_OK) snprintf(mine.msg, sizeof mine.msg, "%s", hyfi_last_error());
+    int first_rank = -1, alike = 1; /* alike: every rank's status and message are rank 0's */
+    for (int r = 0; r < (root_only ? 1 : c->nranks); r++) {
+        bcast_status(g, r, &mine, &got);
+        got.msg[sizeof got.msg - 1] = 0;
+        if (r == 0) r0 = got;
+        if (got.status != HYFI_OK && first_rank < 0) {
+            first = got;
+            first_rank = r;
+        }
+        alike &= got.status == r0.status && strcmp(got.msg, r0.msg) == 0;
+    }
+    if (first_rank < 0) return HYFI_OK;
+    if (root_only || alike) return hyfi_call_fail(g, (hyfi_status)first.status, "%s", first.msg);
+    return hyfi_call_fail(g, (hyfi_status)first.status, "%s (on rank %d)", first.msg,
+                          first_rank);
+}
 
 /* ------------------------------------------------------------------ saving */
 typedef struct {
@@ -281,28 +337,41 @@ done:
     return st;
 }
 
+/* Bring handle h (owned anywhere) to rank 0; host: where rank 0 copies it
+ * (NULL there: fetched, not copied - out of memory, the save fails). */
+static void gather(hyfi_graph *g, starpu_data_handle_t h, void *host, size_t bytes)
+{
+    if (host || g->ctx->rank != 0) hyfi_handle_read(g, h, 0, host, bytes);
+    else if (g->ctx->mpi) starpu_mpi_get_data_on_node_detached(MPI_COMM_WORLD, h, 0, NULL, NULL);
+}
+
 hyfi_status hyfi_save_params(hyfi_graph *g, const char *path)
 {
     if (!g || !path) return hyfi_fail(HYFI_ERR_ARG, "hyfi_save_params: graph or path is NULL");
     if (!g->compiled)
         return hyfi_call_fail(g, HYFI_ERR_STATE, "hyfi_save_params: compile the graph first");
     /* Every rank takes part (the values come from the ranks that own them);
-     * rank 0 writes the file. */
-    float **vals = calloc((size_t)g->ntensors, sizeof *vals);
-    int oom = !vals;
-    for (int i = 0; i < g->ntensors && !oom; i++) {
+     * rank 0 holds them and writes the file. The transfers are the same on
+     * every rank whatever happens on rank 0. */
+    const int root = g->ctx->rank == 0;
+    float **vals = root ? calloc((size_t)g->ntensors, sizeof *vals) : NULL;
+    int oom = root && !vals;
+    for (int i = 0; i < g->ntensors && root && !oom; i++) {
         hyfi_tensor *t = g->tensors[i];
         if (!saved_kind(t)) continue;
         if (!(vals[i] = malloc(t->numel * sizeof(float)))) oom = 1;
     }
-    for (int i = 0; i < g->ntensors && !oom; i++)
-        if (vals[i]) hyfi_handle_read(g, g->tensors[i]->h[0], 0, vals[i], g->tensors[i]->numel * 4);
+    for (int i = 0; i < g->ntensors; i++) {
+        hyfi_tensor *t = g->tensors[i];
+        if (saved_kind(t))
+            gather(g, t->h[0], root && !oom ? vals[i] : NULL, t->numel * sizeof(float));
+    }
     hyfi_status st = HYFI_OK;
     if (oom) st = hyfi_call_fail(g, HYFI_ERR_NOMEM, "hyfi_save_params: out of memory");
-    else if (g->ctx->rank == 0) st = write_file(g, path, vals);
+    else if (root) st = write_file(g, path, vals);
     for (int i = 0; vals && i < g->ntensors; i++) free(vals[i]);
     free(vals);
-    return st;
+    return agree(g, st, 1);
 }
 
 /* ----------------------------------------------------------------- loading */
@@ -457,6 +526,8 @@ hyfi_status hyfi_load_params(hyfi_graph *g, const char *path)
         if (zeros_n && !(zeros = calloc(zeros_n, sizeof *zeros)))
             st = hyfi_call_fail(g, HYFI_ERR_NOMEM, "hyfi_load_params: out of memory");
     }
+    /* every rank applies, or none */
+    st = agree(g, st, 0);
     for (int i = 0; st == HYFI_OK && i < g->ntensors; i++) {
         hyfi_tensor *t = g->tensors[i];
         if (!vals[i]) continue;
