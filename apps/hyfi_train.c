@@ -684,6 +684,8 @@ int main(int argc, char **argv)
                 strerror(errno));
         goto out;
     }
+    /* line-buffered: a killed run leaves whole lines (each written at its '\n') */
+    if (mf) setvbuf(mf, NULL, _IOLBF, 0);
     if ((st = hyfi_graph_create(ctx, o.seed, &g)) != HYFI_OK) {
         lib_fail("hyfi_graph_create", st, NULL);
         goto out;

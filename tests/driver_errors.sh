@@ -1,0 +1,62 @@
+#!/bin/bash
+# 'driver_errors': hyfi-train's answers to bad input (docs/user-guide.md).
+#   - --metrics of a run killed with SIGKILL holds whole JSON lines only.
+# usage: driver_errors.sh HYFI_TRAIN
+set -u
+train=${1:?usage: driver_errors.sh HYFI_TRAIN}
+export HYFI_CPU_THREADS=1
+dir=$(mktemp -d)
+trap 'rm -rf "$dir"' EXIT
+fails=0
+
+# expect NAME STATUS PATTERN LINES -- COMMAND...: COMMAND exits with STATUS,
+# and its stderr has LINES lines that match PATTERN (LINES -: at least one).
+expect() {
+    local name=$1 want=$2 pattern=$3 lines=$4
+    shift 5
+    timeout 120 "$@" >"$dir/out.log" 2>"$dir/err.log"
+    local got=$? n bad=0
+    n=$(grep -c -- "$pattern" "$dir/err.log")
+    if [ "$lines" = - ]; then [ "$n" -ge 1 ] || bad=1; else [ "$n" = "$lines" ] || bad=1; fi
+    if [ "$got" != "$want" ]; then
+        echo "FAILED: $name: exit status $got, want $want"; cat "$dir/err.log"
+        fails=$((fails + 1))
+    elif [ "$bad" = 1 ]; then
+        echo "FAILED: $name: $n lines match '$pattern', want $lines:"; cat "$dir/err.log"
+        fails=$((fails + 1))
+    else
+        echo "ok: $name: exit $got: $(grep -m1 -- "$pattern" "$dir/err.log")"
+    fi
+}
+
+# (c) --metrics of a killed run: whole lines only (the file is line-buffered;
+# block-buffered, it stayed empty, then got 4096 bytes ending mid-line).
+m="$dir/metrics.jsonl"
+"$train" --model cnn --image-size 8 --batch-size 2 --steps 100000000 --print-freq 100000000 \
+    --metrics "$m" >/dev/null 2>&1 &
+pid=$!
+for _ in $(seq 600); do [ -s "$m" ] && break; sleep 0.1; done
+sleep 0.5
+kill -KILL "$pid" 2>/dev/null
+wait "$pid" 2>/dev/null
+if python3 - "$m" <<'PY'; then
+import json, sys
+data = open(sys.argv[1], "rb").read()
+lines = data.split(b"\n")
+ok = len(data) > 0 and data.endswith(b"\n")
+for l in lines[:-1]:
+    try:
+        ok &= "step" in json.loads(l)
+    except ValueError:
+        ok = False
+print("killed run: %d bytes, %d lines, last %r: %s" % (
+    len(data), len(lines) - 1, lines[-2][-60:] if len(lines) > 1 else data[-60:],
+    "whole lines" if ok else "BROKEN"))
+sys.exit(0 if ok else 1)
+PY
+    echo "ok: --metrics of a killed run holds whole lines"
+else
+    echo "FAILED: --metrics of a killed run"; fails=$((fails + 1))
+fi
+[ "$fails" = 0 ] && echo "driver_errors: ok"
+exit $((fails > 0))
