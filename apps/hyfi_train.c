@@ -140,7 +140,8 @@ static void usage(FILE *f)
         "                        splits, else no test split; images decoded per batch\n"
         "  --datapath DIR        data directory; fashion-mnist defaults to\n"
         "                        " HYFI_FASHION_MNIST_DEFAULT_DIR " (Debian's\n"
-        "                        dataset-fashion-mnist); mnist, cifar10 and folder need it\n"
+        "                        dataset-fashion-mnist); mnist, cifar10 and folder need it;\n"
+        "                        refused with synthetic, which reads no files\n"
         "  --batch-size N        images per step [64]\n"
         "  --image-size N        resize images to N x N (bilinear) [the data set's; synthetic 32]\n"
         "  --num-classes N       classes of the classifier [the data set's; synthetic 10]\n"
@@ -445,6 +446,10 @@ static int parse_args(int argc, char **argv, options *o)
         }
         if (rc) return -1;
     }
+    if (o->datapath && o->dataset == HYFI_DATA_SYNTHETIC)
+        return bad_usage("--datapath %s is given, but the data set is synthetic (the default), "
+                         "which reads no files; pass --dataset folder, mnist, cifar10 or "
+                         "fashion-mnist with it, or leave --datapath out", o->datapath);
     if (o->replications > 1 && o->gems != HYFI_GEMS_MASTER)
         return bad_usage("--replications %d needs --gems master (MAST has one pair of copies)",
                          o->replications);

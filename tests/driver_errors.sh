@@ -1,5 +1,6 @@
 #!/bin/bash
 # 'driver_errors': hyfi-train's answers to bad input (docs/user-guide.md).
+#   - --datapath with the synthetic data set (which reads no files) is refused;
 #   - --metrics of a run killed with SIGKILL holds whole JSON lines only.
 # usage: driver_errors.sh HYFI_TRAIN
 set -u
@@ -8,6 +9,7 @@ export HYFI_CPU_THREADS=1
 dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
 fails=0
+small=(--model resnet --depth 8 --image-size 16 --batch-size 4 --steps 1)
 
 # expect NAME STATUS PATTERN LINES -- COMMAND...: COMMAND exits with STATUS,
 # and its stderr has LINES lines that match PATTERN (LINES -: at least one).
@@ -29,6 +31,9 @@ expect() {
     fi
 }
 
+# (d) --datapath with the synthetic data set
+expect "--datapath with synthetic data" 2 "reads no files; pass --dataset" 1 -- \
+    "$train" "${small[@]}" --datapath "$dir"
 # (c) --metrics of a killed run: whole lines only (the file is line-buffered;
 # block-buffered, it stayed empty, then got 4096 bytes ending mid-line).
 m="$dir/metrics.jsonl"
