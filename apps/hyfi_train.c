@@ -656,6 +656,15 @@ int main(int argc, char **argv)
         rc = 2;
         goto out;
     }
+    if (K < 2) { /* a 1-way classifier learns nothing: its loss is always 0 */
+        fprintf(stderr, "hyfi-train: %s%s%s has %d class; a classifier needs at least 2: give "
+                        "each class its own subfolder (or pass --num-classes 2 or more to train "
+                        "anyway)\n",
+                hyfi_data_kind_name(o.dataset), o.datapath ? " " : "",
+                o.datapath ? o.datapath : "", K);
+        rc = 2;
+        goto out;
+    }
     /* B: the global batch (--batch-size per replica, as in MPI4DL) */
     const int nrep = replicas(&o), B = o.batch_size * nrep;
     const size_t ntrain = hyfi_dataset_size(train), numel = hyfi_dataset_image_numel(train);

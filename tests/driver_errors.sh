@@ -1,6 +1,7 @@
 #!/bin/bash
 # 'driver_errors': hyfi-train's answers to bad input (docs/user-guide.md).
 #   - --datapath with the synthetic data set (which reads no files) is refused;
+#   - a folder data set with one class (a 1-way classifier) is refused;
 #   - --metrics of a run killed with SIGKILL holds whole JSON lines only.
 # usage: driver_errors.sh HYFI_TRAIN
 set -u
@@ -34,6 +35,23 @@ expect() {
 # (d) --datapath with the synthetic data set
 expect "--datapath with synthetic data" 2 "reads no files; pass --dataset" 1 -- \
     "$train" "${small[@]}" --datapath "$dir"
+# (e) a folder with one class
+mkdir -p "$dir/one/cats" "$dir/two/cats" "$dir/two/dogs"
+python3 - "$dir/one/cats/a.png" "$dir/two/cats/a.png" "$dir/two/dogs/a.png" <<'PY'
+import struct, sys, zlib
+def chunk(kind, data):
+    return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+w = h = 16
+raw = b"".join(b"\0" + bytes((x * 16 + y) % 256 for x in range(w) for _ in range(3)) for y in range(h))
+png = (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", w, h, 8, 2, 0, 0, 0))
+       + chunk(b"IDAT", zlib.compress(raw)) + chunk(b"IEND", b""))
+for path in sys.argv[1:]:
+    open(path, "wb").write(png)
+PY
+expect "one-class folder" 2 "needs at least 2" 1 -- \
+    "$train" --model cnn --dataset folder --datapath "$dir/one" --batch-size 1 --steps 1
+expect "two-class folder trains" 0 "peak memory" 1 -- \
+    "$train" --model cnn --dataset folder --datapath "$dir/two" --batch-size 1 --steps 1
 # (c) --metrics of a killed run: whole lines only (the file is line-buffered;
 # block-buffered, it stayed empty, then got 4096 bytes ending mid-line).
 m="$dir/metrics.jsonl"
