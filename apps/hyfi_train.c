@@ -24,7 +24,8 @@
  * --metrics FILE writes the same as JSON lines (see usage()).
  *
  * Exit status: 0 success, 1 a run-time failure (data files, hyfi/StarPU
- * errors; the message says which), 2 a bad command line. */
+ * errors; the message says which), 2 a bad command line, model or plan (the
+ * flags cannot work: fix them). */
 #ifndef _GNU_SOURCE
 #define _POSIX_C_SOURCE 200809L /* clock_gettime */
 #endif
@@ -208,10 +209,14 @@ static void usage(FILE *f)
         "  -v, --verbose         print the StarPU workers found\n"
         "  -h, --help            this text\n"
         "\n"
-        "Exit status: 0 success, 1 run-time failure, 2 bad command line.\n",
+        "Exit status: 0 success, 1 run-time failure, 2 bad command line, model or plan.\n",
         MODEL_DEFAULT_DEPTH, MODEL_DEFAULT_RESNET_VERSION, MODEL_DEFAULT_NUM_LAYERS,
         MODEL_DEFAULT_NUM_FILTERS);
 }
+
+/* Statuses that follow from the flags (the model or the plan cannot work):
+ * exit status 2. */
+static bool config_error(hyfi_status s) { return s == HYFI_ERR_ARG || s == HYFI_ERR_SHAPE; }
 
 /* ---------------------------------------------------------------- parsing */
 __attribute__((format(printf, 1, 2)))
@@ -709,11 +714,13 @@ int main(int argc, char **argv)
     hyfi_tensor *tlogits = hyfi_model_build(g, &o.mc, tx, err, sizeof err); /* (B, K, 1, 1) */
     if (!tlogits) {
         fprintf(stderr, "hyfi-train: %s\n", err);
+        if (config_error(hyfi_graph_status(g))) rc = 2;
         goto out;
     }
     hyfi_tensor *loss = hyfi_softmax_cross_entropy(g, "loss", tlogits, ty);
     if (hyfi_graph_status(g) != HYFI_OK) {
         lib_fail("building the loss", hyfi_graph_status(g), g);
+        if (config_error(hyfi_graph_status(g))) rc = 2;
         goto out;
     }
     hyfi_train_config tc = {.lr = o.lr, .momentum = o.momentum, .weight_decay = o.weight_decay};
@@ -729,6 +736,7 @@ int main(int argc, char **argv)
     if ((st = hyfi_graph_set_plan(g, &plan)) != HYFI_OK ||
         (st = hyfi_graph_compile(g, loss, &tc)) != HYFI_OK) {
         lib_fail("hyfi_graph_compile", st, g);
+        if (config_error(st)) rc = 2; /* a plan the flags cannot make */
         goto out;
     }
 

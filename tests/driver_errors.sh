@@ -1,5 +1,7 @@
 #!/bin/bash
 # 'driver_errors': hyfi-train's answers to bad input (docs/user-guide.md).
+#   - exit status: 2 for a bad command line, model or plan (the flags cannot
+#     work), 1 for a run-time failure (a missing data file);
 #   - --datapath with the synthetic data set (which reads no files) is refused;
 #   - a folder data set with one class (a 1-way classifier) is refused;
 #   - --metrics of a run killed with SIGKILL holds whole JSON lines only.
@@ -32,6 +34,15 @@ expect() {
     fi
 }
 
+# (a) exit status
+expect "unknown flag" 2 "unknown flag" 1 -- "$train" --bogus
+expect "balance that does not add up (plan)" 2 "the balance sums to 2" 1 -- \
+    "$train" "${small[@]}" --balance 1,1
+expect "image the tiles do not divide (plan)" 2 "cannot be cut into 2 equal tiles" 1 -- \
+    "$train" "${small[@]}" --image-size 17 --split-size 2 --spatial-size 1 \
+    --num-spatial-parts 4
+expect "missing data file (run time)" 1 "not found" 1 -- \
+    "$train" --dataset mnist --datapath "$dir/none" --steps 1
 # (d) --datapath with the synthetic data set
 expect "--datapath with synthetic data" 2 "reads no files; pass --dataset" 1 -- \
     "$train" "${small[@]}" --datapath "$dir"
