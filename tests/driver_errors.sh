@@ -5,9 +5,13 @@
 #   - --datapath with the synthetic data set (which reads no files) is refused;
 #   - a folder data set with one class (a 1-way classifier) is refused;
 #   - --metrics of a run killed with SIGKILL holds whole JSON lines only.
-# usage: driver_errors.sh HYFI_TRAIN
+# With MPIEXEC ('driver_errors_mpi'), on 2 ranks: an error every rank hits alike
+# (command line, plan) is printed once, by rank 0, with the same exit status;
+# one that may differ between ranks (a data file) once per rank, with the rank.
+# usage: driver_errors.sh HYFI_TRAIN [MPIEXEC]
 set -u
-train=${1:?usage: driver_errors.sh HYFI_TRAIN}
+train=${1:?usage: driver_errors.sh HYFI_TRAIN [MPIEXEC]}
+mpiexec=${2:-}
 export HYFI_CPU_THREADS=1
 dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
@@ -33,6 +37,19 @@ expect() {
         echo "ok: $name: exit $got: $(grep -m1 -- "$pattern" "$dir/err.log")"
     fi
 }
+
+if [ -n "$mpiexec" ]; then
+    # (b) 2 ranks: errors every rank hits alike are printed once, by rank 0
+    # (same exit status); per-rank errors once per rank, with the rank.
+    expect "2 ranks: unknown flag, once" 2 "unknown flag" 1 -- \
+        "$mpiexec" -n 2 "$train" --bogus
+    expect "2 ranks: one stage on 2 ranks (plan), once" 2 "mpiexec -n 1" 1 -- \
+        "$mpiexec" -n 2 "$train" "${small[@]}"
+    expect "2 ranks: missing data file, per rank" 1 "^hyfi-train: rank [01]: .*not found" 2 -- \
+        "$mpiexec" -n 2 "$train" --dataset mnist --datapath "$dir/none" --steps 1
+    [ "$fails" = 0 ] && echo "driver_errors_mpi: ok"
+    exit $((fails > 0))
+fi
 
 # (a) exit status
 expect "unknown flag" 2 "unknown flag" 1 -- "$train" --bogus
