@@ -236,101 +236,106 @@ static void remove_stale_temporaries(const char *dir, const char *base, const ch
     closedir(d);
 }
 
+/* The file's bytes into f, flushed and fsync'ed. Returns 0 or an errno. */
+static int write_contents(hyfi_graph *g, FILE *f, float *const *vals)
+{
+    stream s = {.f = f, .sum = FNV_INIT};
+    uint32_t count = 0;
+    for (int i = 0; i < g->ntensors; i++) count += (uint32_t)saved_kind(g->tensors[i]);
+    put(&s, MAGIC, sizeof MAGIC);
+    put(&s, &count, sizeof count);
+    for (int i = 0; i < g->ntensors && !s.err; i++) {
+        hyfi_tensor *t = g->tensors[i];
+        if (!saved_kind(t)) continue;
+        uint32_t len = (uint32_t)strlen(t->name);
+        int32_t dims[4] = {t->dims[0], t->dims[1], t->dims[2], t->dims[3]};
+        put(&s, &len, sizeof len);
+        put(&s, t->name, len);
+        put(&s, dims, sizeof dims);
+        put(&s, vals[i], t->numel * sizeof(float));
+    }
+    uint64_t sum = s.sum;
+    put(&s, &sum, sizeof sum);
+    if (!s.err && fflush(f) != 0) s.err = errno;
+    if (!s.err && fsync(fileno(f)) != 0) s.err = errno;
+    return s.err;
+}
+
+/* Give the unnamed file behind fd the name tmp. Returns 0 or an errno. */
+static int name_file(int fd, const char *tmp)
+{
+    char proc[64];
+    snprintf(proc, sizeof proc, "/proc/self/fd/%d", fd);
+    unlink(tmp); /* ours: left by an earlier process with this pid */
+    if (linkat(AT_FDCWD, proc, AT_FDCWD, tmp, AT_SYMLINK_FOLLOW) == 0) return 0;
+    /* without /proc: needs CAP_DAC_READ_SEARCH */
+    return linkat(fd, "", AT_FDCWD, tmp, AT_EMPTY_PATH) == 0 ? 0 : errno;
+}
+
 /* Write the file (rank 0). vals[i]: the values of tensor i when saved. */
 static hyfi_status write_file(hyfi_graph *g, const char *path, float *const *vals)
 {
-    char *dir = NULL, *base = NULL, *tmp = NULL, host[256];
+    char *dir = NULL, *base = NULL, *tmp = NULL, *final = NULL, host[256];
     struct stat tst;
     int exists;
     hyfi_status st = resolve_target(g, path, &dir, &base, &tst, &exists);
     if (st != HYFI_OK) return st;
     host_name(host, sizeof host);
     const size_t tl = strlen(dir) + strlen(base) + strlen(host) + 48;
-    if (!(tmp = malloc(tl))) {
+    tmp = malloc(tl);
+    final = malloc(tl);
+    if (!tmp || !final) {
         st = hyfi_call_fail(g, HYFI_ERR_NOMEM, "hyfi_save_params: out of memory");
-        goto done;
-    }
-    snprintf(tmp, tl, "%s/%s.tmp.%ld@%s", dir, base, (long)getpid(), host);
-    remove_stale_temporaries(dir, base, host);
-
-    /* an unnamed file where the file system allows, else the named temporary */
-    int named = 0;
-    int fd = open(dir, O_TMPFILE | O_WRONLY | O_CLOEXEC, 0666);
-    if (fd < 0 && (errno == EOPNOTSUPP || errno == EISDIR || errno == EINVAL)) {
-        named = 1;
-        unlink(tmp); /* ours: a previous process with this pid */
-        fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
-    }
-    if (fd < 0) {
-        st = hyfi_call_fail(g, HYFI_ERR_IO, "hyfi_save_params: cannot create a file in %s for "
-                                            "%s: %s; check that the folder exists and is "
-                                            "writable", dir, path, strerror(errno));
-        goto done;
-    }
-    if (exists) (void)fchmod(fd, tst.st_mode & 07777); /* the replaced file's permissions */
-    stream s = {.f = fdopen(fd, "wb"), .sum = FNV_INIT};
-    if (!s.f) {
-        s.err = errno;
-        close(fd);
     } else {
-        uint32_t count = 0;
-        for (int i = 0; i < g->ntensors; i++) count += (uint32_t)saved_kind(g->tensors[i]);
-        put(&s, MAGIC, sizeof MAGIC);
-        put(&s, &count, sizeof count);
-        for (int i = 0; i < g->ntensors && !s.err; i++) {
-            hyfi_tensor *t = g->tensors[i];
-            if (!saved_kind(t)) continue;
-            uint32_t len = (uint32_t)strlen(t->name);
-            int32_t dims[4] = {t->dims[0], t->dims[1], t->dims[2], t->dims[3]};
-            put(&s, &len, sizeof len);
-            put(&s, t->name, len);
-            put(&s, dims, sizeof dims);
-            put(&s, vals[i], t->numel * sizeof(float));
-        }
-        uint64_t sum = s.sum;
-        put(&s, &sum, sizeof sum);
-        if (!s.err && fflush(s.f) != 0) s.err = errno;
-        if (!s.err && fsync(fileno(s.f)) != 0) s.err = errno;
-        if (!s.err && !named) {
-            /* give the unnamed file its temporary name */
-            char proc[64];
-            snprintf(proc, sizeof proc, "/proc/self/fd/%d", fileno(s.f));
-            unlink(tmp); /* ours: a previous process with this pid */
-            if (linkat(AT_FDCWD, proc, AT_FDCWD, tmp, AT_SYMLINK_FOLLOW) != 0 &&
-                linkat(fileno(s.f), "", AT_FDCWD, tmp, AT_EMPTY_PATH) != 0)
-                s.err = errno;
-            else
-                named = 1;
-        }
-        if (fclose(s.f) != 0 && !s.err) s.err = errno;
+        snprintf(tmp, tl, "%s/%s.tmp.%ld@%s", dir, base, (long)getpid(), host);
+        snprintf(final, tl, "%s/%s", dir, base); /* the link's target when path is a link */
+        remove_stale_temporaries(dir, base, host);
     }
-    if (!s.err) {
-        /* rename over the target (the link's target when path is a link) */
-        size_t fl = strlen(dir) + strlen(base) + 2;
-        char *final = malloc(fl);
-        if (!final) s.err = ENOMEM;
-        else {
-            snprintf(final, fl, "%s/%s", dir, base);
-            if (rename(tmp, final) != 0) s.err = errno;
-            free(final);
+    /* An unnamed file (O_TMPFILE), named once complete; where the file system
+     * or the lack of /proc does not allow it, the named temporary. */
+    int err = 0, created = 0;
+    for (int named = 0; st == HYFI_OK && named < 2; named++) {
+        if (named) unlink(tmp); /* ours: left by an earlier process with this pid */
+        int fd = named ? open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666)
+                       : open(dir, O_TMPFILE | O_WRONLY | O_CLOEXEC, 0666);
+        if (fd < 0) {
+            if (!named && (errno == EOPNOTSUPP || errno == EISDIR || errno == EINVAL)) continue;
+            st = hyfi_call_fail(g, HYFI_ERR_IO, "hyfi_save_params: cannot create a file in %s "
+                                                "for %s: %s; check that the folder exists and "
+                                                "is writable", dir, path, strerror(errno));
+            break;
         }
+        if (exists) (void)fchmod(fd, tst.st_mode & 07777); /* the replaced file's permissions */
+        FILE *f = fdopen(fd, "wb");
+        if (!f) {
+            err = errno;
+            close(fd);
+        } else {
+            err = write_contents(g, f, vals);
+            int lerr = !err && !named ? name_file(fileno(f), tmp) : 0;
+            if (fclose(f) != 0 && !err) err = errno;
+            if (lerr && !err) continue; /* could not name it: write a named one */
+        }
+        created = 1;
+        if (!err && rename(tmp, final) != 0) err = errno;
+        break;
     }
-    if (s.err) {
-        if (named) unlink(tmp);
+    if (st == HYFI_OK && err) {
+        if (created) unlink(tmp);
         st = hyfi_call_fail(g, HYFI_ERR_IO, "hyfi_save_params: writing %s failed: %s (the "
                                             "previous file, if any, is intact)", path,
-                            strerror(s.err));
-        goto done;
+                            strerror(err));
+    } else if (st == HYFI_OK) {
+        /* the rename is durable once the folder is synced */
+        int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        if (dfd < 0 || (fsync(dfd) != 0 && errno != EINVAL))
+            st = hyfi_call_fail(g, HYFI_ERR_IO, "hyfi_save_params: %s is written, but syncing "
+                                                "its folder %s failed: %s; it may not survive a "
+                                                "crash of the machine", path, dir,
+                                strerror(errno));
+        if (dfd >= 0) close(dfd);
     }
-    /* the rename itself is durable once the folder is synced */
-    int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (dfd < 0 || (fsync(dfd) != 0 && errno != EINVAL)) {
-        st = hyfi_call_fail(g, HYFI_ERR_IO, "hyfi_save_params: %s is written, but syncing its "
-                                            "folder %s failed: %s; it may not survive a crash of "
-                                            "the machine", path, dir, strerror(errno));
-    }
-    if (dfd >= 0) close(dfd);
-done:
+    free(final);
     free(tmp);
     free(dir);
     free(base);
