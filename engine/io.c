@@ -55,7 +55,7 @@ static int saved_kind(const hyfi_tensor *t) { return t->kind == T_PARAM || t->ki
 /* ------------------------------------------------- collective status (MPI) */
 typedef struct {
     int32_t status;
-    char msg[508];
+    char msg[512];
 } rank_status;
 
 /* Rank r's status, on every rank: a small StarPU-MPI handle owned by r. */
