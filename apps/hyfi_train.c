@@ -24,7 +24,13 @@
  * --metrics FILE writes the same as JSON lines (see usage()).
  *
  * Exit status: 0 success, 1 a run-time failure (data files, hyfi/StarPU
- * errors; the message says which), 2 a bad command line. */
+ * errors; the message says which), 2 a bad command line, model or plan (the
+ * flags cannot work: fix them).
+ *
+ * Under mpiexec an error that every rank hits alike (it follows from the
+ * flags, the model, the plan or the data's geometry) is printed once, by rank
+ * 0; one that may differ between ranks (a data file one node cannot read, a
+ * failure of its workers) by each rank that hits it, with its rank. */
 #ifndef _GNU_SOURCE
 #define _POSIX_C_SOURCE 200809L /* clock_gettime */
 #endif
@@ -141,7 +147,8 @@ static void usage(FILE *f)
         "                        splits, else no test split; images decoded per batch\n"
         "  --datapath DIR        data directory; fashion-mnist defaults to\n"
         "                        " HYFI_FASHION_MNIST_DEFAULT_DIR " (Debian's\n"
-        "                        dataset-fashion-mnist); mnist, cifar10 and folder need it\n"
+        "                        dataset-fashion-mnist); mnist, cifar10 and folder need it;\n"
+        "                        refused with synthetic, which reads no files\n"
         "  --batch-size N        images per step [64]\n"
         "  --image-size N        resize images to N x N (bilinear) [the data set's; synthetic 32]\n"
         "  --num-classes N       classes of the classifier [the data set's; synthetic 10]\n"
@@ -213,15 +220,60 @@ static void usage(FILE *f)
         "  -v, --verbose         print the StarPU workers found\n"
         "  -h, --help            this text\n"
         "\n"
-        "Exit status: 0 success, 1 run-time failure, 2 bad command line.\n",
+        "Exit status: 0 success, 1 run-time failure, 2 bad command line, model or plan.\n",
         MODEL_DEFAULT_DEPTH, MODEL_DEFAULT_RESNET_VERSION, MODEL_DEFAULT_NUM_LAYERS,
         MODEL_DEFAULT_NUM_FILTERS);
 }
+
+/* ----------------------------------------------------------------- errors */
+/* This process's rank and the rank count: from the launcher's environment
+ * until the context exists (MPICH/Hydra, PMIx, Open MPI), then the context's. */
+static int g_rank, g_nranks = 1;
+
+static void launcher_rank(void)
+{
+    static const char *const rank_vars[] = {"PMI_RANK", "PMIX_RANK", "OMPI_COMM_WORLD_RANK"};
+    static const char *const size_vars[] = {"PMI_SIZE", "OMPI_COMM_WORLD_SIZE"};
+    for (size_t i = 0; i < sizeof rank_vars / sizeof *rank_vars; i++)
+        if (getenv(rank_vars[i])) {
+            g_rank = atoi(getenv(rank_vars[i]));
+            break;
+        }
+    for (size_t i = 0; i < sizeof size_vars / sizeof *size_vars; i++)
+        if (getenv(size_vars[i])) {
+            g_nranks = atoi(getenv(size_vars[i]));
+            break;
+        }
+    if (g_rank < 0) g_rank = 0;
+    if (g_nranks <= g_rank) g_nranks = g_rank + 1;
+}
+
+/* An error. alike: every rank hits it alike; only rank 0 prints it. Otherwise
+ * it is printed with the rank (in multi-rank runs). One write per message, so
+ * that the ranks' lines do not interleave. */
+__attribute__((format(printf, 2, 3)))
+static void report(bool alike, const char *fmt, ...)
+{
+    if (alike && g_rank != 0) return;
+    char msg[2048];
+    int n = snprintf(msg, sizeof msg, "hyfi-train: ");
+    if (!alike && g_nranks > 1) n += snprintf(msg + n, sizeof msg - (size_t)n, "rank %d: ", g_rank);
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg + n, sizeof msg - (size_t)n, fmt, ap);
+    va_end(ap);
+    fprintf(stderr, "%s\n", msg);
+}
+
+/* Statuses that follow from the flags (the model or the plan cannot work):
+ * exit status 2. */
+static bool config_error(hyfi_status s) { return s == HYFI_ERR_ARG || s == HYFI_ERR_SHAPE; }
 
 /* ---------------------------------------------------------------- parsing */
 __attribute__((format(printf, 1, 2)))
 static int bad_usage(const char *fmt, ...)
 {
+    if (g_rank != 0) return -1; /* every rank has the same command line */
     va_list ap;
     fputs("hyfi-train: ", stderr);
     va_start(ap, fmt);
@@ -457,6 +509,10 @@ static int parse_args(int argc, char **argv, options *o)
         }
         if (rc) return -1;
     }
+    if (o->datapath && o->dataset == HYFI_DATA_SYNTHETIC)
+        return bad_usage("--datapath %s is given, but the data set is synthetic (the default), "
+                         "which reads no files; pass --dataset folder, mnist, cifar10 or "
+                         "fashion-mnist with it, or leave --datapath out", o->datapath);
     if (o->replications > 1 && o->gems != HYFI_GEMS_MASTER)
         return bad_usage("--replications %d needs --gems master (MAST has one pair of copies)",
                          o->replications);
@@ -506,12 +562,15 @@ static void json_num(FILE *f, bool have, double v)
     else fputs("null", f);
 }
 
+/* A failed hyfi call. Argument, shape, state and data errors come from what
+ * every rank computes alike (flags, plan, the same batches): printed once. */
 static int lib_fail(const char *what, hyfi_status s, const hyfi_graph *g)
 {
     const char *msg = g ? hyfi_graph_error(g) : "";
     if (!msg || !*msg) msg = hyfi_last_error();
-    fprintf(stderr, "hyfi-train: %s failed (%s): %s\n", what, hyfi_status_name(s),
-            msg && *msg ? msg : "no message");
+    const bool alike = config_error(s) || s == HYFI_ERR_STATE || s == HYFI_ERR_DATA;
+    report(alike, "%s failed (%s): %s", what, hyfi_status_name(s),
+           msg && *msg ? msg : "no message");
     return 1;
 }
 
@@ -596,6 +655,7 @@ done:
 int main(int argc, char **argv)
 {
     options o;
+    launcher_rank();
     int pr = parse_args(argc, argv, &o);
     if (pr != 0) free(o.balance);
     if (pr > 0) return 0;
@@ -628,7 +688,7 @@ int main(int argc, char **argv)
         drc = hyfi_dataset_open(&spec, &test, err, sizeof err);
     }
     if (drc) {
-        fprintf(stderr, "hyfi-train: %s\n", err);
+        report(false, "%s", err); /* a file one node lacks: per rank */
         goto out;
     }
     const int C = hyfi_dataset_channels(train);
@@ -637,7 +697,7 @@ int main(int argc, char **argv)
         H = W = o.image_size;
         if (hyfi_dataset_set_output(train, C, H, W, err, sizeof err) ||
             (test && hyfi_dataset_set_output(test, C, H, W, err, sizeof err))) {
-            fprintf(stderr, "hyfi-train: %s\n", err);
+            report(true, "%s", err);
             goto out;
         }
     }
@@ -646,20 +706,28 @@ int main(int argc, char **argv)
     if (test && (hyfi_dataset_channels(test) != C || hyfi_dataset_height(test) != H ||
                  hyfi_dataset_width(test) != W) &&
         hyfi_dataset_set_output(test, C, H, W, err, sizeof err)) {
-        fprintf(stderr, "hyfi-train: %s\n", err);
+        report(true, "%s", err);
         goto out;
     }
     if (model_check(&o.mc, C, H, W, err, sizeof err)) {
-        fprintf(stderr, "hyfi-train: %s\n", err);
+        report(true, "%s", err);
         rc = 2;
         goto out;
     }
     const int K = o.num_classes ? o.num_classes : hyfi_dataset_num_classes(train);
     if (K < hyfi_dataset_num_classes(train)) {
-        fprintf(stderr, "hyfi-train: --num-classes %d is smaller than the %d classes of %s; pass "
-                        "--num-classes %d or more (or leave it out)\n",
-                K, hyfi_dataset_num_classes(train), hyfi_data_kind_name(o.dataset),
-                hyfi_dataset_num_classes(train));
+        report(true, "--num-classes %d is smaller than the %d classes of %s; pass "
+                     "--num-classes %d or more (or leave it out)",
+               K, hyfi_dataset_num_classes(train), hyfi_data_kind_name(o.dataset),
+               hyfi_dataset_num_classes(train));
+        rc = 2;
+        goto out;
+    }
+    if (K < 2) { /* a 1-way classifier learns nothing: its loss is always 0 */
+        report(true, "%s%s%s has %d class; a classifier needs at least 2: give each class its "
+                     "own subfolder (or pass --num-classes 2 or more to train anyway)",
+               hyfi_data_kind_name(o.dataset), o.datapath ? " " : "",
+               o.datapath ? o.datapath : "", K);
         rc = 2;
         goto out;
     }
@@ -684,6 +752,8 @@ int main(int argc, char **argv)
     }
     lead = hyfi_ctx_rank(ctx) == 0;
     nranks = hyfi_ctx_nranks(ctx);
+    g_rank = hyfi_ctx_rank(ctx);
+    g_nranks = nranks;
     if (!lead) {
         /* other ranks stay quiet on stdout */
         if (!freopen("/dev/null", "w", stdout)) {
@@ -696,6 +766,8 @@ int main(int argc, char **argv)
                 strerror(errno));
         goto out;
     }
+    /* line-buffered: a killed run leaves whole lines (each written at its '\n') */
+    if (mf) setvbuf(mf, NULL, _IOLBF, 0);
     if ((st = hyfi_graph_create(ctx, o.seed, &g)) != HYFI_OK) {
         lib_fail("hyfi_graph_create", st, NULL);
         goto out;
@@ -704,12 +776,14 @@ int main(int argc, char **argv)
     hyfi_tensor *ty = hyfi_labels(g, "label", B);         /* (B) */
     hyfi_tensor *tlogits = hyfi_model_build(g, &o.mc, tx, err, sizeof err); /* (B, K, 1, 1) */
     if (!tlogits) {
-        fprintf(stderr, "hyfi-train: %s\n", err);
+        report(true, "%s", err);
+        if (config_error(hyfi_graph_status(g))) rc = 2;
         goto out;
     }
     hyfi_tensor *loss = hyfi_softmax_cross_entropy(g, "loss", tlogits, ty);
     if (hyfi_graph_status(g) != HYFI_OK) {
         lib_fail("building the loss", hyfi_graph_status(g), g);
+        if (config_error(hyfi_graph_status(g))) rc = 2;
         goto out;
     }
     hyfi_train_config tc = {.lr = o.lr, .momentum = o.momentum, .weight_decay = o.weight_decay};
@@ -725,6 +799,7 @@ int main(int argc, char **argv)
     if ((st = hyfi_graph_set_plan(g, &plan)) != HYFI_OK ||
         (st = hyfi_graph_compile(g, loss, &tc)) != HYFI_OK) {
         lib_fail("hyfi_graph_compile", st, g);
+        if (config_error(st)) rc = 2; /* a plan the flags cannot make */
         goto out;
     }
 
@@ -757,13 +832,13 @@ int main(int argc, char **argv)
     /* Training. */
     rates = malloc((size_t)(total > 0 ? total : 1) * sizeof *rates);
     if (!rates) {
-        fprintf(stderr, "hyfi-train: out of memory for %lld step timings\n", total);
+        report(false, "out of memory for %lld step timings", total);
         goto out;
     }
     hyfi_prefetch_config pc = {.batch = B, .seed = o.seed, .shuffle = 1,
                                .num_steps = (uint64_t)total};
     if (hyfi_prefetch_start(train, &pc, &pf, err, sizeof err)) {
-        fprintf(stderr, "hyfi-train: %s\n", err);
+        report(false, "%s", err);
         goto out;
     }
     double t_prev = now_s();
@@ -774,8 +849,8 @@ int main(int argc, char **argv)
         hyfi_batch b;
         int prc = hyfi_prefetch_next(pf, &b);
         if (prc) {
-            fprintf(stderr, "hyfi-train: preparing batch %lld failed: %s: %s\n", s + 1,
-                    hyfi_data_status_name(prc), hyfi_prefetch_error(pf));
+            report(false, "preparing batch %lld failed: %s: %s", s + 1,
+                   hyfi_data_status_name(prc), hyfi_prefetch_error(pf));
             goto out;
         }
         float l = NAN;
@@ -861,12 +936,12 @@ int main(int argc, char **argv)
         if (o.eval_batches > 0 && (size_t)o.eval_batches < nb) nb = (size_t)o.eval_batches;
         logits_buf = malloc((size_t)B * (size_t)K * sizeof *logits_buf);
         if (!logits_buf) {
-            fprintf(stderr, "hyfi-train: out of memory for the logits\n");
+            report(false, "out of memory for the logits");
             goto out;
         }
         hyfi_prefetch_config ec = {.batch = B, .shuffle = 0, .num_steps = nb};
         if (hyfi_prefetch_start(test, &ec, &pf, err, sizeof err)) {
-            fprintf(stderr, "hyfi-train: %s\n", err);
+            report(false, "%s", err);
             goto out;
         }
         double t0 = now_s();
@@ -874,8 +949,8 @@ int main(int argc, char **argv)
             hyfi_batch b;
             int prc = hyfi_prefetch_next(pf, &b);
             if (prc) {
-                fprintf(stderr, "hyfi-train: preparing test batch %zu failed: %s: %s\n", k + 1,
-                        hyfi_data_status_name(prc), hyfi_prefetch_error(pf));
+                report(false, "preparing test batch %zu failed: %s: %s", k + 1,
+                       hyfi_data_status_name(prc), hyfi_prefetch_error(pf));
                 goto out;
             }
             if ((st = hyfi_set_input(g, tx, b.x, (size_t)B * numel)) != HYFI_OK ||

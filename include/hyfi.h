@@ -456,10 +456,17 @@ int hyfi_graph_op_count(const hyfi_graph *g);
 hyfi_status hyfi_graph_op_info(const hyfi_graph *g, int i, hyfi_op_info *info);
 
 /* Save every parameter and state tensor (name, shape, values) to `path`,
- * atomically: a temporary file beside it is written, flushed and renamed. */
+ * atomically: the new file is written and fsync'ed beside the target (as an
+ * unnamed file where the file system allows, so that a crash leaves nothing
+ * behind), renamed over it, and the folder fsync'ed. A symbolic link is
+ * written through (its target is replaced, the link stays); a path that is a
+ * device, fifo, socket or folder is refused. */
 hyfi_status hyfi_save_params(hyfi_graph *g, const char *path);
 /* Load a file written by hyfi_save_params into a compiled graph with the same
- * tensors; names and shapes must match (the error says which does not). */
+ * tensors. The checksum over the whole file is checked first (a damaged or
+ * truncated file, or one with bytes after its checksum, is refused as such),
+ * then names and shapes must match (the error says which does not). Nothing
+ * is applied unless everything checks. */
 hyfi_status hyfi_load_params(hyfi_graph *g, const char *path);
 
 #ifdef __cplusplus

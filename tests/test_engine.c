@@ -3,16 +3,29 @@
  * of the whole network's loss, the SGD update against its formula, parameter
  * files round-trip (and a corrupt one is refused without touching the model),
  * initialisation is deterministic, training on a fixed batch lowers the loss,
- * and bad input gives clear errors instead of aborting. */
+ * and bad input gives clear errors instead of aborting. Parameter files: a
+ * damaged file is reported as damaged (checksum first), bytes after the
+ * checksum are refused, a save writes through symbolic links and refuses
+ * devices, fifos and folders, a save killed while writing leaves nothing
+ * behind, and the next save removes temporaries of dead processes. */
 #include "hyfi.h"
 #include "testnet.h"
 #include "testutil.h"
 
+#include <dirent.h>
+#include <errno.h>
 #include <math.h>
+#include <signal.h>
+#include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
+
+extern char **environ;
 
 typedef struct {
     testnet *n;
@@ -225,6 +238,209 @@ static void expect(hyfi_status got, hyfi_status want, const char *what)
     tu_check(got != want, what);
 }
 
+/* ---------------------------------------------------------- parameter files */
+static char *slurp(const char *path, size_t *len)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    char *b = malloc(1 << 20);
+    *len = b ? fread(b, 1, 1 << 20, f) : 0;
+    fclose(f);
+    return b;
+}
+
+static void spit(const char *path, const char *b, size_t len)
+{
+    FILE *f = fopen(path, "wb");
+    if (f) {
+        fwrite(b, 1, len, f);
+        fclose(f);
+    }
+}
+
+static int same_file(const char *a, const char *b)
+{
+    size_t la = 0, lb = 0;
+    char *x = slurp(a, &la), *y = slurp(b, &lb);
+    int same = x && y && la == lb && memcmp(x, y, la) == 0;
+    free(x);
+    free(y);
+    return same;
+}
+
+/* Load `path` expecting a failure whose message has `want` and not `not`. */
+static void expect_refused(hyfi_graph *g, const char *path, const char *want, const char *not,
+                           const char *what)
+{
+    hyfi_status s = hyfi_load_params(g, path);
+    const char *msg = hyfi_last_error();
+    int ok = s == HYFI_ERR_IO && strstr(msg, want) && (!not || !strstr(msg, not));
+    printf("%-4s %-40s -> %s: %s\n", ok ? "ok" : "FAIL", what, hyfi_status_name(s), msg);
+    tu_check(!ok, what);
+}
+
+/* Names in dir that contain `part`. */
+static int count_names(const char *dir, const char *part)
+{
+    DIR *d = opendir(dir);
+    int n = 0;
+    for (struct dirent *e; d && (e = readdir(d));) n += strstr(e->d_name, part) != NULL;
+    if (d) closedir(d);
+    return n;
+}
+
+static void test_param_files(hyfi_ctx *ctx, const char *self)
+{
+    testnet n;
+    if (testnet_build(ctx, &n, 0) || hyfi_graph_compile(n.g, n.loss, NULL) != HYFI_OK) {
+        tu_check(1, "build");
+        return;
+    }
+    char dir[] = "/tmp/hyfi-test-files-XXXXXX", p[4][512];
+    if (!mkdtemp(dir)) {
+        tu_check(1, "mkdtemp");
+        return;
+    }
+    snprintf(p[0], sizeof p[0], "%s/params.hyfi", dir);
+    tu_check(hyfi_save_params(n.g, p[0]) != HYFI_OK, "save");
+    size_t len = 0;
+    char *good = slurp(p[0], &len);
+    printf("parameter file: %zu bytes\n", len);
+    tu_check(!good || len < 64, "saved file read back");
+    if (!good || len < 64) return;
+
+    /* Damage is reported as damage, before anything in the file is believed:
+     * a flipped byte in the first tensor's name (after magic, count, length). */
+    snprintf(p[1], sizeof p[1], "%s/damaged.hyfi", dir);
+    good[16] ^= 0x20;
+    spit(p[1], good, len);
+    good[16] ^= 0x20;
+    expect_refused(n.g, p[1], "corrupt", "another model", "flipped byte in a tensor name");
+    good[len - 20] ^= 1;
+    spit(p[1], good, len);
+    good[len - 20] ^= 1;
+    expect_refused(n.g, p[1], "corrupt", NULL, "flipped byte in the values");
+    spit(p[1], good, len - 3);
+    expect_refused(n.g, p[1], "truncated", NULL, "truncated file");
+    /* Bytes after the checksum are refused. */
+    char *longer = malloc(len + 5);
+    memcpy(longer, good, len);
+    memcpy(longer + len, "extra", 5);
+    spit(p[1], longer, len + 5);
+    free(longer);
+    expect_refused(n.g, p[1], "5 unexpected bytes after its checksum", NULL,
+                   "bytes after the checksum");
+    expect(hyfi_load_params(n.g, p[0]), HYFI_OK, "the sound file loads");
+
+    /* A symbolic link is written through: the link stays, its target is
+     * replaced (also through a chain of links and to a missing target). */
+    struct stat st;
+    snprintf(p[1], sizeof p[1], "%s/link.hyfi", dir);
+    tu_check(symlink("params.hyfi", p[1]) != 0, "symlink");
+    spit(p[0], "old", 3);
+    expect(hyfi_save_params(n.g, p[1]), HYFI_OK, "save through a relative symbolic link");
+    tu_check(lstat(p[1], &st) != 0 || !S_ISLNK(st.st_mode), "the link is still a link");
+    tu_check(lstat(p[0], &st) != 0 || !S_ISREG(st.st_mode) || (size_t)st.st_size != len,
+             "the link's target holds the parameters");
+    snprintf(p[2], sizeof p[2], "%s/link2.hyfi", dir);
+    tu_check(symlink(p[1], p[2]) != 0, "symlink");
+    spit(p[0], "old", 3);
+    expect(hyfi_save_params(n.g, p[2]), HYFI_OK, "save through two links (one absolute)");
+    tu_check(lstat(p[0], &st) != 0 || (size_t)st.st_size != len, "the last target is written");
+    snprintf(p[2], sizeof p[2], "%s/sub", dir);
+    mkdir(p[2], 0755);
+    snprintf(p[2], sizeof p[2], "%s/dangling.hyfi", dir);
+    tu_check(symlink("sub/new.hyfi", p[2]) != 0, "symlink");
+    expect(hyfi_save_params(n.g, p[2]), HYFI_OK, "save through a link to a missing file");
+    snprintf(p[3], sizeof p[3], "%s/sub/new.hyfi", dir);
+    tu_check(!same_file(p[3], p[0]), "the missing file is created with the parameters");
+    tu_check(lstat(p[2], &st) != 0 || !S_ISLNK(st.st_mode), "the dangling link is still a link");
+
+    /* Not regular files: refused, left alone. */
+    snprintf(p[1], sizeof p[1], "%s/fifo", dir);
+    tu_check(mkfifo(p[1], 0644) != 0, "mkfifo");
+    hyfi_status s = hyfi_save_params(n.g, p[1]);
+    printf("save to a fifo: %s: %s\n", hyfi_status_name(s), hyfi_last_error());
+    tu_check(s != HYFI_ERR_IO || !strstr(hyfi_last_error(), "a fifo, not a regular file"),
+             "save to a fifo refused");
+    tu_check(lstat(p[1], &st) != 0 || !S_ISFIFO(st.st_mode), "the fifo is left alone");
+    snprintf(p[2], sizeof p[2], "%s/null.hyfi", dir);
+    tu_check(symlink("/dev/null", p[2]) != 0, "symlink");
+    s = hyfi_save_params(n.g, p[2]);
+    printf("save to a link to /dev/null: %s: %s\n", hyfi_status_name(s), hyfi_last_error());
+    tu_check(s != HYFI_ERR_IO || !strstr(hyfi_last_error(), "a device, not a regular file"),
+             "save to a device refused");
+    tu_check(lstat(p[2], &st) != 0 || !S_ISLNK(st.st_mode), "the link to the device stays");
+    tu_check(stat("/dev/null", &st) != 0 || !S_ISCHR(st.st_mode), "/dev/null is left alone");
+    snprintf(p[2], sizeof p[2], "%s/sub", dir);
+    s = hyfi_save_params(n.g, p[2]);
+    printf("save to a folder: %s: %s\n", hyfi_status_name(s), hyfi_last_error());
+    tu_check(s != HYFI_ERR_IO || !strstr(hyfi_last_error(), "a folder, not a regular file"),
+             "save to a folder refused");
+
+    /* A save killed while writing (SIGXFSZ, at the file size limit) leaves the
+     * previous file as it was and no temporary. */
+    expect(hyfi_save_params(n.g, p[0]), HYFI_OK, "save");
+    snprintf(p[1], sizeof p[1], "%s/before.hyfi", dir);
+    char *b = slurp(p[0], &len);
+    spit(p[1], b, len);
+    free(b);
+    char *args[] = {(char *)self, "--save-and-crash", p[0], NULL};
+    pid_t pid;
+    int wst = 0;
+    if (posix_spawn(&pid, self, NULL, NULL, args, environ) != 0 || waitpid(pid, &wst, 0) != pid) {
+        tu_check(1, "spawn");
+    } else {
+        printf("save killed while writing: %s %d\n", WIFSIGNALED(wst) ? "signal" : "exit",
+               WIFSIGNALED(wst) ? WTERMSIG(wst) : WEXITSTATUS(wst));
+        tu_check(!WIFSIGNALED(wst) || WTERMSIG(wst) != SIGXFSZ, "the save was killed");
+        tu_check(!same_file(p[0], p[1]), "the killed save left the previous file intact");
+        tu_check(count_names(dir, ".tmp") != 0, "the killed save left no temporary");
+    }
+
+    /* Temporaries of dead processes of this host are removed by the next
+     * save; those of live processes, other hosts and other files stay. */
+    char host[256];
+    if (gethostname(host, sizeof host) != 0) snprintf(host, sizeof host, "localhost");
+    host[sizeof host - 1] = 0;
+    pid_t dead = fork();
+    if (dead == 0) _exit(0);
+    waitpid(dead, NULL, 0);
+    const char *fmt[] = {"%s/params.hyfi.tmp.%ld@%s", "%s/params.hyfi.tmp.%ld@%s.other",
+                         "%s/other.hyfi.tmp.%ld@%s", "%s/params.hyfi.tmp.%ld@%s"};
+    for (int k = 0; k < 4; k++) {
+        char t[600];
+        snprintf(t, sizeof t, fmt[k], dir, k == 3 ? 1L : (long)dead, host);
+        spit(t, "partial", 7);
+    }
+    expect(hyfi_save_params(n.g, p[0]), HYFI_OK, "save beside stale temporaries");
+    printf("temporaries after the save: %d\n", count_names(dir, ".tmp."));
+    tu_check(count_names(dir, "params.hyfi.tmp.") != 2 || count_names(dir, "other.hyfi.tmp.") != 1,
+             "only the dead process's temporary of this file is removed");
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    if (system(cmd) != 0) printf("could not remove %s\n", dir);
+    free(good);
+    hyfi_graph_destroy(n.g);
+}
+
+/* Child of test_param_files: save under a file size limit below the file's
+ * size; SIGXFSZ kills the process in the middle of writing. */
+static int save_and_crash(const char *path)
+{
+    hyfi_ctx_config cfg = {.device = HYFI_DEVICE_CPU, .mpi = 0, .ncpus = 1};
+    hyfi_ctx *ctx;
+    testnet n;
+    if (hyfi_ctx_create(&ctx, &cfg) != HYFI_OK || testnet_build(ctx, &n, 0) ||
+        hyfi_graph_compile(n.g, n.loss, NULL) != HYFI_OK)
+        return 2;
+    struct rlimit core = {0, 0}, size = {1024, 1024};
+    setrlimit(RLIMIT_CORE, &core);
+    setrlimit(RLIMIT_FSIZE, &size);
+    hyfi_save_params(n.g, path);
+    return 3; /* not killed */
+}
+
 static void test_errors(hyfi_ctx *ctx)
 {
     hyfi_graph *g;
@@ -318,8 +534,9 @@ static void test_op_info(hyfi_ctx *ctx)
     hyfi_graph_destroy(n.g);
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
+    if (argc == 3 && strcmp(argv[1], "--save-and-crash") == 0) return save_and_crash(argv[2]);
     hyfi_ctx_config cfg = {.device = HYFI_DEVICE_CPU, .mpi = 0};
     hyfi_ctx *ctx;
     if (hyfi_ctx_create(&ctx, &cfg) != HYFI_OK) {
@@ -330,6 +547,7 @@ int main(void)
     test_gradients(ctx);
     test_training_and_io(ctx);
     test_non_finite(ctx);
+    test_param_files(ctx, "/proc/self/exe");
     test_errors(ctx);
     hyfi_ctx_destroy(ctx);
     return tu_finish();

@@ -1,0 +1,113 @@
+#!/bin/bash
+# 'driver_errors': hyfi-train's answers to bad input (docs/user-guide.md).
+#   - exit status: 2 for a bad command line, model or plan (the flags cannot
+#     work), 1 for a run-time failure (a missing data file);
+#   - --datapath with the synthetic data set (which reads no files) is refused;
+#   - a folder data set with one class (a 1-way classifier) is refused;
+#   - --metrics of a run killed with SIGKILL holds whole JSON lines only.
+# With MPIEXEC ('driver_errors_mpi'), on 2 ranks: an error every rank hits alike
+# (command line, plan) is printed once, by rank 0, with the same exit status;
+# one that may differ between ranks (a data file) once per rank, with the rank.
+# usage: driver_errors.sh HYFI_TRAIN [MPIEXEC]
+set -u
+train=${1:?usage: driver_errors.sh HYFI_TRAIN [MPIEXEC]}
+mpiexec=${2:-}
+export HYFI_CPU_THREADS=1
+dir=$(mktemp -d)
+trap 'rm -rf "$dir"' EXIT
+fails=0
+small=(--model resnet --depth 8 --image-size 16 --batch-size 4 --steps 1)
+
+# expect NAME STATUS PATTERN LINES -- COMMAND...: COMMAND exits with STATUS,
+# and its stderr has LINES lines that match PATTERN (LINES -: at least one).
+expect() {
+    local name=$1 want=$2 pattern=$3 lines=$4
+    shift 5
+    timeout 120 "$@" >"$dir/out.log" 2>"$dir/err.log"
+    local got=$? n bad=0
+    n=$(grep -c -- "$pattern" "$dir/err.log")
+    if [ "$lines" = - ]; then [ "$n" -ge 1 ] || bad=1; else [ "$n" = "$lines" ] || bad=1; fi
+    if [ "$got" != "$want" ]; then
+        echo "FAILED: $name: exit status $got, want $want"; cat "$dir/err.log"
+        fails=$((fails + 1))
+    elif [ "$bad" = 1 ]; then
+        echo "FAILED: $name: $n lines match '$pattern', want $lines:"; cat "$dir/err.log"
+        fails=$((fails + 1))
+    else
+        echo "ok: $name: exit $got: $(grep -m1 -- "$pattern" "$dir/err.log")"
+    fi
+}
+
+if [ -n "$mpiexec" ]; then
+    # (b) 2 ranks: errors every rank hits alike are printed once, by rank 0
+    # (same exit status); per-rank errors once per rank, with the rank.
+    expect "2 ranks: unknown flag, once" 2 "unknown flag" 1 -- \
+        "$mpiexec" -n 2 "$train" --bogus
+    expect "2 ranks: one stage on 2 ranks (plan), once" 2 "mpiexec -n 1" 1 -- \
+        "$mpiexec" -n 2 "$train" "${small[@]}"
+    expect "2 ranks: missing data file, per rank" 1 "^hyfi-train: rank [01]: .*not found" 2 -- \
+        "$mpiexec" -n 2 "$train" --dataset mnist --datapath "$dir/none" --steps 1
+    [ "$fails" = 0 ] && echo "driver_errors_mpi: ok"
+    exit $((fails > 0))
+fi
+
+# (a) exit status
+expect "unknown flag" 2 "unknown flag" 1 -- "$train" --bogus
+expect "balance that does not add up (plan)" 2 "the balance sums to 2" 1 -- \
+    "$train" "${small[@]}" --balance 1,1
+expect "image the tiles do not divide (plan)" 2 "cannot be cut into 2 equal tiles" 1 -- \
+    "$train" "${small[@]}" --image-size 17 --split-size 2 --spatial-size 1 \
+    --num-spatial-parts 4
+expect "missing data file (run time)" 1 "not found" 1 -- \
+    "$train" --dataset mnist --datapath "$dir/none" --steps 1
+# (d) --datapath with the synthetic data set
+expect "--datapath with synthetic data" 2 "reads no files; pass --dataset" 1 -- \
+    "$train" "${small[@]}" --datapath "$dir"
+# (e) a folder with one class
+mkdir -p "$dir/one/cats" "$dir/two/cats" "$dir/two/dogs"
+python3 - "$dir/one/cats/a.png" "$dir/two/cats/a.png" "$dir/two/dogs/a.png" <<'PY'
+import struct, sys, zlib
+def chunk(kind, data):
+    return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+w = h = 16
+raw = b"".join(b"\0" + bytes((x * 16 + y) % 256 for x in range(w) for _ in range(3)) for y in range(h))
+png = (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", w, h, 8, 2, 0, 0, 0))
+       + chunk(b"IDAT", zlib.compress(raw)) + chunk(b"IEND", b""))
+for path in sys.argv[1:]:
+    open(path, "wb").write(png)
+PY
+expect "one-class folder" 2 "needs at least 2" 1 -- \
+    "$train" --model cnn --dataset folder --datapath "$dir/one" --batch-size 1 --steps 1
+expect "two-class folder trains" 0 "peak memory" 1 -- \
+    "$train" --model cnn --dataset folder --datapath "$dir/two" --batch-size 1 --steps 1
+# (c) --metrics of a killed run: whole lines only (the file is line-buffered;
+# block-buffered, it stayed empty, then got 4096 bytes ending mid-line).
+m="$dir/metrics.jsonl"
+"$train" --model cnn --image-size 8 --batch-size 2 --steps 100000000 --print-freq 100000000 \
+    --metrics "$m" >/dev/null 2>&1 &
+pid=$!
+for _ in $(seq 600); do [ -s "$m" ] && break; sleep 0.1; done
+sleep 0.5
+kill -KILL "$pid" 2>/dev/null
+wait "$pid" 2>/dev/null
+if python3 - "$m" <<'PY'; then
+import json, sys
+data = open(sys.argv[1], "rb").read()
+lines = data.split(b"\n")
+ok = len(data) > 0 and data.endswith(b"\n")
+for l in lines[:-1]:
+    try:
+        ok &= "step" in json.loads(l)
+    except ValueError:
+        ok = False
+print("killed run: %d bytes, %d lines, last %r: %s" % (
+    len(data), len(lines) - 1, lines[-2][-60:] if len(lines) > 1 else data[-60:],
+    "whole lines" if ok else "BROKEN"))
+sys.exit(0 if ok else 1)
+PY
+    echo "ok: --metrics of a killed run holds whole lines"
+else
+    echo "FAILED: --metrics of a killed run"; fails=$((fails + 1))
+fi
+[ "$fails" = 0 ] && echo "driver_errors: ok"
+exit $((fails > 0))
