@@ -200,6 +200,7 @@ struct hyfi_ctx {
     char *trace_dir;      /* FxT tracing on (hyfi_ctx_config.trace_dir), else NULL */
     int own_mpi;          /* MPI initialised (and finalised) by the context */
     FILE *trace_handles;  /* rank 0, tracing: hyfi_handles.tsv being written */
+    struct hyfi_watchdog *wd; /* MPI runs with a watchdog (hyfi_ctx_config.watchdog_s) */
 };
 
 struct hyfi_graph {
@@ -248,6 +249,16 @@ hyfi_status hyfi_graph_fail(hyfi_graph *g, hyfi_status s, const char *fmt, ...)
 /* Record the failure of a non-builder call on g (not sticky) and return s. */
 hyfi_status hyfi_call_fail(hyfi_graph *g, hyfi_status s, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
+
+/* watchdog.c: the watchdog of MPI runs (hyfi_ctx_config.watchdog_s). A rank
+ * waits for the others between hyfi_wait_begin and hyfi_wait_end (nested
+ * calls count once); the watchdog ends the job when it waits that long while
+ * no task completes on it. Two atomic operations each; nothing without a
+ * watchdog. `what` (a string literal) names the wait in the message. */
+hyfi_status hyfi_watchdog_start(hyfi_ctx *ctx, int limit_s);
+void hyfi_watchdog_stop(hyfi_ctx *ctx);
+void hyfi_wait_begin(hyfi_ctx *ctx, const char *what);
+void hyfi_wait_end(hyfi_ctx *ctx);
 
 /* graph.c */
 void hyfi_tensor_free(hyfi_tensor *t);

@@ -128,6 +128,17 @@ typedef struct hyfi_ctx_config {
                              ops beside it; after hyfi_ctx_destroy, rank 0 merges and
                              summarises it (hyfi_trace_merge, hyfi_trace_summarize).
                              NULL: no tracing and no cost */
+    int watchdog_s;       /* MPI runs of 2 or more ranks: > 0 ends the whole job when this
+                             rank has waited inside a hyfi call for watchdog_s seconds
+                             without any task completing on it (a peer rank was stopped or
+                             died, or the run hangs): one line on stderr names the rank,
+                             the seconds and the likely cause, then MPI_Abort (error code 1)
+                             makes mpiexec end every rank. The only place the library ends
+                             the process: it is a fault, not a user error, and a blocked
+                             StarPU-MPI wait cannot be cancelled to return one. Set it
+                             above the longest time a rank can wait for the others' work
+                             (about one stage's share of a step). 0: off (the default);
+                             hyfi-train: --watchdog, 120 s by default */
 } hyfi_ctx_config;
 
 /* Initialise StarPU (and StarPU-MPI when asked). One context per process. */
