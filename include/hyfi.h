@@ -88,7 +88,10 @@ typedef enum hyfi_status {
     HYFI_ERR_IO,          /* a file is missing, unreadable, corrupt or cannot be written */
     HYFI_ERR_RUNTIME,     /* StarPU, MPI or a kernel failed while running */
     HYFI_ERR_UNSUPPORTED, /* asked for something this build or machine lacks (e.g. CUDA) */
-    HYFI_ERR_DATA         /* bad data: a label out of range, a non-finite loss */
+    HYFI_ERR_DATA,        /* bad data: a label out of range, a non-finite loss */
+    HYFI_ERR_MISMATCH     /* the MPI ranks disagree: they built different graphs, plans or
+                             training settings, or were started with different arguments
+                             (every rank must run the same program: SPMD) */
 } hyfi_status;
 
 /* Short name of a status ("HYFI_ERR_SHAPE"). */
@@ -149,6 +152,36 @@ int hyfi_ctx_rank(const hyfi_ctx *ctx);       /* MPI rank, 0 without MPI */
 int hyfi_ctx_nranks(const hyfi_ctx *ctx);     /* MPI size, 1 without MPI */
 int hyfi_ctx_ncpu_workers(const hyfi_ctx *ctx);
 int hyfi_ctx_ncuda_workers(const hyfi_ctx *ctx);
+
+/* ---------------------------------------------------------------- MPI runs */
+/* Collective calls for programs that run on several MPI ranks: every rank
+ * calls them, in the same order. Without MPI, or on one rank, they
+ * communicate nothing. */
+
+/* Make an outcome that each rank reached alone common to every rank, so that
+ * all stop together instead of the others waiting forever for one that
+ * stopped (e.g. rank 0 opening a file that only it writes). Each rank passes
+ * its own status and message (msg NULL: hyfi_last_error()). Returns HYFI_OK on
+ * every rank when every rank passed HYFI_OK; otherwise a failure on every
+ * rank: on a rank that failed, its own; on the others, the status of the
+ * lowest failing rank, with the message "rank k: <its message>"
+ * (hyfi_last_error()). */
+hyfi_status hyfi_ctx_agree(hyfi_ctx *ctx, hyfi_status local, const char *msg);
+
+/* A setting that every rank must have alike: a name ("--steps") and its value
+ * as text ("100"). */
+typedef struct hyfi_setting {
+    const char *name;
+    const char *value;
+} hyfi_setting;
+/* Compare n settings (at most 64, the same names in the same order on every
+ * rank) across the ranks, by a 64-bit hash of each. HYFI_OK on every rank when
+ * they agree; otherwise HYFI_ERR_MISMATCH on every rank, with the message "the
+ * ranks were started with different <what>: rank k differs from rank 0 in
+ * NAME (rank k: VALUE, rank 0: VALUE)...". hyfi_graph_compile makes the same
+ * check by itself for the graph, the plan and the training settings. */
+hyfi_status hyfi_ctx_check_same(hyfi_ctx *ctx, const char *what, const hyfi_setting *settings,
+                                int n);
 
 /* ------------------------------------------------------------------- graph */
 typedef struct hyfi_graph hyfi_graph;
