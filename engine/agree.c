@@ -14,6 +14,7 @@
 #include "internal.h"
 
 #include <inttypes.h>
+#include <stdarg.h>
 #include <starpu_mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -230,3 +231,145 @@ hyfi_status hyfi_ctx_check_same(hyfi_ctx *ctx, const char *what, const hyfi_sett
     return s == HYFI_OK ? HYFI_OK : hyfi_fail(s, "%s", out);
 }
 
+/* ------------------------------------------------- graphs, plans, settings */
+
+static uint64_t hash_int(uint64_t h, long long v) { return hyfi_hash_bytes(h, &v, sizeof v); }
+
+/* The graph's structure: tensors (names, shapes, kinds, initialisation),
+ * ops (kinds, names, inputs, outputs, parameters, layers, arguments) and the
+ * layers' names. Argument structs are all int and float fields (no padding). */
+static uint64_t graph_hash(const hyfi_graph *g)
+{
+    uint64_t h = UINT64_C(0xcbf29ce484222325);
+    h = hash_int(h, g->ntensors);
+    for (int i = 0; i < g->ntensors; i++) {
+        const hyfi_tensor *t = g->tensors[i];
+        h = hyfi_hash_str(h, t->name);
+        h = hyfi_hash_bytes(h, t->dims, sizeof t->dims);
+        h = hash_int(h, ((long long)t->kind << 32) | ((long long)t->is_int << 16) | t->init);
+        h = hash_int(h, t->fan_in);
+    }
+    h = hash_int(h, g->nnodes);
+    for (int i = 0; i < g->nnodes; i++) {
+        const node *nd = &g->nodes[i];
+        h = hash_int(h, nd->op);
+        h = hyfi_hash_str(h, nd->name);
+        h = hash_int(h, nd->layer);
+        h = hash_int(h, nd->nin);
+        for (int k = 0; k < nd->nin; k++) h = hash_int(h, nd->in[k] ? nd->in[k]->id : -1);
+        h = hash_int(h, nd->out ? nd->out->id : -1);
+        for (int k = 0; k < 4; k++) h = hash_int(h, nd->p[k] ? nd->p[k]->id : -1);
+        for (int k = 0; k < 2; k++) h = hash_int(h, nd->s[k] ? nd->s[k]->id : -1);
+        switch (nd->op) {
+        case OP_CONV2D: h = hyfi_hash_bytes(h, &nd->a.conv, sizeof nd->a.conv); break;
+        case OP_BATCHNORM: h = hyfi_hash_bytes(h, &nd->a.bn, sizeof nd->a.bn); break;
+        case OP_MAXPOOL:
+        case OP_AVGPOOL: h = hyfi_hash_bytes(h, &nd->a.pool, sizeof nd->a.pool); break;
+        case OP_FC: h = hyfi_hash_bytes(h, &nd->a.fc, sizeof nd->a.fc); break;
+        case OP_XENT: h = hyfi_hash_bytes(h, &nd->a.xent, sizeof nd->a.xent); break;
+        default: break;
+        }
+    }
+    h = hash_int(h, g->nlayers);
+    for (int i = 0; i < g->nlayers; i++) h = hyfi_hash_str(h, g->layer_names[i]);
+    return h;
+}
+
+/* Append to buf (a running string of len bytes). */
+__attribute__((format(printf, 3, 4)))
+static void cat(char *buf, size_t len, const char *fmt, ...)
+{
+    const size_t used = strlen(buf);
+    if (used + 1 >= len) return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf + used, len - used, fmt, ap);
+    va_end(ap);
+}
+
+static void plan_text(const hyfi_plan_config *p, char *buf, size_t len)
+{
+    static const char *const gems[] = {"none", "mast", "master"};
+    static const char *const ar[] = {"auto", "ring", "tree"};
+    buf[0] = 0;
+    cat(buf, len, "stages %d", p->stages > 1 ? p->stages : 1);
+    if (p->balance && p->stages > 0) {
+        cat(buf, len, " balance ");
+        for (int i = 0; i < p->stages; i++) cat(buf, len, "%s%d", i ? "," : "", p->balance[i]);
+    }
+    cat(buf, len, ", parts %d %s", p->parts > 1 ? p->parts : 1,
+        p->schedule == HYFI_SCHEDULE_1F1B ? "1f1b" : "gpipe");
+    if (p->deterministic) cat(buf, len, " deterministic");
+    if (p->spatial_stages > 0)
+        cat(buf, len, ", spatial %d x %d tiles (slice %d)", p->spatial_stages, p->spatial_parts,
+            (int)p->slice);
+    if (p->fused_layers > 1) cat(buf, len, ", fused %d", p->fused_layers);
+    if (p->gems >= HYFI_GEMS_MAST && p->gems <= HYFI_GEMS_MASTER)
+        cat(buf, len, ", gems %s x%d", gems[p->gems], p->replications > 1 ? p->replications : 1);
+    if (p->data_parallel > 1) cat(buf, len, ", data parallel %d", p->data_parallel);
+    if (p->allreduce > HYFI_ALLREDUCE_AUTO && p->allreduce <= HYFI_ALLREDUCE_TREE)
+        cat(buf, len, ", all-reduce %s", ar[p->allreduce]);
+    if (p->bucket_kib) cat(buf, len, ", buckets %d KiB", p->bucket_kib);
+}
+
+hyfi_status hyfi_graph_agree(hyfi_graph *g, hyfi_status local, const char *local_msg,
+                             const hyfi_train_config *tc)
+{
+    hyfi_ctx *ctx = g->ctx;
+    if (!ctx->mpi || ctx->nranks < 2) return local;
+    enum { INPUTS, SEED, LR, MOMENTUM, WD, PLAN, GRAPH, N };
+    static const char *const names[N] = {"the input shapes", "the seed", "the learning rate",
+                                         "the momentum", "the weight decay", "the plan",
+                                         "the graph"};
+    char text[N][HYFI_AGREE_VALUE * 4];
+    const char *values[N];
+    uint64_t hashes[N] = {0};
+    for (int i = 0; i < N; i++) {
+        text[i][0] = 0;
+        values[i] = text[i];
+    }
+    if (local == HYFI_OK) {
+        for (int i = 0; i < g->ntensors; i++) {
+            const hyfi_tensor *t = g->tensors[i];
+            if (t->kind != T_INPUT && t->kind != T_LABELS) continue;
+            if (t->kind == T_LABELS)
+                cat(text[INPUTS], sizeof text[INPUTS], "%s%s(%d)", text[INPUTS][0] ? " " : "",
+                    t->name, t->dims[0]);
+            else
+                cat(text[INPUTS], sizeof text[INPUTS], "%s%s(%d,%d,%d,%d)",
+                    text[INPUTS][0] ? " " : "", t->name, t->dims[0], t->dims[1], t->dims[2],
+                    t->dims[3]);
+        }
+        snprintf(text[SEED], sizeof text[SEED], "%" PRIu64, g->seed);
+        snprintf(text[LR], sizeof text[LR], "%.9g", (double)tc->lr);
+        snprintf(text[MOMENTUM], sizeof text[MOMENTUM], "%.9g", (double)tc->momentum);
+        snprintf(text[WD], sizeof text[WD], "%.9g", (double)tc->weight_decay);
+        plan_text(&g->plan_cfg, text[PLAN], sizeof text[PLAN]);
+        const hyfi_plan_config *p = &g->plan_cfg;
+        uint64_t ph = UINT64_C(0xcbf29ce484222325);
+        const long long fields[] = {p->stages,         p->parts,          p->schedule,
+                                    p->deterministic,  p->spatial_stages, p->spatial_parts,
+                                    p->slice,          p->fused_layers,   p->gems,
+                                    p->replications,   p->data_parallel,  p->allreduce,
+                                    p->bucket_kib,     p->balance != NULL};
+        ph = hyfi_hash_bytes(ph, fields, sizeof fields);
+        if (p->balance && p->stages > 0)
+            ph = hyfi_hash_bytes(ph, p->balance, (size_t)p->stages * sizeof *p->balance);
+        hashes[PLAN] = ph;
+        size_t params = 0;
+        for (int i = 0; i < g->nparams; i++) params += g->params[i]->numel;
+        snprintf(text[GRAPH], sizeof text[GRAPH], "%d ops in %d layers, %zu parameters",
+                 g->nnodes, g->nlayers ? g->nlayers : g->nnodes, params);
+        hashes[GRAPH] = graph_hash(g);
+    }
+    const hyfi_agree_spec sp = {
+        "hyfi_graph_compile: the ranks built different graphs, plans or training settings",
+        "every rank must build the same graph with the same seed, plan and training settings "
+        "(SPMD: start every rank with the same arguments)",
+        names, values, hashes, N};
+    char msg[512];
+    const hyfi_status s = hyfi_agree(ctx, local, local_msg, &sp, msg, sizeof msg);
+    if (s == HYFI_OK || local != HYFI_OK) return s;
+    if (s == HYFI_ERR_MISMATCH) return hyfi_graph_fail(g, s, "%s", msg);
+    return hyfi_call_fail(g, s, "%s", msg);
+}
