@@ -61,7 +61,8 @@
  * Every call returns a hyfi_status; on failure a readable message naming the
  * problem and the fix is available from hyfi_last_error() (per thread), and for
  * graph calls also from hyfi_graph_error(). The library never exits or aborts on
- * user error.
+ * user error (the one place it ends the process is the MPI watchdog,
+ * hyfi_ctx_config.watchdog_s, off by default: a fault, not a user error).
  *
  * Tensors are float32 in NCHW order (labels: int32, one per image). A tensor
  * handle belongs to its graph and lives until hyfi_graph_destroy().
