@@ -91,6 +91,7 @@ typedef struct options {
     hyfi_allreduce allreduce;  /* --allreduce */
     int bucket_kib;            /* --bucket-kib */
     const char *trace;         /* --trace DIR */
+    int watchdog_s;            /* --watchdog, HYFI_WATCHDOG_S; 0: off */
 } options;
 
 /* Model replicas: GEMS copies x data-parallel groups. */
@@ -103,6 +104,9 @@ static int replicas(const options *o)
 }
 
 #define MAX_STAGES 4096
+/* --watchdog default: far above a step of the models this driver trains on a
+ * node's CPUs, far below "forever". */
+#define DEFAULT_WATCHDOG_S 120
 
 static void usage(FILE *f)
 {
@@ -217,12 +221,17 @@ static void usage(FILE *f)
         "                        merges it into DIR (paje.trace for ViTE, tasks.rec,\n"
         "                        comms.rec, dag.dot), prints hyfi's summary and writes\n"
         "                        DIR/summary.json and DIR/timeline.svg (docs/tracing.md)\n"
+        "  --watchdog S          under mpiexec: when a rank has waited S seconds for the\n"
+        "                        others without any task completing on it (a peer stopped\n"
+        "                        or died, or a hang), it prints so and ends every rank\n"
+        "                        (MPI_Abort); set it above the longest step; 0: off\n"
+        "                        [HYFI_WATCHDOG_S, else %d]\n"
         "  -v, --verbose         print the StarPU workers found\n"
         "  -h, --help            this text\n"
         "\n"
         "Exit status: 0 success, 1 run-time failure, 2 bad command line, model or plan.\n",
         MODEL_DEFAULT_DEPTH, MODEL_DEFAULT_RESNET_VERSION, MODEL_DEFAULT_NUM_LAYERS,
-        MODEL_DEFAULT_NUM_FILTERS);
+        MODEL_DEFAULT_NUM_FILTERS, DEFAULT_WATCHDOG_S);
 }
 
 /* ----------------------------------------------------------------- errors */
@@ -325,7 +334,9 @@ static int parse_args(int argc, char **argv, options *o)
                    .num_epochs = 1, .lr = 0.05f, .momentum = 0.9f, .weight_decay = 5e-4f,
                    .seed = 42, .device = HYFI_DEVICE_AUTO, .print_freq = 50,
                    .divergence = 1000,
-                   .mc = model_config_default()};
+                   .mc = model_config_default(), .watchdog_s = DEFAULT_WATCHDOG_S};
+    const char *wd = getenv("HYFI_WATCHDOG_S");
+    if (wd && *wd && parse_int("HYFI_WATCHDOG_S", wd, 0, 1 << 24, &o->watchdog_s)) return -1;
     for (int i = 1; i < argc; i++) {
         const char *arg = argv[i];
         if (strcmp(arg, "-h") == 0 || strcmp(arg, "--help") == 0) {
@@ -365,7 +376,7 @@ static int parse_args(int argc, char **argv, options *o)
             "--num-layers", "--num-filters", "--split-size", "--balance", "--parts",
             "--schedule", "--spatial-size", "--num-spatial-parts", "--slice-method",
             "--fused-layers", "--gems", "--replications", "--times", "--data-parallel",
-            "--allreduce", "--bucket-kib", "--trace"};
+            "--allreduce", "--bucket-kib", "--trace", "--watchdog"};
         bool known = false;
         for (size_t k = 0; k < sizeof KNOWN / sizeof KNOWN[0]; k++) known |= !strcmp(flag, KNOWN[k]);
         if (!known) return bad_usage("unknown flag '%s'", flag);
@@ -472,6 +483,8 @@ static int parse_args(int argc, char **argv, options *o)
         } else if (!strcmp(flag, "--trace")) {
             if (!*val) return bad_usage("--trace needs a folder");
             o->trace = val;
+        } else if (!strcmp(flag, "--watchdog")) {
+            rc = parse_int(flag, val, 0, 1 << 24, &o->watchdog_s);
         } else if (!strcmp(flag, "--bucket-kib")) {
             rc = parse_int(flag, val, -1, 1 << 20, &o->bucket_kib);
         } else if (!strcmp(flag, "--allreduce")) {
@@ -572,6 +585,34 @@ static int lib_fail(const char *what, hyfi_status s, const hyfi_graph *g)
     report(alike, "%s failed (%s): %s", what, hyfi_status_name(s),
            msg && *msg ? msg : "no message");
     return 1;
+}
+
+/* Under mpiexec every rank runs this program in lock step (SPMD): what makes
+ * the ranks' collective work differ beyond the graph, plan and training
+ * settings (which hyfi_graph_compile compares) is compared here: the steps,
+ * the data, the evaluation, the trace. Each rank may choose the rest
+ * (--device, --watchdog, -v), or only rank 0 uses it (--metrics,
+ * --print-freq). */
+static hyfi_status check_same_args(hyfi_ctx *ctx, const options *o, const hyfi_dataset *train,
+                                   const hyfi_dataset *test, long long total)
+{
+    char steps[64], data[256], eval[32];
+    snprintf(steps, sizeof steps, "%lld steps", total);
+    snprintf(data, sizeof data, "%s, %zu train and %zu test images of %dx%dx%d, %d classes%s%s",
+             hyfi_data_kind_name(o->dataset), hyfi_dataset_size(train),
+             test ? hyfi_dataset_size(test) : 0, hyfi_dataset_channels(train),
+             hyfi_dataset_height(train), hyfi_dataset_width(train),
+             hyfi_dataset_num_classes(train), o->datapath ? " in " : "",
+             o->datapath ? o->datapath : "");
+    snprintf(eval, sizeof eval, "%lld", o->eval_batches);
+    const hyfi_setting set[] = {
+        {"--steps/--num-epochs", steps},
+        {"--dataset/--datapath", data},
+        {"--eval-batches", eval},
+        {"--lr-schedule", o->cosine ? "cosine" : "constant"},
+        {"--trace", o->trace ? o->trace : "(none)"},
+    };
+    return hyfi_ctx_check_same(ctx, "arguments", set, (int)(sizeof set / sizeof *set));
 }
 
 /* ---------------------------------------------------------------- dry run */
@@ -745,7 +786,8 @@ int main(int argc, char **argv)
     /* Engine: StarPU-MPI when launched by mpiexec. Every rank runs this same
      * program on the same data (seeded); rank 0 prints and writes the metrics. */
     hyfi_ctx_config cc = {.device = o.device, .ncpus = 0, .ncuda = -1, .mpi = -1,
-                          .scheduler = NULL, .verbose = o.verbose, .trace_dir = o.trace};
+                          .scheduler = NULL, .verbose = o.verbose, .trace_dir = o.trace,
+                          .watchdog_s = o.watchdog_s};
     if ((st = hyfi_ctx_create(&ctx, &cc)) != HYFI_OK) {
         lib_fail("starting the engine (hyfi_ctx_create)", st, NULL);
         goto out;
@@ -761,9 +803,16 @@ int main(int argc, char **argv)
             goto out;
         }
     }
+    /* Only rank 0 writes the metrics, but every rank stops when it cannot:
+     * the others would wait for it forever. */
+    st = HYFI_OK;
     if (lead && o.metrics && !(mf = fopen(o.metrics, "w"))) {
-        fprintf(stderr, "hyfi-train: --metrics %s: cannot open for writing: %s\n", o.metrics,
-                strerror(errno));
+        snprintf(err, sizeof err, "--metrics %s: cannot open for writing: %s", o.metrics,
+                 strerror(errno));
+        st = HYFI_ERR_IO;
+    }
+    if (hyfi_ctx_agree(ctx, st, err) != HYFI_OK) {
+        if (lead) fprintf(stderr, "hyfi-train: %s\n", hyfi_last_error());
         goto out;
     }
     /* line-buffered: a killed run leaves whole lines (each written at its '\n') */
@@ -798,8 +847,15 @@ int main(int argc, char **argv)
                              .bucket_kib = o.bucket_kib};
     if ((st = hyfi_graph_set_plan(g, &plan)) != HYFI_OK ||
         (st = hyfi_graph_compile(g, loss, &tc)) != HYFI_OK) {
-        lib_fail("hyfi_graph_compile", st, g);
+        /* a mismatch between the ranks is the same message on every rank */
+        if (lead || st != HYFI_ERR_MISMATCH) lib_fail("hyfi_graph_compile", st, g);
         if (config_error(st)) rc = 2; /* a plan the flags cannot make */
+        goto out;
+    }
+    /* The graph, plan and training settings agree (compile checked them);
+     * the rest of what every rank must share, too. */
+    if ((st = check_same_args(ctx, &o, train, test, total)) != HYFI_OK) {
+        if (lead) fprintf(stderr, "hyfi-train: %s\n", hyfi_last_error());
         goto out;
     }
 

@@ -597,25 +597,34 @@ static int build_programs(hyfi_graph *g)
 hyfi_status hyfi_graph_compile(hyfi_graph *g, hyfi_tensor *loss, const hyfi_train_config *cfg)
 {
     if (!g) return hyfi_fail(HYFI_ERR_ARG, "hyfi_graph_compile: graph is NULL");
+    hyfi_status s = HYFI_OK;
     if (g->status != HYFI_OK)
-        return hyfi_fail(g->status, "hyfi_graph_compile: the graph has a builder error: %s",
-                         g->error);
-    if (g->compiled)
-        return hyfi_call_fail(g, HYFI_ERR_STATE, "hyfi_graph_compile: already compiled");
-    if (!loss || loss->g != g || loss->producer < 0 ||
-        g->nodes[loss->producer].op != OP_XENT)
-        return hyfi_call_fail(g, HYFI_ERR_ARG, "hyfi_graph_compile: the loss must be the output "
-                                               "of hyfi_softmax_cross_entropy in this graph");
-    if (cfg) {
-        if (!(cfg->lr > 0) || cfg->momentum < 0 || cfg->momentum >= 1 ||
-            cfg->weight_decay < 0)
-            return hyfi_call_fail(g, HYFI_ERR_ARG, "hyfi_graph_compile: lr %g must be > 0, "
-                                                   "momentum %g in [0, 1), weight decay %g >= 0",
-                                  cfg->lr, cfg->momentum, cfg->weight_decay);
-        g->train = *cfg;
+        s = hyfi_fail(g->status, "hyfi_graph_compile: the graph has a builder error: %s",
+                      g->error);
+    else if (g->compiled)
+        s = hyfi_call_fail(g, HYFI_ERR_STATE, "hyfi_graph_compile: already compiled");
+    else if (!loss || loss->g != g || loss->producer < 0 ||
+             g->nodes[loss->producer].op != OP_XENT)
+        s = hyfi_call_fail(g, HYFI_ERR_ARG, "hyfi_graph_compile: the loss must be the output "
+                                            "of hyfi_softmax_cross_entropy in this graph");
+    else if (cfg && (!(cfg->lr > 0) || cfg->momentum < 0 || cfg->momentum >= 1 ||
+                     cfg->weight_decay < 0))
+        s = hyfi_call_fail(g, HYFI_ERR_ARG, "hyfi_graph_compile: lr %g must be > 0, "
+                                            "momentum %g in [0, 1), weight decay %g >= 0",
+                           cfg->lr, cfg->momentum, cfg->weight_decay);
+    /* MPI: every rank learns every rank's outcome and compares the graph, the
+     * plan and the settings, before any handle takes a StarPU-MPI tag (a rank
+     * that stopped here alone, or built another task graph, would leave the
+     * others waiting forever or exchanging the wrong data). */
+    if (g->ctx->mpi && g->ctx->nranks > 1) {
+        char own[512];
+        snprintf(own, sizeof own, "%s", s != HYFI_OK ? hyfi_last_error() : "");
+        s = hyfi_graph_agree(g, s, own, cfg ? cfg : &g->train);
     }
+    if (s != HYFI_OK) return s;
+    if (cfg) g->train = *cfg;
     g->loss = loss;
-    hyfi_status s = hyfi_plan_build(g);
+    s = hyfi_plan_build(g);
     if (s != HYFI_OK) return s;
     s = hyfi_register_tensors(g);
     if (s != HYFI_OK) {

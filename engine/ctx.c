@@ -35,8 +35,11 @@ hyfi_status hyfi_ctx_create(hyfi_ctx **out, const hyfi_ctx_config *cfg_in)
     if (g_ctx_alive)
         return hyfi_fail(HYFI_ERR_STATE, "hyfi_ctx_create: a context already exists in this "
                                          "process; destroy it first (one per process)");
-    hyfi_ctx_config cfg = {HYFI_DEVICE_AUTO, -1, -1, -1, NULL, 0, 0, 0, 0, NULL};
+    hyfi_ctx_config cfg = {.device = HYFI_DEVICE_AUTO, .ncpus = -1, .ncuda = -1, .mpi = -1};
     if (cfg_in) cfg = *cfg_in;
+    if (cfg.watchdog_s < 0)
+        return hyfi_fail(HYFI_ERR_ARG, "hyfi_ctx_create: watchdog_s %d must be >= 0 (0: off)",
+                         cfg.watchdog_s);
     if (cfg.device != HYFI_DEVICE_AUTO && cfg.device != HYFI_DEVICE_CPU &&
         cfg.device != HYFI_DEVICE_CUDA)
         return hyfi_fail(HYFI_ERR_ARG, "hyfi_ctx_create: unknown device %d; use "
@@ -186,6 +189,20 @@ hyfi_status hyfi_ctx_create(hyfi_ctx **out, const hyfi_ctx_config *cfg_in)
         return hyfi_fail(HYFI_ERR_RUNTIME, "creating cuDNN/cuBLAS handles on the CUDA workers "
                                            "failed (code %d)", rc);
     }
+    /* A peer that stops or dies leaves the other ranks waiting forever in
+     * StarPU-MPI: a watchdog thread ends the job instead (watchdog.c). */
+    hyfi_status ws = HYFI_OK;
+    if (ctx->mpi && ctx->nranks > 1 && cfg.watchdog_s > 0 &&
+        (ws = hyfi_watchdog_start(ctx, cfg.watchdog_s)) != HYFI_OK) {
+        char why[512];
+        snprintf(why, sizeof why, "%s", hyfi_last_error());
+        hyfi_ops_fini();
+        starpu_mpi_shutdown();
+        if (ctx->own_mpi) MPI_Finalize();
+        free(ctx->trace_dir);
+        free(ctx);
+        return hyfi_fail(ws, "%s", why);
+    }
     if (ctx->verbose)
         fprintf(stderr, "hyfi: rank %d/%d, %d CPU workers x %d threads, %d CUDA workers, "
                         "scheduler %s\n", ctx->rank, ctx->nranks, ctx->ncpu,
@@ -199,7 +216,13 @@ hyfi_status hyfi_ctx_create(hyfi_ctx **out, const hyfi_ctx_config *cfg_in)
 void hyfi_ctx_destroy(hyfi_ctx *ctx)
 {
     if (!ctx) return;
-    starpu_task_wait_for_all();
+    /* the last transfers may wait for peers: under the watchdog, which stops
+     * before MPI is finalised */
+    hyfi_wait_begin(ctx, "the shutdown (hyfi_ctx_destroy)");
+    if (ctx->mpi) starpu_mpi_wait_for_all(MPI_COMM_WORLD);
+    else starpu_task_wait_for_all();
+    hyfi_wait_end(ctx);
+    hyfi_watchdog_stop(ctx);
     hyfi_ops_fini();
     hyfi_trace_finish(ctx);
     if (ctx->mpi) starpu_mpi_shutdown();

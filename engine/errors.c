@@ -18,6 +18,7 @@ const char *hyfi_status_name(hyfi_status s)
     case HYFI_ERR_RUNTIME: return "HYFI_ERR_RUNTIME";
     case HYFI_ERR_UNSUPPORTED: return "HYFI_ERR_UNSUPPORTED";
     case HYFI_ERR_DATA: return "HYFI_ERR_DATA";
+    case HYFI_ERR_MISMATCH: return "HYFI_ERR_MISMATCH";
     }
     return "HYFI_ERR_UNKNOWN";
 }

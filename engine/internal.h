@@ -206,6 +206,8 @@ struct hyfi_ctx {
     FILE *trace_handles;  /* rank 0, tracing: hyfi_handles.tsv being written */
     int trace_err;        /* rank 0, tracing: errno of the first failed note, or 0 */
     char trace_err_file[32]; /* and its file (hyfi_handles.tsv, ...) */
+    int64_t agree_seq;    /* agreements between the ranks so far (agree.c: their tags) */
+    struct hyfi_watchdog *wd; /* MPI runs with a watchdog (hyfi_ctx_config.watchdog_s) */
 };
 
 struct hyfi_graph {
@@ -258,6 +260,44 @@ hyfi_status hyfi_graph_fail(hyfi_graph *g, hyfi_status s, const char *fmt, ...)
 /* Record the failure of a non-builder call on g (not sticky) and return s. */
 hyfi_status hyfi_call_fail(hyfi_graph *g, hyfi_status s, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
+
+/* agree.c: make an outcome and settings common to every MPI rank (collective;
+ * without MPI or on one rank it returns `local`). Each rank passes its own
+ * status (and message) and n named settings; rank 0 judges: the lowest
+ * failing rank's status ("rank k: <message>"), else HYFI_ERR_MISMATCH when a
+ * setting's hash differs ("<intro>: rank k differs from rank 0 in NAME (rank
+ * k: VALUE; rank 0: VALUE)...; <fix>"), else HYFI_OK. A rank that failed
+ * gets its own status and message back; msg (len bytes) gets the verdict's. */
+#define HYFI_AGREE_MAX 64   /* settings per agreement */
+#define HYFI_AGREE_VALUE 72 /* text of a value in the message (longer values: hashed whole) */
+typedef struct hyfi_agree_spec {
+    const char *intro;         /* "the ranks were started with different arguments" */
+    const char *fix;           /* "start every rank with the same arguments" */
+    const char *const *names;  /* n settings, the same on every rank */
+    const char *const *values; /* their values as text: hashed and shown */
+    const uint64_t *hashes;    /* NULL, or per setting a hash of what the text does not show */
+    int n;
+} hyfi_agree_spec;
+hyfi_status hyfi_agree(hyfi_ctx *ctx, hyfi_status local, const char *local_msg,
+                       const hyfi_agree_spec *spec, char *msg, size_t len);
+/* In MPI runs, at hyfi_graph_compile: the compile's local outcome, the graph's
+ * structure and shapes, the seed, the plan and the training settings (tc)
+ * compared across the ranks; every rank returns the same status. */
+hyfi_status hyfi_graph_agree(hyfi_graph *g, hyfi_status local, const char *local_msg,
+                             const hyfi_train_config *tc);
+/* FNV-1a, 64 bits: start from h = 0xcbf29ce484222325. */
+uint64_t hyfi_hash_bytes(uint64_t h, const void *p, size_t n);
+uint64_t hyfi_hash_str(uint64_t h, const char *s);
+
+/* watchdog.c: the watchdog of MPI runs (hyfi_ctx_config.watchdog_s). A rank
+ * waits for the others between hyfi_wait_begin and hyfi_wait_end (nested
+ * calls count once); the watchdog ends the job when it waits that long while
+ * no task completes on it. Two atomic operations each; nothing without a
+ * watchdog. `what` (a string literal) names the wait in the message. */
+hyfi_status hyfi_watchdog_start(hyfi_ctx *ctx, int limit_s);
+void hyfi_watchdog_stop(hyfi_ctx *ctx);
+void hyfi_wait_begin(hyfi_ctx *ctx, const char *what);
+void hyfi_wait_end(hyfi_ctx *ctx);
 
 /* graph.c */
 void hyfi_tensor_free(hyfi_tensor *t);

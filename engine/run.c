@@ -10,7 +10,19 @@
  * submits every task with starpu_mpi_task_insert; the task runs on its place's
  * rank (STARPU_EXECUTE_ON_NODE) and StarPU-MPI moves the data it reads from, or
  * writes back to, the ranks that own it. */
+static hyfi_status program_run(hyfi_graph *g, program *p);
+
 hyfi_status hyfi_program_run(hyfi_graph *g, program *p)
+{
+    hyfi_wait_begin(g->ctx, p == &g->train_prog   ? "a training step (hyfi_train_step)"
+                            : p == &g->infer_prog ? "an evaluation (hyfi_infer)"
+                                                  : "a forward pass (hyfi_forward)");
+    const hyfi_status s = program_run(g, p);
+    hyfi_wait_end(g->ctx);
+    return s;
+}
+
+static hyfi_status program_run(hyfi_graph *g, program *p)
 {
     const int mpi = g->ctx->mpi, me = g->ctx->rank;
     if (g->ctx->trace_dir) hyfi_trace_mark_program(g->ctx);
@@ -96,9 +108,12 @@ void hyfi_handle_read(hyfi_graph *g, starpu_data_handle_t h, int root, void *hos
         else starpu_mpi_get_data_on_node_detached(MPI_COMM_WORLD, h, root, NULL, NULL);
     }
     if (root >= 0 && root != me) return;
+    hyfi_wait_begin(g->ctx, "reading a tensor from its rank (the loss, hyfi_tensor_read, "
+                            "hyfi_save_params)");
     starpu_data_acquire(h, STARPU_R);
     memcpy(host, (void *)starpu_vector_get_local_ptr(h), bytes);
     starpu_data_release(h);
+    hyfi_wait_end(g->ctx);
 }
 
 void hyfi_handle_write(hyfi_graph *g, starpu_data_handle_t h, int owner, const void *host,
@@ -106,9 +121,12 @@ void hyfi_handle_write(hyfi_graph *g, starpu_data_handle_t h, int owner, const v
 {
     if (g->ctx->mpi) starpu_mpi_cache_flush(MPI_COMM_WORLD, h);
     if (g->ctx->mpi && owner != g->ctx->rank) return;
+    hyfi_wait_begin(g->ctx, "writing a tensor (hyfi_set_input, hyfi_tensor_write, "
+                            "hyfi_load_params)");
     starpu_data_acquire(h, STARPU_W);
     memcpy((void *)starpu_vector_get_local_ptr(h), host, bytes);
     starpu_data_release(h);
+    hyfi_wait_end(g->ctx);
 }
 
 /* Copy between a whole micro-batch (n, C, H, W) and tile q of a tiled tensor

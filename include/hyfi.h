@@ -61,7 +61,8 @@
  * Every call returns a hyfi_status; on failure a readable message naming the
  * problem and the fix is available from hyfi_last_error() (per thread), and for
  * graph calls also from hyfi_graph_error(). The library never exits or aborts on
- * user error.
+ * user error (the one place it ends the process is the MPI watchdog,
+ * hyfi_ctx_config.watchdog_s, off by default: a fault, not a user error).
  *
  * Tensors are float32 in NCHW order (labels: int32, one per image). A tensor
  * handle belongs to its graph and lives until hyfi_graph_destroy().
@@ -88,7 +89,10 @@ typedef enum hyfi_status {
     HYFI_ERR_IO,          /* a file is missing, unreadable, corrupt or cannot be written */
     HYFI_ERR_RUNTIME,     /* StarPU, MPI or a kernel failed while running */
     HYFI_ERR_UNSUPPORTED, /* asked for something this build or machine lacks (e.g. CUDA) */
-    HYFI_ERR_DATA         /* bad data: a label out of range, a non-finite loss */
+    HYFI_ERR_DATA,        /* bad data: a label out of range, a non-finite loss */
+    HYFI_ERR_MISMATCH     /* the MPI ranks disagree: they built different graphs, plans or
+                             training settings, or were started with different arguments
+                             (every rank must run the same program: SPMD) */
 } hyfi_status;
 
 /* Short name of a status ("HYFI_ERR_SHAPE"). */
@@ -128,6 +132,17 @@ typedef struct hyfi_ctx_config {
                              ops beside it; after hyfi_ctx_destroy, rank 0 merges and
                              summarises it (hyfi_trace_merge, hyfi_trace_summarize).
                              NULL: no tracing and no cost */
+    int watchdog_s;       /* MPI runs of 2 or more ranks: > 0 ends the whole job when this
+                             rank has waited inside a hyfi call for watchdog_s seconds
+                             without any task completing on it (a peer rank was stopped or
+                             died, or the run hangs): one line on stderr names the rank,
+                             the seconds and the likely cause, then MPI_Abort (error code 1)
+                             makes mpiexec end every rank. The only place the library ends
+                             the process: it is a fault, not a user error, and a blocked
+                             StarPU-MPI wait cannot be cancelled to return one. Set it
+                             above the longest time a rank can wait for the others' work
+                             (about one stage's share of a step). 0: off (the default);
+                             hyfi-train: --watchdog, 120 s by default */
 } hyfi_ctx_config;
 
 /* Initialise StarPU (and StarPU-MPI when asked). One context per process. */
@@ -138,6 +153,36 @@ int hyfi_ctx_rank(const hyfi_ctx *ctx);       /* MPI rank, 0 without MPI */
 int hyfi_ctx_nranks(const hyfi_ctx *ctx);     /* MPI size, 1 without MPI */
 int hyfi_ctx_ncpu_workers(const hyfi_ctx *ctx);
 int hyfi_ctx_ncuda_workers(const hyfi_ctx *ctx);
+
+/* ---------------------------------------------------------------- MPI runs */
+/* Collective calls for programs that run on several MPI ranks: every rank
+ * calls them, in the same order. Without MPI, or on one rank, they
+ * communicate nothing. */
+
+/* Make an outcome that each rank reached alone common to every rank, so that
+ * all stop together instead of the others waiting forever for one that
+ * stopped (e.g. rank 0 opening a file that only it writes). Each rank passes
+ * its own status and message (msg NULL: hyfi_last_error()). Returns HYFI_OK on
+ * every rank when every rank passed HYFI_OK; otherwise a failure on every
+ * rank: on a rank that failed, its own; on the others, the status of the
+ * lowest failing rank, with the message "rank k: <its message>"
+ * (hyfi_last_error()). */
+hyfi_status hyfi_ctx_agree(hyfi_ctx *ctx, hyfi_status local, const char *msg);
+
+/* A setting that every rank must have alike: a name ("--steps") and its value
+ * as text ("100"). */
+typedef struct hyfi_setting {
+    const char *name;
+    const char *value;
+} hyfi_setting;
+/* Compare n settings (at most 64, the same names in the same order on every
+ * rank) across the ranks, by a 64-bit hash of each. HYFI_OK on every rank when
+ * they agree; otherwise HYFI_ERR_MISMATCH on every rank, with the message "the
+ * ranks were started with different <what>: rank k differs from rank 0 in
+ * NAME (rank k: VALUE, rank 0: VALUE)...". hyfi_graph_compile makes the same
+ * check by itself for the graph, the plan and the training settings. */
+hyfi_status hyfi_ctx_check_same(hyfi_ctx *ctx, const char *what, const hyfi_setting *settings,
+                                int n);
 
 /* ------------------------------------------------------------------- graph */
 typedef struct hyfi_graph hyfi_graph;

@@ -158,3 +158,11 @@ void hyfi_ops_cores_give(int n)
     pthread_cond_broadcast(&g_core_cond);
     pthread_mutex_unlock(&g_core_lock);
 }
+
+int hyfi_ops_cores_busy(void)
+{
+    pthread_mutex_lock(&g_core_lock);
+    const int busy = g_core_pool - g_core_free;
+    pthread_mutex_unlock(&g_core_lock);
+    return busy;
+}

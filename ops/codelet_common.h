@@ -77,6 +77,8 @@ int hyfi_ops_cuda_devices(void);
 void hyfi_ops_cores_init(int ncpu_workers, int per_worker, size_t lend_min_bytes);
 int hyfi_ops_cores_take(void); /* returns the cores taken, >= 1 */
 void hyfi_ops_cores_give(int n);
+/* Cores taken by CPU kernels running now (0: none is running). */
+int hyfi_ops_cores_busy(void);
 
 #define HYFI_F(i) ((float *)STARPU_VECTOR_GET_PTR(buffers[i]))
 #define HYFI_I(i) ((int32_t *)STARPU_VECTOR_GET_PTR(buffers[i]))

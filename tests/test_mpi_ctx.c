@@ -2,7 +2,11 @@
  * StarPU-MPI through hyfi_ctx_create, sees the right rank and size, trains the
  * test network for two steps with one stage per rank (every rank reads the
  * same loss), refuses a plan with fewer places than ranks, and shuts down
- * cleanly.
+ * cleanly. Ranks that disagree fail together with the same message, and the
+ * context trains afterwards: a graph with another seed, another width or a
+ * builder error on the last rank only is refused at compile on every rank;
+ * hyfi_ctx_check_same and hyfi_ctx_agree make one rank's setting or failure
+ * every rank's.
  * Run as: mpiexec -n 2 test_mpi_ctx */
 #include "hyfi.h"
 #include "testnet.h"
@@ -13,6 +17,84 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+/* Four layers (one stage per rank up to 4 ranks); seed, width and a builder
+ * error may depend on the rank. */
+static hyfi_status tiny_compile(hyfi_ctx *ctx, uint64_t seed, int width, int broken,
+                                hyfi_graph **out)
+{
+    hyfi_graph *g;
+    *out = NULL;
+    if (hyfi_graph_create(ctx, seed, &g) != HYFI_OK) return HYFI_ERR_NOMEM;
+    *out = g;
+    hyfi_tensor *x = hyfi_input(g, "x", 4, 1, 8, 8);
+    hyfi_tensor *y = hyfi_labels(g, "y", 4);
+    hyfi_layer_begin(g, "conv");
+    hyfi_tensor *h = hyfi_conv2d(g, "conv", x, (hyfi_conv2d_params){
+        .out_channels = broken ? 0 : width, .kernel_h = 3, .kernel_w = 3, .pad_h = 1, .pad_w = 1});
+    hyfi_layer_begin(g, "relu");
+    h = hyfi_relu(g, "relu", h);
+    hyfi_layer_begin(g, "gap");
+    h = hyfi_global_avgpool(g, "gap", h);
+    hyfi_layer_begin(g, "head");
+    h = hyfi_fc(g, "fc", h, 3, true);
+    hyfi_tensor *loss = hyfi_softmax_cross_entropy(g, "loss", h, y);
+    hyfi_plan_config plan = {.stages = hyfi_ctx_nranks(ctx)};
+    hyfi_graph_set_plan(g, &plan);
+    return hyfi_graph_compile(g, loss, NULL);
+}
+
+/* Every rank got status `want` and a message containing `text`. */
+static void expect_all(hyfi_status got, hyfi_status want, const char *msg, const char *text,
+                       int rank, const char *what)
+{
+    const int ok = got == want && strstr(msg, text) != NULL;
+    int all = 0;
+    MPI_Allreduce(&ok, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+    if (!ok) printf("rank %d: %s: %s: %s\n", rank, what, hyfi_status_name(got), msg);
+    tu_check(!all, what);
+    if (rank == 0 && all) printf("%s: %s\n", what, msg);
+}
+
+static void disagreements(hyfi_ctx *ctx)
+{
+    const int rank = hyfi_ctx_rank(ctx), size = hyfi_ctx_nranks(ctx), last = rank == size - 1;
+    char want[128];
+    hyfi_graph *g;
+    snprintf(want, sizeof want, "rank %d differs from rank 0 in the seed (rank %d: 8; rank 0: 7)",
+             size - 1, size - 1);
+    hyfi_status st = tiny_compile(ctx, last ? 8 : 7, 4, 0, &g);
+    expect_all(st, HYFI_ERR_MISMATCH, hyfi_graph_error(g), want, rank, "another seed on one rank");
+    tu_check(hyfi_graph_status(g) != HYFI_ERR_MISMATCH, "the mismatch is the graph's status");
+    hyfi_graph_destroy(g);
+    st = tiny_compile(ctx, 7, last ? 6 : 4, 0, &g);
+    expect_all(st, HYFI_ERR_MISMATCH, hyfi_graph_error(g), "differs from rank 0 in the graph",
+               rank, "another width on one rank");
+    hyfi_graph_destroy(g);
+    st = tiny_compile(ctx, 7, 4, last, &g);
+    snprintf(want, sizeof want, last ? "builder error" : "rank %d: hyfi_graph_compile: the graph "
+             "has a builder error", size - 1);
+    expect_all(st, HYFI_ERR_ARG, hyfi_last_error(), want, rank, "a builder error on one rank");
+    hyfi_graph_destroy(g);
+    /* the context still works: a graph that agrees compiles */
+    st = tiny_compile(ctx, 7, 4, 0, &g);
+    tu_check(st != HYFI_OK, "the same graph on every rank compiles after the refusals");
+    hyfi_graph_destroy(g);
+
+    const hyfi_setting set[] = {{"--steps", last ? "4" : "3"}, {"--data", "x"}};
+    st = hyfi_ctx_check_same(ctx, "arguments", set, 2);
+    snprintf(want, sizeof want, "different arguments: rank %d differs from rank 0 in --steps "
+             "(rank %d: 4; rank 0: 3)", size - 1, size - 1);
+    expect_all(st, HYFI_ERR_MISMATCH, hyfi_last_error(), want, rank, "hyfi_ctx_check_same");
+    st = hyfi_ctx_check_same(ctx, "arguments", set + 1, 1);
+    expect_all(st, HYFI_OK, "", "", rank, "hyfi_ctx_check_same, equal settings");
+    st = hyfi_ctx_agree(ctx, rank == 0 ? HYFI_ERR_IO : HYFI_OK, "cannot open m.json");
+    expect_all(st, HYFI_ERR_IO, hyfi_last_error(), rank == 0 ? "cannot open m.json"
+                                                             : "rank 0: cannot open m.json",
+               rank, "hyfi_ctx_agree, a failure on rank 0");
+    st = hyfi_ctx_agree(ctx, HYFI_OK, NULL);
+    expect_all(st, HYFI_OK, "", "", rank, "hyfi_ctx_agree, no failure");
+}
 
 int main(void)
 {
@@ -26,6 +108,7 @@ int main(void)
     int world = 0;
     MPI_Comm_size(MPI_COMM_WORLD, &world);
     tu_check(size != world || rank < 0 || rank >= size, "rank and size from StarPU-MPI");
+    if (size > 1) disagreements(ctx);
     testnet n;
     float loss[2] = {0, 0};
     if (size > 1 && testnet_build(ctx, &n, 0) == 0) {

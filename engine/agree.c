@@ -1,0 +1,375 @@
+/* Agreement between MPI ranks: an outcome reached by one rank alone (a file
+ * that only rank 0 opens, a builder error) and settings that every rank must
+ * have alike (arguments, graph, plan) are made common to every rank, so that
+ * all of them stop together with the same message instead of the others
+ * waiting forever for a rank that left, or running a different task graph.
+ *
+ * One round: every rank sends rank 0 its status, message and a 64-bit hash
+ * (and a short text) per setting; rank 0 compares and sends every rank the
+ * verdict. The messages travel through StarPU-MPI (starpu_mpi_send/recv on
+ * handles over local buffers), never through MPI calls of this thread: MPI
+ * runs with MPI_THREAD_SERIALIZED and StarPU-MPI's progression thread owns it.
+ * Tags come from a range of their own, far above the graphs' handle tags,
+ * one pair per call (every rank makes the same calls in the same order). */
+#include "internal.h"
+
+#include <inttypes.h>
+#include <stdarg.h>
+#include <starpu_mpi.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define AGREE_TAG_BASE (INT64_C(1) << 60)
+
+typedef struct {
+    uint64_t hash;
+    char value[HYFI_AGREE_VALUE]; /* text for the message (may be truncated) */
+} agree_item;
+
+/* What each rank sends rank 0 (fixed size: every receive matches every send). */
+typedef struct {
+    int32_t status;
+    int32_t n;
+    char msg[400];
+    agree_item item[HYFI_AGREE_MAX];
+} agree_payload;
+
+/* What rank 0 sends back. */
+typedef struct {
+    int32_t status;
+    char msg[512];
+} agree_verdict;
+
+uint64_t hyfi_hash_bytes(uint64_t h, const void *p, size_t n)
+{
+    const unsigned char *b = p;
+    for (size_t i = 0; i < n; i++) {
+        h ^= b[i];
+        h *= UINT64_C(0x100000001b3); /* FNV-1a */
+    }
+    return h;
+}
+
+uint64_t hyfi_hash_str(uint64_t h, const char *s)
+{
+    /* the terminating zero too: "ab","c" and "a","bc" differ */
+    return s ? hyfi_hash_bytes(h, s, strlen(s) + 1) : hyfi_hash_bytes(h, "\377", 1);
+}
+
+/* Blocking send / receive of a local buffer through StarPU-MPI. */
+static void coll_send(void *buf, size_t bytes, int to, int64_t tag)
+{
+    starpu_data_handle_t h;
+    starpu_vector_data_register(&h, STARPU_MAIN_RAM, (uintptr_t)buf, (uint32_t)bytes, 1);
+    starpu_mpi_send(h, to, tag, MPI_COMM_WORLD);
+    starpu_data_unregister(h);
+}
+
+static void coll_recv(void *buf, size_t bytes, int from, int64_t tag)
+{
+    starpu_data_handle_t h;
+    MPI_Status st;
+    starpu_vector_data_register(&h, STARPU_MAIN_RAM, (uintptr_t)buf, (uint32_t)bytes, 1);
+    starpu_mpi_recv(h, from, tag, MPI_COMM_WORLD, &st);
+    starpu_data_unregister(h);
+}
+
+/* Rank 0: the verdict from every rank's payload. */
+static void judge(const hyfi_agree_spec *sp, const agree_payload *all, int nranks,
+                  agree_verdict *v)
+{
+    v->status = HYFI_OK;
+    v->msg[0] = 0;
+    for (int r = 0; r < nranks; r++)
+        if (all[r].status != HYFI_OK) {
+            v->status = all[r].status;
+            snprintf(v->msg, sizeof v->msg, "rank %d: %s", r, all[r].msg);
+            return;
+        }
+    const agree_payload *p0 = &all[0];
+    int first = -1, others = 0;
+    for (int r = 1; r < nranks; r++) {
+        int same = all[r].n == p0->n;
+        for (int i = 0; same && i < p0->n; i++) same = all[r].item[i].hash == p0->item[i].hash;
+        if (same) continue;
+        if (first < 0) first = r;
+        else others++;
+    }
+    if (first < 0) return;
+    v->status = HYFI_ERR_MISMATCH;
+    const agree_payload *pk = &all[first];
+    char what[384] = "";
+    size_t used = 0;
+    int listed = 0, more = 0;
+    if (pk->n != p0->n) {
+        snprintf(what, sizeof what, "the number of settings compared (rank %d: %d, rank 0: %d; "
+                 "different program versions?)", first, pk->n, p0->n);
+    } else {
+        /* settings whose shown values differ first; one whose text is the same
+         * on both (a hash of more than the text) only when nothing else is */
+        int differ = 0, shown = 0;
+        for (int i = 0; i < p0->n; i++)
+            if (pk->item[i].hash != p0->item[i].hash) {
+                differ++;
+                shown += strcmp(pk->item[i].value, p0->item[i].value) != 0;
+            }
+        for (int i = 0; i < p0->n; i++) {
+            if (pk->item[i].hash == p0->item[i].hash) continue;
+            if (shown && !strcmp(pk->item[i].value, p0->item[i].value)) continue;
+            if (listed == 3) continue;
+            const char *name = i < sp->n && sp->names[i] ? sp->names[i] : "?";
+            int w = snprintf(what + used, sizeof what - used, "%s%s (rank %d: %s; rank 0: %s)",
+                             listed ? ", " : "", name, first, pk->item[i].value,
+                             p0->item[i].value);
+            if (w < 0 || (size_t)w >= sizeof what - used) {
+                what[used] = 0;
+                continue;
+            }
+            used += (size_t)w;
+            listed++;
+        }
+        more = differ - listed;
+        if (more)
+            snprintf(what + used, sizeof what - used, " and %d more setting%s", more,
+                     more > 1 ? "s" : "");
+    }
+    char also[64] = "";
+    if (others) snprintf(also, sizeof also, " (and %d more rank%s)", others, others > 1 ? "s" : "");
+    snprintf(v->msg, sizeof v->msg, "%s: rank %d differs from rank 0 in %s%s; %s",
+             sp->intro ? sp->intro : "the ranks differ", first, what, also,
+             sp->fix ? sp->fix : "every rank must run the same program (SPMD)");
+}
+
+hyfi_status hyfi_agree(hyfi_ctx *ctx, hyfi_status local, const char *local_msg,
+                       const hyfi_agree_spec *sp, char *msg, size_t len)
+{
+    static const hyfi_agree_spec none = {0};
+    if (!sp) sp = &none;
+    if (msg && len) msg[0] = 0;
+    if (!ctx || !ctx->mpi || ctx->nranks < 2) {
+        if (local != HYFI_OK && msg && len) snprintf(msg, len, "%s", local_msg ? local_msg : "");
+        return local;
+    }
+    const int me = ctx->rank, R = ctx->nranks;
+    const int64_t tag = AGREE_TAG_BASE + 2 * ctx->agree_seq++;
+    agree_payload *mine = calloc(1, sizeof *mine);
+    agree_payload *all = me == 0 ? calloc((size_t)R, sizeof *all) : NULL;
+    agree_verdict v = {HYFI_OK, ""};
+    if (!mine || (me == 0 && !all)) {
+        /* cannot take part: the others will wait; the watchdog ends them */
+        free(mine);
+        free(all);
+        if (msg && len) snprintf(msg, len, "out of memory for the agreement between the ranks");
+        return HYFI_ERR_NOMEM;
+    }
+    mine->status = local;
+    mine->n = sp->n < HYFI_AGREE_MAX ? sp->n : HYFI_AGREE_MAX;
+    if (local != HYFI_OK) snprintf(mine->msg, sizeof mine->msg, "%s", local_msg ? local_msg : "");
+    for (int i = 0; i < mine->n; i++) {
+        mine->item[i].hash = hyfi_hash_str(hyfi_hash_str(UINT64_C(0xcbf29ce484222325),
+                                                         sp->names[i]),
+                                           sp->values[i]);
+        if (sp->hashes) mine->item[i].hash ^= sp->hashes[i];
+        snprintf(mine->item[i].value, sizeof mine->item[i].value, "%s",
+                 sp->values[i] ? sp->values[i] : "(none)");
+    }
+    hyfi_wait_begin(ctx, "a check that the ranks agree");
+    if (me == 0) {
+        all[0] = *mine;
+        for (int r = 1; r < R; r++) coll_recv(&all[r], sizeof *all, r, tag);
+        judge(sp, all, R, &v);
+        for (int r = 1; r < R; r++) coll_send(&v, sizeof v, r, tag + 1);
+    } else {
+        coll_send(mine, sizeof *mine, 0, tag);
+        coll_recv(&v, sizeof v, 0, tag + 1);
+    }
+    hyfi_wait_end(ctx);
+    free(mine);
+    free(all);
+    if (local != HYFI_OK) {
+        if (msg && len) snprintf(msg, len, "%s", local_msg ? local_msg : "");
+        return local;
+    }
+    if (msg && len) snprintf(msg, len, "%s", v.msg);
+    return (hyfi_status)v.status;
+}
+
+hyfi_status hyfi_ctx_agree(hyfi_ctx *ctx, hyfi_status local, const char *msg)
+{
+    if (!ctx) return hyfi_fail(HYFI_ERR_ARG, "hyfi_ctx_agree: ctx is NULL");
+    char own[512], out[512];
+    snprintf(own, sizeof own, "%s", msg ? msg : hyfi_last_error());
+    const hyfi_status s = hyfi_agree(ctx, local, own, NULL, out, sizeof out);
+    return s == HYFI_OK ? HYFI_OK : hyfi_fail(s, "%s", out);
+}
+
+hyfi_status hyfi_ctx_check_same(hyfi_ctx *ctx, const char *what, const hyfi_setting *settings,
+                                int n)
+{
+    if (!ctx) return hyfi_fail(HYFI_ERR_ARG, "hyfi_ctx_check_same: ctx is NULL");
+    hyfi_status local = HYFI_OK;
+    char lmsg[256] = "";
+    if (n < 0 || n > HYFI_AGREE_MAX || (n > 0 && !settings)) {
+        /* still take part, so that the other ranks do not wait for this one */
+        local = HYFI_ERR_ARG;
+        snprintf(lmsg, sizeof lmsg, "hyfi_ctx_check_same: %d settings%s; give 0 to %d", n,
+                 n > 0 && !settings ? " but the array is NULL" : "", HYFI_AGREE_MAX);
+        n = 0;
+    }
+    const char *names[HYFI_AGREE_MAX], *values[HYFI_AGREE_MAX];
+    for (int i = 0; i < n; i++) {
+        names[i] = settings[i].name;
+        values[i] = settings[i].value;
+    }
+    if (!what || !*what) what = "arguments";
+    char intro[160], fix[160], out[512];
+    snprintf(intro, sizeof intro, "the ranks were started with different %s", what);
+    snprintf(fix, sizeof fix, "start every rank with the same %s", what);
+    const hyfi_agree_spec sp = {intro, fix, names, values, NULL, n};
+    const hyfi_status s = hyfi_agree(ctx, local, lmsg, &sp, out, sizeof out);
+    return s == HYFI_OK ? HYFI_OK : hyfi_fail(s, "%s", out);
+}
+
+/* ------------------------------------------------- graphs, plans, settings */
+
+static uint64_t hash_int(uint64_t h, long long v) { return hyfi_hash_bytes(h, &v, sizeof v); }
+
+/* The graph's structure: tensors (names, shapes, kinds, initialisation),
+ * ops (kinds, names, inputs, outputs, parameters, layers, arguments) and the
+ * layers' names. Argument structs are all int and float fields (no padding). */
+static uint64_t graph_hash(const hyfi_graph *g)
+{
+    uint64_t h = UINT64_C(0xcbf29ce484222325);
+    h = hash_int(h, g->ntensors);
+    for (int i = 0; i < g->ntensors; i++) {
+        const hyfi_tensor *t = g->tensors[i];
+        h = hyfi_hash_str(h, t->name);
+        h = hyfi_hash_bytes(h, t->dims, sizeof t->dims);
+        h = hash_int(h, ((long long)t->kind << 32) | ((long long)t->is_int << 16) | t->init);
+        h = hash_int(h, t->fan_in);
+    }
+    h = hash_int(h, g->nnodes);
+    for (int i = 0; i < g->nnodes; i++) {
+        const node *nd = &g->nodes[i];
+        h = hash_int(h, nd->op);
+        h = hyfi_hash_str(h, nd->name);
+        h = hash_int(h, nd->layer);
+        h = hash_int(h, nd->nin);
+        for (int k = 0; k < nd->nin; k++) h = hash_int(h, nd->in[k] ? nd->in[k]->id : -1);
+        h = hash_int(h, nd->out ? nd->out->id : -1);
+        for (int k = 0; k < 4; k++) h = hash_int(h, nd->p[k] ? nd->p[k]->id : -1);
+        for (int k = 0; k < 2; k++) h = hash_int(h, nd->s[k] ? nd->s[k]->id : -1);
+        switch (nd->op) {
+        case OP_CONV2D: h = hyfi_hash_bytes(h, &nd->a.conv, sizeof nd->a.conv); break;
+        case OP_BATCHNORM: h = hyfi_hash_bytes(h, &nd->a.bn, sizeof nd->a.bn); break;
+        case OP_MAXPOOL:
+        case OP_AVGPOOL: h = hyfi_hash_bytes(h, &nd->a.pool, sizeof nd->a.pool); break;
+        case OP_FC: h = hyfi_hash_bytes(h, &nd->a.fc, sizeof nd->a.fc); break;
+        case OP_XENT: h = hyfi_hash_bytes(h, &nd->a.xent, sizeof nd->a.xent); break;
+        default: break;
+        }
+    }
+    h = hash_int(h, g->nlayers);
+    for (int i = 0; i < g->nlayers; i++) h = hyfi_hash_str(h, g->layer_names[i]);
+    return h;
+}
+
+/* Append to buf (a running string of len bytes). */
+__attribute__((format(printf, 3, 4)))
+static void cat(char *buf, size_t len, const char *fmt, ...)
+{
+    const size_t used = strlen(buf);
+    if (used + 1 >= len) return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf + used, len - used, fmt, ap);
+    va_end(ap);
+}
+
+static void plan_text(const hyfi_plan_config *p, char *buf, size_t len)
+{
+    static const char *const gems[] = {"none", "mast", "master"};
+    static const char *const ar[] = {"auto", "ring", "tree"};
+    buf[0] = 0;
+    cat(buf, len, "stages %d", p->stages > 1 ? p->stages : 1);
+    if (p->balance && p->stages > 0) {
+        cat(buf, len, " balance ");
+        for (int i = 0; i < p->stages; i++) cat(buf, len, "%s%d", i ? "," : "", p->balance[i]);
+    }
+    cat(buf, len, ", parts %d %s", p->parts > 1 ? p->parts : 1,
+        p->schedule == HYFI_SCHEDULE_1F1B ? "1f1b" : "gpipe");
+    if (p->deterministic) cat(buf, len, " deterministic");
+    if (p->spatial_stages > 0)
+        cat(buf, len, ", spatial %d x %d tiles (slice %d)", p->spatial_stages, p->spatial_parts,
+            (int)p->slice);
+    if (p->fused_layers > 1) cat(buf, len, ", fused %d", p->fused_layers);
+    if (p->gems >= HYFI_GEMS_MAST && p->gems <= HYFI_GEMS_MASTER)
+        cat(buf, len, ", gems %s x%d", gems[p->gems], p->replications > 1 ? p->replications : 1);
+    if (p->data_parallel > 1) cat(buf, len, ", data parallel %d", p->data_parallel);
+    if (p->allreduce > HYFI_ALLREDUCE_AUTO && p->allreduce <= HYFI_ALLREDUCE_TREE)
+        cat(buf, len, ", all-reduce %s", ar[p->allreduce]);
+    if (p->bucket_kib) cat(buf, len, ", buckets %d KiB", p->bucket_kib);
+}
+
+hyfi_status hyfi_graph_agree(hyfi_graph *g, hyfi_status local, const char *local_msg,
+                             const hyfi_train_config *tc)
+{
+    hyfi_ctx *ctx = g->ctx;
+    if (!ctx->mpi || ctx->nranks < 2) return local;
+    enum { INPUTS, SEED, LR, MOMENTUM, WD, PLAN, GRAPH, N };
+    static const char *const names[N] = {"the input shapes", "the seed", "the learning rate",
+                                         "the momentum", "the weight decay", "the plan",
+                                         "the graph"};
+    char text[N][HYFI_AGREE_VALUE * 4];
+    const char *values[N];
+    uint64_t hashes[N] = {0};
+    for (int i = 0; i < N; i++) {
+        text[i][0] = 0;
+        values[i] = text[i];
+    }
+    if (local == HYFI_OK) {
+        for (int i = 0; i < g->ntensors; i++) {
+            const hyfi_tensor *t = g->tensors[i];
+            if (t->kind != T_INPUT && t->kind != T_LABELS) continue;
+            if (t->kind == T_LABELS)
+                cat(text[INPUTS], sizeof text[INPUTS], "%s%s(%d)", text[INPUTS][0] ? " " : "",
+                    t->name, t->dims[0]);
+            else
+                cat(text[INPUTS], sizeof text[INPUTS], "%s%s(%d,%d,%d,%d)",
+                    text[INPUTS][0] ? " " : "", t->name, t->dims[0], t->dims[1], t->dims[2],
+                    t->dims[3]);
+        }
+        snprintf(text[SEED], sizeof text[SEED], "%" PRIu64, g->seed);
+        snprintf(text[LR], sizeof text[LR], "%.9g", (double)tc->lr);
+        snprintf(text[MOMENTUM], sizeof text[MOMENTUM], "%.9g", (double)tc->momentum);
+        snprintf(text[WD], sizeof text[WD], "%.9g", (double)tc->weight_decay);
+        plan_text(&g->plan_cfg, text[PLAN], sizeof text[PLAN]);
+        const hyfi_plan_config *p = &g->plan_cfg;
+        uint64_t ph = UINT64_C(0xcbf29ce484222325);
+        const long long fields[] = {p->stages,         p->parts,          p->schedule,
+                                    p->deterministic,  p->spatial_stages, p->spatial_parts,
+                                    p->slice,          p->fused_layers,   p->gems,
+                                    p->replications,   p->data_parallel,  p->allreduce,
+                                    p->bucket_kib,     p->balance != NULL};
+        ph = hyfi_hash_bytes(ph, fields, sizeof fields);
+        if (p->balance && p->stages > 0)
+            ph = hyfi_hash_bytes(ph, p->balance, (size_t)p->stages * sizeof *p->balance);
+        hashes[PLAN] = ph;
+        size_t params = 0;
+        for (int i = 0; i < g->nparams; i++) params += g->params[i]->numel;
+        snprintf(text[GRAPH], sizeof text[GRAPH], "%d ops in %d layers, %zu parameters",
+                 g->nnodes, g->nlayers ? g->nlayers : g->nnodes, params);
+        hashes[GRAPH] = graph_hash(g);
+    }
+    const hyfi_agree_spec sp = {
+        "hyfi_graph_compile: the ranks built different graphs, plans or training settings",
+        "every rank must build the same graph with the same seed, plan and training settings "
+        "(SPMD: start every rank with the same arguments)",
+        names, values, hashes, N};
+    char msg[512];
+    const hyfi_status s = hyfi_agree(ctx, local, local_msg, &sp, msg, sizeof msg);
+    if (s == HYFI_OK || local != HYFI_OK) return s;
+    if (s == HYFI_ERR_MISMATCH) return hyfi_graph_fail(g, s, "%s", msg);
+    return hyfi_call_fail(g, s, "%s", msg);
+}
