@@ -163,8 +163,8 @@ hyfi_status hyfi_ctx_create(hyfi_ctx **out, const hyfi_ctx_config *cfg_in)
      * trained 20x slower than with 1 each. */
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
     const char *lr = getenv("MPI_LOCALNRANKS");
-    const long local_ranks = ctx->mpi && lr && atol(lr) > 0 ? atol(lr) : 1;
-    cores = cores > 0 ? cores / local_ranks : 1;
+    ctx->local_ranks = ctx->mpi && lr && atoi(lr) > 0 ? atoi(lr) : 0;
+    cores = cores > 0 ? cores / (ctx->local_ranks ? ctx->local_ranks : 1) : 1;
     const char *ct = getenv("HYFI_CPU_THREADS");
     ctx->cpu_threads = ct && atoi(ct) > 0   ? atoi(ct)
                        : cfg.cpu_threads > 0 ? cfg.cpu_threads

@@ -194,6 +194,7 @@ typedef struct {
 
 struct hyfi_ctx {
     int rank, nranks;
+    int local_ranks;      /* ranks mpiexec started on this node (MPI_LOCALNRANKS), 0: unknown */
     int64_t next_tag;     /* StarPU-MPI tags handed out to graphs' handles */
     int comm_stats;       /* StarPU-MPI counts the bytes sent */
     int mpi;

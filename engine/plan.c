@@ -182,16 +182,21 @@ static double host_memory_bytes(void)
  * activations, their gradients and saved tensors of the micro-batches in
  * flight): an upper bound of what was measured (docs/results.md). *worst: the
  * first stage it holds. */
+static double place_bytes(const hyfi_plan *pl, int q)
+{
+    const int s = pl->place_stage[q];
+    return (double)pl->stage_act_bytes[s] +
+           (q % pl->nplaces1 == pl->stage_place0[s] ? (double)pl->stage_param_bytes[s] : 0);
+}
+
 static double rank_need_bytes(const hyfi_plan *pl, int r, int *worst)
 {
     double need = 0;
     *worst = -1;
     for (int q = 0; q < pl->nplaces; q++) {
         if (pl->place_rank[q] != r) continue;
-        const int s = pl->place_stage[q];
-        need += (double)pl->stage_act_bytes[s] +
-                (q % pl->nplaces1 == pl->stage_place0[s] ? (double)pl->stage_param_bytes[s] : 0);
-        if (*worst < 0 || s < *worst) *worst = s;
+        need += place_bytes(pl, q);
+        if (*worst < 0 || pl->place_stage[q] < *worst) *worst = pl->place_stage[q];
     }
     return need;
 }
@@ -211,21 +216,16 @@ static void warn_gpu_memory(const hyfi_graph *g)
     const int ncuda = g->ctx->ncuda;
     if (ncuda <= 0) return;
     double spread = 0;
+    for (int q = 0; q < pl->nplaces && g->ctx->ncpu == 0; q++)
+        if (pl->place_rank[q] == g->ctx->rank && pl->place_worker[q] < 0)
+            spread += place_bytes(pl, q);
     for (int k = 0; k < ncuda; k++) {
         const int w = starpu_worker_get_by_type(STARPU_CUDA_WORKER, k);
         if (w < 0) continue;
-        double need = 0;
-        for (int q = 0; q < pl->nplaces; q++) {
-            if (pl->place_rank[q] != g->ctx->rank) continue;
-            const int s = pl->place_stage[q];
-            const double b = (double)pl->stage_act_bytes[s] +
-                             (q % pl->nplaces1 == pl->stage_place0[s]
-                                  ? (double)pl->stage_param_bytes[s]
-                                  : 0);
-            if (pl->place_worker[q] == w) need += b;
-            else if (pl->place_worker[q] < 0 && g->ctx->ncpu == 0 && k == 0) spread += b;
-        }
-        need += spread / ncuda;
+        double need = spread / ncuda;
+        for (int q = 0; q < pl->nplaces; q++)
+            if (pl->place_rank[q] == g->ctx->rank && pl->place_worker[q] == w)
+                need += place_bytes(pl, q);
         const starpu_ssize_t total = starpu_memory_get_total(starpu_worker_get_memory_node(w));
         if (total > 0 && need > (double)total)
             fprintf(stderr,
@@ -268,8 +268,7 @@ static hyfi_status check_memory_limit(hyfi_graph *g)
     warn_gpu_memory(g);
     const double phys = host_memory_bytes();
     if (phys <= 0) return HYFI_OK;
-    const char *lr = getenv("MPI_LOCALNRANKS");
-    int per_node = g->ctx->mpi && lr && atoi(lr) > 0 ? atoi(lr) : R;
+    int per_node = g->ctx->local_ranks > 0 ? g->ctx->local_ranks : R;
     if (per_node > R) per_node = R;
     for (int r0 = 0; r0 < R; r0 += per_node) {
         double need = 0;

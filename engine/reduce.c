@@ -255,15 +255,8 @@ int hyfi_emit_health(hyfi_graph *g, program *P)
             if (first && root < 0) root = r, root_place = place;
             first = 0;
         }
-    }
-    g->health_root = root < 0 ? 0 : root;
-    if (root < 0) return 0; /* no parameter is trained */
-    for (int r = 0; r < g->nhealth; r++) {
-        if (r == root) continue;
-        int has = 0;
-        for (int i = 0; i < g->nparams && !has; i++)
-            has = g->params[i]->gwritten && hyfi_trank(g, g->params[i], 0) == r;
-        if (!has) continue;
+        if (first || r == root) continue;
+        /* rank r's sum complete: into the root's (ranks in order) */
         hyfi_task_args a = {.acc = 1, .u.elt.count = 2};
         char nm[48];
         snprintf(nm, sizeof nm, "health.rank%d", r);
@@ -271,6 +264,8 @@ int hyfi_emit_health(hyfi_graph *g, program *P)
         RW(g->health[root]), R(g->health[r]);
         hyfi_on_place(g, P, root_place, 0);
     }
+    g->health_root = root < 0 ? 0 : root;
+    if (root < 0) return 0; /* no parameter is trained */
     if (g->ctx->nranks > 1) {
         if (hyfi_prog_push(P, PT_BCAST, NULL, "health.bcast", NULL)) return -1;
         P->t[P->n - 1].rank = root;
