@@ -400,6 +400,9 @@ void hyfi_plan_free(hyfi_graph *g);
  * train program with StarPU-MPI's owner-computes and cache rules. */
 void hyfi_plan_predict_comm(hyfi_graph *g);
 
+/* dump.c: with HYFI_DUMP_PROGRAMS=FILE, append the programs' listing to FILE. */
+void hyfi_programs_dump(const hyfi_graph *g);
+
 /* init.c: deterministic parameter initialisation from (seed, name). */
 void hyfi_param_init(float *dst, const hyfi_tensor *t, uint64_t seed);
 
