@@ -13,7 +13,7 @@
  * Handles are registered by handles.c; the step's collectives (replicas'
  * all-reduce and running statistics, health sums) are emitted by reduce.c.
  */
-#include "emit.h"
+#include "opdef.h"
 #include "pipeline.h"
 
 #include <starpu_mpi.h>
@@ -72,116 +72,34 @@ void hyfi_task_name(char *out, size_t len, const node *nd, const char *pass, con
     else snprintf(out, len, "%s.%s", nd->name, pass);
 }
 
-/* The op's arguments for one micro-batch: the batch dimension divided by M. */
-hyfi_task_args hyfi_node_args(const node *nd, int M)
+/* The view of node nd on whole tensors, micro-batch e->m. */
+static void whole_view(emit_ctx *e, const node *nd, hyfi_opview *v)
 {
-    hyfi_task_args a = {0};
-    switch (nd->op) {
-    case OP_CONV2D:
-        a.u.conv = nd->a.conv;
-        a.u.conv.n /= M;
-        break;
-    case OP_BATCHNORM:
-        a.u.bn = nd->a.bn;
-        a.u.bn.n /= M;
-        break;
-    case OP_MAXPOOL:
-    case OP_AVGPOOL:
-    case OP_GAP:
-        a.u.pool = nd->a.pool;
-        a.u.pool.n /= M;
-        break;
-    case OP_FC:
-        a.u.fc = nd->a.fc;
-        a.u.fc.n /= M;
-        break;
-    case OP_XENT:
-        a.u.xent = nd->a.xent;
-        a.u.xent.n /= M;
-        a.u.xent.scale = 1.0f / (float)a.u.xent.n; /* the mean over the micro-batch */
-        break;
-    case OP_RELU:
-    case OP_ADD:
-        a.u.elt.count = nd->out->numel / (size_t)M;
-        break;
-    case OP_CONCAT:
-    case OP_COUNT:
-        break;
+    memset(v, 0, sizeof *v);
+    v->nd = nd;
+    v->tile = v->place = -1;
+    v->a = hyfi_node_args(nd, e->M);
+    v->n = nd->out->dims[0] / e->M;
+    v->hw = nd->out->dims[2] * nd->out->dims[3];
+    hyfi_tensor *y = nd->out;
+    v->y = HV(y);
+    for (int i = 0; i < nd->nin; i++) {
+        v->x[i] = HV(nd->in[i]);
+        v->dplace[i] = -1;
     }
-    return a;
+    for (int k = 0; k < 4; k++)
+        if (nd->p[k]) v->p[k] = PH(nd->p[k]);
+    for (int k = 0; k < 2; k++)
+        if (nd->s[k]) v->s[k] = HV(nd->s[k]);
+    v->stat[0] = v->p[2], v->stat[1] = v->p[3];
 }
 
 static int emit_forward(emit_ctx *e, const node *nd, int training)
 {
-    program *P = e->P;
-    char nm[64];
-    hyfi_task_args a = hyfi_node_args(nd, e->M);
-    hyfi_tensor *y = nd->out, *x = nd->in[0];
-    hyfi_task_name(nm, sizeof nm, nd, "fwd", e);
-    switch (nd->op) {
-    case OP_CONV2D:
-        TASK(&hyfi_cl_conv2d_forward, nm, &a);
-        W(HV(y)), R(HV(x)), R(PH(nd->p[0]));
-        if (nd->p[1]) R(PH(nd->p[1]));
-        break;
-    case OP_BATCHNORM:
-        if (training) {
-            TASK(&hyfi_cl_batchnorm_forward_train, nm, &a);
-            W(HV(y)), W(HV(nd->s[0])), W(HV(nd->s[1])), RW(PH(nd->p[2])), RW(PH(nd->p[3]));
-            R(HV(x)), R(PH(nd->p[0])), R(PH(nd->p[1]));
-        } else {
-            TASK(&hyfi_cl_batchnorm_forward_eval, nm, &a);
-            W(HV(y)), R(HV(x)), R(PH(nd->p[0])), R(PH(nd->p[1])), R(PH(nd->p[2]));
-            R(PH(nd->p[3]));
-        }
-        break;
-    case OP_RELU:
-        TASK(&hyfi_cl_relu_forward, nm, &a);
-        W(HV(y)), R(HV(x));
-        break;
-    case OP_MAXPOOL:
-    case OP_AVGPOOL:
-    case OP_GAP:
-        TASK(nd->op == OP_MAXPOOL   ? &hyfi_cl_maxpool_forward
-             : nd->op == OP_AVGPOOL ? &hyfi_cl_avgpool_forward
-                                    : &hyfi_cl_gap_forward,
-             nm, &a);
-        W(HV(y)), R(HV(x));
-        break;
-    case OP_ADD:
-        TASK(&hyfi_cl_add_forward, nm, &a);
-        W(HV(y)), R(HV(nd->in[0])), R(HV(nd->in[1]));
-        break;
-    case OP_CONCAT: {
-        int off = 0;
-        for (int i = 0; i < nd->nin; i++) {
-            hyfi_tensor *xi = nd->in[i];
-            a.u.concat = (hyfi_concat_args){.n = y->dims[0] / e->M, .hw = y->dims[2] * y->dims[3],
-                                            .c_part = xi->dims[1], .c_offset = off,
-                                            .c_total = y->dims[1]};
-            char pass[16];
-            snprintf(pass, sizeof pass, "fwd%d", i);
-            hyfi_task_name(nm, sizeof nm, nd, pass, e);
-            TASK(&hyfi_cl_concat_forward, nm, &a);
-            hyfi_prog_buf(P, HV(y), i == 0 ? STARPU_W : STARPU_RW);
-            R(HV(xi));
-            off += xi->dims[1];
-        }
-        break;
-    }
-    case OP_FC:
-        TASK(&hyfi_cl_fc_forward, nm, &a);
-        W(HV(y)), R(HV(x)), R(PH(nd->p[0]));
-        if (nd->p[1]) R(PH(nd->p[1]));
-        break;
-    case OP_XENT:
-        TASK(&hyfi_cl_xent_forward, nm, &a);
-        W(HV(y)), W(HV(nd->s[0])), R(HV(x)), R(HV(nd->in[1]));
-        break;
-    case OP_COUNT:
-        break;
-    }
-    return 0;
+    hyfi_opview v;
+    whole_view(e, nd, &v);
+    v.batch_stats = training;
+    return hyfi_op_forward(e, &v);
 }
 
 /* dst += src (or dst = src for the first writer) */
@@ -228,134 +146,29 @@ int hyfi_grad_sum_mode(emit_ctx *e, starpu_data_handle_t h, unsigned char *writt
     return 0;
 }
 
-static int param_grad_mode(emit_ctx *e, hyfi_tensor *p, enum starpu_data_access_mode *mode,
-                           int *acc)
+/* The gradient view of input x: the stage's own gradient of x or its
+ * partial of it (gtarget). */
+static hyfi_gout grad_view(const emit_ctx *e, hyfi_tensor *x)
 {
-    p->gwritten = 1;
-    return hyfi_grad_sum_mode(e, PGH(p), &PGW(p), p->numel, p->name, mode, acc);
-}
-
-/* Backward of an op with a weight and an optional bias (conv2d, fc): the data
- * gradient (skipped when x needs none) and the parameter gradients. */
-static int emit_weighted_backward(emit_ctx *e, const node *nd, hyfi_task_args *a,
-                                  struct starpu_codelet *cl_data,
-                                  struct starpu_codelet *cl_weight)
-{
-    program *P = e->P;
-    char nm[64];
-    hyfi_tensor *y = nd->out, *x = nd->in[0];
-    if (x->requires_grad) {
-        hyfi_task_name(nm, sizeof nm, nd, "bwd_data", e);
-        a->acc = GACC(x);
-        TASK(cl_data, nm, a);
-        GRAD_OUT(x), R(HG(y)), R(PH(nd->p[0]));
-        GRAD_DONE(x);
-    }
-    enum starpu_data_access_mode mw, mb = STARPU_W;
-    int accw, accb;
-    if (param_grad_mode(e, nd->p[0], &mw, &accw)) return -1;
-    if (nd->p[1] && param_grad_mode(e, nd->p[1], &mb, &accb)) return -1;
-    hyfi_task_name(nm, sizeof nm, nd, "bwd_weight", e);
-    a->acc = accw; /* weight and bias are always written together */
-    TASK(cl_weight, nm, a);
-    hyfi_prog_buf(P, PGH(nd->p[0]), mw);
-    if (nd->p[1]) hyfi_prog_buf(P, PGH(nd->p[1]), mb);
-    R(HG(y)), R(HV(x));
-    return 0;
+    hyfi_gout gv = {.t = x};
+    gv.h = gtarget(e, x, &gv.written);
+    return gv;
 }
 
 static int emit_backward(emit_ctx *e, const node *nd)
 {
-    program *P = e->P;
-    char nm[64];
-    hyfi_task_args a = hyfi_node_args(nd, e->M);
-    hyfi_tensor *y = nd->out, *x = nd->in[0];
-    switch (nd->op) {
-    case OP_CONV2D:
-        return emit_weighted_backward(e, nd, &a, &hyfi_cl_conv2d_backward_data,
-                                      &hyfi_cl_conv2d_backward_weight);
-    case OP_BATCHNORM: {
-        /* One kernel writes dx, dgamma and dbeta; its acc bits say which add. */
-        enum starpu_data_access_mode mg, mb;
-        int accg, accb;
-        if (param_grad_mode(e, nd->p[0], &mg, &accg) || param_grad_mode(e, nd->p[1], &mb, &accb))
-            return -1;
-        a.acc = (GACC(x) ? HYFI_BN_ACC_DX : 0) | (accg ? HYFI_BN_ACC_PARAMS : 0);
-        hyfi_task_name(nm, sizeof nm, nd, "bwd", e);
-        TASK(&hyfi_cl_batchnorm_backward, nm, &a);
-        GRAD_OUT(x);
-        hyfi_prog_buf(P, PGH(nd->p[0]), mg);
-        hyfi_prog_buf(P, PGH(nd->p[1]), mb);
-        R(HG(y)), R(HV(x)), R(PH(nd->p[0])), R(HV(nd->s[0])), R(HV(nd->s[1]));
-        GRAD_DONE(x);
-        break;
-    }
-    case OP_RELU:
-        if (!x->requires_grad) break;
-        a.acc = GACC(x);
-        hyfi_task_name(nm, sizeof nm, nd, "bwd", e);
-        TASK(&hyfi_cl_relu_backward, nm, &a);
-        GRAD_OUT(x), R(HG(y)), R(HV(y));
-        GRAD_DONE(x);
-        break;
-    case OP_MAXPOOL:
-    case OP_AVGPOOL:
-    case OP_GAP:
-        if (!x->requires_grad) break;
-        a.acc = GACC(x);
-        hyfi_task_name(nm, sizeof nm, nd, "bwd", e);
-        TASK(nd->op == OP_MAXPOOL   ? &hyfi_cl_maxpool_backward
-             : nd->op == OP_AVGPOOL ? &hyfi_cl_avgpool_backward
-                                    : &hyfi_cl_gap_backward,
-             nm, &a);
-        GRAD_OUT(x), R(HG(y));
-        if (nd->op == OP_MAXPOOL) R(HV(x));
-        GRAD_DONE(x);
-        break;
-    case OP_ADD:
-        for (int i = 0; i < 2; i++) {
-            if (!nd->in[i]->requires_grad) continue;
-            char pass[16];
-            snprintf(pass, sizeof pass, "bwd%d", i);
-            hyfi_task_name(nm, sizeof nm, nd, pass, e);
-            if (emit_accumulate(e, nd->in[i], HG(y), nm)) return -1;
-        }
-        break;
-    case OP_CONCAT: {
-        int off = 0;
-        for (int i = 0; i < nd->nin; i++) {
-            hyfi_tensor *xi = nd->in[i];
-            if (xi->requires_grad) {
-                a.u.concat = (hyfi_concat_args){.n = y->dims[0] / e->M,
-                                                .hw = y->dims[2] * y->dims[3],
-                                                .c_part = xi->dims[1], .c_offset = off,
-                                                .c_total = y->dims[1]};
-                a.acc = GACC(xi);
-                char pass[16];
-                snprintf(pass, sizeof pass, "bwd%d", i);
-                hyfi_task_name(nm, sizeof nm, nd, pass, e);
-                TASK(&hyfi_cl_concat_backward, nm, &a);
-                GRAD_OUT(xi), R(HG(y));
-                GRAD_DONE(xi);
-            }
-            off += xi->dims[1];
-        }
-        break;
-    }
-    case OP_FC:
-        return emit_weighted_backward(e, nd, &a, &hyfi_cl_fc_backward_data,
-                                      &hyfi_cl_fc_backward_weight);
-    case OP_XENT:
-        a.acc = GACC(x);
-        hyfi_task_name(nm, sizeof nm, nd, "bwd", e);
-        TASK(&hyfi_cl_xent_backward, nm, &a);
-        GRAD_OUT(x), R(HV(nd->s[0])), R(HV(nd->in[1])), R(HG(y));
-        GRAD_DONE(x);
-        break;
-    case OP_COUNT:
-        break;
-    }
-    return 0;
+    hyfi_opview v;
+    whole_view(e, nd, &v);
+    v.dy = HG(nd->out);
+    for (int i = 0; i < nd->nin; i++)
+        if (nd->in[i]->requires_grad || (nd->op == OP_BATCHNORM && i == 0) ||
+            (nd->op == OP_XENT && i == 0))
+            v.dx[i] = grad_view(e, nd->in[i]);
+    for (int k = 0; k < 2; k++)
+        if (nd->p[k] && nd->op != OP_XENT)
+            v.dp[k] = (hyfi_gsum){.h = PGH(nd->p[k]), .written = &PGW(nd->p[k]), .p = nd->p[k]};
+    if (hyfi_op_backward_data(e, &v)) return -1;
+    return hyfi_op_backward_params(e, &v);
 }
 
 /* The forward of stage e->stage for micro-batch e->m: the tiled tensors it

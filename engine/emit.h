@@ -41,7 +41,6 @@ int hyfi_host_alloc(float **p, size_t n);
 void hyfi_reg(hyfi_graph *g, starpu_data_handle_t *h, float *ptr, size_t n, size_t elem,
               int owner, const char *name, const char *suffix, int m, int nm);
 void hyfi_task_name(char *out, size_t len, const node *nd, const char *pass, const emit_ctx *e);
-hyfi_task_args hyfi_node_args(const node *nd, int M);
 /* Mode and acc flag of a gradient summed over micro-batches (written: the
  * compile-time flag of the handle); may emit a zero fill first. */
 int hyfi_grad_sum_mode(emit_ctx *e, starpu_data_handle_t h, unsigned char *written, size_t numel,

@@ -1,7 +1,7 @@
 /* Graph builders: shape inference and validation for every op, parameter and
  * state tensors, unique names. Builders never abort: an error is recorded on
  * the graph (sticky) and the builder returns NULL; a NULL input propagates. */
-#include "internal.h"
+#include "opdef.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -571,39 +571,6 @@ hyfi_tensor *hyfi_softmax_cross_entropy(hyfi_graph *g, const char *name, hyfi_te
 
 int hyfi_graph_op_count(const hyfi_graph *g) { return g ? g->nnodes : 0; }
 
-/* Forward FLOPs of one node for its whole batch (multiply-add = 2). */
-static double node_flops(const node *nd)
-{
-    const hyfi_tensor *y = nd->out;
-    double out = (double)y->numel;
-    switch (nd->op) {
-    case OP_CONV2D: {
-        const hyfi_conv2d_args *a = &nd->a.conv;
-        double macs = out * (double)(a->c_in / a->groups) * a->kh * a->kw;
-        return 2.0 * macs + (a->has_bias ? out : 0.0);
-    }
-    case OP_FC:
-        return 2.0 * (double)nd->a.fc.n * nd->a.fc.in * nd->a.fc.out +
-               (nd->a.fc.has_bias ? out : 0.0);
-    case OP_BATCHNORM:
-        return 8.0 * out; /* statistics (2 passes) and the affine normalisation */
-    case OP_MAXPOOL:
-    case OP_AVGPOOL:
-        return out * nd->a.pool.kh * nd->a.pool.kw;
-    case OP_GAP:
-        return (double)nd->in[0]->numel;
-    case OP_XENT:
-        return 4.0 * (double)nd->in[0]->numel;
-    case OP_RELU:
-    case OP_ADD:
-        return out;
-    case OP_CONCAT:
-    case OP_COUNT:
-        return 0.0;
-    }
-    return 0.0;
-}
-
 hyfi_status hyfi_graph_op_info(const hyfi_graph *g, int i, hyfi_op_info *info)
 {
     if (!g || !info) return hyfi_fail(HYFI_ERR_ARG, "hyfi_graph_op_info: graph or info is NULL");
@@ -617,7 +584,7 @@ hyfi_status hyfi_graph_op_info(const hyfi_graph *g, int i, hyfi_op_info *info)
     memcpy(info->out_dims, nd->out->dims, sizeof info->out_dims);
     for (int k = 0; k < 4; k++)
         if (nd->p[k] && nd->p[k]->kind == T_PARAM) info->params += nd->p[k]->numel;
-    info->flops = node_flops(nd);
+    info->flops = hyfi_op_flops(nd);
     info->act_bytes = nd->out->numel * sizeof(float);
     info->layer = g->nlayers ? (nd->layer < 0 ? 0 : nd->layer) : i;
     info->layer_name = g->nlayers ? g->layer_names[info->layer] : nd->name;

@@ -36,7 +36,7 @@
 #ifndef HYFI_ENGINE_SPATIAL_IMPL_H
 #define HYFI_ENGINE_SPATIAL_IMPL_H
 
-#include "emit.h"
+#include "opdef.h"
 #include "tiling.h"
 
 #define NP HYFI_TILE_MAX_PIECES
