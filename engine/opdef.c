@@ -138,6 +138,8 @@ hyfi_task_args hyfi_node_args(const node *nd, int M)
 
 int hyfi_op_windowed(const node *nd) { return nd->op == OP_CONV2D || nd->op == OP_MAXPOOL || nd->op == OP_AVGPOOL; }
 
+int hyfi_op_batch_statistics(const node *nd) { return nd->op == OP_BATCHNORM; }
+
 int hyfi_op_zero_padded(const node *nd)
 {
     return nd->op == OP_CONV2D || (nd->op == OP_AVGPOOL && nd->a.pool.count_include_pad);

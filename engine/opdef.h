@@ -63,6 +63,8 @@ hyfi_task_args hyfi_node_args(const node *nd, int M);
 void hyfi_op_view_args(hyfi_opview *v, int M, int hi, int wi, int ho, int wo, int ph, int pw);
 /* The op reads a window of its input (conv, pools other than the global one). */
 int hyfi_op_windowed(const node *nd);
+/* The op normalises with statistics of the whole batch (batch norm). */
+int hyfi_op_batch_statistics(const node *nd);
 /* The op's zero padding is part of its input (conv, average pool counting it). */
 int hyfi_op_zero_padded(const node *nd);
 

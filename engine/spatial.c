@@ -91,140 +91,91 @@ static int in_w(const node *nd, int q)
     return tn && tn->windowed && tn->use_buf[q] ? tn->buf_w[q] : tile_w(nd->in[0]->tl, q);
 }
 
-static hyfi_task_args tile_args(const emit_ctx *e, const node *nd, int q)
+/* The view of tiled op nd on tile q, micro-batch e->m: the tiles of its
+ * tensors (a windowed op reads its assembled buffer: in), the replica's
+ * parameters, the step's statistics; gradients of the tiles (a windowed op
+ * writes its buffer's gradient, scattered by hyfi_sp_unassemble). */
+static void tile_view(emit_ctx *e, const node *nd, int q, starpu_data_handle_t in, int training,
+                      hyfi_opview *v)
 {
-    hyfi_task_args a = hyfi_node_args(nd, e->M);
-    const hyfi_tiles *yt = nd->out->tl;
-    const int ho = tile_h(yt, q), wo = tile_w(yt, q);
     const hyfi_tnode *tn = nd->tn;
-    switch (nd->op) {
-    case OP_CONV2D:
-        a.u.conv.h = in_h(nd, q);
-        a.u.conv.w = in_w(nd, q);
-        a.u.conv.ho = ho;
-        a.u.conv.wo = wo;
-        a.u.conv.ph = a.u.conv.pw = 0; /* zeros are in the buffer */
-        break;
-    case OP_MAXPOOL:
-    case OP_AVGPOOL:
-        a.u.pool.h = in_h(nd, q);
-        a.u.pool.w = in_w(nd, q);
-        a.u.pool.ho = ho;
-        a.u.pool.wo = wo;
-        if (tn->explicit_pad) {
-            a.u.pool.ph = a.u.pool.pw = 0;
-        } else { /* the image border's padding before; clipping after */
-            a.u.pool.ph = tn->rs[q / yt->cols].pad_before;
-            a.u.pool.pw = tn->cs[q % yt->cols].pad_before;
-        }
-        break;
-    case OP_BATCHNORM:
-        a.u.bn.h = ho;
-        a.u.bn.w = wo;
-        break;
-    case OP_RELU:
-    case OP_ADD:
-        a.u.elt.count = hyfi_tile_numel(nd->out, q);
-        break;
-    default:
-        break;
+    const hyfi_tiles *yt = nd->out->tl;
+    const int Pt = e->g->pl->P;
+    memset(v, 0, sizeof *v);
+    v->nd = nd;
+    v->tile = q;
+    v->place = hyfi_sp_place(e, nd->out, q);
+    int ph = 0, pw = 0; /* zeros are in the buffer */
+    if (hyfi_op_windowed(nd) && !tn->explicit_pad) {
+        /* max pools, average pools not counting the padding: the image border's padding before; clipping after */
+        ph = tn->rs[q / yt->cols].pad_before;
+        pw = tn->cs[q % yt->cols].pad_before;
     }
-    return a;
+    hyfi_op_view_args(v, e->M, in_h(nd, q), in_w(nd, q), tile_h(yt, q), tile_w(yt, q), ph, pw);
+    v->y = TILE(nd->out, q);
+    v->dy = TGRAD(nd->out, q);
+    for (int i = 0; i < nd->nin; i++) {
+        hyfi_tensor *xi = nd->in[i];
+        v->x[i] = TILE(xi, q);
+        v->dplace[i] = hyfi_sp_place(e, xi, q);
+        if (xi->requires_grad) v->dx[i] = (hyfi_gout){TGRAD(xi, q), &TGWF(xi, q), xi};
+    }
+    if (in) {
+        v->x[0] = in;
+        if (v->dx[0].h && tn->use_buf[q]) v->dx[0] = (hyfi_gout){tn->dbuf[e->m * Pt + q], NULL, NULL};
+    }
+    for (int k = 0; k < 4; k++)
+        if (nd->p[k]) v->p[k] = PH(nd->p[k]);
+    for (int k = 0; k < 2; k++)
+        if (nd->s[k]) v->s[k] = TH(nd->s[k], e->m);
+    /* batch norm: the step's statistics (combined over the tiles) or the running ones */
+    v->stat[0] = training ? v->s[0] : v->p[2];
+    v->stat[1] = training ? v->s[1] : v->p[3];
+    /* parameter gradients: per tile where the op sums them over its tiles
+     * (convolutions: hyfi_spatial_param_sums), else the replica's */
+    for (int k = 0; k < 2; k++) {
+        hyfi_tensor *p = nd->p[k];
+        if (!p || p->kind != T_PARAM) continue;
+        const int j = e->rep * Pt + q;
+        v->dp[k] = tn->wpart ? (hyfi_gsum){k ? tn->bpart[j] : tn->wpart[j],
+                                           k ? &nd->tn->bpw[j] : &nd->tn->wpw[j], p}
+                             : (hyfi_gsum){PGH(p), &PGW(p), p};
+    }
+}
+
+/* Batch norm in training, over the tiles: statistics per tile, combined
+ * into the batch's (and the running ones), each tile normalised with them. */
+static int bn_tiles_forward(emit_ctx *e, const node *nd)
+{
+    const hyfi_tnode *tn = nd->tn;
+    const int Pt = e->g->pl->P;
+    double count[HYFI_MAX_TILES] = {0};
+    hyfi_opview v = {0};
+    for (int q = 0; q < Pt; q++) {
+        tile_view(e, nd, q, NULL, 1, &v);
+        count[q] = (double)v.a.u.bn.n * v.a.u.bn.h * v.a.u.bn.w;
+        if (hyfi_bn_part_stats(e, &v, tn->part[e->m * Pt + q])) return -1;
+    }
+    if (hyfi_bn_combine(e, nd, count, Pt, v.s[0], v.s[1], v.p[2], v.p[3], tn->part + e->m * Pt))
+        return -1;
+    for (int q = 0; q < Pt; q++) {
+        tile_view(e, nd, q, NULL, 1, &v);
+        if (hyfi_op_forward(e, &v)) return -1;
+    }
+    return 0;
 }
 
 int hyfi_spatial_forward(emit_ctx *e, const node *nd, int training)
 {
     if (nd->tn && nd->tn->fg) /* the group is emitted with its first op */
         return nd->tn->fg_pos == 0 ? hyfi_sp_fused_forward(e, nd->tn->fg, training) : 0;
-    program *P = e->P;
-    const int Pt = e->g->pl->P;
-    hyfi_tensor *y = nd->out, *x = nd->in[0];
-    char nm[64];
-    if (nd->op == OP_BATCHNORM && training) {
-        const hyfi_tnode *tn = nd->tn;
-        hyfi_bn_combine_args ca = {.c = x->dims[1], .nparts = Pt, .eps = nd->a.bn.eps,
-                                   .momentum = nd->a.bn.momentum};
-        for (int q = 0; q < Pt; q++) {
-            hyfi_task_args a = tile_args(e, nd, q);
-            hyfi_task_args s = {.u.bnt = {.bn = a.u.bn}};
-            ca.count[q] = (double)a.u.bn.n * a.u.bn.h * a.u.bn.w;
-            hyfi_sp_task_name(nm, sizeof nm, nd, "stats", q, e);
-            TASK(&hyfi_cl_bn_stats, nm, &s);
-            W(tn->part[e->m * Pt + q]), R(TILE(x, q));
-            ON_PLACE(hyfi_sp_place(e, x, q));
-        }
-        hyfi_task_args c = {.u.bnc = ca};
-        hyfi_task_name(nm, sizeof nm, nd, "combine", e);
-        TASK(&hyfi_cl_bn_combine, nm, &c);
-        W(TH(nd->s[0], e->m)), W(TH(nd->s[1], e->m)), RW(PH(nd->p[2])), RW(PH(nd->p[3]));
-        for (int q = 0; q < Pt; q++) R(tn->part[e->m * Pt + q]);
-        for (int q = 0; q < Pt; q++) {
-            hyfi_task_args a = tile_args(e, nd, q);
-            hyfi_sp_task_name(nm, sizeof nm, nd, "fwd", q, e);
-            TASK(&hyfi_cl_batchnorm_forward_eval, nm, &a);
-            W(TILE(y, q)), R(TILE(x, q)), R(PH(nd->p[0])), R(PH(nd->p[1]));
-            R(TH(nd->s[0], e->m)), R(TH(nd->s[1], e->m));
-            ON_PLACE(hyfi_sp_place(e, y, q));
-        }
-        return 0;
-    }
-    for (int q = 0; q < Pt; q++) {
-        hyfi_task_args a = tile_args(e, nd, q);
-        hyfi_sp_task_name(nm, sizeof nm, nd, "fwd", q, e);
-        switch (nd->op) {
-        case OP_CONV2D: {
-            starpu_data_handle_t in;
-            if (hyfi_sp_assemble(e, nd, q, &in)) return -1;
-            TASK(&hyfi_cl_conv2d_forward, nm, &a);
-            W(TILE(y, q)), R(in), R(PH(nd->p[0]));
-            if (nd->p[1]) R(PH(nd->p[1]));
-            break;
-        }
-        case OP_MAXPOOL:
-        case OP_AVGPOOL: {
-            starpu_data_handle_t in;
-            if (hyfi_sp_assemble(e, nd, q, &in)) return -1;
-            TASK(nd->op == OP_MAXPOOL ? &hyfi_cl_maxpool_forward : &hyfi_cl_avgpool_forward, nm,
-                 &a);
-            W(TILE(y, q)), R(in);
-            break;
-        }
-        case OP_BATCHNORM: /* eval mode: running statistics */
-            TASK(&hyfi_cl_batchnorm_forward_eval, nm, &a);
-            W(TILE(y, q)), R(TILE(x, q)), R(PH(nd->p[0])), R(PH(nd->p[1]));
-            R(PH(nd->p[2])), R(PH(nd->p[3]));
-            break;
-        case OP_RELU:
-            TASK(&hyfi_cl_relu_forward, nm, &a);
-            W(TILE(y, q)), R(TILE(x, q));
-            break;
-        case OP_ADD:
-            TASK(&hyfi_cl_add_forward, nm, &a);
-            W(TILE(y, q)), R(TILE(nd->in[0], q)), R(TILE(nd->in[1], q));
-            break;
-        case OP_CONCAT: {
-            int off = 0;
-            const int hw = tile_h(y->tl, q) * tile_w(y->tl, q);
-            for (int i = 0; i < nd->nin; i++) {
-                hyfi_tensor *xi = nd->in[i];
-                a.u.concat = (hyfi_concat_args){.n = y->dims[0] / e->M, .hw = hw,
-                                                .c_part = xi->dims[1], .c_offset = off,
-                                                .c_total = y->dims[1]};
-                char pass[16];
-                snprintf(pass, sizeof pass, "fwd%d", i);
-                hyfi_sp_task_name(nm, sizeof nm, nd, pass, q, e);
-                TASK(&hyfi_cl_concat_forward, nm, &a);
-                hyfi_prog_buf(P, TILE(y, q), i == 0 ? STARPU_W : STARPU_RW);
-                R(TILE(xi, q));
-                ON_PLACE(hyfi_sp_place(e, y, q));
-                off += xi->dims[1];
-            }
-            continue;
-        }
-        default:
-            return -1;
-        }
-        ON_PLACE(hyfi_sp_place(e, y, q));
+    if (hyfi_op_batch_statistics(nd) && training) return bn_tiles_forward(e, nd);
+    for (int q = 0; q < e->g->pl->P; q++) {
+        starpu_data_handle_t in = NULL;
+        if (hyfi_op_windowed(nd) && hyfi_sp_assemble(e, nd, q, &in)) return -1;
+        hyfi_opview v;
+        tile_view(e, nd, q, in, training, &v);
+        if (hyfi_op_forward(e, &v)) return -1;
     }
     return 0;
 }
@@ -284,169 +235,62 @@ int hyfi_sp_halo_return(emit_ctx *e, const node *nd, int q)
     return 0;
 }
 
+/* Batch norm's backward over the tiles: per-tile sums, combined (with the
+ * parameter gradients), applied per tile. */
+static int bn_tiles_backward(emit_ctx *e, const node *nd)
+{
+    const hyfi_tnode *tn = nd->tn;
+    const int Pt = e->g->pl->P;
+    double count[HYFI_MAX_TILES] = {0}, total = 0;
+    hyfi_opview v = {0};
+    for (int q = 0; q < Pt; q++) {
+        tile_view(e, nd, q, NULL, 1, &v);
+        count[q] = (double)v.a.u.bn.n * v.a.u.bn.h * v.a.u.bn.w;
+        total += count[q];
+        if (hyfi_bn_part_bwd_stats(e, &v, tn->bwpart[e->m * Pt + q])) return -1;
+    }
+    if (hyfi_bn_bwd_combine(e, &v, count, Pt, tn->tot[e->m], tn->bwpart + e->m * Pt)) return -1;
+    for (int q = 0; q < Pt && nd->in[0]->requires_grad; q++) {
+        tile_view(e, nd, q, NULL, 1, &v);
+        if (hyfi_bn_part_bwd_apply(e, &v, total, tn->tot[e->m], "bwd")) return -1;
+    }
+    return 0;
+}
+
 int hyfi_spatial_backward(emit_ctx *e, const node *nd)
 {
     if (nd->tn && nd->tn->fg) /* the group is emitted with its last op */
         return nd->tn->fg_pos == nd->tn->fg->n - 1 ? hyfi_sp_fused_backward(e, nd->tn->fg) : 0;
-    program *P = e->P;
     const int Pt = e->g->pl->P;
-    hyfi_tensor *y = nd->out, *x = nd->in[0];
     const hyfi_tnode *tn = nd->tn;
-    char nm[64];
-    switch (nd->op) {
-    case OP_CONV2D:
-    case OP_MAXPOOL:
-    case OP_AVGPOOL: {
-        const int data = x->requires_grad;
-        for (int q = 0; q < Pt && data; q++) {
-            hyfi_task_args a = tile_args(e, nd, q);
-            const int direct = !tn->use_buf[q];
-            a.acc = direct ? TGWF(x, q) : 0;
-            hyfi_sp_task_name(nm, sizeof nm, nd, nd->op == OP_CONV2D ? "bwd_data" : "bwd", q, e);
-            TASK(nd->op == OP_CONV2D    ? &hyfi_cl_conv2d_backward_data
-                 : nd->op == OP_MAXPOOL ? &hyfi_cl_maxpool_backward
-                                        : &hyfi_cl_avgpool_backward,
-                 nm, &a);
-            if (direct) tile_grad_out(e, x, q);
-            else W(tn->dbuf[e->m * Pt + q]);
-            R(TGRAD(y, q));
-            if (nd->op == OP_CONV2D) R(PH(nd->p[0]));
-            if (nd->op == OP_MAXPOOL) R(direct ? TILE(x, q) : tn->buf[e->m * Pt + q]);
-            ON_PLACE(hyfi_sp_place(e, x, q));
-            if (direct) tile_grad_done(e, x, q);
-            else if (hyfi_sp_unassemble(e, nd, q)) return -1;
-        }
-        for (int q = 0; q < Pt && data; q++)
-            if (tn->use_buf[q] && hyfi_sp_halo_return(e, nd, q)) return -1;
-        if (nd->op != OP_CONV2D) return 0;
-        for (int q = 0; q < Pt; q++) {
-            hyfi_task_args a = tile_args(e, nd, q);
-            enum starpu_data_access_mode mw, mb = STARPU_W;
-            int accw;
-            unsigned char wf = nd->tn->wpw[e->rep * Pt + q], bf = nd->tn->wpw[e->rep * Pt + q];
-            if (hyfi_grad_sum_mode(e, tn->wpart[e->rep * Pt + q], &wf, nd->p[0]->numel, nd->p[0]->name, &mw,
-                                   &accw))
-                return -1;
-            if (nd->p[1]) {
-                int accb;
-                if (hyfi_grad_sum_mode(e, tn->bpart[e->rep * Pt + q], &bf, nd->p[1]->numel, nd->p[1]->name,
-                                       &mb, &accb))
-                    return -1;
+    hyfi_opview v;
+    if (hyfi_op_batch_statistics(nd)) return bn_tiles_backward(e, nd);
+    if (!hyfi_op_windowed(nd)) {
+        /* input by input, tile by tile */
+        for (int i = 0; i < nd->nin; i++)
+            for (int q = 0; q < Pt && nd->in[i]->requires_grad; q++) {
+                tile_view(e, nd, q, NULL, 1, &v);
+                for (int k = 0; k < nd->nin; k++)
+                    if (k != i) v.dx[k].h = NULL;
+                if (hyfi_op_backward_data(e, &v)) return -1;
             }
-            /* the fill tasks go to the tile's place too */
-            for (int k = P->n - 1; k >= 0 && P->t[k].place < 0 && P->t[k].cl == &hyfi_cl_fill; k--)
-                P->t[k].place = hyfi_sp_place(e, y, q);
-            nd->tn->wpw[e->rep * Pt + q] = 1;
-            nd->p[0]->gwritten = 1;
-            if (nd->p[1]) nd->p[1]->gwritten = 1;
-            a.acc = accw;
-            hyfi_sp_task_name(nm, sizeof nm, nd, "bwd_weight", q, e);
-            TASK(&hyfi_cl_conv2d_backward_weight, nm, &a);
-            hyfi_prog_buf(P, tn->wpart[e->rep * Pt + q], mw);
-            if (nd->p[1]) hyfi_prog_buf(P, tn->bpart[e->rep * Pt + q], mb);
-            R(TGRAD(y, q)), R(tn->use_buf[q] ? tn->buf[e->m * Pt + q] : TILE(x, q));
-            ON_PLACE(hyfi_sp_place(e, y, q));
-        }
         return 0;
     }
-    case OP_BATCHNORM: {
-        hyfi_bn_combine_args ca = {.c = x->dims[1], .nparts = Pt, .eps = nd->a.bn.eps,
-                                   .momentum = nd->a.bn.momentum};
-        double total = 0;
-        for (int q = 0; q < Pt; q++) {
-            hyfi_task_args a = tile_args(e, nd, q);
-            hyfi_task_args s = {.u.bnt = {.bn = a.u.bn}};
-            ca.count[q] = (double)a.u.bn.n * a.u.bn.h * a.u.bn.w;
-            total += ca.count[q];
-            hyfi_sp_task_name(nm, sizeof nm, nd, "bwd_stats", q, e);
-            TASK(&hyfi_cl_bn_bwd_stats, nm, &s);
-            W(tn->bwpart[e->m * Pt + q]), R(TGRAD(y, q)), R(TILE(x, q)), R(TH(nd->s[0], e->m));
-            ON_PLACE(hyfi_sp_place(e, x, q));
-        }
-        enum starpu_data_access_mode mg, mb;
-        int accg, accb;
-        nd->p[0]->gwritten = nd->p[1]->gwritten = 1;
-        if (hyfi_grad_sum_mode(e, PGH(nd->p[0]), &PGW(nd->p[0]), nd->p[0]->numel,
-                               nd->p[0]->name, &mg, &accg) ||
-            hyfi_grad_sum_mode(e, PGH(nd->p[1]), &PGW(nd->p[1]), nd->p[1]->numel,
-                               nd->p[1]->name, &mb, &accb))
-            return -1;
-        hyfi_task_args c = {.acc = accg ? HYFI_BN_ACC_PARAMS : 0, .u.bnc = ca};
-        hyfi_task_name(nm, sizeof nm, nd, "bwd_combine", e);
-        TASK(&hyfi_cl_bn_bwd_combine, nm, &c);
-        W(tn->tot[e->m]);
-        hyfi_prog_buf(P, PGH(nd->p[0]), mg);
-        hyfi_prog_buf(P, PGH(nd->p[1]), mb);
-        R(TH(nd->s[1], e->m));
-        for (int q = 0; q < Pt; q++) R(tn->bwpart[e->m * Pt + q]);
-        for (int q = 0; q < Pt && x->requires_grad; q++) {
-            hyfi_task_args a = tile_args(e, nd, q);
-            hyfi_task_args s = {.acc = TGWF(x, q) ? HYFI_BN_ACC_DX : 0,
-                                .u.bnt = {.bn = a.u.bn, .total = total}};
-            hyfi_sp_task_name(nm, sizeof nm, nd, "bwd", q, e);
-            TASK(&hyfi_cl_bn_bwd_apply, nm, &s);
-            tile_grad_out(e, x, q);
-            R(TGRAD(y, q)), R(TILE(x, q)), R(PH(nd->p[0])), R(TH(nd->s[0], e->m));
-            R(TH(nd->s[1], e->m)), R(tn->tot[e->m]);
-            ON_PLACE(hyfi_sp_place(e, x, q));
-            tile_grad_done(e, x, q);
-        }
-        return 0;
+    /* windowed: the buffer's gradient, scattered to the tile and the strips;
+     * the strips added into the neighbours' tiles; the weight gradients */
+    const int data = nd->in[0]->requires_grad;
+    for (int q = 0; q < Pt && data; q++) {
+        tile_view(e, nd, q, tn->use_buf[q] ? tn->buf[e->m * Pt + q] : NULL, 1, &v);
+        if (hyfi_op_backward_data(e, &v)) return -1;
+        if (tn->use_buf[q] && hyfi_sp_unassemble(e, nd, q)) return -1;
     }
-    case OP_RELU:
-        for (int q = 0; q < Pt && x->requires_grad; q++) {
-            hyfi_task_args a = tile_args(e, nd, q);
-            a.acc = TGWF(x, q);
-            hyfi_sp_task_name(nm, sizeof nm, nd, "bwd", q, e);
-            TASK(&hyfi_cl_relu_backward, nm, &a);
-            tile_grad_out(e, x, q);
-            R(TGRAD(y, q)), R(TILE(y, q));
-            ON_PLACE(hyfi_sp_place(e, x, q));
-            tile_grad_done(e, x, q);
-        }
-        return 0;
-    case OP_ADD:
-        for (int i = 0; i < 2; i++) {
-            hyfi_tensor *xi = nd->in[i];
-            for (int q = 0; q < Pt && xi->requires_grad; q++) {
-                hyfi_task_args a = {.acc = TGWF(xi, q), .u.elt.count = hyfi_tile_numel(xi, q)};
-                char pass[16];
-                snprintf(pass, sizeof pass, "bwd%d", i);
-                hyfi_sp_task_name(nm, sizeof nm, nd, pass, q, e);
-                TASK(&hyfi_cl_accumulate, nm, &a);
-                tile_grad_out(e, xi, q);
-                R(TGRAD(y, q));
-                ON_PLACE(hyfi_sp_place(e, xi, q));
-                tile_grad_done(e, xi, q);
-            }
-        }
-        return 0;
-    case OP_CONCAT: {
-        int off = 0;
-        for (int i = 0; i < nd->nin; i++) {
-            hyfi_tensor *xi = nd->in[i];
-            for (int q = 0; q < Pt && xi->requires_grad; q++) {
-                hyfi_task_args a = {.acc = TGWF(xi, q)};
-                a.u.concat = (hyfi_concat_args){.n = y->dims[0] / e->M,
-                                                .hw = tile_h(y->tl, q) * tile_w(y->tl, q),
-                                                .c_part = xi->dims[1], .c_offset = off,
-                                                .c_total = y->dims[1]};
-                char pass[16];
-                snprintf(pass, sizeof pass, "bwd%d", i);
-                hyfi_sp_task_name(nm, sizeof nm, nd, pass, q, e);
-                TASK(&hyfi_cl_concat_backward, nm, &a);
-                tile_grad_out(e, xi, q);
-                R(TGRAD(y, q));
-                ON_PLACE(hyfi_sp_place(e, xi, q));
-                tile_grad_done(e, xi, q);
-            }
-            off += xi->dims[1];
-        }
-        return 0;
+    for (int q = 0; q < Pt && data; q++)
+        if (tn->use_buf[q] && hyfi_sp_halo_return(e, nd, q)) return -1;
+    for (int q = 0; q < Pt; q++) {
+        tile_view(e, nd, q, tn->use_buf[q] ? tn->buf[e->m * Pt + q] : NULL, 1, &v);
+        if (hyfi_op_backward_params(e, &v)) return -1;
     }
-    default:
-        return -1;
-    }
+    return 0;
 }
 
 /* Gather the tiles of x into its whole-tensor view (on the event's place). */
