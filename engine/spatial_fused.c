@@ -25,46 +25,6 @@ static starpu_data_handle_t fg_dout(emit_ctx *e, const hyfi_fgroup *fg, int j, i
     return j == fg->n - 1 ? TGRAD(fg->op[j]->out, q) : fg->grad[FGK(j, q)];
 }
 
-/* Kernel arguments of op j on tile q: shapes of its regions. */
-static hyfi_task_args fg_args(const emit_ctx *e, const hyfi_fgroup *fg, int j, int q)
-{
-    const node *nd = fg->op[j];
-    hyfi_task_args a = hyfi_node_args(nd, e->M);
-    const int ho = fg_rows(fg, j, q), wo = fg_cols(fg, j, q);
-    int hi, wi, ph = 0, pw = 0;
-    if (j == 0) {
-        hi = nd->tn->buf_h[q], wi = nd->tn->buf_w[q];
-    } else if (fg_padded(fg, j, q)) {
-        hi = fg_rows(fg, j - 1, q) + fg->pt[j][q] + fg->pb[j][q];
-        wi = fg_cols(fg, j - 1, q) + fg->pl[j][q] + fg->pr[j][q];
-    } else {
-        hi = fg_rows(fg, j - 1, q), wi = fg_cols(fg, j - 1, q);
-    }
-    /* max pools and average pools without the padding: kernel padding before */
-    if ((nd->op == OP_MAXPOOL || nd->op == OP_AVGPOOL) && !nd->tn->explicit_pad)
-        ph = fg->pt[j][q], pw = fg->pl[j][q];
-    switch (nd->op) {
-    case OP_CONV2D:
-        a.u.conv.h = hi, a.u.conv.w = wi, a.u.conv.ho = ho, a.u.conv.wo = wo;
-        a.u.conv.ph = a.u.conv.pw = 0;
-        break;
-    case OP_MAXPOOL:
-    case OP_AVGPOOL:
-        a.u.pool.h = hi, a.u.pool.w = wi, a.u.pool.ho = ho, a.u.pool.wo = wo;
-        a.u.pool.ph = ph, a.u.pool.pw = pw;
-        break;
-    case OP_BATCHNORM:
-        a.u.bn.h = ho, a.u.bn.w = wo;
-        break;
-    case OP_RELU:
-        a.u.elt.count = (size_t)(nd->out->dims[0] / e->M) * nd->out->dims[1] * ho * wo;
-        break;
-    default:
-        break;
-    }
-    return a;
-}
-
 /* One-piece copy between a region tensor (n, C, rh, rw) and a sub-rectangle. */
 static hyfi_tile_args fg_rect(int n, int C, int dh, int dw, int sh, int sw, int sy, int sx,
                               int dy, int dx, int h, int w)
@@ -75,255 +35,208 @@ static hyfi_tile_args fg_rect(int n, int C, int dh, int dw, int sh, int sw, int 
     return t;
 }
 
-int hyfi_sp_fused_forward(emit_ctx *e, const hyfi_fgroup *fg, int training)
+/* The view of op j of the group on tile q: its region's input, output and
+ * gradients (data gradients into fresh buffers: the region's, the padded
+ * copy's or the assembled buffer's), everything on the tile's place. */
+static void fused_view(emit_ctx *e, const hyfi_fgroup *fg, int j, int q, int training,
+                       hyfi_opview *v)
+{
+    const node *nd = fg->op[j];
+    const hyfi_tnode *tn = nd->tn;
+    const int Pt = e->g->pl->P;
+    memset(v, 0, sizeof *v);
+    v->nd = nd;
+    v->tile = q;
+    v->place = v->dplace[0] = hyfi_sp_place(e, nd->out, q);
+    int hi, wi, ph = 0, pw = 0;
+    if (j == 0) {
+        hi = tn->buf_h[q], wi = tn->buf_w[q];
+    } else if (fg_padded(fg, j, q)) {
+        hi = fg_rows(fg, j - 1, q) + fg->pt[j][q] + fg->pb[j][q];
+        wi = fg_cols(fg, j - 1, q) + fg->pl[j][q] + fg->pr[j][q];
+    } else {
+        hi = fg_rows(fg, j - 1, q), wi = fg_cols(fg, j - 1, q);
+    }
+    /* max pools and average pools without the padding: kernel padding before */
+    if (hyfi_op_windowed(nd) && !tn->explicit_pad) ph = fg->pt[j][q], pw = fg->pl[j][q];
+    hyfi_op_view_args(v, e->M, hi, wi, fg_rows(fg, j, q), fg_cols(fg, j, q), ph, pw);
+    v->x[0] = fg_in(e, fg, j, q);
+    v->y = fg_out(e, fg, j, q);
+    v->dy = fg_dout(e, fg, j, q);
+    v->dx[0].h = j == 0                 ? tn->dbuf[e->m * Pt + q]
+                 : fg_padded(fg, j, q) ? fg->dpbuf[FGK(j, q)]
+                                       : fg->grad[FGK(j - 1, q)];
+    for (int k = 0; k < 4; k++)
+        if (nd->p[k]) v->p[k] = PH(nd->p[k]);
+    for (int k = 0; k < 2; k++)
+        if (nd->s[k]) v->s[k] = TH(nd->s[k], e->m);
+    v->stat[0] = training ? v->s[0] : v->p[2];
+    v->stat[1] = training ? v->s[1] : v->p[3];
+    for (int k = 0; k < 2; k++) {
+        hyfi_tensor *p = nd->p[k];
+        if (!p || p->kind != T_PARAM) continue;
+        const int i = e->rep * Pt + q;
+        v->dp[k] = tn->wpart ? (hyfi_gsum){k ? tn->bpart[i] : tn->wpart[i],
+                                           k ? &nd->tn->bpw[i] : &nd->tn->wpw[i], p}
+                             : (hyfi_gsum){PGH(p), &PGW(p), p};
+    }
+}
+
+/* A copy task of the group on tile q's place. */
+static int fg_copy(emit_ctx *e, const node *nd, int q, struct starpu_codelet *cl,
+                   const char *pass, hyfi_tile_args t, int acc, starpu_data_handle_t dst,
+                   enum starpu_data_access_mode mode, starpu_data_handle_t src)
 {
     program *P = e->P;
-    const int Pt = e->g->pl->P;
     char nm[64];
+    hyfi_task_args c;
+    memset(&c, 0, sizeof c);
+    c.acc = acc;
+    c.u.tile = t;
+    hyfi_sp_task_name(nm, sizeof nm, nd, pass, q, e);
+    TASK(cl, nm, &c);
+    hyfi_prog_buf(P, dst, mode);
+    R(src);
+    ON_PLACE(hyfi_sp_place(e, nd->out, q));
+    return 0;
+}
+
+/* Batch norm op j in training: statistics over each tile's own part only. */
+static int fused_bn_stats(emit_ctx *e, const hyfi_fgroup *fg, int j)
+{
+    const node *nd = fg->op[j];
+    const hyfi_tnode *tn = nd->tn;
+    const hyfi_tiles *tl = nd->out->tl;
+    const int Pt = e->g->pl->P, n = nd->out->dims[0] / e->M, C = nd->out->dims[1];
+    double count[HYFI_MAX_TILES] = {0};
+    hyfi_opview v = {0};
+    for (int q = 0; q < Pt; q++) {
+        const int oh = tile_h(tl, q), ow = tile_w(tl, q);
+        fused_view(e, fg, j, q, 1, &v);
+        hyfi_op_view_args(&v, e->M, oh, ow, oh, ow, 0, 0);
+        count[q] = (double)n * oh * ow;
+        if (fg_bn_extended(fg, j, q)) {
+            hyfi_tile_args t = fg_rect(n, C, oh, ow, fg_rows(fg, j, q), fg_cols(fg, j, q),
+                                       tl->rcut[q / tl->cols] - fg->r0[j][q],
+                                       tl->ccut[q % tl->cols] - fg->c0[j][q], 0, 0, oh, ow);
+            if (fg_copy(e, nd, q, &hyfi_cl_tile_assemble, "own", t, 0, fg->xo[FGK(j, q)],
+                        STARPU_W, v.x[0]))
+                return -1;
+            v.x[0] = fg->xo[FGK(j, q)];
+        }
+        if (hyfi_bn_part_stats(e, &v, tn->part[e->m * Pt + q])) return -1;
+    }
+    return hyfi_bn_combine(e, nd, count, Pt, v.s[0], v.s[1], v.p[2], v.p[3],
+                           tn->part + e->m * Pt);
+}
+
+int hyfi_sp_fused_forward(emit_ctx *e, const hyfi_fgroup *fg, int training)
+{
+    const int Pt = e->g->pl->P;
     for (int j = 0; j < fg->n; j++) {
         const node *nd = fg->op[j];
-        const int n = nd->out->dims[0] / e->M, C = nd->out->dims[1], Ci = nd->in[0]->dims[1];
-        if (nd->op == OP_BATCHNORM && training) {
-            const hyfi_tnode *tn = nd->tn;
-            hyfi_bn_combine_args ca = {.c = C, .nparts = Pt, .eps = nd->a.bn.eps,
-                                       .momentum = nd->a.bn.momentum};
-            for (int q = 0; q < Pt; q++) {
-                /* statistics over the own tile only */
-                const hyfi_tiles *tl = nd->out->tl;
-                hyfi_batchnorm_args own = nd->a.bn;
-                own.n = n, own.h = tile_h(tl, q), own.w = tile_w(tl, q);
-                ca.count[q] = (double)n * own.h * own.w;
-                starpu_data_handle_t x = fg_in(e, fg, j, q);
-                if (fg_bn_extended(fg, j, q)) {
-                    hyfi_task_args c = {.u.tile = fg_rect(
-                        n, C, own.h, own.w, fg_rows(fg, j, q), fg_cols(fg, j, q),
-                        tl->rcut[q / tl->cols] - fg->r0[j][q], tl->ccut[q % tl->cols] - fg->c0[j][q],
-                        0, 0, own.h, own.w)};
-                    hyfi_sp_task_name(nm, sizeof nm, nd, "own", q, e);
-                    TASK(&hyfi_cl_tile_assemble, nm, &c);
-                    W(fg->xo[FGK(j, q)]), R(x);
-                    ON_PLACE(hyfi_sp_place(e, nd->out, q));
-                    x = fg->xo[FGK(j, q)];
-                }
-                hyfi_task_args s = {.u.bnt = {.bn = own}};
-                hyfi_sp_task_name(nm, sizeof nm, nd, "stats", q, e);
-                TASK(&hyfi_cl_bn_stats, nm, &s);
-                W(tn->part[e->m * Pt + q]), R(x);
-                ON_PLACE(hyfi_sp_place(e, nd->out, q));
-            }
-            hyfi_task_args c = {.u.bnc = ca};
-            hyfi_task_name(nm, sizeof nm, nd, "combine", e);
-            TASK(&hyfi_cl_bn_combine, nm, &c);
-            W(TH(nd->s[0], e->m)), W(TH(nd->s[1], e->m)), RW(PH(nd->p[2]));
-            RW(PH(nd->p[3]));
-            for (int q = 0; q < Pt; q++) R(tn->part[e->m * Pt + q]);
-        }
+        const int n = nd->out->dims[0] / e->M, Ci = nd->in[0]->dims[1];
+        if (hyfi_op_batch_statistics(nd) && training && fused_bn_stats(e, fg, j)) return -1;
         for (int q = 0; q < Pt; q++) {
-            hyfi_task_args a = fg_args(e, fg, j, q);
             if (j == 0) {
                 starpu_data_handle_t in;
                 if (hyfi_sp_assemble(e, nd, q, &in)) return -1;
             } else if (fg_padded(fg, j, q)) {
                 const int rh = fg_rows(fg, j - 1, q), rw = fg_cols(fg, j - 1, q);
-                hyfi_task_args c = {.u.tile = fg_rect(n, Ci, rh + fg->pt[j][q] + fg->pb[j][q],
-                                                      rw + fg->pl[j][q] + fg->pr[j][q], rh, rw, 0, 0,
-                                                      fg->pt[j][q], fg->pl[j][q], rh, rw)};
-                c.u.tile.zero_fill = 1;
-                hyfi_sp_task_name(nm, sizeof nm, nd, "pad", q, e);
-                TASK(&hyfi_cl_tile_assemble, nm, &c);
-                W(fg->pbuf[FGK(j, q)]), R(fg->val[FGK(j - 1, q)]);
-                ON_PLACE(hyfi_sp_place(e, nd->out, q));
+                hyfi_tile_args t = fg_rect(n, Ci, rh + fg->pt[j][q] + fg->pb[j][q],
+                                           rw + fg->pl[j][q] + fg->pr[j][q], rh, rw, 0, 0,
+                                           fg->pt[j][q], fg->pl[j][q], rh, rw);
+                t.zero_fill = 1;
+                if (fg_copy(e, nd, q, &hyfi_cl_tile_assemble, "pad", t, 0, fg->pbuf[FGK(j, q)],
+                            STARPU_W, fg->val[FGK(j - 1, q)]))
+                    return -1;
             }
-            starpu_data_handle_t in = fg_in(e, fg, j, q), out = fg_out(e, fg, j, q);
-            hyfi_sp_task_name(nm, sizeof nm, nd, "fwd", q, e);
-            switch (nd->op) {
-            case OP_CONV2D:
-                TASK(&hyfi_cl_conv2d_forward, nm, &a);
-                W(out), R(in), R(PH(nd->p[0]));
-                if (nd->p[1]) R(PH(nd->p[1]));
-                break;
-            case OP_MAXPOOL:
-            case OP_AVGPOOL:
-                TASK(nd->op == OP_MAXPOOL ? &hyfi_cl_maxpool_forward : &hyfi_cl_avgpool_forward,
-                     nm, &a);
-                W(out), R(in);
-                break;
-            case OP_BATCHNORM:
-                TASK(&hyfi_cl_batchnorm_forward_eval, nm, &a);
-                W(out), R(in), R(PH(nd->p[0])), R(PH(nd->p[1]));
-                if (training) R(TH(nd->s[0], e->m)), R(TH(nd->s[1], e->m));
-                else R(PH(nd->p[2])), R(PH(nd->p[3]));
-                break;
-            case OP_RELU:
-                TASK(&hyfi_cl_relu_forward, nm, &a);
-                W(out), R(in);
-                break;
-            default:
-                return -1;
-            }
-            ON_PLACE(hyfi_sp_place(e, nd->out, q));
+            hyfi_opview v;
+            fused_view(e, fg, j, q, training, &v);
+            if (hyfi_op_forward(e, &v)) return -1;
         }
+    }
+    return 0;
+}
+
+/* Batch norm op j's backward: sums per tile over its region, combined; each
+ * region's gradient with the dy terms only (zero totals) where the region is
+ * wider than the own tile, and the full formula on the own tile over it. */
+static int fused_bn_backward(emit_ctx *e, const hyfi_fgroup *fg, int j)
+{
+    const node *nd = fg->op[j];
+    const hyfi_tnode *tn = nd->tn;
+    const hyfi_tiles *tl = nd->out->tl;
+    const int Pt = e->g->pl->P, n = nd->out->dims[0] / e->M, C = nd->out->dims[1];
+    double count[HYFI_MAX_TILES] = {0}, total = 0;
+    hyfi_opview v = {0};
+    for (int q = 0; q < Pt; q++) {
+        fused_view(e, fg, j, q, 1, &v);
+        count[q] = (double)n * tile_h(tl, q) * tile_w(tl, q);
+        total += count[q];
+        if (hyfi_bn_part_bwd_stats(e, &v, tn->bwpart[e->m * Pt + q])) return -1;
+    }
+    if (hyfi_bn_bwd_combine(e, &v, count, Pt, tn->tot[e->m], tn->bwpart + e->m * Pt)) return -1;
+    for (int q = 0; q < Pt; q++) {
+        const int ext = fg_bn_extended(fg, j, q);
+        fused_view(e, fg, j, q, 1, &v);
+        if (hyfi_bn_part_bwd_apply(e, &v, total, ext ? fg->ztot[j] : tn->tot[e->m], "bwd"))
+            return -1;
+        if (!ext) continue;
+        const int oh = tile_h(tl, q), ow = tile_w(tl, q), rh = fg_rows(fg, j, q),
+                  rw = fg_cols(fg, j, q);
+        const int oy = tl->rcut[q / tl->cols] - fg->r0[j][q],
+                  ox = tl->ccut[q % tl->cols] - fg->c0[j][q];
+        const hyfi_tile_args cp = fg_rect(n, C, oh, ow, rh, rw, oy, ox, 0, 0, oh, ow);
+        if (fg_copy(e, nd, q, &hyfi_cl_tile_assemble, "own_dy", cp, 0, fg->dyo[FGK(j, q)],
+                    STARPU_W, v.dy) ||
+            fg_copy(e, nd, q, &hyfi_cl_tile_assemble, "own_x", cp, 0, fg->xo[FGK(j, q)],
+                    STARPU_W, v.x[0]))
+            return -1;
+        hyfi_opview o = v;
+        hyfi_op_view_args(&o, e->M, oh, ow, oh, ow, 0, 0);
+        o.x[0] = fg->xo[FGK(j, q)], o.dy = fg->dyo[FGK(j, q)];
+        o.dx[0] = (hyfi_gout){fg->dxo[FGK(j, q)], NULL, NULL};
+        if (hyfi_bn_part_bwd_apply(e, &o, total, tn->tot[e->m], "bwd_own") ||
+            fg_copy(e, nd, q, &hyfi_cl_tile_scatter, "own_dx", cp, 0, fg->grad[FGK(j - 1, q)],
+                    STARPU_RW, fg->dxo[FGK(j, q)]))
+            return -1;
     }
     return 0;
 }
 
 int hyfi_sp_fused_backward(emit_ctx *e, const hyfi_fgroup *fg)
 {
-    program *P = e->P;
     const int Pt = e->g->pl->P;
-    char nm[64];
     for (int j = fg->n - 1; j >= 0; j--) {
         const node *nd = fg->op[j];
-        const hyfi_tnode *tn = nd->tn;
-        const int n = nd->out->dims[0] / e->M, C = nd->out->dims[1], Ci = nd->in[0]->dims[1];
-        hyfi_tensor *x0 = fg->op[0]->in[0];
-        const int data = j > 0 || x0->requires_grad;
-        /* where op j's input gradient goes: op j-1's region gradient, through the
-         * padded copy's gradient when there is one; op 0: the buffer gradient */
-        if (nd->op == OP_BATCHNORM) {
-            hyfi_bn_combine_args ca = {.c = C, .nparts = Pt, .eps = nd->a.bn.eps,
-                                       .momentum = nd->a.bn.momentum};
-            double total = 0;
-            for (int q = 0; q < Pt; q++) {
-                hyfi_task_args a = fg_args(e, fg, j, q);
-                const hyfi_tiles *tl = nd->out->tl;
-                ca.count[q] = (double)n * tile_h(tl, q) * tile_w(tl, q);
-                total += ca.count[q];
-                hyfi_task_args s = {.u.bnt = {.bn = a.u.bn}};
-                hyfi_sp_task_name(nm, sizeof nm, nd, "bwd_stats", q, e);
-                TASK(&hyfi_cl_bn_bwd_stats, nm, &s);
-                W(tn->bwpart[e->m * Pt + q]), R(fg_dout(e, fg, j, q)), R(fg_in(e, fg, j, q));
-                R(TH(nd->s[0], e->m));
-                ON_PLACE(hyfi_sp_place(e, nd->out, q));
-            }
-            enum starpu_data_access_mode mg, mb;
-            int accg, accb;
-            nd->p[0]->gwritten = nd->p[1]->gwritten = 1;
-            if (hyfi_grad_sum_mode(e, PGH(nd->p[0]), &PGW(nd->p[0]), nd->p[0]->numel,
-                                   nd->p[0]->name, &mg, &accg) ||
-                hyfi_grad_sum_mode(e, PGH(nd->p[1]), &PGW(nd->p[1]), nd->p[1]->numel,
-                                   nd->p[1]->name, &mb, &accb))
-                return -1;
-            hyfi_task_args c = {.acc = accg ? HYFI_BN_ACC_PARAMS : 0, .u.bnc = ca};
-            hyfi_task_name(nm, sizeof nm, nd, "bwd_combine", e);
-            TASK(&hyfi_cl_bn_bwd_combine, nm, &c);
-            W(tn->tot[e->m]);
-            hyfi_prog_buf(P, PGH(nd->p[0]), mg);
-            hyfi_prog_buf(P, PGH(nd->p[1]), mb);
-            R(TH(nd->s[1], e->m));
-            for (int q = 0; q < Pt; q++) R(tn->bwpart[e->m * Pt + q]);
-            for (int q = 0; q < Pt; q++) {
-                hyfi_task_args a = fg_args(e, fg, j, q);
-                const int ext = fg_bn_extended(fg, j, q);
-                hyfi_task_args s = {.u.bnt = {.bn = a.u.bn, .total = total}};
-                /* extended: the dy part on the whole region (zero totals), then the
-                 * full formula on the own tile over it */
-                hyfi_sp_task_name(nm, sizeof nm, nd, "bwd", q, e);
-                TASK(&hyfi_cl_bn_bwd_apply, nm, &s);
-                W(fg->grad[FGK(j - 1, q)]), R(fg_dout(e, fg, j, q)), R(fg_in(e, fg, j, q));
-                R(PH(nd->p[0])), R(TH(nd->s[0], e->m)), R(TH(nd->s[1], e->m));
-                R(ext ? fg->ztot[j] : tn->tot[e->m]);
-                ON_PLACE(hyfi_sp_place(e, nd->out, q));
-                if (!ext) continue;
-                const hyfi_tiles *tl = nd->out->tl;
-                const int oh = tile_h(tl, q), ow = tile_w(tl, q), rh = fg_rows(fg, j, q),
-                          rw = fg_cols(fg, j, q);
-                const int oy = tl->rcut[q / tl->cols] - fg->r0[j][q],
-                          ox = tl->ccut[q % tl->cols] - fg->c0[j][q];
-                hyfi_task_args cp = {.u.tile = fg_rect(n, C, oh, ow, rh, rw, oy, ox, 0, 0, oh, ow)};
-                hyfi_sp_task_name(nm, sizeof nm, nd, "own_dy", q, e);
-                TASK(&hyfi_cl_tile_assemble, nm, &cp);
-                W(fg->dyo[FGK(j, q)]), R(fg_dout(e, fg, j, q));
-                ON_PLACE(hyfi_sp_place(e, nd->out, q));
-                hyfi_sp_task_name(nm, sizeof nm, nd, "own_x", q, e);
-                TASK(&hyfi_cl_tile_assemble, nm, &cp);
-                W(fg->xo[FGK(j, q)]), R(fg_in(e, fg, j, q));
-                ON_PLACE(hyfi_sp_place(e, nd->out, q));
-                hyfi_task_args so = s;
-                so.u.bnt.bn.h = oh, so.u.bnt.bn.w = ow;
-                hyfi_sp_task_name(nm, sizeof nm, nd, "bwd_own", q, e);
-                TASK(&hyfi_cl_bn_bwd_apply, nm, &so);
-                W(fg->dxo[FGK(j, q)]), R(fg->dyo[FGK(j, q)]), R(fg->xo[FGK(j, q)]);
-                R(PH(nd->p[0])), R(TH(nd->s[0], e->m)), R(TH(nd->s[1], e->m));
-                R(tn->tot[e->m]);
-                ON_PLACE(hyfi_sp_place(e, nd->out, q));
-                hyfi_task_args sc = {.u.tile = fg_rect(n, C, oh, ow, rh, rw, oy, ox, 0, 0, oh, ow)};
-                hyfi_sp_task_name(nm, sizeof nm, nd, "own_dx", q, e);
-                TASK(&hyfi_cl_tile_scatter, nm, &sc);
-                RW(fg->grad[FGK(j - 1, q)]), R(fg->dxo[FGK(j, q)]);
-                ON_PLACE(hyfi_sp_place(e, nd->out, q));
-            }
+        const int n = nd->out->dims[0] / e->M, Ci = nd->in[0]->dims[1];
+        const int data = j > 0 || fg->op[0]->in[0]->requires_grad;
+        if (hyfi_op_batch_statistics(nd)) {
+            if (fused_bn_backward(e, fg, j)) return -1;
             continue;
         }
+        hyfi_opview v;
         for (int q = 0; q < Pt && data; q++) {
-            hyfi_task_args a = fg_args(e, fg, j, q);
-            const int padded = fg_padded(fg, j, q);
-            starpu_data_handle_t din = j == 0   ? tn->dbuf[e->m * Pt + q]
-                                       : padded ? fg->dpbuf[FGK(j, q)]
-                                                : fg->grad[FGK(j - 1, q)];
-            hyfi_sp_task_name(nm, sizeof nm, nd, nd->op == OP_CONV2D ? "bwd_data" : "bwd", q, e);
-            switch (nd->op) {
-            case OP_CONV2D:
-                TASK(&hyfi_cl_conv2d_backward_data, nm, &a);
-                W(din), R(fg_dout(e, fg, j, q)), R(PH(nd->p[0]));
-                break;
-            case OP_MAXPOOL:
-                TASK(&hyfi_cl_maxpool_backward, nm, &a);
-                W(din), R(fg_dout(e, fg, j, q)), R(fg_in(e, fg, j, q));
-                break;
-            case OP_AVGPOOL:
-                TASK(&hyfi_cl_avgpool_backward, nm, &a);
-                W(din), R(fg_dout(e, fg, j, q));
-                break;
-            case OP_RELU:
-                TASK(&hyfi_cl_relu_backward, nm, &a);
-                W(din), R(fg_dout(e, fg, j, q)), R(fg_out(e, fg, j, q));
-                break;
-            default:
-                return -1;
-            }
-            ON_PLACE(hyfi_sp_place(e, nd->out, q));
-            if (j > 0 && padded) {
+            fused_view(e, fg, j, q, 1, &v);
+            if (hyfi_op_backward_data(e, &v)) return -1;
+            if (j > 0 && fg_padded(fg, j, q)) {
+                /* the padded copy's gradient back into op j-1's region */
                 const int rh = fg_rows(fg, j - 1, q), rw = fg_cols(fg, j - 1, q);
-                hyfi_task_args c = {.u.tile = fg_rect(n, Ci, rh + fg->pt[j][q] + fg->pb[j][q],
-                                                      rw + fg->pl[j][q] + fg->pr[j][q], rh, rw, 0, 0,
-                                                      fg->pt[j][q], fg->pl[j][q], rh, rw)};
-                hyfi_sp_task_name(nm, sizeof nm, nd, "unpad", q, e);
-                TASK(&hyfi_cl_tile_scatter, nm, &c);
-                W(fg->grad[FGK(j - 1, q)]), R(fg->dpbuf[FGK(j, q)]);
-                ON_PLACE(hyfi_sp_place(e, nd->out, q));
+                hyfi_tile_args t = fg_rect(n, Ci, rh + fg->pt[j][q] + fg->pb[j][q],
+                                           rw + fg->pl[j][q] + fg->pr[j][q], rh, rw, 0, 0,
+                                           fg->pt[j][q], fg->pl[j][q], rh, rw);
+                if (fg_copy(e, nd, q, &hyfi_cl_tile_scatter, "unpad", t, 0,
+                            fg->grad[FGK(j - 1, q)], STARPU_W, fg->dpbuf[FGK(j, q)]))
+                    return -1;
             }
             if (j == 0 && hyfi_sp_unassemble(e, nd, q)) return -1;
         }
         for (int q = 0; q < Pt && j == 0 && data; q++)
             if (hyfi_sp_halo_return(e, nd, q)) return -1;
-        if (nd->op != OP_CONV2D) continue;
         for (int q = 0; q < Pt; q++) {
-            hyfi_task_args a = fg_args(e, fg, j, q);
-            enum starpu_data_access_mode mw, mb = STARPU_W;
-            int accw;
-            unsigned char wf = tn->wpw[e->rep * Pt + q], bf = tn->wpw[e->rep * Pt + q];
-            if (hyfi_grad_sum_mode(e, tn->wpart[e->rep * Pt + q], &wf, nd->p[0]->numel, nd->p[0]->name, &mw,
-                                   &accw))
-                return -1;
-            if (nd->p[1]) {
-                int accb;
-                if (hyfi_grad_sum_mode(e, tn->bpart[e->rep * Pt + q], &bf, nd->p[1]->numel, nd->p[1]->name,
-                                       &mb, &accb))
-                    return -1;
-            }
-            for (int k = P->n - 1; k >= 0 && P->t[k].place < 0 && P->t[k].cl == &hyfi_cl_fill; k--)
-                P->t[k].place = hyfi_sp_place(e, nd->out, q);
-            nd->tn->wpw[e->rep * Pt + q] = 1;
-            nd->p[0]->gwritten = 1;
-            if (nd->p[1]) nd->p[1]->gwritten = 1;
-            a.acc = accw;
-            hyfi_sp_task_name(nm, sizeof nm, nd, "bwd_weight", q, e);
-            TASK(&hyfi_cl_conv2d_backward_weight, nm, &a);
-            hyfi_prog_buf(P, tn->wpart[e->rep * Pt + q], mw);
-            if (nd->p[1]) hyfi_prog_buf(P, tn->bpart[e->rep * Pt + q], mb);
-            R(fg_dout(e, fg, j, q)), R(fg_in(e, fg, j, q));
-            ON_PLACE(hyfi_sp_place(e, nd->out, q));
+            fused_view(e, fg, j, q, 1, &v);
+            if (hyfi_op_backward_params(e, &v)) return -1;
         }
     }
     return 0;
