@@ -66,11 +66,6 @@ static void grad_done(const emit_ctx *e, hyfi_tensor *t)
 #define GRAD_DONE(t) grad_done(e, (t))
 #define GACC(t) gacc(e, (t))
 
-void hyfi_task_name(char *out, size_t len, const node *nd, const char *pass, const emit_ctx *e)
-{
-    if (e->M > 1) snprintf(out, len, "%s.%s.mb%d", nd->name, pass, e->m);
-    else snprintf(out, len, "%s.%s", nd->name, pass);
-}
 
 /* The view of node nd on whole tensors, micro-batch e->m. */
 static void whole_view(emit_ctx *e, const node *nd, hyfi_opview *v)
@@ -114,37 +109,6 @@ static int emit_accumulate(emit_ctx *e, hyfi_tensor *dst, starpu_data_handle_t s
     return 0;
 }
 
-/* The mode (and acc flag) of a parameter gradient output: written once per step
- * with one micro-batch; with several, zeroed by a fill task before the first
- * contribution and summed by a StarPU reduction (contributions accumulate into
- * per-worker copies that StarPU adds up when the update reads the gradient), or
- * with `deterministic` accumulated in emission order, which is micro-batch
- * order under both schedules. */
-int hyfi_grad_sum_mode(emit_ctx *e, starpu_data_handle_t h, unsigned char *written, size_t numel,
-                       const char *name, enum starpu_data_access_mode *mode, int *acc)
-{
-    program *P = e->P;
-    if (e->g->pl->mbr == 1) {
-        *mode = STARPU_W;
-        *acc = 0;
-    } else if (e->g->plan_cfg.deterministic) {
-        /* micro-batch order: the first contribution writes, the next ones add */
-        *acc = *written;
-        *mode = *acc ? STARPU_RW : STARPU_W;
-    } else {
-        *acc = 1;
-        if (!*written) {
-            char nm[HYFI_NAME_MAX + 16];
-            snprintf(nm, sizeof nm, "%.50s.zero_grad", name);
-            hyfi_task_args a = {.u.elt = {.count = numel, .value = 0.0f}};
-            TASK(&hyfi_cl_fill, nm, &a);
-            W(h);
-        }
-        *mode = STARPU_REDUX;
-    }
-    *written = 1;
-    return 0;
-}
 
 /* The gradient view of input x: the stage's own gradient of x or its
  * partial of it (gtarget). */
@@ -237,13 +201,6 @@ static int emit_loss_bcast(hyfi_graph *g, program *P)
     return 0;
 }
 
-int hyfi_emit_release(program *P, starpu_data_handle_t h, int owner)
-{
-    if (hyfi_prog_push(P, PT_RELEASE, NULL, "release", NULL)) return -1;
-    P->t[P->n - 1].rank = owner;
-    hyfi_prog_buf(P, h, STARPU_W);
-    return 0;
-}
 
 /* Nodes of stage s: [first[s], first[s + 1]). */
 static int *stage_nodes(hyfi_graph *g)
@@ -258,21 +215,7 @@ static int *stage_nodes(hyfi_graph *g)
     return first;
 }
 
-int hyfi_clamp_prio(int p)
-{
-    const int lo = starpu_sched_get_min_priority(), hi = starpu_sched_get_max_priority();
-    return p < lo ? lo : p > hi ? hi : p;
-}
 
-/* The last task pushed runs on `place` with priority prio. */
-void hyfi_on_place(hyfi_graph *g, program *P, int place, int prio)
-{
-    prog_task *t = &P->t[P->n - 1];
-    t->place = place;
-    t->rank = g->pl->place_rank[place];
-    t->worker = g->pl->place_worker[place];
-    t->prio = prio;
-}
 
 static int build_train(hyfi_graph *g, const int *first)
 {
@@ -407,6 +350,17 @@ static int build_programs(hyfi_graph *g)
     return rc;
 }
 
+/* Everything compile made: programs, handles (the table, then what held
+ * them), the plan. */
+void hyfi_compiled_free(hyfi_graph *g)
+{
+    hyfi_programs_free(g);
+    hyfi_handles_unregister(g);
+    hyfi_spatial_handles_free(g);
+    hyfi_handles_free(g);
+    hyfi_plan_free(g);
+}
+
 hyfi_status hyfi_graph_compile(hyfi_graph *g, hyfi_tensor *loss, const hyfi_train_config *cfg)
 {
     if (!g) return hyfi_fail(HYFI_ERR_ARG, "hyfi_graph_compile: graph is NULL");
@@ -441,21 +395,17 @@ hyfi_status hyfi_graph_compile(hyfi_graph *g, hyfi_tensor *loss, const hyfi_trai
     if (s != HYFI_OK) return s;
     s = hyfi_register_tensors(g);
     if (s != HYFI_OK) {
-        hyfi_handles_free(g);
-        hyfi_plan_free(g);
+        hyfi_compiled_free(g);
         return s;
     }
-    if (hyfi_spatial_register(g)) {
-        hyfi_handles_free(g);
-        hyfi_plan_free(g);
+    if (g->htab_oom || hyfi_spatial_register(g) || g->htab_oom) {
+        hyfi_compiled_free(g);
         return hyfi_graph_fail(g, HYFI_ERR_NOMEM, "out of memory registering the tiles");
     }
     if (build_programs(g)) {
         const int overflow =
             g->train_prog.overflow || g->infer_prog.overflow || g->fwd_train_prog.overflow;
-        hyfi_programs_free(g);
-        hyfi_handles_free(g);
-        hyfi_plan_free(g);
+        hyfi_compiled_free(g);
         if (overflow)
             return hyfi_graph_fail(g, HYFI_ERR_UNSUPPORTED,
                                    "a task of this plan needs more than %d buffers; use fewer "

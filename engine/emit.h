@@ -39,7 +39,12 @@ int hyfi_host_alloc(float **p, size_t n);
 /* Register a vector handle: home in host memory (ptr) on the owning rank,
  * lazy elsewhere or when ptr is NULL; known to StarPU-MPI in MPI runs. */
 void hyfi_reg(hyfi_graph *g, starpu_data_handle_t *h, float *ptr, size_t n, size_t elem,
-              int owner, const char *name, const char *suffix, int m, int nm);
+              int owner, hyfi_hcat cat, const char *name, const char *suffix, int m, int nm);
+/* The category of a tensor's own handles; of any registered handle. */
+hyfi_hcat hyfi_tensor_hcat(const hyfi_graph *g, const hyfi_tensor *t);
+hyfi_hcat hyfi_handle_hcat(starpu_data_handle_t h);
+/* Unregister every handle of the table (before freeing what held them). */
+void hyfi_handles_unregister(hyfi_graph *g);
 void hyfi_task_name(char *out, size_t len, const node *nd, const char *pass, const emit_ctx *e);
 /* Mode and acc flag of a gradient summed over micro-batches (written: the
  * compile-time flag of the handle); may emit a zero fill first. */
@@ -56,7 +61,6 @@ int hyfi_spatial_param_sums(emit_ctx *e);
 int hyfi_spatial_release(emit_ctx *e, int s);
 size_t hyfi_spatial_halo_volume(const hyfi_graph *g);
 void hyfi_spatial_halo_counts(const hyfi_graph *g, int *groups, int *fused_ops, int *strips);
-extern char hyfi_halo_tag;
 
 
 /* The all-reduce algorithm of a gradient of n floats over the replicas. */

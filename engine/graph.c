@@ -7,12 +7,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-const char *const hyfi_op_names[OP_COUNT] = {
-    [OP_CONV2D] = "conv2d", [OP_BATCHNORM] = "batchnorm", [OP_RELU] = "relu",
-    [OP_MAXPOOL] = "maxpool", [OP_AVGPOOL] = "avgpool", [OP_GAP] = "global_avgpool",
-    [OP_ADD] = "add", [OP_CONCAT] = "concat", [OP_FC] = "fc", [OP_XENT] = "softmax_cross_entropy",
-};
-_Static_assert(sizeof hyfi_op_names / sizeof *hyfi_op_names == OP_COUNT, "op name table");
 
 hyfi_status hyfi_graph_create(hyfi_ctx *ctx, uint64_t seed, hyfi_graph **out)
 {
@@ -40,9 +34,7 @@ void hyfi_graph_destroy(hyfi_graph *g)
 {
     if (!g) return;
     if (g->compiled) starpu_task_wait_for_all();
-    hyfi_handles_free(g);
-    hyfi_programs_free(g);
-    hyfi_plan_free(g);
+    hyfi_compiled_free(g);
     for (int i = 0; i < g->nnodes; i++) {
         free(g->nodes[i].name);
         free(g->nodes[i].in);

@@ -17,49 +17,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-int hyfi_prog_push(program *p, prog_kind kind, struct starpu_codelet *cl, const char *name,
-                   const hyfi_task_args *args)
-{
-    if (p->overflow) return -1;
-    if (p->n == p->cap) {
-        int nc = p->cap ? p->cap * 2 : 64;
-        prog_task *t = realloc(p->t, (size_t)nc * sizeof *t);
-        if (!t) return -1;
-        p->t = t;
-        p->cap = nc;
-    }
-    prog_task *t = &p->t[p->n++];
-    memset(t, 0, sizeof *t);
-    t->place = -1;
-    t->kind = kind;
-    t->cl = cl;
-    t->worker = -1;
-    if (args) t->args = *args;
-    snprintf(t->name, sizeof t->name, "%s", name);
-    return 0;
-}
 
-void hyfi_prog_buf(program *p, starpu_data_handle_t h, enum starpu_data_access_mode mode)
-{
-    prog_task *t = &p->t[p->n - 1];
-    if (t->nbuf == HYFI_MAX_TASK_BUFFERS) {
-        p->overflow = 1;
-        return;
-    }
-    t->buf[t->nbuf].handle = h;
-    t->buf[t->nbuf].mode = mode;
-    t->nbuf++;
-}
 
-void hyfi_programs_free(hyfi_graph *g)
-{
-    free(g->train_prog.t);
-    free(g->infer_prog.t);
-    free(g->fwd_train_prog.t);
-    memset(&g->fwd_train_prog, 0, sizeof g->fwd_train_prog);
-    memset(&g->train_prog, 0, sizeof g->train_prog);
-    memset(&g->infer_prog, 0, sizeof g->infer_prog);
-}
 
 void hyfi_unreg(starpu_data_handle_t *h)
 {
@@ -72,7 +31,7 @@ void hyfi_unreg(starpu_data_handle_t *h)
 void hyfi_handles_free(hyfi_graph *g)
 {
     const int M = g->pl ? g->pl->nmb : 1, nrep = g->pl ? g->pl->nrep : 1;
-    hyfi_spatial_free(g);
+    hyfi_handles_unregister(g);
     for (int i = 0; i < g->ntensors; i++) {
         hyfi_tensor *t = g->tensors[i];
         for (int m = 0; m < t->nh; m++) {
@@ -140,23 +99,59 @@ int hyfi_host_alloc(float **p, size_t n)
     return starpu_malloc((void **)p, (n ? n : 1) * sizeof(float)) == 0 ? 0 : -1;
 }
 
+
+hyfi_hcat hyfi_tensor_hcat(const hyfi_graph *g, const hyfi_tensor *t)
+{
+    if (t->kind == T_PARAM || t->kind == T_STATE) return HC_ALLREDUCE;
+    if (t->kind == T_INPUT || t->kind == T_LABELS) return HC_INPUT;
+    return t == g->loss ? HC_LOSS : HC_PIPELINE;
+}
+
 /* Register one vector handle: with a home in host memory (ptr) on the owning
  * rank, lazily allocated elsewhere (and everywhere when ptr is NULL); known to
- * StarPU-MPI with its owner in MPI runs. */
+ * StarPU-MPI with its owner in MPI runs; entered in the graph's handle table
+ * (its slot, owner and category). */
 void hyfi_reg(hyfi_graph *g, starpu_data_handle_t *h, float *ptr, size_t n, size_t elem,
-              int owner, const char *name, const char *suffix, int m, int nm)
+              int owner, hyfi_hcat cat, const char *name, const char *suffix, int m, int nm)
 {
+    if (g->nhtab == g->caphtab) {
+        const int nc = g->caphtab ? 2 * g->caphtab : 1024;
+        hyfi_hentry *t = realloc(g->htab, (size_t)nc * sizeof *t);
+        if (!t) { /* hyfi_graph_compile fails with HYFI_ERR_NOMEM */
+            g->htab_oom = 1;
+            *h = NULL;
+            return;
+        }
+        g->htab = t;
+        g->caphtab = nc;
+    }
     if (ptr && owner == g->ctx->rank)
         starpu_vector_data_register(h, STARPU_MAIN_RAM, (uintptr_t)ptr, (uint32_t)n, elem);
     else
         starpu_vector_data_register(h, -1, 0, (uint32_t)n, elem);
+    g->htab[g->nhtab++] = (hyfi_hentry){.slot = h, .owner = owner, .cat = cat};
+    starpu_data_set_user_data(*h, (void *)&hyfi_hcat_names[cat]);
     char buf[HYFI_NAME_MAX + 32];
     if (nm > 1) snprintf(buf, sizeof buf, "%s%s[%d]", name, suffix, m);
     else snprintf(buf, sizeof buf, "%s%s", name, suffix);
     starpu_data_set_name(*h, buf);
     if (g->ctx->mpi) starpu_mpi_data_register(*h, g->ctx->next_tag, owner);
-    if (g->ctx->trace_dir) hyfi_trace_note_handle(g, *h, g->ctx->next_tag, owner, buf);
+    if (g->ctx->trace_dir) hyfi_trace_note_handle(g, g->ctx->next_tag, owner, cat, buf);
     g->ctx->next_tag++;
+}
+
+hyfi_hcat hyfi_handle_hcat(starpu_data_handle_t h)
+{
+    const char *const *p = starpu_data_get_user_data(h);
+    return p ? (hyfi_hcat)(p - hyfi_hcat_names) : HC_PIPELINE;
+}
+
+void hyfi_handles_unregister(hyfi_graph *g)
+{
+    for (int i = g->nhtab - 1; i >= 0; i--) hyfi_unreg(g->htab[i].slot);
+    free(g->htab);
+    g->htab = NULL;
+    g->nhtab = g->caphtab = 0;
 }
 
 static struct starpu_codelet *redux_cl(void) { return &hyfi_cl_redux_add; }
@@ -202,12 +197,12 @@ hyfi_status hyfi_register_tensors(hyfi_graph *g)
             }
             for (int m = 0; m < M; m++)
                 hyfi_reg(g, &t->h[m], own ? t->host + (size_t)m * t->mb_numel : NULL, t->mb_numel,
-                    elem, hyfi_handle_owner(g, t, m), t->name, "", m, M);
+                    elem, hyfi_handle_owner(g, t, m), hyfi_tensor_hcat(g, t), t->name, "", m, M);
             if (!t->is_int) {
                 t->gh = calloc((size_t)M, sizeof *t->gh);
                 if (!t->gh) goto oom;
                 for (int m = 0; m < M; m++)
-                    hyfi_reg(g, &t->gh[m], NULL, t->mb_numel, elem, hyfi_handle_owner(g, t, m),
+                    hyfi_reg(g, &t->gh[m], NULL, t->mb_numel, elem, hyfi_handle_owner(g, t, m), hyfi_tensor_hcat(g, t),
                              t->name, ".grad", m, M);
             }
             break;
@@ -229,13 +224,13 @@ hyfi_status hyfi_register_tensors(hyfi_graph *g)
             for (int k = 0; k < NR; k++) {
                 const size_t o = (size_t)k * t->numel;
                 const int r = hyfi_trank(g, t, k);
-                hyfi_reg(g, &t->h[k], own ? t->host + o : NULL, t->numel, elem, r, t->name, "",
+                hyfi_reg(g, &t->h[k], own ? t->host + o : NULL, t->numel, elem, r, HC_ALLREDUCE, t->name, "",
                          k, NR);
-                hyfi_reg(g, &t->gh[k], own ? t->ghost + o : NULL, t->numel, elem, r, t->name,
+                hyfi_reg(g, &t->gh[k], own ? t->ghost + o : NULL, t->numel, elem, r, HC_ALLREDUCE, t->name,
                          ".grad", k, NR);
-                hyfi_reg(g, &t->mh[k], own ? t->mhost + o : NULL, t->numel, elem, r, t->name,
+                hyfi_reg(g, &t->mh[k], own ? t->mhost + o : NULL, t->numel, elem, r, HC_ALLREDUCE, t->name,
                          ".momentum", k, NR);
-                hyfi_reg(g, &t->nmh[k], NULL, 2, sizeof(float), r, t->name, ".norms", k, NR);
+                hyfi_reg(g, &t->nmh[k], NULL, 2, sizeof(float), r, HC_ALLREDUCE, t->name, ".norms", k, NR);
                 /* Summed over micro-batches by a StarPU reduction. */
                 if (pl->mbr > 1 && !g->plan_cfg.deterministic)
                     starpu_data_set_reduction_methods(t->gh[k], redux_cl(), redux_init_cl());
@@ -248,23 +243,23 @@ hyfi_status hyfi_register_tensors(hyfi_graph *g)
             }
             for (int k = 0; k < NR; k++)
                 hyfi_reg(g, &t->h[k], own ? t->host + (size_t)k * t->numel : NULL, t->numel, elem,
-                         hyfi_trank(g, t, k), t->name, "", k, NR);
+                         hyfi_trank(g, t, k), HC_ALLREDUCE, t->name, "", k, NR);
             break;
         case T_ACT:
             for (int m = 0; m < M; m++)
-                hyfi_reg(g, &t->h[m], NULL, t->mb_numel, elem, hyfi_handle_owner(g, t, m), t->name,
+                hyfi_reg(g, &t->h[m], NULL, t->mb_numel, elem, hyfi_handle_owner(g, t, m), hyfi_tensor_hcat(g, t), t->name,
                          "", m, M);
             if (t != g->loss) {
                 t->gh = calloc((size_t)M, sizeof *t->gh);
                 if (!t->gh) goto oom;
                 for (int m = 0; m < M; m++)
-                    hyfi_reg(g, &t->gh[m], NULL, t->mb_numel, elem, hyfi_handle_owner(g, t, m),
+                    hyfi_reg(g, &t->gh[m], NULL, t->mb_numel, elem, hyfi_handle_owner(g, t, m), hyfi_tensor_hcat(g, t),
                              t->name, ".grad", m, M);
             }
             break;
         case T_SAVED:
             for (int m = 0; m < M; m++)
-                hyfi_reg(g, &t->h[m], NULL, t->mb_numel, elem, hyfi_handle_owner(g, t, m), t->name,
+                hyfi_reg(g, &t->h[m], NULL, t->mb_numel, elem, hyfi_handle_owner(g, t, m), hyfi_tensor_hcat(g, t), t->name,
                          "", m, M);
             break;
         }
@@ -286,14 +281,14 @@ hyfi_status hyfi_register_tensors(hyfi_graph *g)
             snprintf(sfx, sizeof sfx, ".grad.stage%d", nd->stage);
             for (int m = 0; m < M; m++)
                 hyfi_reg(g, &t->gpart[(size_t)nd->stage * M + m], NULL, t->mb_numel, sizeof(float),
-                    hyfi_stage_rank(pl, HYFI_REP(pl, m), nd->stage), t->name, sfx, m, M);
+                    hyfi_stage_rank(pl, HYFI_REP(pl, m), nd->stage), hyfi_tensor_hcat(g, t), t->name, sfx, m, M);
         }
     }
     /* Replicas: saved running statistics. */
     for (int i = 0; NR > 1 && i < g->ntensors; i++) {
         hyfi_tensor *t = g->tensors[i];
         if (t->kind == T_STATE)
-            hyfi_reg(g, &t->rsave, NULL, t->numel, sizeof(float), hyfi_trank(g, t, 0), t->name,
+            hyfi_reg(g, &t->rsave, NULL, t->numel, sizeof(float), hyfi_trank(g, t, 0), HC_ALLREDUCE, t->name,
                      ".start", 0, 1);
     }
     /* The health sums of a step: one per rank. */
@@ -301,7 +296,7 @@ hyfi_status hyfi_register_tensors(hyfi_graph *g)
     g->health = calloc((size_t)g->nhealth, sizeof *g->health);
     if (!g->health) goto oom;
     for (int r = 0; r < g->nhealth; r++)
-        hyfi_reg(g, &g->health[r], NULL, 2, sizeof(float), r, "health", "", r, g->nhealth);
+        hyfi_reg(g, &g->health[r], NULL, 2, sizeof(float), r, HC_PIPELINE, "health", "", r, g->nhealth);
     /* The seed of the backward: d(mean over the batch)/d(micro-batch loss) = 1/M. */
     if (hyfi_host_alloc(&g->dloss_host, (size_t)M)) goto oom;
     g->dloss = calloc((size_t)M, sizeof *g->dloss);
@@ -309,7 +304,7 @@ hyfi_status hyfi_register_tensors(hyfi_graph *g)
     for (int m = 0; m < M; m++) {
         g->dloss_host[m] = 1.0f / (float)M;
         hyfi_reg(g, &g->dloss[m], g->dloss_host + m, 1, sizeof(float),
-                 hyfi_handle_owner(g, g->loss, m), g->loss->name, ".grad", m, M);
+                 hyfi_handle_owner(g, g->loss, m), HC_LOSS, g->loss->name, ".grad", m, M);
     }
     g->loss->gh = g->dloss;
     /* 1F1B: per stage, one token per activation slot (see emit_events). */
@@ -322,7 +317,7 @@ hyfi_status hyfi_register_tensors(hyfi_graph *g)
             for (int j = 0; j < pl->inflight[pl->place_stage[q]]; j++, k++) {
                 char nm[48];
                 snprintf(nm, sizeof nm, "place%d.token", q);
-                hyfi_reg(g, &g->tokens[k], g->token_host + k, 1, sizeof(float), pl->place_rank[q],
+                hyfi_reg(g, &g->tokens[k], g->token_host + k, 1, sizeof(float), pl->place_rank[q], HC_PIPELINE,
                     nm, "", j, 2);
             }
     }

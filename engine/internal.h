@@ -33,6 +33,26 @@
 /* Default all-reduce bucket (hyfi_plan_config.bucket_kib 0). */
 #define HYFI_BUCKET_KIB 256
 
+/* Handle categories: what a handle's transfers are (the trace summary's and
+ * the traffic model's split). */
+typedef enum {
+    HC_PIPELINE,   /* activations and their gradients between stages, tokens, health */
+    HC_INPUT,      /* images and labels */
+    HC_LOSS,       /* the loss and its seed */
+    HC_HALO,       /* halo strips between tiles and their gradients */
+    HC_BNSTATS,    /* batch-norm statistics over tiles */
+    HC_ALLREDUCE,  /* parameters, state, their gradients, momentum; all-reduce buckets */
+    HC_COUNT
+} hyfi_hcat;
+extern const char *const hyfi_hcat_names[HC_COUNT];
+/* The handle table: every handle a compiled graph registered (hyfi_reg), so
+ * that unregistering is one loop. */
+typedef struct {
+    starpu_data_handle_t *slot;  /* where the handle is kept (NULL after unregistering) */
+    int owner;
+    hyfi_hcat cat;
+} hyfi_hentry;
+
 /* An all-reduce bucket: gradients of one stage packed per replica. */
 typedef struct hyfi_bucket {
     int stage;
@@ -144,7 +164,6 @@ typedef enum {
     OP_COUNT
 } op_kind;
 
-extern const char *const hyfi_op_names[OP_COUNT];
 
 typedef struct {
     op_kind op;
@@ -165,6 +184,17 @@ typedef struct {
         hyfi_xent_args xent;
     } a;
 } node;
+
+/* What an op kind is, without StarPU (opdef.c; its tasks: opdef.h). */
+extern const char *const hyfi_op_names[OP_COUNT];
+/* Forward FLOPs of an op for its whole batch (multiply-add = 2). */
+double hyfi_op_flops(const node *nd);
+/* The op reads a window of its input (conv, pools other than the global one). */
+int hyfi_op_windowed(const node *nd);
+/* The op normalises with statistics of the whole batch (batch norm). */
+int hyfi_op_batch_statistics(const node *nd);
+/* The op's zero padding is part of its input (conv, average pool counting it). */
+int hyfi_op_zero_padded(const node *nd);
 
 typedef enum {
     PT_TASK,       /* a codelet over buffers */
@@ -242,6 +272,8 @@ struct hyfi_graph {
     starpu_data_handle_t *tokens; /* 1F1B: per stage, inflight slots (1 float each) */
     float *token_host;
     int ntokens;
+    hyfi_hentry *htab;     /* the handle table (handles.c) */
+    int nhtab, caphtab, htab_oom;
     hyfi_bucket *buckets;  /* replicas: the all-reduce buckets */
     int nbuckets;
     /* The health of a train step: per rank, the sums of its parameters'
@@ -303,12 +335,14 @@ void hyfi_wait_end(hyfi_ctx *ctx);
 /* graph.c */
 void hyfi_tensor_free(hyfi_tensor *t);
 
-/* compile.c */
+/* compile.c: free what hyfi_graph_compile made (programs, handles, plan). */
+void hyfi_compiled_free(hyfi_graph *g);
+/* program.c, handles.c */
 void hyfi_programs_free(hyfi_graph *g);
 void hyfi_handles_free(hyfi_graph *g);
 
 /* trace.c: names and categories of the handles and ops, for the summary. */
-void hyfi_trace_note_handle(hyfi_graph *g, starpu_data_handle_t h, int64_t tag, int owner,
+void hyfi_trace_note_handle(hyfi_graph *g, int64_t tag, int owner, hyfi_hcat cat,
                             const char *name);
 void hyfi_trace_note_plan(hyfi_graph *g);
 /* hyfi_ctx_destroy: close the notes; keep a failure for hyfi_trace_merge. */
@@ -390,7 +424,8 @@ struct emit_ctx_s;
 hyfi_status hyfi_spatial_plan_grid(hyfi_graph *g);   /* K, P, grid of the plan */
 hyfi_status hyfi_spatial_plan(hyfi_graph *g);        /* tile geometry, owners */
 int hyfi_spatial_register(hyfi_graph *g);            /* tile handles */
-void hyfi_spatial_free(hyfi_graph *g);
+void hyfi_spatial_handles_free(hyfi_graph *g); /* spatial_reg.c */
+void hyfi_spatial_plan_free(hyfi_graph *g);    /* spatial_plan.c */
 int hyfi_spatial_tiled(const hyfi_graph *g, const node *nd);
 /* Rank of tile t of a tensor's tiles. */
 int hyfi_tile_rank(const hyfi_graph *g, const hyfi_tiles *tl, int t, int rep);

@@ -66,6 +66,14 @@ static int push(emit_ctx *e, const hyfi_opview *v, struct starpu_codelet *cl, co
 
 /* ------------------------------------------------------- shapes, FLOPs */
 
+const char *const hyfi_op_names[OP_COUNT] = {
+    [OP_CONV2D] = "conv2d", [OP_BATCHNORM] = "batchnorm", [OP_RELU] = "relu",
+    [OP_MAXPOOL] = "maxpool", [OP_AVGPOOL] = "avgpool", [OP_GAP] = "global_avgpool",
+    [OP_ADD] = "add", [OP_CONCAT] = "concat", [OP_FC] = "fc", [OP_XENT] = "softmax_cross_entropy",
+};
+_Static_assert(sizeof hyfi_op_names / sizeof *hyfi_op_names == OP_COUNT, "op name table");
+
+
 double hyfi_op_flops(const node *nd)
 {
     const hyfi_tensor *y = nd->out;

@@ -54,19 +54,11 @@ typedef struct hyfi_opview {
     hyfi_gsum dp[2];         /* conv, fc: weight, bias; bn: gamma, beta */
 } hyfi_opview;
 
-/* Forward FLOPs of an op for its whole batch (multiply-add = 2). */
-double hyfi_op_flops(const node *nd);
 /* The op's arguments for one micro-batch of M: the batch dimension divided. */
 hyfi_task_args hyfi_node_args(const node *nd, int M);
 /* A view of the op on part of its tensors: input hi x wi, output ho x wo, the
  * padding the kernel applies (windowed ops). Fills v->a, v->n, v->hw. */
 void hyfi_op_view_args(hyfi_opview *v, int M, int hi, int wi, int ho, int wo, int ph, int pw);
-/* The op reads a window of its input (conv, pools other than the global one). */
-int hyfi_op_windowed(const node *nd);
-/* The op normalises with statistics of the whole batch (batch norm). */
-int hyfi_op_batch_statistics(const node *nd);
-/* The op's zero padding is part of its input (conv, average pool counting it). */
-int hyfi_op_zero_padded(const node *nd);
 
 /* The tasks. Forward: the op on the view. Backward, data: the gradient of
  * every input whose dx view is wanted. Backward, parameters: the parameter

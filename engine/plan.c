@@ -118,7 +118,7 @@ void hyfi_plan_free(hyfi_graph *g)
 {
     hyfi_plan *pl = g->pl;
     if (!pl) return;
-    hyfi_spatial_free(g);
+    hyfi_spatial_plan_free(g);
     free(pl->pred_halo);
     free(pl->layer_of_node);
     free(pl->layer_stage);
@@ -147,11 +147,10 @@ static int batch_tensor(const hyfi_tensor *t)
 
 static double node_cost(const hyfi_graph *g, int i)
 {
-    hyfi_op_info oi;
-    if (hyfi_graph_op_info(g, i, &oi) != HYFI_OK) return 1.0;
     /* FLOPs, plus a memory-traffic term so that cheap ops are not free:
      * one FLOP per byte of output activation. */
-    return oi.flops + (double)oi.act_bytes;
+    const node *nd = &g->nodes[i];
+    return hyfi_op_flops(nd) + (double)(nd->out->numel * sizeof(float));
 }
 
 /* Host memory the ranks of one node can use: the physical memory, or the
@@ -498,8 +497,7 @@ hyfi_status hyfi_plan_build(hyfi_graph *g)
             goto out;
         }
         for (int i = 0; i < g->nnodes; i++) {
-            hyfi_op_info oi;
-            if (hyfi_graph_op_info(g, i, &oi) == HYFI_OK) pl->stage_flops[g->nodes[i].stage] += oi.flops;
+            pl->stage_flops[g->nodes[i].stage] += hyfi_op_flops(&g->nodes[i]);
         }
         for (int i = 0; i < g->ntensors; i++) {
             const hyfi_tensor *t = g->tensors[i];

@@ -10,74 +10,10 @@
 /* -------------------------------------------------------------- emitting */
 
 
-static void tile_grad_out(emit_ctx *e, hyfi_tensor *x, int q)
-{
-    program *P = e->P;
-    hyfi_prog_buf(P, TGRAD(x, q), TGWF(x, q) ? STARPU_RW : STARPU_W);
-}
 
-static void tile_grad_done(emit_ctx *e, hyfi_tensor *x, int q)
-{
-    TGWF(x, q) = 1;
-    x->gwritten = 1;
-}
 
-int hyfi_sp_place(const emit_ctx *e, const hyfi_tensor *x, int q)
-{
-    return place_of(e->g->pl, e->rep, x->tl->stage, q);
-}
 
-void hyfi_sp_task_name(char *out, size_t len, const node *nd, const char *pass, int q, const emit_ctx *e)
-{
-    char p2[48];
-    snprintf(p2, sizeof p2, "%s.t%d", pass, q);
-    hyfi_task_name(out, len, nd, p2, e);
-}
 
-/* A tile's op input: its assembled buffer (after packing and assembling) or
- * the tile itself. */
-int hyfi_sp_assemble(emit_ctx *e, const node *nd, int q, starpu_data_handle_t *in)
-{
-    program *P = e->P;
-    const hyfi_tnode *tn = nd->tn;
-    hyfi_tensor *x = nd->in[0];
-    const int n = x->dims[0] / e->M, C = x->dims[1], Pt = e->g->pl->P;
-    char nm[64];
-    if (!tn->use_buf[q]) {
-        *in = TILE(x, q);
-        return 0;
-    }
-    /* pack the neighbours' strips, each on its owner's place */
-    for (int k = 1; k < tn->npieces[q]; k++) {
-        const hyfi_piece *p = &tn->piece[q][k];
-        const int u = tn->from[q][k];
-        hyfi_task_args a = {.u.tile = {.n = n, .c = C, .dst_h = p->h, .dst_w = p->w, .npieces = 1}};
-        a.u.tile.p[0] = (hyfi_piece){.src_h = p->src_h, .src_w = p->src_w, .src_y = p->src_y,
-                                     .src_x = p->src_x, .dst_y = 0, .dst_x = 0, .h = p->h,
-                                     .w = p->w};
-        snprintf(nm, sizeof nm, "%.30s.halo%d_%d", nd->name, u, q);
-        TASK(&hyfi_cl_tile_assemble, nm, &a);
-        W(tn->strip[((size_t)e->m * Pt + q) * NP + k]), R(TILE(x, u));
-        ON_PLACE(hyfi_sp_place(e, x, u));
-    }
-    hyfi_task_args a = {.u.tile = {.n = n, .c = C, .dst_h = tn->buf_h[q], .dst_w = tn->buf_w[q],
-                                   .npieces = tn->npieces[q], .zero_fill = tn->explicit_pad}};
-    for (int k = 0; k < tn->npieces[q]; k++) {
-        a.u.tile.p[k] = tn->piece[q][k];
-        if (k > 0) { /* a strip is the whole of its handle */
-            a.u.tile.p[k].src_h = tn->piece[q][k].h;
-            a.u.tile.p[k].src_w = tn->piece[q][k].w;
-            a.u.tile.p[k].src_y = a.u.tile.p[k].src_x = 0;
-        }
-    }
-    hyfi_sp_task_name(nm, sizeof nm, nd, "assemble", q, e);
-    TASK(&hyfi_cl_tile_assemble, nm, &a);
-    W(tn->buf[e->m * Pt + q]), R(TILE(x, q));
-    for (int k = 1; k < tn->npieces[q]; k++) R(tn->strip[((size_t)e->m * Pt + q) * NP + k]);
-    ON_PLACE(hyfi_sp_place(e, x, q));
-    *in = tn->buf[e->m * Pt + q];
-    return 0;
-}
 
 /* Shapes of the op on tile q: input (buffer or tile) and output tile. */
 static int in_h(const node *nd, int q)
@@ -180,60 +116,7 @@ int hyfi_spatial_forward(emit_ctx *e, const node *nd, int training)
     return 0;
 }
 
-/* Backward of a windowed op's input on tile q: the buffer gradient scattered
- * into the tile's own gradient and the strip gradients (W), then the strips
- * added into the neighbours' tile gradients (after all tiles' own parts). */
-int hyfi_sp_unassemble(emit_ctx *e, const node *nd, int q)
-{
-    program *P = e->P;
-    const hyfi_tnode *tn = nd->tn;
-    hyfi_tensor *x = nd->in[0];
-    const int n = x->dims[0] / e->M, C = x->dims[1], Pt = e->g->pl->P;
-    char nm[64];
-    hyfi_task_args a = {.u.tile = {.n = n, .c = C, .dst_h = tn->buf_h[q], .dst_w = tn->buf_w[q],
-                                   .npieces = tn->npieces[q]}};
-    for (int k = 0; k < tn->npieces[q]; k++) {
-        a.u.tile.p[k] = tn->piece[q][k];
-        if (k > 0) {
-            a.u.tile.p[k].src_h = tn->piece[q][k].h;
-            a.u.tile.p[k].src_w = tn->piece[q][k].w;
-            a.u.tile.p[k].src_y = a.u.tile.p[k].src_x = 0;
-        }
-    }
-    a.acc = TGWF(x, q) ? 1 : 0; /* bit 0: the own tile; strips are fresh */
-    hyfi_sp_task_name(nm, sizeof nm, nd, "unassemble", q, e);
-    TASK(&hyfi_cl_tile_scatter, nm, &a);
-    tile_grad_out(e, x, q);
-    for (int k = 1; k < tn->npieces[q]; k++) W(tn->dstrip[((size_t)e->m * Pt + q) * NP + k]);
-    R(tn->dbuf[e->m * Pt + q]);
-    ON_PLACE(hyfi_sp_place(e, x, q));
-    tile_grad_done(e, x, q);
-    return 0;
-}
 
-int hyfi_sp_halo_return(emit_ctx *e, const node *nd, int q)
-{
-    program *P = e->P;
-    const hyfi_tnode *tn = nd->tn;
-    hyfi_tensor *x = nd->in[0];
-    const int n = x->dims[0] / e->M, C = x->dims[1], Pt = e->g->pl->P;
-    char nm[64];
-    for (int k = 1; k < tn->npieces[q]; k++) {
-        const hyfi_piece *p = &tn->piece[q][k];
-        const int u = tn->from[q][k];
-        /* strip (the whole handle) added into tile u at the piece's source rectangle */
-        hyfi_task_args a = {.acc = 1, .u.tile = {.n = n, .c = C, .dst_h = p->h, .dst_w = p->w,
-                                                 .npieces = 1}};
-        a.u.tile.p[0] = (hyfi_piece){.src_h = p->src_h, .src_w = p->src_w, .src_y = p->src_y,
-                                     .src_x = p->src_x, .dst_y = 0, .dst_x = 0, .h = p->h,
-                                     .w = p->w};
-        snprintf(nm, sizeof nm, "%.30s.halo%d_%d.back", nd->name, q, u);
-        TASK(&hyfi_cl_tile_scatter, nm, &a);
-        RW(TGRAD(x, u)), R(tn->dstrip[((size_t)e->m * Pt + q) * NP + k]);
-        ON_PLACE(hyfi_sp_place(e, x, u));
-    }
-    return 0;
-}
 
 /* Batch norm's backward over the tiles: per-tile sums, combined (with the
  * parameter gradients), applied per tile. */
@@ -337,9 +220,9 @@ int hyfi_spatial_gather_back(emit_ctx *e, hyfi_tensor *x)
         }
         snprintf(nm, sizeof nm, "%.40s.scatter", x->name);
         TASK(&hyfi_cl_tile_scatter, nm, &a);
-        for (int k = 0; k < cnt; k++) tile_grad_out(e, x, q0 + k);
+        for (int k = 0; k < cnt; k++) hyfi_sp_grad_out(e, x, q0 + k);
         R(TGH(x, e->m));
-        for (int k = 0; k < cnt; k++) tile_grad_done(e, x, q0 + k);
+        for (int k = 0; k < cnt; k++) hyfi_sp_grad_done(e, x, q0 + k);
     }
     return 0;
 }
@@ -429,48 +312,4 @@ int hyfi_spatial_release(emit_ctx *e, int s)
     return 0;
 }
 
-/* Fused-halo groups and the halo strips exchanged per micro-batch (all
- * tiles, forward). */
-void hyfi_spatial_halo_counts(const hyfi_graph *g, int *groups, int *fused_ops, int *strips)
-{
-    *groups = *fused_ops = *strips = 0;
-    if (!g->pl || g->pl->K == 0) return;
-    for (int i = 0; i < g->nnodes; i++) {
-        const hyfi_tnode *tn = g->nodes[i].tn;
-        if (!tn) continue;
-        if (tn->fg && tn->fg_pos == 0) {
-            (*groups)++;
-            *fused_ops += tn->fg->n;
-        }
-        if (!tn->windowed || (tn->fg && tn->fg_pos > 0)) continue;
-        for (int q = 0; q < g->pl->P; q++)
-            if (tn->use_buf[q]) *strips += tn->npieces[q] - 1;
-    }
-}
 
-/* Halo bytes per step between tiles on different ranks, from the geometry:
- * every strip forward and its gradient back. */
-size_t hyfi_spatial_halo_volume(const hyfi_graph *g)
-{
-    const hyfi_plan *pl = g->pl;
-    size_t b = 0;
-    if (!pl || pl->K == 0) return 0;
-    for (int i = 0; i < g->nnodes; i++) {
-        const node *nd = &g->nodes[i];
-        const hyfi_tnode *tn = nd->tn;
-        if (!tn || !tn->windowed || (tn->fg && tn->fg_pos > 0)) continue;
-        const hyfi_tensor *x = nd->in[0];
-        for (int r = 0; r < pl->nrep; r++)
-        for (int q = 0; q < pl->P; q++) {
-            if (!tn->use_buf[q]) continue;
-            for (int k = 1; k < tn->npieces[q]; k++) {
-                if (hyfi_tile_rank(g, x->tl, q, r) == hyfi_tile_rank(g, x->tl, tn->from[q][k], r))
-                    continue;
-                const size_t s = (size_t)(x->dims[0] / pl->nrep) * x->dims[1] * tn->piece[q][k].h *
-                                 tn->piece[q][k].w * sizeof(float);
-                b += x->requires_grad ? 2 * s : s;
-            }
-        }
-    }
-    return b;
-}

@@ -30,8 +30,10 @@
  * then an ordinary tensor of that stage.
  *
  * Files: spatial_plan.c (geometry, fused groups: pure data), spatial_reg.c
- * (handles of tiles, halos and partial sums), spatial.c (the tasks of tiled
- * ops, gathers, releases), spatial_fused.c (the tasks of fused-halo groups).
+ * (handles of tiles, halos and partial sums), spatial_halo.c (the halo
+ * adapters), spatial.c (the tiles lowering: views of ops on tiles, batch-norm
+ * statistics adapters, gathers, releases), spatial_fused.c (the fused-region
+ * lowering).
  */
 #ifndef HYFI_ENGINE_SPATIAL_IMPL_H
 #define HYFI_ENGINE_SPATIAL_IMPL_H
@@ -125,7 +127,10 @@ static inline int fg_bn_extended(const hyfi_fgroup *fg, int j, int q)
 /* Op j of a fused group, tile q, micro-batch e->m. */
 #define FGK(j, q) (((size_t)(j) * e->M + e->m) * e->g->pl->P + (q))
 
-/* spatial.c: pieces of a tiled op's tasks that fused groups share. */
+/* spatial_halo.c: the halo adapters, shared by the tiles and fused lowerings;
+ * a tile gradient output (W for its first writer, RW after) and its flag. */
+void hyfi_sp_grad_out(emit_ctx *e, hyfi_tensor *x, int q);
+void hyfi_sp_grad_done(emit_ctx *e, hyfi_tensor *x, int q);
 int hyfi_sp_assemble(emit_ctx *e, const node *nd, int q, starpu_data_handle_t *in);
 int hyfi_sp_unassemble(emit_ctx *e, const node *nd, int q);
 int hyfi_sp_halo_return(emit_ctx *e, const node *nd, int q);

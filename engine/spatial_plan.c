@@ -365,3 +365,71 @@ hyfi_status hyfi_spatial_plan(hyfi_graph *g)
     (void)P;
     return HYFI_OK;
 }
+
+/* Fused-halo groups and the halo strips exchanged per micro-batch (all
+ * tiles, forward). */
+void hyfi_spatial_halo_counts(const hyfi_graph *g, int *groups, int *fused_ops, int *strips)
+{
+    *groups = *fused_ops = *strips = 0;
+    if (!g->pl || g->pl->K == 0) return;
+    for (int i = 0; i < g->nnodes; i++) {
+        const hyfi_tnode *tn = g->nodes[i].tn;
+        if (!tn) continue;
+        if (tn->fg && tn->fg_pos == 0) {
+            (*groups)++;
+            *fused_ops += tn->fg->n;
+        }
+        if (!tn->windowed || (tn->fg && tn->fg_pos > 0)) continue;
+        for (int q = 0; q < g->pl->P; q++)
+            if (tn->use_buf[q]) *strips += tn->npieces[q] - 1;
+    }
+}
+
+/* Halo bytes per step between tiles on different ranks, from the geometry:
+ * every strip forward and its gradient back. */
+size_t hyfi_spatial_halo_volume(const hyfi_graph *g)
+{
+    const hyfi_plan *pl = g->pl;
+    size_t b = 0;
+    if (!pl || pl->K == 0) return 0;
+    for (int i = 0; i < g->nnodes; i++) {
+        const node *nd = &g->nodes[i];
+        const hyfi_tnode *tn = nd->tn;
+        if (!tn || !tn->windowed || (tn->fg && tn->fg_pos > 0)) continue;
+        const hyfi_tensor *x = nd->in[0];
+        for (int r = 0; r < pl->nrep; r++)
+        for (int q = 0; q < pl->P; q++) {
+            if (!tn->use_buf[q]) continue;
+            for (int k = 1; k < tn->npieces[q]; k++) {
+                if (hyfi_tile_rank(g, x->tl, q, r) == hyfi_tile_rank(g, x->tl, tn->from[q][k], r))
+                    continue;
+                const size_t s = (size_t)(x->dims[0] / pl->nrep) * x->dims[1] * tn->piece[q][k].h *
+                                 tn->piece[q][k].w * sizeof(float);
+                b += x->requires_grad ? 2 * s : s;
+            }
+        }
+    }
+    return b;
+}
+
+/* The tile geometry, fused groups and per-op tile data of the plan. */
+void hyfi_spatial_plan_free(hyfi_graph *g)
+{
+    for (int i = 0; i < g->ntensors; i++) {
+        free(g->tensors[i]->tl);
+        g->tensors[i]->tl = NULL;
+    }
+    for (int i = 0; i < g->nnodes; i++) {
+        hyfi_tnode *tn = g->nodes[i].tn;
+        if (tn && tn->fg && tn->fg_pos == 0) {
+            hyfi_fgroup *fg = tn->fg;
+            for (int k = 0; k < fg->n; k++)
+                if (fg->op[k]->tn) fg->op[k]->tn->fg = NULL;
+            free(fg);
+        }
+    }
+    for (int i = 0; i < g->nnodes; i++) {
+        free(g->nodes[i].tn);
+        g->nodes[i].tn = NULL;
+    }
+}

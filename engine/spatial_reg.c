@@ -6,53 +6,35 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Tag of halo strip handles (starpu_data_set_user_data), for the traffic
- * prediction's halo part. */
-char hyfi_halo_tag;
 
-static void fused_free(hyfi_graph *g);
+#define FREE(p) (free(p), (p) = NULL)
 
-void hyfi_spatial_free(hyfi_graph *g)
+/* The handle arrays and host memory of the tiles, buffers, strips and partial
+ * sums (their handles: unregistered with the handle table before). */
+void hyfi_spatial_handles_free(hyfi_graph *g)
 {
-    const int M = g->pl ? g->pl->nmb : 1, P = g->pl ? g->pl->P : 1;
-    fused_free(g);
     for (int i = 0; i < g->ntensors; i++) {
-        hyfi_tensor *t = g->tensors[i];
-        if (!t->tl) continue;
-        for (int k = 0; k < M * P; k++) {
-            if (t->tl->h) hyfi_unreg(&t->tl->h[k]);
-            if (t->tl->gh) hyfi_unreg(&t->tl->gh[k]);
-        }
-        free(t->tl->h);
-        free(t->tl->gh);
-        free(t->tl->gw);
-        free(t->tl);
-        t->tl = NULL;
+        hyfi_tiles *tl = g->tensors[i]->tl;
+        if (!tl) continue;
+        FREE(tl->h);
+        FREE(tl->gh);
+        FREE(tl->gw);
     }
     for (int i = 0; i < g->nnodes; i++) {
         hyfi_tnode *tn = g->nodes[i].tn;
         if (!tn) continue;
-        starpu_data_handle_t *arrs[] = {tn->buf, tn->dbuf, tn->part, tn->bwpart};
-        for (size_t a = 0; a < sizeof arrs / sizeof *arrs; a++) {
-            for (int k = 0; arrs[a] && k < M * P; k++) hyfi_unreg(&arrs[a][k]);
-            free(arrs[a]);
+        FREE(tn->buf), FREE(tn->dbuf), FREE(tn->part), FREE(tn->bwpart);
+        FREE(tn->strip), FREE(tn->dstrip), FREE(tn->wpart), FREE(tn->bpart), FREE(tn->tot);
+        hyfi_fgroup *fg = tn->fg;
+        if (!fg || tn->fg_pos != 0) continue;
+        FREE(fg->val), FREE(fg->grad), FREE(fg->pbuf), FREE(fg->dpbuf);
+        FREE(fg->xo), FREE(fg->dyo), FREE(fg->dxo);
+        for (int j = 0; j < fg->n; j++) {
+            if (fg->ztot_host[j])
+                starpu_free_noflag(fg->ztot_host[j],
+                                   2 * (size_t)fg->op[j]->out->dims[1] * sizeof(float));
+            fg->ztot_host[j] = NULL;
         }
-        for (int k = 0; tn->strip && k < M * P * NP; k++) {
-            hyfi_unreg(&tn->strip[k]);
-            hyfi_unreg(&tn->dstrip[k]);
-        }
-        free(tn->strip);
-        free(tn->dstrip);
-        for (int k = 0; tn->wpart && k < P * g->pl->nrep; k++) {
-            hyfi_unreg(&tn->wpart[k]);
-            if (tn->bpart) hyfi_unreg(&tn->bpart[k]);
-        }
-        free(tn->wpart);
-        free(tn->bpart);
-        for (int k = 0; tn->tot && k < M; k++) hyfi_unreg(&tn->tot[k]);
-        free(tn->tot);
-        free(tn);
-        g->nodes[i].tn = NULL;
     }
 }
 
@@ -83,7 +65,7 @@ static int fused_register(hyfi_graph *g)
                 if (hyfi_host_alloc(&fg->ztot_host[j], 2 * (size_t)Co)) return -1;
                 memset(fg->ztot_host[j], 0, 2 * (size_t)Co * sizeof(float));
                 hyfi_reg(g, &fg->ztot[j], fg->ztot_host[j], 2 * (size_t)Co, sizeof(float),
-                         pl->stage_rank[nd->stage], nd->name, ".zero_dstats", 0, 1);
+                         pl->stage_rank[nd->stage], HC_BNSTATS, nd->name, ".zero_dstats", 0, 1);
             }
             for (int m = 0; m < M; m++)
                 for (int q = 0; q < P; q++) {
@@ -92,28 +74,28 @@ static int fused_register(hyfi_graph *g)
                     const size_t on = (size_t)n * Co * fg_rows(fg, j, q) * fg_cols(fg, j, q);
                     if (j < fg->n - 1) {
                         snprintf(sfx, sizeof sfx, ".ext.tile%d", q);
-                        hyfi_reg(g, &fg->val[k], NULL, on, sizeof(float), rq, nd->name, sfx, m, M);
+                        hyfi_reg(g, &fg->val[k], NULL, on, sizeof(float), rq, HC_PIPELINE, nd->name, sfx, m, M);
                         snprintf(sfx, sizeof sfx, ".ext.tile%d.grad", q);
-                        hyfi_reg(g, &fg->grad[k], NULL, on, sizeof(float), rq, nd->name, sfx, m, M);
+                        hyfi_reg(g, &fg->grad[k], NULL, on, sizeof(float), rq, HC_PIPELINE, nd->name, sfx, m, M);
                     }
                     if (fg_padded(fg, j, q)) {
                         const size_t pn = (size_t)n * Ci *
                                           (fg_rows(fg, j - 1, q) + fg->pt[j][q] + fg->pb[j][q]) *
                                           (fg_cols(fg, j - 1, q) + fg->pl[j][q] + fg->pr[j][q]);
                         snprintf(sfx, sizeof sfx, ".in.tile%d", q);
-                        hyfi_reg(g, &fg->pbuf[k], NULL, pn, sizeof(float), rq, nd->name, sfx, m, M);
+                        hyfi_reg(g, &fg->pbuf[k], NULL, pn, sizeof(float), rq, HC_PIPELINE, nd->name, sfx, m, M);
                         snprintf(sfx, sizeof sfx, ".in.tile%d.grad", q);
-                        hyfi_reg(g, &fg->dpbuf[k], NULL, pn, sizeof(float), rq, nd->name, sfx, m,
+                        hyfi_reg(g, &fg->dpbuf[k], NULL, pn, sizeof(float), rq, HC_PIPELINE, nd->name, sfx, m,
                                  M);
                     }
                     if (nd->op == OP_BATCHNORM && fg_bn_extended(fg, j, q)) {
                         const size_t own = hyfi_tile_numel(nd->out, q);
                         snprintf(sfx, sizeof sfx, ".own_x.tile%d", q);
-                        hyfi_reg(g, &fg->xo[k], NULL, own, sizeof(float), rq, nd->name, sfx, m, M);
+                        hyfi_reg(g, &fg->xo[k], NULL, own, sizeof(float), rq, HC_PIPELINE, nd->name, sfx, m, M);
                         snprintf(sfx, sizeof sfx, ".own_dy.tile%d", q);
-                        hyfi_reg(g, &fg->dyo[k], NULL, own, sizeof(float), rq, nd->name, sfx, m, M);
+                        hyfi_reg(g, &fg->dyo[k], NULL, own, sizeof(float), rq, HC_PIPELINE, nd->name, sfx, m, M);
                         snprintf(sfx, sizeof sfx, ".own_dx.tile%d", q);
-                        hyfi_reg(g, &fg->dxo[k], NULL, own, sizeof(float), rq, nd->name, sfx, m, M);
+                        hyfi_reg(g, &fg->dxo[k], NULL, own, sizeof(float), rq, HC_PIPELINE, nd->name, sfx, m, M);
                     }
                 }
         }
@@ -121,31 +103,6 @@ static int fused_register(hyfi_graph *g)
     return 0;
 }
 
-static void fused_free(hyfi_graph *g)
-{
-    const int M = g->pl ? g->pl->nmb : 1, P = g->pl ? g->pl->P : 1;
-    for (int i = 0; i < g->nnodes; i++) {
-        hyfi_tnode *tn = g->nodes[i].tn;
-        if (!tn || !tn->fg) continue;
-        hyfi_fgroup *fg = tn->fg;
-        for (int k = 0; k < fg->n; k++)
-            if (fg->op[k]->tn) fg->op[k]->tn->fg = NULL;
-        const size_t cnt = (size_t)fg->n * M * P;
-        starpu_data_handle_t *arrs[] = {fg->val, fg->grad, fg->pbuf, fg->dpbuf, fg->xo, fg->dyo,
-                                        fg->dxo};
-        for (size_t a = 0; a < sizeof arrs / sizeof *arrs; a++) {
-            for (size_t k = 0; arrs[a] && k < cnt; k++) hyfi_unreg(&arrs[a][k]);
-            free(arrs[a]);
-        }
-        for (int j = 0; j < fg->n; j++) {
-            hyfi_unreg(&fg->ztot[j]);
-            if (fg->ztot_host[j])
-                starpu_free_noflag(fg->ztot_host[j],
-                                   2 * (size_t)fg->op[j]->out->dims[1] * sizeof(float));
-        }
-        free(fg);
-    }
-}
 
 
 int hyfi_spatial_register(hyfi_graph *g)
@@ -167,12 +124,12 @@ int hyfi_spatial_register(hyfi_graph *g)
                 const size_t n = hyfi_tile_numel(t, q);
                 snprintf(sfx, sizeof sfx, ".tile%d", q);
                 hyfi_reg(g, &tl->h[m * P + q], NULL, n, sizeof(float),
-                         hyfi_tile_rank(g, tl, q, HYFI_REP(pl, m)),
+                         hyfi_tile_rank(g, tl, q, HYFI_REP(pl, m)), hyfi_tensor_hcat(g, t),
                          t->name, sfx, m, M);
                 if (t->kind == T_ACT && t->requires_grad) {
                     snprintf(sfx, sizeof sfx, ".tile%d.grad", q);
                     hyfi_reg(g, &tl->gh[m * P + q], NULL, n, sizeof(float),
-                             hyfi_tile_rank(g, tl, q, HYFI_REP(pl, m)), t->name, sfx, m, M);
+                             hyfi_tile_rank(g, tl, q, HYFI_REP(pl, m)), hyfi_tensor_hcat(g, t), t->name, sfx, m, M);
                 }
             }
     }
@@ -194,11 +151,11 @@ int hyfi_spatial_register(hyfi_graph *g)
                     if (!tn->use_buf[q]) continue;
                     const size_t bn = (size_t)n * C * tn->buf_h[q] * tn->buf_w[q];
                     snprintf(sfx, sizeof sfx, ".in.tile%d", q);
-                    hyfi_reg(g, &tn->buf[m * P + q], NULL, bn, sizeof(float), rq, nd->name, sfx,
+                    hyfi_reg(g, &tn->buf[m * P + q], NULL, bn, sizeof(float), rq, HC_PIPELINE, nd->name, sfx,
                              m, M);
                     if (x->requires_grad) {
                         snprintf(sfx, sizeof sfx, ".in.tile%d.grad", q);
-                        hyfi_reg(g, &tn->dbuf[m * P + q], NULL, bn, sizeof(float), rq, nd->name,
+                        hyfi_reg(g, &tn->dbuf[m * P + q], NULL, bn, sizeof(float), rq, HC_PIPELINE, nd->name,
                                  sfx, m, M);
                     }
                     for (int k = 1; k < tn->npieces[q]; k++) {
@@ -207,13 +164,11 @@ int hyfi_spatial_register(hyfi_graph *g)
                         const size_t sn = (size_t)n * C * p->h * p->w;
                         const size_t j = ((size_t)m * P + q) * NP + k;
                         snprintf(sfx, sizeof sfx, ".halo%d_%d", tn->from[q][k], q);
-                        hyfi_reg(g, &tn->strip[j], NULL, sn, sizeof(float), ru, nd->name, sfx, m, M);
-                        starpu_data_set_user_data(tn->strip[j], &hyfi_halo_tag);
+                        hyfi_reg(g, &tn->strip[j], NULL, sn, sizeof(float), ru, HC_HALO, nd->name, sfx, m, M);
                         if (x->requires_grad) {
                             snprintf(sfx, sizeof sfx, ".halo%d_%d.grad", tn->from[q][k], q);
-                            hyfi_reg(g, &tn->dstrip[j], NULL, sn, sizeof(float), rq, nd->name,
+                            hyfi_reg(g, &tn->dstrip[j], NULL, sn, sizeof(float), rq, HC_HALO, nd->name,
                                      sfx, m, M);
-                            starpu_data_set_user_data(tn->dstrip[j], &hyfi_halo_tag);
                         }
                     }
                 }
@@ -226,10 +181,10 @@ int hyfi_spatial_register(hyfi_graph *g)
                     const int q = k % P, rq = hyfi_tile_rank(g, nd->out->tl, q, k / P);
                     if (NR > 1) snprintf(sfx, sizeof sfx, ".grad.r%d.tile%d", k / P, q);
                     else snprintf(sfx, sizeof sfx, ".grad.tile%d", q);
-                    hyfi_reg(g, &tn->wpart[k], NULL, nd->p[0]->numel, sizeof(float), rq,
+                    hyfi_reg(g, &tn->wpart[k], NULL, nd->p[0]->numel, sizeof(float), rq, HC_ALLREDUCE,
                              nd->p[0]->name, sfx, 0, 1);
                     if (nd->p[1])
-                        hyfi_reg(g, &tn->bpart[k], NULL, nd->p[1]->numel, sizeof(float), rq,
+                        hyfi_reg(g, &tn->bpart[k], NULL, nd->p[1]->numel, sizeof(float), rq, HC_ALLREDUCE,
                                  nd->p[1]->name, sfx, 0, 1);
                     if (pl->mbr > 1 && !g->plan_cfg.deterministic) {
                         starpu_data_set_reduction_methods(tn->wpart[k], &hyfi_cl_redux_add,
@@ -250,14 +205,14 @@ int hyfi_spatial_register(hyfi_graph *g)
                     const int rq = hyfi_tile_rank(g, x->tl, q, HYFI_REP(pl, m));
                     snprintf(sfx, sizeof sfx, ".stats.tile%d", q);
                     /* 2C doubles */
-                    hyfi_reg(g, &tn->part[m * P + q], NULL, 4 * (size_t)C, sizeof(float), rq,
+                    hyfi_reg(g, &tn->part[m * P + q], NULL, 4 * (size_t)C, sizeof(float), rq, HC_BNSTATS,
                              nd->name, sfx, m, M);
                     snprintf(sfx, sizeof sfx, ".dstats.tile%d", q);
-                    hyfi_reg(g, &tn->bwpart[m * P + q], NULL, 4 * (size_t)C, sizeof(float), rq,
+                    hyfi_reg(g, &tn->bwpart[m * P + q], NULL, 4 * (size_t)C, sizeof(float), rq, HC_BNSTATS,
                              nd->name, sfx, m, M);
                 }
                 hyfi_reg(g, &tn->tot[m], NULL, 2 * (size_t)C, sizeof(float),
-                         hyfi_stage_rank(pl, HYFI_REP(pl, m), nd->stage), nd->name, ".dstats", m,
+                         hyfi_stage_rank(pl, HYFI_REP(pl, m), nd->stage), HC_BNSTATS, nd->name, ".dstats", m,
                          M);
             }
         }

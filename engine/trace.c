@@ -15,23 +15,6 @@
 
 /* ------------------------------------------------------------- recording */
 
-static const char *handle_category(hyfi_graph *g, const char *name)
-{
-    if (strstr(name, ".halo")) return "halo";
-    if (strstr(name, ".stats.tile") || strstr(name, ".dstats")) return "bnstats";
-    if (!strncmp(name, "bucket", 6) || strstr(name, ".chunk") || strstr(name, ".momentum") ||
-        strstr(name, ".start"))
-        return "allreduce";
-    for (int i = 0; i < g->ntensors; i++) {
-        const hyfi_tensor *t = g->tensors[i];
-        const size_t n = strlen(t->name);
-        if (strncmp(name, t->name, n) || (name[n] && name[n] != '.' && name[n] != '[')) continue;
-        if (t->kind == T_PARAM || t->kind == T_STATE) return "allreduce";
-        if (t->kind == T_INPUT || t->kind == T_LABELS) return "input";
-        if (t == g->loss) return "loss";
-    }
-    return "pipeline";
-}
 
 /* The first failure to write the notes (rank 0): the summary would then
  * name no categories or places, so hyfi_trace_merge reports it. */
@@ -56,10 +39,9 @@ static void close_note(hyfi_ctx *c, FILE *f, const char *file)
     if (fclose(f)) note_failed(c, file, errno);
 }
 
-void hyfi_trace_note_handle(hyfi_graph *g, starpu_data_handle_t h, int64_t tag, int owner,
+void hyfi_trace_note_handle(hyfi_graph *g, int64_t tag, int owner, hyfi_hcat cat,
                             const char *name)
 {
-    (void)h;
     hyfi_ctx *c = g->ctx;
     if (c->rank != 0 || c->trace_err) return;
     if (!c->trace_handles) {
@@ -68,7 +50,7 @@ void hyfi_trace_note_handle(hyfi_graph *g, starpu_data_handle_t h, int64_t tag, 
             note_failed(c, "hyfi_handles.tsv", errno);
     }
     if (fprintf(c->trace_handles, "%lld\t%d\t%s\t%s\n", (long long)tag, owner,
-                handle_category(g, name), name) < 0)
+                hyfi_hcat_names[cat], name) < 0)
         note_failed(c, "hyfi_handles.tsv", errno);
 }
 

@@ -63,7 +63,7 @@ void hyfi_plan_predict_comm(hyfi_graph *g)
                         }
                     continue;
                 }
-                const int halo = starpu_data_get_user_data(h) == &hyfi_halo_tag;
+                const int halo = hyfi_handle_hcat(h) == HC_HALO;
                 if ((m & STARPU_R) && e != o && !cached[sl * R + e]) {
                     pl->pred_bytes[(size_t)o * R + e] += bytes;
                     if (halo) pl->pred_halo[(size_t)o * R + e] += bytes;

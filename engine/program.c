@@ -1,0 +1,121 @@
+/* Programs: flat lists of tasks in sequentially consistent order (see
+ * internal.h), and the helpers every lowering uses to append to them: task
+ * names, placement and priority, releases, the summing mode of a gradient
+ * over micro-batches. Calls nothing else in the engine. */
+#include "emit.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+const char *const hyfi_hcat_names[HC_COUNT] = {
+    [HC_PIPELINE] = "pipeline", [HC_INPUT] = "input", [HC_LOSS] = "loss",
+    [HC_HALO] = "halo", [HC_BNSTATS] = "bnstats", [HC_ALLREDUCE] = "allreduce",
+};
+_Static_assert(sizeof hyfi_hcat_names / sizeof *hyfi_hcat_names == HC_COUNT, "category names");
+
+int hyfi_prog_push(program *p, prog_kind kind, struct starpu_codelet *cl, const char *name,
+                   const hyfi_task_args *args)
+{
+    if (p->overflow) return -1;
+    if (p->n == p->cap) {
+        int nc = p->cap ? p->cap * 2 : 64;
+        prog_task *t = realloc(p->t, (size_t)nc * sizeof *t);
+        if (!t) return -1;
+        p->t = t;
+        p->cap = nc;
+    }
+    prog_task *t = &p->t[p->n++];
+    memset(t, 0, sizeof *t);
+    t->place = -1;
+    t->kind = kind;
+    t->cl = cl;
+    t->worker = -1;
+    if (args) t->args = *args;
+    snprintf(t->name, sizeof t->name, "%s", name);
+    return 0;
+}
+
+void hyfi_prog_buf(program *p, starpu_data_handle_t h, enum starpu_data_access_mode mode)
+{
+    prog_task *t = &p->t[p->n - 1];
+    if (t->nbuf == HYFI_MAX_TASK_BUFFERS) {
+        p->overflow = 1;
+        return;
+    }
+    t->buf[t->nbuf].handle = h;
+    t->buf[t->nbuf].mode = mode;
+    t->nbuf++;
+}
+
+void hyfi_programs_free(hyfi_graph *g)
+{
+    free(g->train_prog.t);
+    free(g->infer_prog.t);
+    free(g->fwd_train_prog.t);
+    memset(&g->fwd_train_prog, 0, sizeof g->fwd_train_prog);
+    memset(&g->train_prog, 0, sizeof g->train_prog);
+    memset(&g->infer_prog, 0, sizeof g->infer_prog);
+}
+
+void hyfi_task_name(char *out, size_t len, const node *nd, const char *pass, const emit_ctx *e)
+{
+    if (e->M > 1) snprintf(out, len, "%s.%s.mb%d", nd->name, pass, e->m);
+    else snprintf(out, len, "%s.%s", nd->name, pass);
+}
+
+/* The mode (and acc flag) of a parameter gradient output: written once per step
+ * with one micro-batch; with several, zeroed by a fill task before the first
+ * contribution and summed by a StarPU reduction (contributions accumulate into
+ * per-worker copies that StarPU adds up when the update reads the gradient), or
+ * with `deterministic` accumulated in emission order, which is micro-batch
+ * order under both schedules. */
+int hyfi_grad_sum_mode(emit_ctx *e, starpu_data_handle_t h, unsigned char *written, size_t numel,
+                       const char *name, enum starpu_data_access_mode *mode, int *acc)
+{
+    program *P = e->P;
+    if (e->g->pl->mbr == 1) {
+        *mode = STARPU_W;
+        *acc = 0;
+    } else if (e->g->plan_cfg.deterministic) {
+        /* micro-batch order: the first contribution writes, the next ones add */
+        *acc = *written;
+        *mode = *acc ? STARPU_RW : STARPU_W;
+    } else {
+        *acc = 1;
+        if (!*written) {
+            char nm[HYFI_NAME_MAX + 16];
+            snprintf(nm, sizeof nm, "%.50s.zero_grad", name);
+            hyfi_task_args a = {.u.elt = {.count = numel, .value = 0.0f}};
+            TASK(&hyfi_cl_fill, nm, &a);
+            W(h);
+        }
+        *mode = STARPU_REDUX;
+    }
+    *written = 1;
+    return 0;
+}
+
+int hyfi_emit_release(program *P, starpu_data_handle_t h, int owner)
+{
+    if (hyfi_prog_push(P, PT_RELEASE, NULL, "release", NULL)) return -1;
+    P->t[P->n - 1].rank = owner;
+    hyfi_prog_buf(P, h, STARPU_W);
+    return 0;
+}
+
+int hyfi_clamp_prio(int p)
+{
+    const int lo = starpu_sched_get_min_priority(), hi = starpu_sched_get_max_priority();
+    return p < lo ? lo : p > hi ? hi : p;
+}
+
+/* The last task pushed runs on `place` with priority prio. */
+void hyfi_on_place(hyfi_graph *g, program *P, int place, int prio)
+{
+    prog_task *t = &P->t[P->n - 1];
+    t->place = place;
+    t->rank = g->pl->place_rank[place];
+    t->worker = g->pl->place_worker[place];
+    t->prio = prio;
+}

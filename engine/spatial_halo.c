@@ -1,0 +1,136 @@
+/* Spatial parallelism: the halo adapters around a windowed op on a tile
+ * (see spatial_impl.h). Forward: each neighbour packs its boundary strip on
+ * its own place, the tile's place assembles own tile + strips (+ zeros) into
+ * the op's input buffer. Backward: the buffer's gradient is scattered into the
+ * own tile's gradient and strip gradients, which each neighbour adds into its
+ * tile's gradient (the halo part of the gradient goes home). Used by the tiles
+ * lowering (spatial.c) and the fused-region lowering (spatial_fused.c). */
+#include "spatial_impl.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+void hyfi_sp_grad_out(emit_ctx *e, hyfi_tensor *x, int q)
+{
+    program *P = e->P;
+    hyfi_prog_buf(P, TGRAD(x, q), TGWF(x, q) ? STARPU_RW : STARPU_W);
+}
+
+void hyfi_sp_grad_done(emit_ctx *e, hyfi_tensor *x, int q)
+{
+    TGWF(x, q) = 1;
+    x->gwritten = 1;
+}
+
+int hyfi_sp_place(const emit_ctx *e, const hyfi_tensor *x, int q)
+{
+    return place_of(e->g->pl, e->rep, x->tl->stage, q);
+}
+
+void hyfi_sp_task_name(char *out, size_t len, const node *nd, const char *pass, int q, const emit_ctx *e)
+{
+    char p2[48];
+    snprintf(p2, sizeof p2, "%s.t%d", pass, q);
+    hyfi_task_name(out, len, nd, p2, e);
+}
+
+/* A tile's op input: its assembled buffer (after packing and assembling) or
+ * the tile itself. */
+int hyfi_sp_assemble(emit_ctx *e, const node *nd, int q, starpu_data_handle_t *in)
+{
+    program *P = e->P;
+    const hyfi_tnode *tn = nd->tn;
+    hyfi_tensor *x = nd->in[0];
+    const int n = x->dims[0] / e->M, C = x->dims[1], Pt = e->g->pl->P;
+    char nm[64];
+    if (!tn->use_buf[q]) {
+        *in = TILE(x, q);
+        return 0;
+    }
+    /* pack the neighbours' strips, each on its owner's place */
+    for (int k = 1; k < tn->npieces[q]; k++) {
+        const hyfi_piece *p = &tn->piece[q][k];
+        const int u = tn->from[q][k];
+        hyfi_task_args a = {.u.tile = {.n = n, .c = C, .dst_h = p->h, .dst_w = p->w, .npieces = 1}};
+        a.u.tile.p[0] = (hyfi_piece){.src_h = p->src_h, .src_w = p->src_w, .src_y = p->src_y,
+                                     .src_x = p->src_x, .dst_y = 0, .dst_x = 0, .h = p->h,
+                                     .w = p->w};
+        snprintf(nm, sizeof nm, "%.30s.halo%d_%d", nd->name, u, q);
+        TASK(&hyfi_cl_tile_assemble, nm, &a);
+        W(tn->strip[((size_t)e->m * Pt + q) * NP + k]), R(TILE(x, u));
+        ON_PLACE(hyfi_sp_place(e, x, u));
+    }
+    hyfi_task_args a = {.u.tile = {.n = n, .c = C, .dst_h = tn->buf_h[q], .dst_w = tn->buf_w[q],
+                                   .npieces = tn->npieces[q], .zero_fill = tn->explicit_pad}};
+    for (int k = 0; k < tn->npieces[q]; k++) {
+        a.u.tile.p[k] = tn->piece[q][k];
+        if (k > 0) { /* a strip is the whole of its handle */
+            a.u.tile.p[k].src_h = tn->piece[q][k].h;
+            a.u.tile.p[k].src_w = tn->piece[q][k].w;
+            a.u.tile.p[k].src_y = a.u.tile.p[k].src_x = 0;
+        }
+    }
+    hyfi_sp_task_name(nm, sizeof nm, nd, "assemble", q, e);
+    TASK(&hyfi_cl_tile_assemble, nm, &a);
+    W(tn->buf[e->m * Pt + q]), R(TILE(x, q));
+    for (int k = 1; k < tn->npieces[q]; k++) R(tn->strip[((size_t)e->m * Pt + q) * NP + k]);
+    ON_PLACE(hyfi_sp_place(e, x, q));
+    *in = tn->buf[e->m * Pt + q];
+    return 0;
+}
+
+/* Backward of a windowed op's input on tile q: the buffer gradient scattered
+ * into the tile's own gradient and the strip gradients (W), then the strips
+ * added into the neighbours' tile gradients (after all tiles' own parts). */
+int hyfi_sp_unassemble(emit_ctx *e, const node *nd, int q)
+{
+    program *P = e->P;
+    const hyfi_tnode *tn = nd->tn;
+    hyfi_tensor *x = nd->in[0];
+    const int n = x->dims[0] / e->M, C = x->dims[1], Pt = e->g->pl->P;
+    char nm[64];
+    hyfi_task_args a = {.u.tile = {.n = n, .c = C, .dst_h = tn->buf_h[q], .dst_w = tn->buf_w[q],
+                                   .npieces = tn->npieces[q]}};
+    for (int k = 0; k < tn->npieces[q]; k++) {
+        a.u.tile.p[k] = tn->piece[q][k];
+        if (k > 0) {
+            a.u.tile.p[k].src_h = tn->piece[q][k].h;
+            a.u.tile.p[k].src_w = tn->piece[q][k].w;
+            a.u.tile.p[k].src_y = a.u.tile.p[k].src_x = 0;
+        }
+    }
+    a.acc = TGWF(x, q) ? 1 : 0; /* bit 0: the own tile; strips are fresh */
+    hyfi_sp_task_name(nm, sizeof nm, nd, "unassemble", q, e);
+    TASK(&hyfi_cl_tile_scatter, nm, &a);
+    hyfi_sp_grad_out(e, x, q);
+    for (int k = 1; k < tn->npieces[q]; k++) W(tn->dstrip[((size_t)e->m * Pt + q) * NP + k]);
+    R(tn->dbuf[e->m * Pt + q]);
+    ON_PLACE(hyfi_sp_place(e, x, q));
+    hyfi_sp_grad_done(e, x, q);
+    return 0;
+}
+
+int hyfi_sp_halo_return(emit_ctx *e, const node *nd, int q)
+{
+    program *P = e->P;
+    const hyfi_tnode *tn = nd->tn;
+    hyfi_tensor *x = nd->in[0];
+    const int n = x->dims[0] / e->M, C = x->dims[1], Pt = e->g->pl->P;
+    char nm[64];
+    for (int k = 1; k < tn->npieces[q]; k++) {
+        const hyfi_piece *p = &tn->piece[q][k];
+        const int u = tn->from[q][k];
+        /* strip (the whole handle) added into tile u at the piece's source rectangle */
+        hyfi_task_args a = {.acc = 1, .u.tile = {.n = n, .c = C, .dst_h = p->h, .dst_w = p->w,
+                                                 .npieces = 1}};
+        a.u.tile.p[0] = (hyfi_piece){.src_h = p->src_h, .src_w = p->src_w, .src_y = p->src_y,
+                                     .src_x = p->src_x, .dst_y = 0, .dst_x = 0, .h = p->h,
+                                     .w = p->w};
+        snprintf(nm, sizeof nm, "%.30s.halo%d_%d.back", nd->name, q, u);
+        TASK(&hyfi_cl_tile_scatter, nm, &a);
+        RW(TGRAD(x, u)), R(tn->dstrip[((size_t)e->m * Pt + q) * NP + k]);
+        ON_PLACE(hyfi_sp_place(e, x, u));
+    }
+    return 0;
+}
