@@ -30,7 +30,13 @@
  * Under mpiexec an error that every rank hits alike (it follows from the
  * flags, the model, the plan or the data's geometry) is printed once, by rank
  * 0; one that may differ between ranks (a data file one node cannot read, a
- * failure of its workers) by each rank that hits it, with its rank. */
+ * failure of its workers) by each rank that hits it, with its rank.
+ *
+ * The command line is apps/train_options.c's. main runs the phases below in
+ * order, each returning 0 or the exit status to stop with: load the data, fit
+ * its geometry to the model, (--dry-run, or) start the engine, build the
+ * model, compile it, train, evaluate, print the summary; finish() frees
+ * everything and merges the trace. */
 #ifndef _GNU_SOURCE
 #define _POSIX_C_SOURCE 200809L /* clock_gettime */
 #endif
@@ -242,54 +248,71 @@ done:
     return rc;
 }
 
-/* ------------------------------------------------------------------- main */
-int main(int argc, char **argv)
-{
+/* ------------------------------------------------------------------- run */
+/* What the phases share. */
+typedef struct run {
     train_options o;
-    launcher_rank();
-    int pr = train_parse_args(argc, argv, g_rank, &o);
-    if (pr != 0) free(o.balance);
-    if (pr > 0) return 0;
-    if (pr < 0) return 2;
+    hyfi_dataset *train, *test;
+    int C, H, W, K;             /* output geometry of the images, classes */
+    int nrep, B;                /* replicas; B: the global batch */
+    size_t ntrain, numel, spe;  /* train images, floats per image, steps per epoch */
+    long long total;            /* training steps */
+    hyfi_ctx *ctx;
+    hyfi_graph *g;
+    hyfi_tensor *tx, *ty, *tlogits, *loss;
+    hyfi_prefetch *pf;
+    FILE *mf;                   /* --metrics, on rank 0 */
+    double *rates;              /* (total) images/s of each step */
+    float *logits_buf;          /* (B, K) */
+    int lead, nranks;
+    /* results */
+    long long nmeas;            /* steps after the warm-up */
+    double mean, median;        /* their images/s */
+    bool have_acc;
+    double acc;
+    size_t correct, counted;
+} run;
 
-    int rc = 1;
+/* The train split and, where the kind has one, the test split. */
+static int load_data(run *r)
+{
+    const train_options *o = &r->o;
     char err[1024] = "";
-    hyfi_dataset *train = NULL, *test = NULL;
-    hyfi_prefetch *pf = NULL;
-    hyfi_ctx *ctx = NULL;
-    hyfi_graph *g = NULL;
-    FILE *mf = NULL;
-    double *rates = NULL;
-    float *logits_buf = NULL;
-    hyfi_status st;
-    int lead = 0, nranks = 1;
-
-    /* Data. */
-    hyfi_data_spec spec = {.kind = o.dataset, .split = HYFI_SPLIT_TRAIN, .dir = o.datapath};
-    if (o.dataset == HYFI_DATA_SYNTHETIC) {
+    hyfi_data_spec spec = {.kind = o->dataset, .split = HYFI_SPLIT_TRAIN, .dir = o->datapath};
+    if (o->dataset == HYFI_DATA_SYNTHETIC) {
         spec.channels = 3;
-        spec.height = spec.width = o.image_size ? o.image_size : 32;
-        spec.num_classes = o.num_classes ? o.num_classes : 10;
-        spec.count = (size_t)10 * (size_t)o.batch_size * (size_t)train_replicas(&o);
-        spec.seed = o.seed;
+        spec.height = spec.width = o->image_size ? o->image_size : 32;
+        spec.num_classes = o->num_classes ? o->num_classes : 10;
+        spec.count = (size_t)10 * (size_t)o->batch_size * (size_t)train_replicas(o);
+        spec.seed = o->seed;
     }
-    int drc = hyfi_dataset_open(&spec, &train, err, sizeof err);
-    if (drc == 0 && hyfi_data_has_test_split(o.dataset, o.datapath)) {
+    int drc = hyfi_dataset_open(&spec, &r->train, err, sizeof err);
+    if (drc == 0 && hyfi_data_has_test_split(o->dataset, o->datapath)) {
         spec.split = HYFI_SPLIT_TEST;
-        drc = hyfi_dataset_open(&spec, &test, err, sizeof err);
+        drc = hyfi_dataset_open(&spec, &r->test, err, sizeof err);
     }
     if (drc) {
         report(false, "%s", err); /* a file one node lacks: per rank */
-        goto out;
+        return 1;
     }
+    return 0;
+}
+
+/* The images at --image-size (test at the train geometry), the model and the
+ * classes checked against them, the batch and the step count. */
+static int fit_geometry(run *r)
+{
+    train_options *o = &r->o;
+    hyfi_dataset *train = r->train, *test = r->test;
+    char err[1024] = "";
     const int C = hyfi_dataset_channels(train);
     int H = hyfi_dataset_height(train), W = hyfi_dataset_width(train);
-    if (o.image_size && (o.image_size != H || o.image_size != W)) {
-        H = W = o.image_size;
+    if (o->image_size && (o->image_size != H || o->image_size != W)) {
+        H = W = o->image_size;
         if (hyfi_dataset_set_output(train, C, H, W, err, sizeof err) ||
             (test && hyfi_dataset_set_output(test, C, H, W, err, sizeof err))) {
             report(true, "%s", err);
-            goto out;
+            return 1;
         }
     }
     /* A folder's test split may differ from train in channels (grey only) or
@@ -298,339 +321,443 @@ int main(int argc, char **argv)
                  hyfi_dataset_width(test) != W) &&
         hyfi_dataset_set_output(test, C, H, W, err, sizeof err)) {
         report(true, "%s", err);
-        goto out;
+        return 1;
     }
-    if (model_check(&o.mc, C, H, W, err, sizeof err)) {
+    if (model_check(&o->mc, C, H, W, err, sizeof err)) {
         report(true, "%s", err);
-        rc = 2;
-        goto out;
+        return 2;
     }
-    const int K = o.num_classes ? o.num_classes : hyfi_dataset_num_classes(train);
+    const int K = o->num_classes ? o->num_classes : hyfi_dataset_num_classes(train);
     if (K < hyfi_dataset_num_classes(train)) {
         report(true, "--num-classes %d is smaller than the %d classes of %s; pass "
                      "--num-classes %d or more (or leave it out)",
-               K, hyfi_dataset_num_classes(train), hyfi_data_kind_name(o.dataset),
+               K, hyfi_dataset_num_classes(train), hyfi_data_kind_name(o->dataset),
                hyfi_dataset_num_classes(train));
-        rc = 2;
-        goto out;
+        return 2;
     }
     if (K < 2) { /* a 1-way classifier learns nothing: its loss is always 0 */
         report(true, "%s%s%s has %d class; a classifier needs at least 2: give each class its "
                      "own subfolder (or pass --num-classes 2 or more to train anyway)",
-               hyfi_data_kind_name(o.dataset), o.datapath ? " " : "",
-               o.datapath ? o.datapath : "", K);
-        rc = 2;
-        goto out;
+               hyfi_data_kind_name(o->dataset), o->datapath ? " " : "",
+               o->datapath ? o->datapath : "", K);
+        return 2;
     }
+    r->C = C;
+    r->H = H;
+    r->W = W;
+    r->K = K;
     /* B: the global batch (--batch-size per replica, as in MPI4DL) */
-    const int nrep = train_replicas(&o), B = o.batch_size * nrep;
-    const size_t ntrain = hyfi_dataset_size(train), numel = hyfi_dataset_image_numel(train);
-    const size_t spe = hyfi_data_steps_per_epoch(ntrain, B);
-    const long long total = o.steps > 0 ? o.steps : (long long)o.num_epochs * (long long)spe;
+    r->nrep = train_replicas(o);
+    r->B = o->batch_size * r->nrep;
+    r->ntrain = hyfi_dataset_size(train);
+    r->numel = hyfi_dataset_image_numel(train);
+    r->spe = hyfi_data_steps_per_epoch(r->ntrain, r->B);
+    r->total = o->steps > 0 ? o->steps : (long long)o->num_epochs * (long long)r->spe;
+    o->mc.num_classes = K;
+    return 0;
+}
 
-    o.mc.num_classes = K;
-    if (o.dry_run) {
-        rc = dry_run(&o, C, H, W, K);
-        goto out;
-    }
-    /* Engine: StarPU-MPI when launched by mpiexec. Every rank runs this same
-     * program on the same data (seeded); rank 0 prints and writes the metrics. */
-    hyfi_ctx_config cc = {.device = o.device, .ncpus = 0, .ncuda = -1, .mpi = -1,
-                          .scheduler = NULL, .verbose = o.verbose, .trace_dir = o.trace,
-                          .watchdog_s = o.watchdog_s};
-    if ((st = hyfi_ctx_create(&ctx, &cc)) != HYFI_OK) {
+/* Engine: StarPU-MPI when launched by mpiexec. Every rank runs this same
+ * program on the same data (seeded); rank 0 prints and writes the metrics. */
+static int start_engine(run *r)
+{
+    const train_options *o = &r->o;
+    char err[1024] = "";
+    hyfi_status st;
+    hyfi_ctx_config cc = {.device = o->device, .ncpus = 0, .ncuda = -1, .mpi = -1,
+                          .scheduler = NULL, .verbose = o->verbose, .trace_dir = o->trace,
+                          .watchdog_s = o->watchdog_s};
+    if ((st = hyfi_ctx_create(&r->ctx, &cc)) != HYFI_OK) {
         lib_fail("starting the engine (hyfi_ctx_create)", st, NULL);
-        goto out;
+        return 1;
     }
-    lead = hyfi_ctx_rank(ctx) == 0;
-    nranks = hyfi_ctx_nranks(ctx);
-    g_rank = hyfi_ctx_rank(ctx);
-    g_nranks = nranks;
-    if (!lead) {
+    r->lead = hyfi_ctx_rank(r->ctx) == 0;
+    r->nranks = hyfi_ctx_nranks(r->ctx);
+    g_rank = hyfi_ctx_rank(r->ctx);
+    g_nranks = r->nranks;
+    if (!r->lead) {
         /* other ranks stay quiet on stdout */
         if (!freopen("/dev/null", "w", stdout)) {
-            fprintf(stderr, "hyfi-train: rank %d: cannot silence stdout\n", hyfi_ctx_rank(ctx));
-            goto out;
+            fprintf(stderr, "hyfi-train: rank %d: cannot silence stdout\n", hyfi_ctx_rank(r->ctx));
+            return 1;
         }
     }
     /* Only rank 0 writes the metrics, but every rank stops when it cannot:
      * the others would wait for it forever. */
     st = HYFI_OK;
-    if (lead && o.metrics && !(mf = fopen(o.metrics, "w"))) {
-        snprintf(err, sizeof err, "--metrics %s: cannot open for writing: %s", o.metrics,
+    if (r->lead && o->metrics && !(r->mf = fopen(o->metrics, "w"))) {
+        snprintf(err, sizeof err, "--metrics %s: cannot open for writing: %s", o->metrics,
                  strerror(errno));
         st = HYFI_ERR_IO;
     }
-    if (hyfi_ctx_agree(ctx, st, err) != HYFI_OK) {
-        if (lead) fprintf(stderr, "hyfi-train: %s\n", hyfi_last_error());
-        goto out;
+    if (hyfi_ctx_agree(r->ctx, st, err) != HYFI_OK) {
+        if (r->lead) fprintf(stderr, "hyfi-train: %s\n", hyfi_last_error());
+        return 1;
     }
     /* line-buffered: a killed run leaves whole lines (each written at its '\n') */
-    if (mf) setvbuf(mf, NULL, _IOLBF, 0);
-    if ((st = hyfi_graph_create(ctx, o.seed, &g)) != HYFI_OK) {
+    if (r->mf) setvbuf(r->mf, NULL, _IOLBF, 0);
+    return 0;
+}
+
+/* The graph: input, labels, the model and the loss. */
+static int build_model(run *r)
+{
+    char err[1024] = "";
+    hyfi_status st;
+    if ((st = hyfi_graph_create(r->ctx, r->o.seed, &r->g)) != HYFI_OK) {
         lib_fail("hyfi_graph_create", st, NULL);
-        goto out;
+        return 1;
     }
-    hyfi_tensor *tx = hyfi_input(g, "image", B, C, H, W); /* (B, C, H, W) */
-    hyfi_tensor *ty = hyfi_labels(g, "label", B);         /* (B) */
-    hyfi_tensor *tlogits = hyfi_model_build(g, &o.mc, tx, err, sizeof err); /* (B, K, 1, 1) */
-    if (!tlogits) {
+    hyfi_graph *g = r->g;
+    r->tx = hyfi_input(g, "image", r->B, r->C, r->H, r->W); /* (B, C, H, W) */
+    r->ty = hyfi_labels(g, "label", r->B);                  /* (B) */
+    r->tlogits = hyfi_model_build(g, &r->o.mc, r->tx, err, sizeof err); /* (B, K, 1, 1) */
+    if (!r->tlogits) {
         report(true, "%s", err);
-        if (config_error(hyfi_graph_status(g))) rc = 2;
-        goto out;
+        return config_error(hyfi_graph_status(g)) ? 2 : 1;
     }
-    hyfi_tensor *loss = hyfi_softmax_cross_entropy(g, "loss", tlogits, ty);
+    r->loss = hyfi_softmax_cross_entropy(g, "loss", r->tlogits, r->ty);
     if (hyfi_graph_status(g) != HYFI_OK) {
         lib_fail("building the loss", hyfi_graph_status(g), g);
-        if (config_error(hyfi_graph_status(g))) rc = 2;
-        goto out;
+        return config_error(hyfi_graph_status(g)) ? 2 : 1;
     }
-    hyfi_train_config tc = {.lr = o.lr, .momentum = o.momentum, .weight_decay = o.weight_decay};
-    hyfi_plan_config plan = {.stages = o.split_size, .balance = o.balance, .parts = o.parts,
-                             .schedule = o.schedule, .deterministic = o.deterministic,
-                             .spatial_stages = o.spatial_size,
-                             .spatial_parts = o.spatial_size && !o.spatial_parts ? 4
-                                                                                 : o.spatial_parts,
-                             .slice = o.slice, .fused_layers = o.fused_layers,
-                             .gems = o.gems, .replications = o.replications,
-                             .data_parallel = o.data_parallel, .allreduce = o.allreduce,
-                             .bucket_kib = o.bucket_kib};
-    if ((st = hyfi_graph_set_plan(g, &plan)) != HYFI_OK ||
-        (st = hyfi_graph_compile(g, loss, &tc)) != HYFI_OK) {
+    return 0;
+}
+
+/* The plan and the compile; then the rest of what every rank must share. */
+static int compile_model(run *r)
+{
+    const train_options *o = &r->o;
+    hyfi_status st;
+    hyfi_train_config tc = {.lr = o->lr, .momentum = o->momentum, .weight_decay = o->weight_decay};
+    hyfi_plan_config plan = {.stages = o->split_size, .balance = o->balance, .parts = o->parts,
+                             .schedule = o->schedule, .deterministic = o->deterministic,
+                             .spatial_stages = o->spatial_size,
+                             .spatial_parts = o->spatial_size && !o->spatial_parts
+                                                  ? 4
+                                                  : o->spatial_parts,
+                             .slice = o->slice, .fused_layers = o->fused_layers,
+                             .gems = o->gems, .replications = o->replications,
+                             .data_parallel = o->data_parallel, .allreduce = o->allreduce,
+                             .bucket_kib = o->bucket_kib};
+    if ((st = hyfi_graph_set_plan(r->g, &plan)) != HYFI_OK ||
+        (st = hyfi_graph_compile(r->g, r->loss, &tc)) != HYFI_OK) {
         /* a mismatch between the ranks is the same message on every rank */
-        if (lead || st != HYFI_ERR_MISMATCH) lib_fail("hyfi_graph_compile", st, g);
-        if (config_error(st)) rc = 2; /* a plan the flags cannot make */
-        goto out;
+        if (r->lead || st != HYFI_ERR_MISMATCH) lib_fail("hyfi_graph_compile", st, r->g);
+        return config_error(st) ? 2 : 1; /* 2: a plan the flags cannot make */
     }
     /* The graph, plan and training settings agree (compile checked them);
      * the rest of what every rank must share, too. */
-    if ((st = check_same_args(ctx, &o, train, test, total)) != HYFI_OK) {
-        if (lead) fprintf(stderr, "hyfi-train: %s\n", hyfi_last_error());
-        goto out;
+    if ((st = check_same_args(r->ctx, o, r->train, r->test, r->total)) != HYFI_OK) {
+        if (r->lead) fprintf(stderr, "hyfi-train: %s\n", hyfi_last_error());
+        return 1;
     }
+    return 0;
+}
 
+/* The model, the data, the settings and the plan, on stdout. */
+static void print_setup(const run *r)
+{
+    const train_options *o = &r->o;
     char model_what[200];
-    model_describe(&o.mc, model_what, sizeof model_what);
+    model_describe(&o->mc, model_what, sizeof model_what);
     printf("hyfi-train: model %s (%zu parameters), data %s: %zu train%s images of %dx%dx%d, %d "
            "classes\n",
-           model_what, hyfi_param_numel(g), hyfi_data_kind_name(o.dataset), ntrain,
-           test ? "" : " (no test split)", C, H, W, K);
-    if (test) printf("hyfi-train: %zu test images\n", hyfi_dataset_size(test));
-    if (nrep > 1)
-        printf("hyfi-train: %d replicas x batch %d per replica = global batch %d\n", nrep,
-               o.batch_size, B);
+           model_what, hyfi_param_numel(r->g), hyfi_data_kind_name(o->dataset), r->ntrain,
+           r->test ? "" : " (no test split)", r->C, r->H, r->W, r->K);
+    if (r->test) printf("hyfi-train: %zu test images\n", hyfi_dataset_size(r->test));
+    if (r->nrep > 1)
+        printf("hyfi-train: %d replicas x batch %d per replica = global batch %d\n", r->nrep,
+               o->batch_size, r->B);
     printf("hyfi-train: batch %d, %lld steps (%zu per epoch), lr %g (%s), momentum %g, weight "
            "decay %g, seed %" PRIu64 ", %d CPU + %d CUDA workers\n",
-           B, total, spe, (double)o.lr, o.cosine ? "cosine" : "constant", (double)o.momentum,
-           (double)o.weight_decay, o.seed,
-           hyfi_ctx_ncpu_workers(ctx), hyfi_ctx_ncuda_workers(ctx));
-    {
-        char *pd = NULL;
-        size_t need = hyfi_plan_describe(g, NULL, 0);
-        if (need && (pd = malloc(need + 1))) {
-            hyfi_plan_describe(g, pd, need + 1);
-            fputs(pd, stdout);
-        }
-        free(pd);
+           r->B, r->total, r->spe, (double)o->lr, o->cosine ? "cosine" : "constant",
+           (double)o->momentum, (double)o->weight_decay, o->seed,
+           hyfi_ctx_ncpu_workers(r->ctx), hyfi_ctx_ncuda_workers(r->ctx));
+    char *pd = NULL;
+    size_t need = hyfi_plan_describe(r->g, NULL, 0);
+    if (need && (pd = malloc(need + 1))) {
+        hyfi_plan_describe(r->g, pd, need + 1);
+        fputs(pd, stdout);
     }
+    free(pd);
     fflush(stdout);
+}
 
-    /* Training. */
-    rates = malloc((size_t)(total > 0 ? total : 1) * sizeof *rates);
-    if (!rates) {
-        report(false, "out of memory for %lld step timings", total);
-        goto out;
+/* The first step's loss and gradient norm, and the warnings given. */
+typedef struct divergence_watch {
+    float loss0;
+    double gnorm0;
+    int nwarn;
+} divergence_watch;
+
+/* A diverging run: warn early, stop past --divergence-ratio (every rank has
+ * the same loss and norms, so every rank stops). True: stop. */
+static bool diverged(const run *r, divergence_watch *w, long long s, float l, double gnorm)
+{
+    const train_options *o = &r->o;
+    if (s == 0) w->loss0 = l, w->gnorm0 = gnorm;
+    if (s > 0 && w->nwarn < 5 &&
+        ((w->loss0 > 0 && l > 10 * w->loss0) || (w->gnorm0 > 0 && gnorm > 100 * w->gnorm0))) {
+        if (r->lead)
+            fprintf(stderr, "hyfi-train: warning: step %lld: loss %.4g (first step %.4g), "
+                            "gradient norm %.4g (first step %.4g): the run may be diverging; "
+                            "consider a lower --lr\n",
+                    s + 1, (double)l, (double)w->loss0, gnorm, w->gnorm0);
+        w->nwarn++;
     }
-    hyfi_prefetch_config pc = {.batch = B, .seed = o.seed, .shuffle = 1,
+    if (o->divergence > 0 && w->loss0 > 0 && l > o->divergence * w->loss0) {
+        if (r->lead)
+            fprintf(stderr, "hyfi-train: training diverged at step %lld: the loss %.4g is "
+                            "above %g x the first step's %.4g; lower --lr (%g now), or raise "
+                            "--divergence-ratio (0: never stop)\n",
+                    s + 1, (double)l, (double)o->divergence, (double)w->loss0, (double)o->lr);
+        return true;
+    }
+    return false;
+}
+
+/* Step s's line (every --print-freq steps, the first and the last) and its
+ * --metrics line. */
+static void log_step(const run *r, long long s, float l, double gnorm, double wnorm)
+{
+    if ((s + 1) % r->o.print_freq == 0 || s == 0 || s + 1 == r->total) {
+        printf("step %lld loss %.4f images/s %.1f\n", s + 1, (double)l, r->rates[s]);
+        /* MPI4DL's line: its rank 0 divides --batch-size (one replica's) by the time */
+        printf("Epoch: %lld images per sec:%f\n", s / (long long)r->spe, r->rates[s] / r->nrep);
+        fflush(stdout);
+    }
+    FILE *mf = r->mf;
+    if (mf) {
+        fprintf(mf, "{\"step\":%lld,\"loss\":", s + 1);
+        json_num(mf, true, l);
+        fputs(",\"images_per_sec\":", mf);
+        json_num(mf, true, r->rates[s]);
+        fputs(",\"grad_norm\":", mf);
+        json_num(mf, true, gnorm);
+        fputs(",\"weight_norm\":", mf);
+        json_num(mf, true, wnorm);
+        fputs("}\n", mf);
+    }
+}
+
+/* Training: --steps steps (or whole epochs) on prefetched, shuffled batches. */
+static int train_loop(run *r)
+{
+    const train_options *o = &r->o;
+    hyfi_graph *g = r->g;
+    const int B = r->B;
+    const long long total = r->total;
+    char err[1024] = "";
+    hyfi_status st;
+    r->rates = malloc((size_t)(total > 0 ? total : 1) * sizeof *r->rates);
+    if (!r->rates) {
+        report(false, "out of memory for %lld step timings", total);
+        return 1;
+    }
+    hyfi_prefetch_config pc = {.batch = B, .seed = o->seed, .shuffle = 1,
                                .num_steps = (uint64_t)total};
-    if (hyfi_prefetch_start(train, &pc, &pf, err, sizeof err)) {
+    if (hyfi_prefetch_start(r->train, &pc, &r->pf, err, sizeof err)) {
         report(false, "%s", err);
-        goto out;
+        return 1;
     }
     double t_prev = now_s();
-    float loss0 = 0;
-    double gnorm0 = 0;
-    int nwarn = 0;
+    divergence_watch w = {0};
     for (long long s = 0; s < total; s++) {
         hyfi_batch b;
-        int prc = hyfi_prefetch_next(pf, &b);
+        int prc = hyfi_prefetch_next(r->pf, &b);
         if (prc) {
             report(false, "preparing batch %lld failed: %s: %s", s + 1,
-                   hyfi_data_status_name(prc), hyfi_prefetch_error(pf));
-            goto out;
+                   hyfi_data_status_name(prc), hyfi_prefetch_error(r->pf));
+            return 1;
         }
         float l = NAN;
-        if (o.cosine && (st = hyfi_set_lr(g, cosine_lr(o.lr, s, total))) != HYFI_OK) {
+        if (o->cosine && (st = hyfi_set_lr(g, cosine_lr(o->lr, s, total))) != HYFI_OK) {
             lib_fail("hyfi_set_lr", st, g);
-            goto out;
+            return 1;
         }
-        if ((st = hyfi_set_input(g, tx, b.x, (size_t)B * numel)) != HYFI_OK ||
-            (st = hyfi_set_labels(g, ty, b.y, (size_t)B)) != HYFI_OK) {
+        if ((st = hyfi_set_input(g, r->tx, b.x, (size_t)B * r->numel)) != HYFI_OK ||
+            (st = hyfi_set_labels(g, r->ty, b.y, (size_t)B)) != HYFI_OK) {
             lib_fail("copying a batch in", st, g);
-            goto out;
+            return 1;
         }
         if ((st = hyfi_train_step(g, &l)) != HYFI_OK) {
             char what[64];
             snprintf(what, sizeof what, "training step %lld", s + 1);
             lib_fail(what, st, g);
-            goto out;
+            return 1;
         }
         double t = now_s();
-        rates[s] = B / (t - t_prev);
+        r->rates[s] = B / (t - t_prev);
         t_prev = t;
-        /* a diverging run: warn early, stop past --divergence-ratio (every rank
-         * has the same loss and norms, so every rank stops) */
         double gnorm = NAN, wnorm = NAN;
         hyfi_train_norms(g, &gnorm, &wnorm);
-        if (s == 0) loss0 = l, gnorm0 = gnorm;
-        if (s > 0 && nwarn < 5 &&
-            ((loss0 > 0 && l > 10 * loss0) || (gnorm0 > 0 && gnorm > 100 * gnorm0))) {
-            if (lead)
-                fprintf(stderr, "hyfi-train: warning: step %lld: loss %.4g (first step %.4g), "
-                                "gradient norm %.4g (first step %.4g): the run may be diverging; "
-                                "consider a lower --lr\n",
-                        s + 1, (double)l, (double)loss0, gnorm, gnorm0);
-            nwarn++;
-        }
-        if (o.divergence > 0 && loss0 > 0 && l > o.divergence * loss0) {
-            if (lead)
-                fprintf(stderr, "hyfi-train: training diverged at step %lld: the loss %.4g is "
-                                "above %g x the first step's %.4g; lower --lr (%g now), or raise "
-                                "--divergence-ratio (0: never stop)\n",
-                        s + 1, (double)l, (double)o.divergence, (double)loss0, (double)o.lr);
-            goto out;
-        }
-        if ((s + 1) % o.print_freq == 0 || s == 0 || s + 1 == total) {
-            printf("step %lld loss %.4f images/s %.1f\n", s + 1, (double)l, rates[s]);
-            /* MPI4DL's line: its rank 0 divides --batch-size (one replica's) by the time */
-            printf("Epoch: %lld images per sec:%f\n", s / (long long)spe, rates[s] / nrep);
-            fflush(stdout);
-        }
-        if (mf) {
-            fprintf(mf, "{\"step\":%lld,\"loss\":", s + 1);
-            json_num(mf, true, l);
-            fputs(",\"images_per_sec\":", mf);
-            json_num(mf, true, rates[s]);
-            fputs(",\"grad_norm\":", mf);
-            json_num(mf, true, gnorm);
-            fputs(",\"weight_norm\":", mf);
-            json_num(mf, true, wnorm);
-            fputs("}\n", mf);
-        }
+        if (diverged(r, &w, s, l, gnorm)) return 1;
+        log_step(r, s, l, gnorm, wnorm);
     }
-    hyfi_prefetch_stop(pf);
-    pf = NULL;
+    hyfi_prefetch_stop(r->pf);
+    r->pf = NULL;
+    return 0;
+}
 
-    /* Throughput over the steps after the warm-up. */
-    long long nmeas = total > WARMUP_STEPS ? total - WARMUP_STEPS : 0;
-    double mean = 0, median = 0;
-    if (nmeas > 0) {
-        for (long long s = WARMUP_STEPS; s < total; s++) mean += rates[s];
-        mean /= (double)nmeas;
-        qsort(rates + WARMUP_STEPS, (size_t)nmeas, sizeof *rates, cmp_double);
-        const double *r = rates + WARMUP_STEPS;
-        median = nmeas % 2 ? r[nmeas / 2] : 0.5 * (r[nmeas / 2 - 1] + r[nmeas / 2]);
+/* Throughput over the steps after the warm-up. */
+static void throughput(run *r)
+{
+    const long long total = r->total;
+    r->nmeas = total > WARMUP_STEPS ? total - WARMUP_STEPS : 0;
+    r->mean = r->median = 0;
+    if (r->nmeas > 0) {
+        const long long nmeas = r->nmeas;
+        for (long long s = WARMUP_STEPS; s < total; s++) r->mean += r->rates[s];
+        r->mean /= (double)nmeas;
+        qsort(r->rates + WARMUP_STEPS, (size_t)nmeas, sizeof *r->rates, cmp_double);
+        const double *q = r->rates + WARMUP_STEPS;
+        r->median = nmeas % 2 ? q[nmeas / 2] : 0.5 * (q[nmeas / 2 - 1] + q[nmeas / 2]);
     }
+}
 
-    /* Test accuracy in eval mode. */
-    bool have_acc = false;
-    double acc = 0;
-    size_t correct = 0, counted = 0;
-    if (test) {
-        const size_t ntest = hyfi_dataset_size(test);
-        size_t nb = hyfi_data_steps_per_epoch(ntest, B);
-        if (o.eval_batches > 0 && (size_t)o.eval_batches < nb) nb = (size_t)o.eval_batches;
-        logits_buf = malloc((size_t)B * (size_t)K * sizeof *logits_buf);
-        if (!logits_buf) {
-            report(false, "out of memory for the logits");
-            goto out;
-        }
-        hyfi_prefetch_config ec = {.batch = B, .shuffle = 0, .num_steps = nb};
-        if (hyfi_prefetch_start(test, &ec, &pf, err, sizeof err)) {
-            report(false, "%s", err);
-            goto out;
-        }
-        double t0 = now_s();
-        for (size_t k = 0; k < nb; k++) {
-            hyfi_batch b;
-            int prc = hyfi_prefetch_next(pf, &b);
-            if (prc) {
-                report(false, "preparing test batch %zu failed: %s: %s", k + 1,
-                       hyfi_data_status_name(prc), hyfi_prefetch_error(pf));
-                goto out;
-            }
-            if ((st = hyfi_set_input(g, tx, b.x, (size_t)B * numel)) != HYFI_OK ||
-                (st = hyfi_set_labels(g, ty, b.y, (size_t)B)) != HYFI_OK ||
-                (st = hyfi_infer(g, NULL)) != HYFI_OK ||
-                (st = hyfi_tensor_read(g, tlogits, logits_buf, (size_t)B * (size_t)K)) != HYFI_OK) {
-                lib_fail("evaluation (hyfi_infer)", st, g);
-                goto out;
-            }
-            /* rows past the end of the test set are padding: not counted */
-            size_t valid = ntest - b.start < (size_t)B ? ntest - b.start : (size_t)B;
-            for (size_t r = 0; r < valid; r++) {
-                const float *z = logits_buf + r * (size_t)K; /* (K) */
-                int best = 0;
-                for (int c = 1; c < K; c++)
-                    if (z[c] > z[best]) best = c;
-                correct += best == b.y[r];
-            }
-            counted += valid;
-        }
-        hyfi_prefetch_stop(pf);
-        pf = NULL;
-        have_acc = counted > 0;
-        acc = have_acc ? (double)correct / (double)counted : 0;
-        printf("eval: %zu batches, %zu images in %.2f s\n", nb, counted, now_s() - t0);
+/* Test accuracy in eval mode (none without a test split). */
+static int evaluate(run *r)
+{
+    if (!r->test) return 0;
+    const int B = r->B, K = r->K;
+    char err[1024] = "";
+    hyfi_status st;
+    const size_t ntest = hyfi_dataset_size(r->test);
+    size_t nb = hyfi_data_steps_per_epoch(ntest, B);
+    if (r->o.eval_batches > 0 && (size_t)r->o.eval_batches < nb) nb = (size_t)r->o.eval_batches;
+    r->logits_buf = malloc((size_t)B * (size_t)K * sizeof *r->logits_buf);
+    if (!r->logits_buf) {
+        report(false, "out of memory for the logits");
+        return 1;
     }
+    hyfi_prefetch_config ec = {.batch = B, .shuffle = 0, .num_steps = nb};
+    if (hyfi_prefetch_start(r->test, &ec, &r->pf, err, sizeof err)) {
+        report(false, "%s", err);
+        return 1;
+    }
+    double t0 = now_s();
+    for (size_t k = 0; k < nb; k++) {
+        hyfi_batch b;
+        int prc = hyfi_prefetch_next(r->pf, &b);
+        if (prc) {
+            report(false, "preparing test batch %zu failed: %s: %s", k + 1,
+                   hyfi_data_status_name(prc), hyfi_prefetch_error(r->pf));
+            return 1;
+        }
+        if ((st = hyfi_set_input(r->g, r->tx, b.x, (size_t)B * r->numel)) != HYFI_OK ||
+            (st = hyfi_set_labels(r->g, r->ty, b.y, (size_t)B)) != HYFI_OK ||
+            (st = hyfi_infer(r->g, NULL)) != HYFI_OK ||
+            (st = hyfi_tensor_read(r->g, r->tlogits, r->logits_buf, (size_t)B * (size_t)K)) !=
+                HYFI_OK) {
+            lib_fail("evaluation (hyfi_infer)", st, r->g);
+            return 1;
+        }
+        /* rows past the end of the test set are padding: not counted */
+        size_t valid = ntest - b.start < (size_t)B ? ntest - b.start : (size_t)B;
+        for (size_t row = 0; row < valid; row++) {
+            const float *z = r->logits_buf + row * (size_t)K; /* (K) */
+            int best = 0;
+            for (int c = 1; c < K; c++)
+                if (z[c] > z[best]) best = c;
+            r->correct += best == b.y[row];
+        }
+        r->counted += valid;
+    }
+    hyfi_prefetch_stop(r->pf);
+    r->pf = NULL;
+    r->have_acc = r->counted > 0;
+    r->acc = r->have_acc ? (double)r->correct / (double)r->counted : 0;
+    printf("eval: %zu batches, %zu images in %.2f s\n", nb, r->counted, now_s() - t0);
+    return 0;
+}
 
-    printf("summary: %lld steps, images/s mean ", total);
-    if (nmeas > 0) printf("%.1f median %.1f (excluding %d warm-up steps)", mean, median, WARMUP_STEPS);
+/* The summary line, this rank's peak memory and the --metrics summary. */
+static void print_summary(const run *r)
+{
+    printf("summary: %lld steps, images/s mean ", r->total);
+    if (r->nmeas > 0)
+        printf("%.1f median %.1f (excluding %d warm-up steps)", r->mean, r->median, WARMUP_STEPS);
     else printf("n/a median n/a (no steps after the %d warm-up steps)", WARMUP_STEPS);
-    if (have_acc) printf(", test accuracy %.4f (%zu/%zu)\n", acc, correct, counted);
-    else printf(", test accuracy n/a (%s)\n", test ? "no test images" : "no test split");
+    if (r->have_acc) printf(", test accuracy %.4f (%zu/%zu)\n", r->acc, r->correct, r->counted);
+    else printf(", test accuracy n/a (%s)\n", r->test ? "no test images" : "no test split");
     {
         /* peak memory of this process (each rank: its places) */
         struct rusage ru;
         if (getrusage(RUSAGE_SELF, &ru) == 0)
-            fprintf(stderr, "hyfi-train: rank %d peak memory %.1f MB\n", hyfi_ctx_rank(ctx),
+            fprintf(stderr, "hyfi-train: rank %d peak memory %.1f MB\n", hyfi_ctx_rank(r->ctx),
                     (double)ru.ru_maxrss / 1024.0);
     }
+    FILE *mf = r->mf;
     if (mf) {
         fputs("{\"summary\":true,\"mean_images_per_sec\":", mf);
-        json_num(mf, nmeas > 0, mean);
+        json_num(mf, r->nmeas > 0, r->mean);
         fputs(",\"median_images_per_sec\":", mf);
-        json_num(mf, nmeas > 0, median);
+        json_num(mf, r->nmeas > 0, r->median);
         fputs(",\"test_accuracy\":", mf);
-        json_num(mf, have_acc, acc);
+        json_num(mf, r->have_acc, r->acc);
         fputs("}\n", mf);
     }
-    rc = 0;
+}
 
-out:
-    hyfi_prefetch_stop(pf);
-    if (mf && fclose(mf) != 0 && rc == 0) {
-        fprintf(stderr, "hyfi-train: --metrics %s: write failed: %s\n", o.metrics, strerror(errno));
+/* Free everything; after a successful --trace run rank 0 merges the trace.
+ * Returns the exit status: rc, or 1 when the metrics or the trace fail. */
+static int finish(run *r, int rc)
+{
+    const train_options *o = &r->o;
+    hyfi_status st;
+    hyfi_prefetch_stop(r->pf);
+    if (r->mf && fclose(r->mf) != 0 && rc == 0) {
+        fprintf(stderr, "hyfi-train: --metrics %s: write failed: %s\n", o->metrics,
+                strerror(errno));
         rc = 1;
     }
-    free(rates);
-    free(logits_buf);
-    free(o.balance);
-    if (g) hyfi_graph_destroy(g);
-    hyfi_ctx_destroy(ctx);
+    free(r->rates);
+    free(r->logits_buf);
+    free(r->o.balance);
+    if (r->g) hyfi_graph_destroy(r->g);
+    hyfi_ctx_destroy(r->ctx);
     /* the ranks have written their trace files (hyfi_ctx_destroy waits) */
-    if (rc == 0 && o.trace && lead) {
+    if (rc == 0 && o->trace && r->lead) {
         fflush(stdout);
-        if ((st = hyfi_trace_merge(o.trace, nranks)) != HYFI_OK ||
-            (st = hyfi_trace_summarize(o.trace, stdout)) != HYFI_OK) {
-            fprintf(stderr, "hyfi-train: --trace %s: %s\n", o.trace, hyfi_last_error());
+        if ((st = hyfi_trace_merge(o->trace, r->nranks)) != HYFI_OK ||
+            (st = hyfi_trace_summarize(o->trace, stdout)) != HYFI_OK) {
+            fprintf(stderr, "hyfi-train: --trace %s: %s\n", o->trace, hyfi_last_error());
             rc = 1;
         } else {
-            printf("trace: %s/paje.trace (ViTE), %s/summary.json, %s/timeline.svg\n", o.trace,
-                   o.trace, o.trace);
+            printf("trace: %s/paje.trace (ViTE), %s/summary.json, %s/timeline.svg\n", o->trace,
+                   o->trace, o->trace);
         }
     }
-    hyfi_dataset_free(train);
-    hyfi_dataset_free(test);
+    hyfi_dataset_free(r->train);
+    hyfi_dataset_free(r->test);
     return rc;
+}
+
+/* ------------------------------------------------------------------- main */
+int main(int argc, char **argv)
+{
+    run r = {.nranks = 1};
+    launcher_rank();
+    int pr = train_parse_args(argc, argv, g_rank, &r.o);
+    if (pr != 0) free(r.o.balance);
+    if (pr > 0) return 0;
+    if (pr < 0) return 2;
+
+    int rc = load_data(&r);
+    if (rc == 0) rc = fit_geometry(&r);
+    if (rc == 0 && r.o.dry_run) return finish(&r, dry_run(&r.o, r.C, r.H, r.W, r.K));
+    if (rc == 0) rc = start_engine(&r);
+    if (rc == 0) rc = build_model(&r);
+    if (rc == 0) rc = compile_model(&r);
+    if (rc == 0) {
+        print_setup(&r);
+        rc = train_loop(&r);
+    }
+    if (rc == 0) {
+        throughput(&r);
+        rc = evaluate(&r);
+    }
+    if (rc == 0) print_summary(&r);
+    return finish(&r, rc);
 }
