@@ -1,10 +1,10 @@
-/* Unit tests of the data module (apps/data.c): idx files (plain and gzipped),
+/* Unit tests of the data module (apps/data*.c): idx files (plain and gzipped),
  * CIFAR-10 batches and synthetic data with their values and error messages,
  * shuffling, batches, resize and channel conversion, the prefetcher, image
  * folders (PNG and JPEG files written here with libpng/libjpeg: values, class
  * ids, splits, corrupt files), and the real Fashion-MNIST when Debian's
  * dataset-fashion-mnist is installed.
- * Links apps/data.c and tests/testutil.c only (no StarPU). Files are written
+ * Links apps/data*.c and tests/testutil.c only (no StarPU). Files are written
  * into a fresh directory under $TMPDIR (default /tmp) and removed at the end. */
 #ifndef _GNU_SOURCE
 #define _XOPEN_SOURCE 700 /* mkdtemp, nftw, truncate */

@@ -1,0 +1,471 @@
+/* hyfi-train's command line: the options' defaults, the --help text, the
+ * parsing of every flag (--flag value or --flag=value, and HYFI_WATCHDOG_S)
+ * and the checks of the flags together. A bad command line is printed once,
+ * by rank 0, with the hint to --help; the driver exits with status 2. */
+#include "train_options.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define MAX_IMAGE_SIDE 16384
+#define MIN_IMAGE_SIDE 1 /* each model checks its own minimum (models.h) */
+#define MAX_STAGES 4096
+/* --watchdog default: far above a step of the models this driver trains on a
+ * node's CPUs, far below "forever". */
+#define DEFAULT_WATCHDOG_S 120
+
+int train_replicas(const train_options *o)
+{
+    const int copies = o->gems == HYFI_GEMS_NONE   ? 1
+                       : o->gems == HYFI_GEMS_MAST ? 2
+                                                   : 2 * (o->replications > 1 ? o->replications : 1);
+    return copies * (o->data_parallel > 1 ? o->data_parallel : 1);
+}
+
+void train_usage(FILE *f)
+{
+    fprintf(f,
+        "usage: hyfi-train [options]\n"
+        "Train a CNN with hyfi (StarPU task graphs) and report images/s and test accuracy.\n"
+        "\n"
+        "  --model NAME          cnn | resnet | amoebanet [cnn] (apps/models.h has the details)\n"
+        "                        cnn: conv3x3(32)-bn-relu-maxpool2, conv3x3(64)-bn-relu-\n"
+        "                        maxpool2, conv3x3(128)-bn-relu, global average pool, fc\n"
+        "                        resnet: ResNet of --depth and --resnet-version\n"
+        "                        amoebanet: AmoebaNet-D (--num-layers, --num-filters), images\n"
+        "                        of 32x32 or more\n"
+        "  --depth N             ResNet depth [%d]. Depths 18, 34, 50, 101, 152: ImageNet\n"
+        "                        family (7x7/2 stem, max-pool, 4 stages; v1 = torchvision's\n"
+        "                        resnetN; images of 32x32 or more); any other depth: CIFAR\n"
+        "                        family (3x3 stem, 3 stages of 16/32/64 basic blocks for v1,\n"
+        "                        depth 6n+2: 8, 20, 56, 110, 164, ...; pre-activation\n"
+        "                        bottlenecks 16->64, 64->128, 128->256 for v2, depth 9n+2:\n"
+        "                        11, 20, 56, 110, 164, 1001, ...)\n"
+        "  --resnet-version V    1: post-activation (He et al. 2015); 2: pre-activation\n"
+        "                        (He et al. 2016; at ImageNet depths the pre-activation\n"
+        "                        ResNet on the ImageNet stem) [%d]\n"
+        "  --resnet-style S      auto | cifar | imagenet: the family rule above (auto), or\n"
+        "                        forced (e.g. cifar for MPI4DL's v2-101, n = 11) [auto]\n"
+        "  --num-layers L        AmoebaNet-D normal cells, a multiple of 3: L/3 in each of\n"
+        "                        3 groups [%d, MPI4DL's default]\n"
+        "  --num-filters F       AmoebaNet-D filters, a multiple of 4 (stem F/4, cells F/2\n"
+        "                        up to 4F) [%d, MPI4DL's default: 312M parameters, very slow\n"
+        "                        on CPUs; try --num-layers 6 --num-filters 64]\n"
+        "  --dry-run             build the graph, print per op its name, kind, output shape,\n"
+        "                        parameters and FLOPs per image, then the totals (parameters,\n"
+        "                        forward FLOPs per image, activation memory per image) and\n"
+        "                        exit 0 without compiling or training\n"
+        "  --dataset NAME        synthetic | fashion-mnist | mnist | cifar10 | folder\n"
+        "                        [synthetic]\n"
+        "                        synthetic: 10 x batch-size random 3-channel images with random\n"
+        "                        labels (like MPI4DL's FakeData), no test split\n"
+        "                        folder: DIR/CLASS/*.png|*.jpg|*.jpeg (torchvision ImageFolder,\n"
+        "                        MPI4DL's app 1), classes sorted by name; DIR/train and\n"
+        "                        DIR/val (or DIR/test) when present are the train and test\n"
+        "                        splits, else no test split; images decoded per batch\n"
+        "  --datapath DIR        data directory; fashion-mnist defaults to\n"
+        "                        " HYFI_FASHION_MNIST_DEFAULT_DIR " (Debian's\n"
+        "                        dataset-fashion-mnist); mnist, cifar10 and folder need it;\n"
+        "                        refused with synthetic, which reads no files\n"
+        "  --batch-size N        images per step [64]\n"
+        "  --image-size N        resize images to N x N (bilinear) [the data set's; synthetic 32]\n"
+        "  --num-classes N       classes of the classifier [the data set's; synthetic 10]\n"
+        "  --steps N             training steps; 0: whole epochs [0]\n"
+        "  --num-epochs N        epochs when --steps is 0 [1]\n"
+        "  --lr X                SGD learning rate (also --learning-rate) [0.05]\n"
+        "  --lr-schedule S       constant | cosine: lr * (1 + cos(pi * step / steps)) / 2,\n"
+        "                        from lr down to 0 over the run [constant]\n"
+        "  --momentum X          SGD momentum, 0 <= X < 1 [0.9]\n"
+        "  --weight-decay X      L2 weight decay [5e-4]\n"
+        "  --seed N              seed of the parameters, the shuffling and synthetic data [42]\n"
+        "  --device D            auto | cpu | cuda [auto]\n"
+        "  --print-freq N        print a step line every N steps [50]\n"
+        "  --eval-batches K      evaluate on the first K test batches; 0: all [0]\n"
+        "  --divergence-ratio R  stop with an error when a step's loss exceeds R times the\n"
+        "                        first step's (a diverging run); 0: never. A loss 10x the\n"
+        "                        first's or a gradient norm 100x the first's is warned\n"
+        "                        about [1000]\n"
+        "  --metrics FILE        write JSON lines: per step {\"step\",\"loss\",\"images_per_sec\",\n"
+        "                        \"grad_norm\",\"weight_norm\"},\n"
+        "                        then {\"summary\":true,\"mean_images_per_sec\",\n"
+        "                        \"median_images_per_sec\",\"test_accuracy\"} (null where not\n"
+        "                        applicable)\n"
+        "\n"
+        "Parallelism (run under mpiexec for several ranks; every plan also runs in one\n"
+        "process, its places sharing the process's workers):\n"
+        "  --split-size S        cut the model's layers into S stages, one place each\n"
+        "                        (layer parallelism); places are spread over the MPI ranks,\n"
+        "                        at most one rank per stage [1]\n"
+        "  --balance a,b,...     layers per stage (S numbers summing to the model's layer\n"
+        "                        count: --dry-run lists the layers) [balanced by FLOPs]\n"
+        "  --parts M             micro-batches per step (pipeline parallelism); M divides\n"
+        "                        the batch; batch norm works per micro-batch [1]\n"
+        "  --schedule S          gpipe | 1f1b: all forwards then all backwards, or one\n"
+        "                        forward one backward (fewer activations alive) [gpipe]\n"
+        "  --deterministic       sum micro-batch gradients in micro-batch order (the same\n"
+        "                        floats for every plan) instead of a StarPU reduction\n"
+        "  --spatial-size K      the first K stages work on tiles of each image (spatial\n"
+        "                        parallelism), one place per tile; halos are exchanged\n"
+        "                        between tiles and batch norm uses whole-batch statistics,\n"
+        "                        so the step is the untiled one [0]\n"
+        "  --num-spatial-parts P tiles per image, at most 16 [4 with --spatial-size]\n"
+        "  --slice-method S      square | vertical | horizontal: a sqrt(P) x sqrt(P) grid, P\n"
+        "                        vertical strips or P horizontal strips [square]\n"
+        "  --fused-layers F      up to F consecutive tiled convolutions/pools share one\n"
+        "                        wider halo exchange, recomputing a shrinking border [1]\n"
+        "  --halo-d2             --fused-layers 2 (MPI4DL's flag)\n"
+        "  --gems M              mast | master: bidirectional parallelism (GEMS): a second\n"
+        "                        copy of the model with its stages mirrored (stage i on the\n"
+        "                        place of stage S-1-i), on its own slice of the data [none]\n"
+        "  --replications R      master: R pairs of copies (also --times, MPI4DL's name) [1]\n"
+        "  --data-parallel N     N replicas of the whole arrangement, each on ranks/N ranks\n"
+        "                        and its own slice of the data; gradients all-reduced by\n"
+        "                        tasks as soon as each is complete [1]\n"
+        "  --allreduce A         auto | ring | tree: the all-reduce over the replicas; auto:\n"
+        "                        tree below 64 KiB per gradient, ring above [auto]\n"
+        "  --bucket-kib K        gradients travel packed in buckets of up to K KiB; -1: one\n"
+        "                        all-reduce per parameter [256]\n"
+        "  With replicas, --batch-size is per replica (as in MPI4DL): a step trains on\n"
+        "  batch-size x replicas images, replica k on the k-th slice, and images/s counts\n"
+        "  them all. The step equals the one-place step with --batch-size B x replicas\n"
+        "  --parts M x replicas. Each step line is followed by MPI4DL's own line\n"
+        "  (`Epoch: e images per sec:X`, X = --batch-size / step time, as MPI4DL counts).\n"
+        "\n"
+        "  --trace DIR           record a StarPU FxT trace on every rank; at the end rank 0\n"
+        "                        merges it into DIR (paje.trace for ViTE, tasks.rec,\n"
+        "                        comms.rec, dag.dot), prints hyfi's summary and writes\n"
+        "                        DIR/summary.json and DIR/timeline.svg (docs/tracing.md)\n"
+        "  --watchdog S          under mpiexec: when a rank has waited S seconds for the\n"
+        "                        others without any task completing on it (a peer stopped\n"
+        "                        or died, or a hang), it prints so and ends every rank\n"
+        "                        (MPI_Abort); set it above the longest step; 0: off\n"
+        "                        [HYFI_WATCHDOG_S, else %d]\n"
+        "  -v, --verbose         print the StarPU workers found\n"
+        "  -h, --help            this text\n"
+        "\n"
+        "Exit status: 0 success, 1 run-time failure, 2 bad command line, model or plan.\n",
+        MODEL_DEFAULT_DEPTH, MODEL_DEFAULT_RESNET_VERSION, MODEL_DEFAULT_NUM_LAYERS,
+        MODEL_DEFAULT_NUM_FILTERS, DEFAULT_WATCHDOG_S);
+}
+
+/* ---------------------------------------------------------------- parsing */
+/* Not rank 0: bad_usage prints nothing (every rank has the same command line). */
+static bool g_quiet;
+
+__attribute__((format(printf, 1, 2)))
+static int bad_usage(const char *fmt, ...)
+{
+    if (g_quiet) return -1;
+    va_list ap;
+    fputs("hyfi-train: ", stderr);
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fputs("\n(hyfi-train --help lists the flags)\n", stderr);
+    return -1;
+}
+
+static int parse_ll(const char *flag, const char *s, long long lo, long long hi, long long *out)
+{
+    char *end;
+    errno = 0;
+    long long v = strtoll(s, &end, 10);
+    if (errno || end == s || *end || v < lo || v > hi)
+        return bad_usage("%s '%s' is not valid: expected an integer in %lld..%lld", flag, s, lo,
+                         hi);
+    *out = v;
+    return 0;
+}
+
+static int parse_int(const char *flag, const char *s, int lo, int hi, int *out)
+{
+    long long v = 0; /* set by parse_ll when it returns 0 */
+    if (parse_ll(flag, s, lo, hi, &v)) return -1;
+    *out = (int)v;
+    return 0;
+}
+
+/* A finite float in the interval lo..hi, each end open or closed. */
+static int parse_float(const char *flag, const char *s, double lo, bool lo_open, double hi,
+                       bool hi_open, float *out)
+{
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (errno || end == s || *end || !isfinite(v) || (lo_open ? v <= lo : v < lo) ||
+        (hi_open ? v >= hi : v > hi))
+        return bad_usage("%s '%s' is not valid: expected a number in %s%g, %g%s", flag, s,
+                         lo_open ? "(" : "[", lo, hi, hi_open ? ")" : "]");
+    *out = (float)v;
+    return 0;
+}
+
+/* The value of a model, data or training flag: 0 parsed, -1 bad (message
+ * printed), 1 not one of these flags. */
+static int parse_run_flag(const char *flag, const char *val, train_options *o)
+{
+    long long ll;
+    int rc = 0;
+    if (!strcmp(flag, "--model")) {
+        if (model_kind_from_name(val, &o->mc.kind) != 0)
+            return bad_usage("--model '%s' is not known; valid: cnn, resnet, amoebanet", val);
+    } else if (!strcmp(flag, "--depth")) {
+        rc = parse_int(flag, val, 1, MODEL_MAX_DEPTH, &o->mc.depth);
+    } else if (!strcmp(flag, "--resnet-version")) {
+        rc = parse_int(flag, val, 1, 2, &o->mc.resnet_version);
+    } else if (!strcmp(flag, "--resnet-style")) {
+        if (resnet_style_from_name(val, &o->mc.style) != 0)
+            return bad_usage("--resnet-style '%s' is not known; valid: auto, cifar, imagenet",
+                             val);
+    } else if (!strcmp(flag, "--num-layers")) {
+        rc = parse_int(flag, val, 1, MODEL_MAX_NUM_LAYERS, &o->mc.num_layers);
+    } else if (!strcmp(flag, "--num-filters")) {
+        rc = parse_int(flag, val, 1, MODEL_MAX_NUM_FILTERS, &o->mc.num_filters);
+    } else if (!strcmp(flag, "--dataset")) {
+        if (hyfi_data_kind_from_name(val, &o->dataset) != 0)
+            return bad_usage("--dataset '%s' is not known; valid: synthetic, fashion-mnist, "
+                             "mnist, cifar10, folder", val);
+    } else if (!strcmp(flag, "--datapath")) {
+        if (!*val) return bad_usage("--datapath needs a directory");
+        o->datapath = val;
+    } else if (!strcmp(flag, "--batch-size")) {
+        rc = parse_int(flag, val, 1, 1 << 20, &o->batch_size);
+    } else if (!strcmp(flag, "--image-size")) {
+        rc = parse_int(flag, val, MIN_IMAGE_SIDE, MAX_IMAGE_SIDE, &o->image_size);
+    } else if (!strcmp(flag, "--num-classes")) {
+        rc = parse_int(flag, val, 2, 1 << 20, &o->num_classes);
+    } else if (!strcmp(flag, "--steps")) {
+        rc = parse_ll(flag, val, 0, LLONG_MAX / 2, &o->steps);
+    } else if (!strcmp(flag, "--num-epochs")) {
+        rc = parse_int(flag, val, 1, 1 << 20, &o->num_epochs);
+    } else if (!strcmp(flag, "--lr") || !strcmp(flag, "--learning-rate")) {
+        rc = parse_float(flag, val, 0, true, 1e3, false, &o->lr);
+    } else if (!strcmp(flag, "--lr-schedule")) {
+        if (!strcmp(val, "constant")) o->cosine = 0;
+        else if (!strcmp(val, "cosine")) o->cosine = 1;
+        else return bad_usage("--lr-schedule '%s' is not known; valid: constant, cosine", val);
+    } else if (!strcmp(flag, "--momentum")) {
+        rc = parse_float(flag, val, 0, false, 1, true, &o->momentum);
+    } else if (!strcmp(flag, "--weight-decay")) {
+        rc = parse_float(flag, val, 0, false, 1, false, &o->weight_decay);
+    } else if (!strcmp(flag, "--seed")) {
+        char *end;
+        errno = 0;
+        unsigned long long v = strtoull(val, &end, 10);
+        if (errno || end == val || *end || val[0] == '-')
+            return bad_usage("--seed '%s' is not valid: expected an integer in 0..%llu", val,
+                             (unsigned long long)UINT64_MAX);
+        o->seed = v;
+    } else if (!strcmp(flag, "--device")) {
+        if (!strcmp(val, "auto")) o->device = HYFI_DEVICE_AUTO;
+        else if (!strcmp(val, "cpu")) o->device = HYFI_DEVICE_CPU;
+        else if (!strcmp(val, "cuda")) o->device = HYFI_DEVICE_CUDA;
+        else return bad_usage("--device '%s' is not known; valid: auto, cpu, cuda", val);
+    } else if (!strcmp(flag, "--divergence-ratio")) {
+        rc = parse_float(flag, val, 0, false, 1e30f, false, &o->divergence);
+        if (!rc && o->divergence > 0 && o->divergence <= 1)
+            return bad_usage("--divergence-ratio %g must be above 1 (or 0: never stop)",
+                             (double)o->divergence);
+    } else if (!strcmp(flag, "--print-freq")) {
+        rc = parse_int(flag, val, 1, INT_MAX, &o->print_freq);
+    } else if (!strcmp(flag, "--eval-batches")) {
+        rc = parse_ll(flag, val, 0, LLONG_MAX / 2, &ll);
+        o->eval_batches = ll;
+    } else if (!strcmp(flag, "--metrics")) {
+        if (!*val) return bad_usage("--metrics needs a file name");
+        o->metrics = val;
+    } else {
+        return 1;
+    }
+    return rc ? -1 : 0;
+}
+
+/* --balance a,b,...: layers per stage. 0, or -1 (message printed). */
+static int parse_balance(const char *val, train_options *o)
+{
+    free(o->balance);
+    o->balance = NULL;
+    o->nbalance = 0;
+    int cap = 1;
+    for (const char *c = val; *c; c++) cap += *c == ',';
+    if (cap > MAX_STAGES) return bad_usage("--balance has more than %d entries", MAX_STAGES);
+    o->balance = malloc((size_t)cap * sizeof *o->balance);
+    if (!o->balance) return bad_usage("out of memory parsing --balance");
+    const char *c = val;
+    for (;;) {
+        char *end;
+        errno = 0;
+        long v = strtol(c, &end, 10);
+        if (end == c || errno || v < 1 || v > 1000000 || (*end && *end != ','))
+            return bad_usage("--balance '%s' is not valid: expected positive layer "
+                             "counts separated by commas, e.g. 3,4,4", val);
+        o->balance[o->nbalance++] = (int)v;
+        if (!*end) break;
+        c = end + 1;
+    }
+    return 0;
+}
+
+/* The value of a parallelism, trace or watchdog flag: 0 parsed, -1 bad
+ * (message printed), 1 not one of these flags. */
+static int parse_plan_flag(const char *flag, const char *val, train_options *o)
+{
+    int rc = 0;
+    if (!strcmp(flag, "--split-size")) {
+        rc = parse_int(flag, val, 1, MAX_STAGES, &o->split_size);
+    } else if (!strcmp(flag, "--fused-layers")) {
+        rc = parse_int(flag, val, 1, 32, &o->fused_layers);
+    } else if (!strcmp(flag, "--spatial-size")) {
+        rc = parse_int(flag, val, 0, MAX_STAGES, &o->spatial_size);
+    } else if (!strcmp(flag, "--num-spatial-parts")) {
+        rc = parse_int(flag, val, 1, 16, &o->spatial_parts);
+    } else if (!strcmp(flag, "--slice-method")) {
+        if (!strcmp(val, "square")) o->slice = HYFI_SLICE_SQUARE;
+        else if (!strcmp(val, "vertical")) o->slice = HYFI_SLICE_VERTICAL;
+        else if (!strcmp(val, "horizontal")) o->slice = HYFI_SLICE_HORIZONTAL;
+        else return bad_usage("--slice-method '%s' is not known; valid: square, vertical, "
+                              "horizontal", val);
+    } else if (!strcmp(flag, "--gems")) {
+        if (!strcmp(val, "mast")) o->gems = HYFI_GEMS_MAST;
+        else if (!strcmp(val, "master")) o->gems = HYFI_GEMS_MASTER;
+        else if (!strcmp(val, "none")) o->gems = HYFI_GEMS_NONE;
+        else return bad_usage("--gems '%s' is not known; valid: mast, master, none", val);
+    } else if (!strcmp(flag, "--replications") || !strcmp(flag, "--times")) {
+        rc = parse_int(flag, val, 1, 6, &o->replications);
+    } else if (!strcmp(flag, "--data-parallel")) {
+        rc = parse_int(flag, val, 1, 12, &o->data_parallel);
+    } else if (!strcmp(flag, "--trace")) {
+        if (!*val) return bad_usage("--trace needs a folder");
+        o->trace = val;
+    } else if (!strcmp(flag, "--watchdog")) {
+        rc = parse_int(flag, val, 0, 1 << 24, &o->watchdog_s);
+    } else if (!strcmp(flag, "--bucket-kib")) {
+        rc = parse_int(flag, val, -1, 1 << 20, &o->bucket_kib);
+    } else if (!strcmp(flag, "--allreduce")) {
+        if (!strcmp(val, "auto")) o->allreduce = HYFI_ALLREDUCE_AUTO;
+        else if (!strcmp(val, "ring")) o->allreduce = HYFI_ALLREDUCE_RING;
+        else if (!strcmp(val, "tree")) o->allreduce = HYFI_ALLREDUCE_TREE;
+        else return bad_usage("--allreduce '%s' is not known; valid: auto, ring, tree", val);
+    } else if (!strcmp(flag, "--parts")) {
+        rc = parse_int(flag, val, 1, 1 << 20, &o->parts);
+    } else if (!strcmp(flag, "--schedule")) {
+        if (!strcmp(val, "gpipe")) o->schedule = HYFI_SCHEDULE_GPIPE;
+        else if (!strcmp(val, "1f1b")) o->schedule = HYFI_SCHEDULE_1F1B;
+        else return bad_usage("--schedule '%s' is not known; valid: gpipe, 1f1b", val);
+    } else if (!strcmp(flag, "--balance")) {
+        rc = parse_balance(val, o);
+    } else {
+        return 1;
+    }
+    return rc ? -1 : 0;
+}
+
+/* The flag with a value at argv[*i] (--flag=value, or --flag and the next
+ * argument, which *i then skips): 0, or -1 (message printed). */
+static int parse_flag(int argc, char **argv, int *i, train_options *o)
+{
+    const char *arg = argv[*i];
+    /* --flag=value or --flag value */
+    char flag[64];
+    const char *val = NULL, *eq = strchr(arg, '=');
+    size_t flen = eq ? (size_t)(eq - arg) : strlen(arg);
+    if (flen >= sizeof flag) return bad_usage("unknown flag '%s'", arg);
+    memcpy(flag, arg, flen);
+    flag[flen] = 0;
+    static const char *const KNOWN[] = {
+        "--model", "--dataset", "--datapath", "--batch-size", "--image-size",
+        "--num-classes", "--steps", "--num-epochs", "--lr", "--learning-rate",
+        "--lr-schedule", "--momentum", "--weight-decay", "--seed", "--device", "--print-freq",
+        "--eval-batches", "--metrics", "--divergence-ratio", "--depth", "--resnet-version", "--resnet-style",
+        "--num-layers", "--num-filters", "--split-size", "--balance", "--parts",
+        "--schedule", "--spatial-size", "--num-spatial-parts", "--slice-method",
+        "--fused-layers", "--gems", "--replications", "--times", "--data-parallel",
+        "--allreduce", "--bucket-kib", "--trace", "--watchdog"};
+    bool known = false;
+    for (size_t k = 0; k < sizeof KNOWN / sizeof KNOWN[0]; k++) known |= !strcmp(flag, KNOWN[k]);
+    if (!known) return bad_usage("unknown flag '%s'", flag);
+    if (eq) {
+        val = eq + 1;
+    } else if (*i + 1 < argc) {
+        val = argv[++*i];
+    } else {
+        return bad_usage("%s needs a value", flag);
+    }
+    int rc = parse_run_flag(flag, val, o);
+    if (rc == 1) rc = parse_plan_flag(flag, val, o);
+    return rc == 1 ? 0 : rc;
+}
+
+/* The flags together: 0, or -1 (message printed). */
+static int check_options(train_options *o)
+{
+    if (o->datapath && o->dataset == HYFI_DATA_SYNTHETIC)
+        return bad_usage("--datapath %s is given, but the data set is synthetic (the default), "
+                         "which reads no files; pass --dataset folder, mnist, cifar10 or "
+                         "fashion-mnist with it, or leave --datapath out", o->datapath);
+    if (o->replications > 1 && o->gems != HYFI_GEMS_MASTER)
+        return bad_usage("--replications %d needs --gems master (MAST has one pair of copies)",
+                         o->replications);
+    if (train_replicas(o) > 12)
+        return bad_usage("%d replicas (GEMS copies x --data-parallel): at most 12",
+                         train_replicas(o));
+    if (o->balance) {
+        if (!o->split_size) o->split_size = o->nbalance;
+        if (o->nbalance != o->split_size)
+            return bad_usage("--balance has %d entries but --split-size is %d; give one layer "
+                             "count per stage", o->nbalance, o->split_size);
+    }
+    /* The model's own rules (ResNet depths, L and F of AmoebaNet-D); the
+     * image size is checked once the data set's is known. */
+    char err[512];
+    model_config mc = o->mc;
+    mc.num_classes = 2;
+    if (model_check(&mc, 3, MAX_IMAGE_SIDE, MAX_IMAGE_SIDE, err, sizeof err))
+        return bad_usage("%s", err);
+    return 0;
+}
+
+int train_parse_args(int argc, char **argv, int rank, train_options *o)
+{
+    g_quiet = rank != 0;
+    *o = (train_options){.batch_size = 64, .dataset = HYFI_DATA_SYNTHETIC,
+                         .num_epochs = 1, .lr = 0.05f, .momentum = 0.9f, .weight_decay = 5e-4f,
+                         .seed = 42, .device = HYFI_DEVICE_AUTO, .print_freq = 50,
+                         .divergence = 1000,
+                         .mc = model_config_default(), .watchdog_s = DEFAULT_WATCHDOG_S};
+    const char *wd = getenv("HYFI_WATCHDOG_S");
+    if (wd && *wd && parse_int("HYFI_WATCHDOG_S", wd, 0, 1 << 24, &o->watchdog_s)) return -1;
+    for (int i = 1; i < argc; i++) {
+        const char *arg = argv[i];
+        if (strcmp(arg, "-h") == 0 || strcmp(arg, "--help") == 0) {
+            train_usage(stdout);
+            return 1;
+        }
+        if (strcmp(arg, "-v") == 0 || strcmp(arg, "--verbose") == 0) {
+            o->verbose = 1;
+            continue;
+        }
+        if (strcmp(arg, "--dry-run") == 0) {
+            o->dry_run = 1;
+            continue;
+        }
+        if (strcmp(arg, "--deterministic") == 0) {
+            o->deterministic = 1;
+            continue;
+        }
+        if (strcmp(arg, "--halo-d2") == 0) {
+            o->fused_layers = 2;
+            continue;
+        }
+        if (strncmp(arg, "--", 2) != 0)
+            return bad_usage("unexpected argument '%s': flags start with --", arg);
+        if (parse_flag(argc, argv, &i, o)) return -1;
+    }
+    return check_options(o);
+}

@@ -1,0 +1,66 @@
+/* hyfi-train's command line: the options, their defaults, parsing and
+ * validation, and the --help text (apps/train_options.c). The driver
+ * (apps/hyfi_train.c) runs what they describe. */
+#ifndef HYFI_APPS_TRAIN_OPTIONS_H
+#define HYFI_APPS_TRAIN_OPTIONS_H
+
+#include "data.h"
+#include "models.h"
+
+#include <hyfi.h>
+
+#include <stdint.h>
+#include <stdio.h>
+
+typedef struct train_options {
+    model_config mc;           /* --model and its flags (num_classes set in main) */
+    int dry_run;               /* --dry-run: summary of the graph, no training */
+    int batch_size;
+    int image_size;            /* 0: the data set's */
+    int num_classes;           /* 0: the data set's (synthetic: 10) */
+    hyfi_data_kind dataset;
+    const char *datapath;      /* NULL: the data set's default */
+    long long steps;           /* 0: whole epochs */
+    int num_epochs;
+    float lr, momentum, weight_decay;
+    int cosine;                /* --lr-schedule cosine */
+    uint64_t seed;
+    hyfi_device device;
+    const char *metrics;       /* NULL: none */
+    int print_freq;
+    float divergence;          /* --divergence-ratio: stop when loss > this x the first; 0: never */
+    long long eval_batches;    /* 0: the whole test split */
+    int verbose;
+    /* parallelism (hyfi_plan_config) */
+    int split_size;            /* --split-size: stages */
+    int *balance;              /* --balance a,b,...: layers per stage (nbalance entries) */
+    int nbalance;
+    int parts;                 /* --parts: micro-batches */
+    hyfi_schedule schedule;    /* --schedule */
+    int deterministic;         /* --deterministic */
+    int spatial_size;          /* --spatial-size: tiled stages */
+    int spatial_parts;         /* --num-spatial-parts */
+    hyfi_slice_method slice;   /* --slice-method */
+    int fused_layers;          /* --fused-layers, --halo-d2 */
+    hyfi_gems gems;            /* --gems */
+    int replications;          /* --replications, --times (MASTER) */
+    int data_parallel;         /* --data-parallel */
+    hyfi_allreduce allreduce;  /* --allreduce */
+    int bucket_kib;            /* --bucket-kib */
+    const char *trace;         /* --trace DIR */
+    int watchdog_s;            /* --watchdog, HYFI_WATCHDOG_S; 0: off */
+} train_options;
+
+/* Model replicas: GEMS copies x data-parallel groups. */
+int train_replicas(const train_options *o);
+
+/* The --help text. */
+void train_usage(FILE *f);
+
+/* Fill *o from the defaults, HYFI_WATCHDOG_S and argv, then check the flags
+ * together. rank: this process's rank; only rank 0 prints a bad command line
+ * (every rank has the same one). Returns 0: parsed; 1: --help shown; -1: bad
+ * command line (message printed). o->balance is malloc'd (also on -1). */
+int train_parse_args(int argc, char **argv, int rank, train_options *o);
+
+#endif
