@@ -28,6 +28,11 @@ static void set_worker_threads(void *arg)
     hyfi_cpu_set_threads(*(int *)arg);
 }
 
+hyfi_ctx_config hyfi_ctx_config_default(void)
+{
+    return (hyfi_ctx_config){.device = HYFI_DEVICE_AUTO, .ncpus = -1, .ncuda = -1, .mpi = -1};
+}
+
 hyfi_status hyfi_ctx_create(hyfi_ctx **out, const hyfi_ctx_config *cfg_in)
 {
     if (!out) return hyfi_fail(HYFI_ERR_ARG, "hyfi_ctx_create: ctx pointer is NULL");
@@ -35,8 +40,7 @@ hyfi_status hyfi_ctx_create(hyfi_ctx **out, const hyfi_ctx_config *cfg_in)
     if (g_ctx_alive)
         return hyfi_fail(HYFI_ERR_STATE, "hyfi_ctx_create: a context already exists in this "
                                          "process; destroy it first (one per process)");
-    hyfi_ctx_config cfg = {.device = HYFI_DEVICE_AUTO, .ncpus = -1, .ncuda = -1, .mpi = -1};
-    if (cfg_in) cfg = *cfg_in;
+    const hyfi_ctx_config cfg = cfg_in ? *cfg_in : hyfi_ctx_config_default();
     if (cfg.watchdog_s < 0)
         return hyfi_fail(HYFI_ERR_ARG, "hyfi_ctx_create: watchdog_s %d must be >= 0 (0: off)",
                          cfg.watchdog_s);

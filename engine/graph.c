@@ -14,6 +14,11 @@ const char *const hyfi_op_names[OP_COUNT] = {
 };
 _Static_assert(sizeof hyfi_op_names / sizeof *hyfi_op_names == OP_COUNT, "op name table");
 
+hyfi_train_config hyfi_train_config_default(void)
+{
+    return (hyfi_train_config){.lr = 0.01f};
+}
+
 hyfi_status hyfi_graph_create(hyfi_ctx *ctx, uint64_t seed, hyfi_graph **out)
 {
     if (!out) return hyfi_fail(HYFI_ERR_ARG, "hyfi_graph_create: graph pointer is NULL");
@@ -24,7 +29,7 @@ hyfi_status hyfi_graph_create(hyfi_ctx *ctx, uint64_t seed, hyfi_graph **out)
     if (!g) return hyfi_fail(HYFI_ERR_NOMEM, "hyfi_graph_create: out of memory");
     g->ctx = ctx;
     g->seed = seed;
-    g->train = (hyfi_train_config){.lr = 0.01f};
+    g->train = hyfi_train_config_default(); /* hyfi_graph_compile's cfg NULL */
     *out = g;
     return HYFI_OK;
 }
