@@ -154,8 +154,12 @@ typedef struct hyfi_ctx_config {
  * say, as before; it differs from the default in ncuda 0 (no CUDA worker) and
  * mpi 0 (a single process, even under mpiexec). */
 hyfi_ctx_config hyfi_ctx_config_default(void);
-/* Initialise StarPU (and StarPU-MPI when asked); cfg NULL: the default. One
- * context per process. */
+/* Initialise StarPU (and StarPU-MPI when asked); cfg NULL: the default.
+ * StarPU holds one initialisation per process and MPI cannot be initialised
+ * again once finalised, so a context is a per-process singleton: while one
+ * exists, hyfi_ctx_create fails with HYFI_ERR_STATE (*ctx NULL), as does an
+ * MPI context after an MPI context was destroyed; a context without MPI may be
+ * created again after hyfi_ctx_destroy. */
 hyfi_status hyfi_ctx_create(hyfi_ctx **ctx, const hyfi_ctx_config *cfg);
 /* Wait for all tasks, shut StarPU(-MPI) down, free the context. NULL is fine. */
 void hyfi_ctx_destroy(hyfi_ctx *ctx);

@@ -502,8 +502,10 @@ static void test_errors(hyfi_ctx *ctx)
     expect(hyfi_load_params(g, "/nonexistent"), HYFI_ERR_IO, "load of a missing file");
     hyfi_graph_destroy(g);
 
-    hyfi_ctx *second;
+    hyfi_ctx *second = (hyfi_ctx *)&second;
     expect(hyfi_ctx_create(&second, NULL), HYFI_ERR_STATE, "second context");
+    tu_check(second != NULL || !strstr(hyfi_last_error(), "already exists"),
+             "a second context is refused with NULL and names the first");
 }
 
 /* The configuration defaults: what NULL means, and a zeroed struct keeps its
@@ -589,6 +591,9 @@ int main(int argc, char **argv)
     test_non_finite(ctx);
     test_param_files(ctx, "/proc/self/exe");
     test_errors(ctx);
+    hyfi_ctx_destroy(ctx);
+    /* one at a time: without MPI, a new context after the first is destroyed */
+    expect(hyfi_ctx_create(&ctx, &cfg), HYFI_OK, "a context after hyfi_ctx_destroy");
     hyfi_ctx_destroy(ctx);
     return tu_finish();
 }
