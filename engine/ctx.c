@@ -5,6 +5,7 @@
 #include "dnnl_common.h"
 
 #include <errno.h>
+#include <stdatomic.h>
 #include <sys/stat.h>
 #include <starpu_mpi.h>
 #include <stdio.h>
@@ -12,7 +13,8 @@
 #include <string.h>
 #include <unistd.h>
 
-static int g_ctx_alive;
+/* 1 while a context exists (claimed atomically: one per process). */
+static atomic_int g_ctx_alive;
 
 static int launched_by_mpiexec(void)
 {
@@ -28,15 +30,28 @@ static void set_worker_threads(void *arg)
     hyfi_cpu_set_threads(*(int *)arg);
 }
 
-hyfi_status hyfi_ctx_create(hyfi_ctx **out, const hyfi_ctx_config *cfg_in)
+hyfi_ctx_config hyfi_ctx_config_default(void)
+{
+    return (hyfi_ctx_config){.device = HYFI_DEVICE_AUTO, .ncpus = -1, .ncuda = -1, .mpi = -1};
+}
+
+static hyfi_status ctx_create(hyfi_ctx **out, const hyfi_ctx_config *cfg_in);
+
+hyfi_status hyfi_ctx_create(hyfi_ctx **out, const hyfi_ctx_config *cfg)
 {
     if (!out) return hyfi_fail(HYFI_ERR_ARG, "hyfi_ctx_create: ctx pointer is NULL");
     *out = NULL;
-    if (g_ctx_alive)
+    if (atomic_exchange(&g_ctx_alive, 1))
         return hyfi_fail(HYFI_ERR_STATE, "hyfi_ctx_create: a context already exists in this "
                                          "process; destroy it first (one per process)");
-    hyfi_ctx_config cfg = {.device = HYFI_DEVICE_AUTO, .ncpus = -1, .ncuda = -1, .mpi = -1};
-    if (cfg_in) cfg = *cfg_in;
+    const hyfi_status s = ctx_create(out, cfg);
+    if (s != HYFI_OK) atomic_store(&g_ctx_alive, 0);
+    return s;
+}
+
+static hyfi_status ctx_create(hyfi_ctx **out, const hyfi_ctx_config *cfg_in)
+{
+    const hyfi_ctx_config cfg = cfg_in ? *cfg_in : hyfi_ctx_config_default();
     if (cfg.watchdog_s < 0)
         return hyfi_fail(HYFI_ERR_ARG, "hyfi_ctx_create: watchdog_s %d must be >= 0 (0: off)",
                          cfg.watchdog_s);
@@ -53,6 +68,20 @@ hyfi_status hyfi_ctx_create(hyfi_ctx **out, const hyfi_ctx_config *cfg_in)
     if (!ctx) return hyfi_fail(HYFI_ERR_NOMEM, "hyfi_ctx_create: out of memory");
     ctx->mpi = cfg.mpi < 0 ? launched_by_mpiexec() : cfg.mpi;
     ctx->verbose = cfg.verbose;
+    if (ctx->mpi) {
+        /* A previous MPI context's hyfi_ctx_destroy (or the program) finalised
+         * MPI, which cannot be initialised again: MPI_Init_thread would abort
+         * the process. */
+        int finalized = 0;
+        MPI_Finalized(&finalized);
+        if (finalized) {
+            free(ctx);
+            return hyfi_fail(HYFI_ERR_STATE,
+                             "hyfi_ctx_create: MPI has been finalised in this process (by the "
+                             "previous context's hyfi_ctx_destroy) and cannot be initialised "
+                             "again; create one MPI context per process (mpi = 0 still works)");
+        }
+    }
 
     /* Measured on 2 cores: unbound workers train 1.5x faster than bound ones,
      * because the submitting and data-loading threads then do not queue
@@ -208,7 +237,6 @@ hyfi_status hyfi_ctx_create(hyfi_ctx **out, const hyfi_ctx_config *cfg_in)
                         "scheduler %s\n", ctx->rank, ctx->nranks, ctx->ncpu,
                 ctx->cpu_threads, ctx->ncuda,
                 getenv("STARPU_SCHED") ? getenv("STARPU_SCHED") : conf.sched_policy_name);
-    g_ctx_alive = 1;
     *out = ctx;
     return HYFI_OK;
 }
@@ -235,7 +263,7 @@ void hyfi_ctx_destroy(hyfi_ctx *ctx)
     hyfi_records_free();
     free(ctx->trace_dir);
     free(ctx);
-    g_ctx_alive = 0;
+    atomic_store(&g_ctx_alive, 0);
 }
 
 int hyfi_ctx_rank(const hyfi_ctx *ctx) { return ctx ? ctx->rank : 0; }

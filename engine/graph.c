@@ -8,6 +8,11 @@
 #include <string.h>
 
 
+hyfi_train_config hyfi_train_config_default(void)
+{
+    return (hyfi_train_config){.lr = 0.01f};
+}
+
 hyfi_status hyfi_graph_create(hyfi_ctx *ctx, uint64_t seed, hyfi_graph **out)
 {
     if (!out) return hyfi_fail(HYFI_ERR_ARG, "hyfi_graph_create: graph pointer is NULL");
@@ -18,7 +23,7 @@ hyfi_status hyfi_graph_create(hyfi_ctx *ctx, uint64_t seed, hyfi_graph **out)
     if (!g) return hyfi_fail(HYFI_ERR_NOMEM, "hyfi_graph_create: out of memory");
     g->ctx = ctx;
     g->seed = seed;
-    g->train = (hyfi_train_config){.lr = 0.01f};
+    g->train = hyfi_train_config_default(); /* hyfi_graph_compile's cfg NULL */
     *out = g;
     return HYFI_OK;
 }

@@ -11,8 +11,10 @@
  *     // images: steps x 64 images of 1x28x28 floats; labels: steps x 64 class ids.
  *     int train(const float *images, const int32_t *labels, int steps)
  *     {
+ *         hyfi_ctx_config cc = hyfi_ctx_config_default(); // what NULL would give:
+ *         cc.verbose = 1;                                  // change fields from there
  *         hyfi_ctx *ctx;
- *         if (hyfi_ctx_create(&ctx, NULL) != HYFI_OK) {      // NULL: defaults
+ *         if (hyfi_ctx_create(&ctx, &cc) != HYFI_OK) {
  *             fprintf(stderr, "%s\n", hyfi_last_error());
  *             return 1;
  *         }
@@ -145,7 +147,19 @@ typedef struct hyfi_ctx_config {
                              hyfi-train: --watchdog, 120 s by default */
 } hyfi_ctx_config;
 
-/* Initialise StarPU (and StarPU-MPI when asked). One context per process. */
+/* The default configuration, what cfg NULL means: device AUTO, ncpus -1 and
+ * ncuda -1 (StarPU's choice of CPU workers, every GPU), mpi -1 (StarPU-MPI when
+ * launched by mpiexec), every other field 0 or NULL. Start from it and change
+ * fields. A zeroed hyfi_ctx_config is still accepted and means what its fields
+ * say, as before; it differs from the default in ncuda 0 (no CUDA worker) and
+ * mpi 0 (a single process, even under mpiexec). */
+hyfi_ctx_config hyfi_ctx_config_default(void);
+/* Initialise StarPU (and StarPU-MPI when asked); cfg NULL: the default.
+ * StarPU holds one initialisation per process and MPI cannot be initialised
+ * again once finalised, so a context is a per-process singleton: while one
+ * exists, hyfi_ctx_create fails with HYFI_ERR_STATE (*ctx NULL), as does an
+ * MPI context after an MPI context was destroyed; a context without MPI may be
+ * created again after hyfi_ctx_destroy. */
 hyfi_status hyfi_ctx_create(hyfi_ctx **ctx, const hyfi_ctx_config *cfg);
 /* Wait for all tasks, shut StarPU(-MPI) down, free the context. NULL is fine. */
 void hyfi_ctx_destroy(hyfi_ctx *ctx);
@@ -255,9 +269,14 @@ typedef struct hyfi_train_config {
     float weight_decay;   /* L2, added to the gradient as in PyTorch's SGD */
 } hyfi_train_config;
 
+/* The default training settings, what cfg NULL means: lr 0.01, no momentum,
+ * no weight decay. A zeroed hyfi_train_config is not the default: its lr 0 is
+ * refused by hyfi_graph_compile (HYFI_ERR_ARG), as before. */
+hyfi_train_config hyfi_train_config_default(void);
+
 /* Finish the graph: derive the backward pass from `loss`, initialise the
  * parameters, register every tensor with StarPU. No builder calls after this.
- * cfg NULL: lr 0.01, no momentum, no weight decay. */
+ * cfg NULL: hyfi_train_config_default(). */
 hyfi_status hyfi_graph_compile(hyfi_graph *g, hyfi_tensor *loss, const hyfi_train_config *cfg);
 hyfi_status hyfi_set_lr(hyfi_graph *g, float lr);
 
@@ -386,7 +405,9 @@ typedef struct hyfi_plan_config {
 } hyfi_plan_config;
 
 /* Set the plan of a graph before hyfi_graph_compile (default: one stage, one
- * micro-batch). Checked at compile, with messages naming the fix. */
+ * micro-batch). Checked at compile, with messages naming the fix. Every field's
+ * 0 is its default, so a zeroed hyfi_plan_config, like plan NULL, is the
+ * default plan: it needs no _default() function. */
 hyfi_status hyfi_graph_set_plan(hyfi_graph *g, const hyfi_plan_config *plan);
 
 typedef struct hyfi_stage_info {

@@ -25,6 +25,54 @@ void hyfi_ops_report(const char *name, int rc)
     pthread_mutex_unlock(&g_err_lock);
 }
 
+/* 'w' or 'r' for a mode: written (W or REDUX in it), read (R alone); '?' else. */
+static char mode_letter(enum starpu_data_access_mode m)
+{
+    if (m & (STARPU_W | STARPU_REDUX)) return 'w';
+    return (m & STARPU_R) && !(m & STARPU_SCRATCH) ? 'r' : '?';
+}
+
+int hyfi_ops_buffers_ok(void *buffers[], const char *codelet, const char *head, int n, char rep,
+                        const char *tail)
+{
+    const struct starpu_task *task = starpu_task_get_current();
+    if (!task) return 1;
+    const int nh = (int)strlen(head), nt = (int)strlen(tail);
+    if (n < 0) n = 0;
+    const int want = nh + n + nt, got = (int)STARPU_TASK_GET_NBUFFERS(task);
+    int ok = got == want || got == want + 1;
+    for (int i = 0; ok && i < want; i++) {
+        const char c = i < nh ? head[i] : i < nh + n ? rep : tail[i - nh - n];
+        ok = mode_letter(STARPU_TASK_GET_MODE(task, i)) == c;
+    }
+    if (ok && got == want + 1) { /* the 1F1B pipeline token: one float */
+        const enum starpu_data_access_mode m = STARPU_TASK_GET_MODE(task, want);
+        ok = (m == STARPU_R || m == (STARPU_RW | STARPU_COMMUTE)) &&
+             STARPU_VECTOR_GET_NX(buffers[want]) == 1;
+    }
+    if (ok) return 1;
+    char sig[72], modes[72];
+    int k = 0;
+    for (int i = 0; i < want && k < (int)sizeof sig - 4; i++)
+        sig[k++] = i < nh ? head[i] : i < nh + n ? rep : tail[i - nh - n];
+    if (k < want) sig[k++] = '.', sig[k++] = '.', sig[k++] = '.';
+    sig[k] = 0;
+    k = 0;
+    for (int i = 0; i < got && k < (int)sizeof modes - 4; i++)
+        modes[k++] = mode_letter(STARPU_TASK_GET_MODE(task, i));
+    if (k < got) modes[k++] = '.', modes[k++] = '.', modes[k++] = '.';
+    modes[k] = 0;
+    pthread_mutex_lock(&g_err_lock);
+    if (!g_err_set) {
+        snprintf(g_err, sizeof g_err, "codelet %s: task %s has buffers \"%s\", takes \"%s\" "
+                 "(w written, r read; then optionally the pipeline token): an engine bug",
+                 codelet, task->name ? task->name : "?", modes, sig);
+        g_err_set = 1;
+    }
+    pthread_mutex_unlock(&g_err_lock);
+    return 0;
+}
+
 int hyfi_ops_take_error(char *msg, size_t len)
 {
     pthread_mutex_lock(&g_err_lock);

@@ -1,11 +1,30 @@
 /* StarPU glue shared by the codelet files (ops/<op>_codelet.c) and the engine.
  *
- * Every hyfi codelet takes a variable number of vector buffers (float32, or
- * int32 for labels) in the order of its kernel's pointer arguments (outputs
- * first), access modes chosen per task by the engine, and one hyfi_task_args as
- * cl_arg. A codelet function only unpacks buffers and calls the kernel of its
- * path; a failing kernel is recorded with hyfi_ops_report and surfaced by the
- * engine after the step (a codelet cannot return an error to StarPU).
+ * Every hyfi codelet takes vector buffers (float32, or int32 for labels) in
+ * the order of its kernel's pointer arguments (outputs first) and one
+ * hyfi_task_args as cl_arg. A codelet function only unpacks buffers and calls
+ * the kernel of its path; a failing kernel is recorded with hyfi_ops_report and
+ * surfaced by the engine after the step (a codelet cannot return an error to
+ * StarPU).
+ *
+ * Buffer lists. Each codelet declares its list as a signature, one letter per
+ * buffer: 'w' written, 'r' read (see hyfi_ops_buffers_ok). StarPU's own check
+ * (a codelet's .nbuffers and .modes) fits one codelet only, sgd_update, whose
+ * four buffers and modes never change; the others keep
+ * STARPU_VARIABLE_NBUFFERS because
+ *   - the number of buffers varies: an optional bias (conv2d, fc), the pieces
+ *     of a tile (tile_*, bn_*combine), the replicas (running_combine), and in
+ *     1F1B plans every task of a stage event gets the stage's pipeline token
+ *     as one more, last buffer (engine/compile.c, finish_tasks);
+ *   - the mode of a written buffer is chosen per task: a gradient output is
+ *     W for its first writer and RW after it, a summed parameter gradient
+ *     STARPU_REDUX (or W/RW when deterministic), a concat or gather output W
+ *     then RW, the token R (forward) or RW|COMMUTE (backward). Fixed .modes
+ *     would make StarPU abort on the first task with another mode.
+ * So every codelet function checks its task's buffers against its signature
+ * before running the kernel (hyfi_ops_buffers_ok): a mismatch, always an
+ * engine bug, is reported as a failed kernel instead of a kernel reading the
+ * wrong buffers. tests/test_codelets.c checks the table of signatures.
  */
 #ifndef HYFI_OPS_CODELET_COMMON_H
 #define HYFI_OPS_CODELET_COMMON_H
@@ -56,6 +75,15 @@ void hyfi_ops_fini(void);  /* before starpu_shutdown */
 hyfi_cuda_env *hyfi_ops_cuda_env(void);
 #endif
 
+/* Check the running task's buffers against a codelet's signature: `head`,
+ * then n times `rep`, then `tail` (letters 'w': written, any mode with W or
+ * REDUX; 'r': read, R alone), optionally followed by the 1F1B pipeline token
+ * (one float, R or RW|COMMUTE). Returns 1 if they match (or outside a task);
+ * else records the failure with hyfi_ops_report's first-failure rule and
+ * returns 0: the codelet then skips its kernel. */
+int hyfi_ops_buffers_ok(void *buffers[], const char *codelet, const char *head, int n, char rep,
+                        const char *tail);
+
 /* Perf-model footprint: the buffer sizes and the argument block, so that two
  * convolutions with equal sizes but other kernels are calibrated apart. */
 uint32_t hyfi_ops_footprint(struct starpu_task *task);
@@ -83,11 +111,15 @@ int hyfi_ops_cores_busy(void);
 #define HYFI_F(i) ((float *)STARPU_VECTOR_GET_PTR(buffers[i]))
 #define HYFI_I(i) ((int32_t *)STARPU_VECTOR_GET_PTR(buffers[i]))
 
-/* HYFI_CODELET(op_pass, kernel arguments...) defines the CPU (and CUDA) function
- * of codelet hyfi_cl_<op_pass>, calling hyfi_<op_pass>_cpu / _cuda with the
- * given arguments, where `t` is the task's hyfi_task_args and HYFI_F(i) the i-th
- * buffer; plus a history-based perf model with the symbol hyfi_<op_pass>. */
-#define HYFI_CODELET_COMMON_(op, ...)                                             \
+/* HYFI_CODELET(op_pass, sig, kernel arguments...) defines the CPU (and CUDA)
+ * function of codelet hyfi_cl_<op_pass>, calling hyfi_<op_pass>_cpu / _cuda
+ * with the given arguments, where `t` is the task's hyfi_task_args and
+ * HYFI_F(i) the i-th buffer; plus a history-based perf model with the symbol
+ * hyfi_<op_pass>. `sig` is the buffer signature (an expression that may use
+ * `t`, e.g. for an optional bias), checked before the kernel runs; the codelet
+ * takes STARPU_VARIABLE_NBUFFERS. HYFI_CODELET_FUNCS and HYFI_CODELET_STRUCT
+ * are its two halves, for a codelet with other fields (a fixed .nbuffers). */
+#define HYFI_CODELET_FUNCS(op, sig, ...)                                          \
     static struct starpu_perfmodel op##_model = {                                \
         .type = STARPU_HISTORY_BASED,                                            \
         .symbol = "hyfi_" #op,                                                   \
@@ -97,40 +129,44 @@ int hyfi_ops_cores_busy(void);
     {                                                                            \
         const hyfi_task_args *t = cl_arg;                                        \
         (void)t;                                                                 \
+        if (!hyfi_ops_buffers_ok(buffers, #op, (sig), 0, 0, "")) return;         \
         const int cores_ = hyfi_ops_cores_take();                                \
         hyfi_ops_report(#op, hyfi_##op##_cpu(__VA_ARGS__));                      \
         hyfi_ops_cores_give(cores_);                                             \
-    }
+    }                                                                            \
+    HYFI_CODELET_CUDA_FUNC_(op, sig, __VA_ARGS__)
 
 #if HYFI_HAVE_CUDA
-#define HYFI_CODELET(op, ...)                                                     \
-    HYFI_CODELET_COMMON_(op, __VA_ARGS__)                                        \
+#define HYFI_CODELET_CUDA_FUNC_(op, sig, ...)                                     \
     static void op##_cuda_func(void *buffers[], void *cl_arg)                    \
     {                                                                            \
         const hyfi_task_args *t = cl_arg;                                        \
         (void)t;                                                                 \
+        if (!hyfi_ops_buffers_ok(buffers, #op, (sig), 0, 0, "")) return;         \
         hyfi_ops_report(#op, hyfi_##op##_cuda(hyfi_ops_cuda_env(), __VA_ARGS__)); \
-    }                                                                            \
-    struct starpu_codelet hyfi_cl_##op = {                                       \
-        .cpu_funcs = {op##_cpu_func},                                            \
-        .cpu_funcs_name = {#op "_cpu_func"},                                     \
-        .cuda_funcs = {op##_cuda_func},                                          \
-        .cuda_flags = {STARPU_CUDA_ASYNC},                                       \
-        .nbuffers = STARPU_VARIABLE_NBUFFERS,                                    \
-        .model = &op##_model,                                                    \
-        .name = "hyfi_" #op,                                                     \
-    };
+    }
+#define HYFI_CODELET_CUDA_FIELDS_(op)                                             \
+    .cuda_funcs = {op##_cuda_func}, .cuda_flags = {STARPU_CUDA_ASYNC},
 #else
-#define HYFI_CODELET(op, ...)                                                     \
-    HYFI_CODELET_COMMON_(op, __VA_ARGS__)                                        \
+#define HYFI_CODELET_CUDA_FUNC_(op, sig, ...)
+#define HYFI_CODELET_CUDA_FIELDS_(op)
+#endif
+
+/* The codelet hyfi_cl_<op> of HYFI_CODELET_FUNCS(op, ...), with the extra
+ * fields given (.nbuffers, .modes). */
+#define HYFI_CODELET_STRUCT(op, ...)                                              \
     struct starpu_codelet hyfi_cl_##op = {                                       \
         .cpu_funcs = {op##_cpu_func},                                            \
         .cpu_funcs_name = {#op "_cpu_func"},                                     \
-        .nbuffers = STARPU_VARIABLE_NBUFFERS,                                    \
+        HYFI_CODELET_CUDA_FIELDS_(op)                                            \
         .model = &op##_model,                                                    \
         .name = "hyfi_" #op,                                                     \
+        __VA_ARGS__                                                              \
     };
-#endif
+
+#define HYFI_CODELET(op, sig, ...)                                                \
+    HYFI_CODELET_FUNCS(op, sig, __VA_ARGS__)                                     \
+    HYFI_CODELET_STRUCT(op, .nbuffers = STARPU_VARIABLE_NBUFFERS)
 
 /* Every codelet, named after the kernel it calls. Buffers in kernel order. */
 extern struct starpu_codelet hyfi_cl_conv2d_forward, hyfi_cl_conv2d_backward_data,

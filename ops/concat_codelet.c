@@ -2,6 +2,6 @@
 #include "codelet_common.h"
 
 /* y (RW: other parts are written by other tasks), x */
-HYFI_CODELET(concat_forward, HYFI_F(0), HYFI_F(1), &t->u.concat)
+HYFI_CODELET(concat_forward, "wr", HYFI_F(0), HYFI_F(1), &t->u.concat)
 /* dx, dy */
-HYFI_CODELET(concat_backward, HYFI_F(0), HYFI_F(1), &t->u.concat, t->acc)
+HYFI_CODELET(concat_backward, "wr", HYFI_F(0), HYFI_F(1), &t->u.concat, t->acc)

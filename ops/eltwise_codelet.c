@@ -2,15 +2,15 @@
 #include "codelet_common.h"
 
 /* y, x */
-HYFI_CODELET(relu_forward, HYFI_F(0), HYFI_F(1), t->u.elt.count)
+HYFI_CODELET(relu_forward, "wr", HYFI_F(0), HYFI_F(1), t->u.elt.count)
 /* dx, dy, y */
-HYFI_CODELET(relu_backward, HYFI_F(0), HYFI_F(1), HYFI_F(2), t->u.elt.count, t->acc)
+HYFI_CODELET(relu_backward, "wrr", HYFI_F(0), HYFI_F(1), HYFI_F(2), t->u.elt.count, t->acc)
 /* y, a, b */
-HYFI_CODELET(add_forward, HYFI_F(0), HYFI_F(1), HYFI_F(2), t->u.elt.count)
+HYFI_CODELET(add_forward, "wrr", HYFI_F(0), HYFI_F(1), HYFI_F(2), t->u.elt.count)
 /* dst, src */
-HYFI_CODELET(accumulate, HYFI_F(0), HYFI_F(1), t->u.elt.count, t->acc)
+HYFI_CODELET(accumulate, "wr", HYFI_F(0), HYFI_F(1), t->u.elt.count, t->acc)
 /* dst */
-HYFI_CODELET(fill, HYFI_F(0), t->u.elt.value, t->u.elt.count)
+HYFI_CODELET(fill, "w", HYFI_F(0), t->u.elt.value, t->u.elt.count)
 
 /* Reduction methods of parameter gradients summed over micro-batches
  * (starpu_data_set_reduction_methods): zero a per-worker copy, add one copy

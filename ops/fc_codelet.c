@@ -2,11 +2,12 @@
 #include "codelet_common.h"
 
 /* y, x, w[, b] */
-HYFI_CODELET(fc_forward, HYFI_F(0), HYFI_F(1), HYFI_F(2), t->u.fc.has_bias ? HYFI_F(3) : NULL,
-             &t->u.fc)
+HYFI_CODELET(fc_forward, t->u.fc.has_bias ? "wrrr" : "wrr", HYFI_F(0), HYFI_F(1), HYFI_F(2),
+             t->u.fc.has_bias ? HYFI_F(3) : NULL, &t->u.fc)
 /* dx, dy, w */
-HYFI_CODELET(fc_backward_data, HYFI_F(0), HYFI_F(1), HYFI_F(2), &t->u.fc, t->acc)
+HYFI_CODELET(fc_backward_data, "wrr", HYFI_F(0), HYFI_F(1), HYFI_F(2), &t->u.fc, t->acc)
 /* dw[, db], dy, x */
-HYFI_CODELET(fc_backward_weight, HYFI_F(0), t->u.fc.has_bias ? HYFI_F(1) : NULL,
+HYFI_CODELET(fc_backward_weight, t->u.fc.has_bias ? "wwrr" : "wrr",
+             HYFI_F(0), t->u.fc.has_bias ? HYFI_F(1) : NULL,
              HYFI_F(t->u.fc.has_bias ? 2 : 1), HYFI_F(t->u.fc.has_bias ? 3 : 2), &t->u.fc,
              t->acc)

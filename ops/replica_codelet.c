@@ -4,7 +4,7 @@
 #include "codelet_common.h"
 
 /* dst, src */
-HYFI_CODELET(copy_slice, HYFI_F(0), HYFI_F(1), &t->u.slice)
+HYFI_CODELET(copy_slice, "wr", HYFI_F(0), HYFI_F(1), &t->u.slice)
 
 static struct starpu_perfmodel running_combine_model = {
     .type = STARPU_HISTORY_BASED,
@@ -16,6 +16,8 @@ static struct starpu_perfmodel running_combine_model = {
 static void running_combine_cpu_func(void *buffers[], void *cl_arg)
 {
     const hyfi_task_args *t = cl_arg;
+    if (!hyfi_ops_buffers_ok(buffers, "running_combine", "wr", t->u.rcomb.nrep - 1, 'r', ""))
+        return;
     const float *r[HYFI_RCOMB_MAX];
     for (int k = 1; k < t->u.rcomb.nrep && k <= HYFI_RCOMB_MAX; k++) r[k - 1] = HYFI_F(1 + k);
     hyfi_ops_report("running_combine",
@@ -26,6 +28,8 @@ static void running_combine_cpu_func(void *buffers[], void *cl_arg)
 static void running_combine_cuda_func(void *buffers[], void *cl_arg)
 {
     const hyfi_task_args *t = cl_arg;
+    if (!hyfi_ops_buffers_ok(buffers, "running_combine", "wr", t->u.rcomb.nrep - 1, 'r', ""))
+        return;
     const float *r[HYFI_RCOMB_MAX];
     for (int k = 1; k < t->u.rcomb.nrep && k <= HYFI_RCOMB_MAX; k++) r[k - 1] = HYFI_F(1 + k);
     hyfi_ops_report("running_combine", hyfi_running_combine_cuda(hyfi_ops_cuda_env(), HYFI_F(0),

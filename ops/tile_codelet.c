@@ -2,7 +2,7 @@
  * scatter) and batch norm over tiles. Buffers in kernel order with the
  * variable-length pointer lists last (assemble, combines) or first (scatter);
  * see codelet_common.h. Hand-written because the pointer lists do not fit
- * HYFI_CODELET. */
+ * HYFI_CODELET; each function checks its buffers first (BUFFERS_OK). */
 #include "codelet_common.h"
 
 /* Buffer i as doubles (partial statistics). */
@@ -37,6 +37,9 @@
     }
 #endif
 
+/* The task's buffers against the codelet's signature (see hyfi_ops_buffers_ok). */
+#define BUFFERS_OK(op, head, n, rep, tail) hyfi_ops_buffers_ok(buffers, #op, head, n, rep, tail)
+
 /* Run `call` on the CPU path with the worker's cores (see core lending). */
 #define ON_CPU(name, call)                                                        \
     do {                                                                         \
@@ -50,6 +53,7 @@
 static void tile_assemble_cpu_func(void *buffers[], void *cl_arg)
 {
     const hyfi_task_args *t = cl_arg;
+    if (!BUFFERS_OK(tile_assemble, "w", t->u.tile.npieces, 'r', "")) return;
     const float *src[HYFI_TILE_MAX_PIECES];
     for (int i = 0; i < t->u.tile.npieces; i++) src[i] = HYFI_F(1 + i);
     ON_CPU("tile_assemble", hyfi_tile_assemble_cpu(HYFI_F(0), src, &t->u.tile));
@@ -59,6 +63,7 @@ static void tile_assemble_cpu_func(void *buffers[], void *cl_arg)
 static void tile_scatter_cpu_func(void *buffers[], void *cl_arg)
 {
     const hyfi_task_args *t = cl_arg;
+    if (!BUFFERS_OK(tile_scatter, "", t->u.tile.npieces, 'w', "r")) return;
     float *dst[HYFI_TILE_MAX_PIECES];
     const int k = t->u.tile.npieces;
     for (int i = 0; i < k; i++) dst[i] = HYFI_F(i);
@@ -70,6 +75,7 @@ static void tile_scatter_cpu_func(void *buffers[], void *cl_arg)
 static void bn_stats_cpu_func(void *buffers[], void *cl_arg)
 {
     const hyfi_task_args *t = cl_arg;
+    if (!BUFFERS_OK(bn_stats, "wr", 0, 0, "")) return;
     ON_CPU("bn_stats", hyfi_bn_stats_cpu(HYFI_D(0), HYFI_F(1), &t->u.bnt.bn));
 }
 
@@ -77,6 +83,7 @@ static void bn_stats_cpu_func(void *buffers[], void *cl_arg)
 static void bn_combine_cpu_func(void *buffers[], void *cl_arg)
 {
     const hyfi_task_args *t = cl_arg;
+    if (!BUFFERS_OK(bn_combine, "wwww", t->u.bnc.nparts, 'r', "")) return;
     const double *parts[HYFI_MAX_TILES];
     for (int i = 0; i < t->u.bnc.nparts; i++) parts[i] = HYFI_D(4 + i);
     ON_CPU("bn_combine", hyfi_bn_combine_cpu(HYFI_F(0), HYFI_F(1), HYFI_F(2), HYFI_F(3), parts,
@@ -87,6 +94,7 @@ static void bn_combine_cpu_func(void *buffers[], void *cl_arg)
 static void bn_bwd_stats_cpu_func(void *buffers[], void *cl_arg)
 {
     const hyfi_task_args *t = cl_arg;
+    if (!BUFFERS_OK(bn_bwd_stats, "wrrr", 0, 0, "")) return;
     ON_CPU("bn_bwd_stats", hyfi_bn_bwd_stats_cpu(HYFI_D(0), HYFI_F(1), HYFI_F(2), HYFI_F(3),
                                                  &t->u.bnt.bn));
 }
@@ -95,6 +103,7 @@ static void bn_bwd_stats_cpu_func(void *buffers[], void *cl_arg)
 static void bn_bwd_combine_cpu_func(void *buffers[], void *cl_arg)
 {
     const hyfi_task_args *t = cl_arg;
+    if (!BUFFERS_OK(bn_bwd_combine, "wwwr", t->u.bnc.nparts, 'r', "")) return;
     const double *parts[HYFI_MAX_TILES];
     for (int i = 0; i < t->u.bnc.nparts; i++) parts[i] = HYFI_D(4 + i);
     ON_CPU("bn_bwd_combine", hyfi_bn_bwd_combine_cpu(HYFI_F(0), HYFI_F(1), HYFI_F(2), parts,
@@ -105,6 +114,7 @@ static void bn_bwd_combine_cpu_func(void *buffers[], void *cl_arg)
 static void bn_bwd_apply_cpu_func(void *buffers[], void *cl_arg)
 {
     const hyfi_task_args *t = cl_arg;
+    if (!BUFFERS_OK(bn_bwd_apply, "wrrrrrr", 0, 0, "")) return;
     ON_CPU("bn_bwd_apply",
            hyfi_bn_bwd_apply_cpu(HYFI_F(0), HYFI_F(1), HYFI_F(2), HYFI_F(3), HYFI_F(4), HYFI_F(5),
                                  HYFI_F(6), t->u.bnt.total, &t->u.bnt.bn, t->acc));
@@ -114,6 +124,7 @@ static void bn_bwd_apply_cpu_func(void *buffers[], void *cl_arg)
 static void tile_assemble_cuda_func(void *buffers[], void *cl_arg)
 {
     const hyfi_task_args *t = cl_arg;
+    if (!BUFFERS_OK(tile_assemble, "w", t->u.tile.npieces, 'r', "")) return;
     const float *src[HYFI_TILE_MAX_PIECES];
     for (int i = 0; i < t->u.tile.npieces; i++) src[i] = HYFI_F(1 + i);
     hyfi_ops_report("tile_assemble",
@@ -123,6 +134,7 @@ static void tile_assemble_cuda_func(void *buffers[], void *cl_arg)
 static void tile_scatter_cuda_func(void *buffers[], void *cl_arg)
 {
     const hyfi_task_args *t = cl_arg;
+    if (!BUFFERS_OK(tile_scatter, "", t->u.tile.npieces, 'w', "r")) return;
     float *dst[HYFI_TILE_MAX_PIECES];
     const int k = t->u.tile.npieces;
     for (int i = 0; i < k; i++) dst[i] = HYFI_F(i);
@@ -133,6 +145,7 @@ static void tile_scatter_cuda_func(void *buffers[], void *cl_arg)
 static void bn_stats_cuda_func(void *buffers[], void *cl_arg)
 {
     const hyfi_task_args *t = cl_arg;
+    if (!BUFFERS_OK(bn_stats, "wr", 0, 0, "")) return;
     hyfi_ops_report("bn_stats",
                     hyfi_bn_stats_cuda(hyfi_ops_cuda_env(), HYFI_D(0), HYFI_F(1), &t->u.bnt.bn));
 }
@@ -140,6 +153,7 @@ static void bn_stats_cuda_func(void *buffers[], void *cl_arg)
 static void bn_combine_cuda_func(void *buffers[], void *cl_arg)
 {
     const hyfi_task_args *t = cl_arg;
+    if (!BUFFERS_OK(bn_combine, "wwww", t->u.bnc.nparts, 'r', "")) return;
     const double *parts[HYFI_MAX_TILES];
     for (int i = 0; i < t->u.bnc.nparts; i++) parts[i] = HYFI_D(4 + i);
     hyfi_ops_report("bn_combine", hyfi_bn_combine_cuda(hyfi_ops_cuda_env(), HYFI_F(0), HYFI_F(1),
@@ -149,6 +163,7 @@ static void bn_combine_cuda_func(void *buffers[], void *cl_arg)
 static void bn_bwd_stats_cuda_func(void *buffers[], void *cl_arg)
 {
     const hyfi_task_args *t = cl_arg;
+    if (!BUFFERS_OK(bn_bwd_stats, "wrrr", 0, 0, "")) return;
     hyfi_ops_report("bn_bwd_stats",
                     hyfi_bn_bwd_stats_cuda(hyfi_ops_cuda_env(), HYFI_D(0), HYFI_F(1), HYFI_F(2),
                                            HYFI_F(3), &t->u.bnt.bn));
@@ -157,6 +172,7 @@ static void bn_bwd_stats_cuda_func(void *buffers[], void *cl_arg)
 static void bn_bwd_combine_cuda_func(void *buffers[], void *cl_arg)
 {
     const hyfi_task_args *t = cl_arg;
+    if (!BUFFERS_OK(bn_bwd_combine, "wwwr", t->u.bnc.nparts, 'r', "")) return;
     const double *parts[HYFI_MAX_TILES];
     for (int i = 0; i < t->u.bnc.nparts; i++) parts[i] = HYFI_D(4 + i);
     hyfi_ops_report("bn_bwd_combine",
@@ -167,6 +183,7 @@ static void bn_bwd_combine_cuda_func(void *buffers[], void *cl_arg)
 static void bn_bwd_apply_cuda_func(void *buffers[], void *cl_arg)
 {
     const hyfi_task_args *t = cl_arg;
+    if (!BUFFERS_OK(bn_bwd_apply, "wrrrrrr", 0, 0, "")) return;
     hyfi_ops_report("bn_bwd_apply",
                     hyfi_bn_bwd_apply_cuda(hyfi_ops_cuda_env(), HYFI_F(0), HYFI_F(1), HYFI_F(2),
                                            HYFI_F(3), HYFI_F(4), HYFI_F(5), HYFI_F(6),

@@ -2,6 +2,6 @@
 #include "codelet_common.h"
 
 /* loss, prob, logits, labels (int32) */
-HYFI_CODELET(xent_forward, HYFI_F(0), HYFI_F(1), HYFI_F(2), HYFI_I(3), &t->u.xent)
+HYFI_CODELET(xent_forward, "wwrr", HYFI_F(0), HYFI_F(1), HYFI_F(2), HYFI_I(3), &t->u.xent)
 /* dlogits, prob, labels (int32), dloss */
-HYFI_CODELET(xent_backward, HYFI_F(0), HYFI_F(1), HYFI_I(2), HYFI_F(3), &t->u.xent, t->acc)
+HYFI_CODELET(xent_backward, "wrrr", HYFI_F(0), HYFI_F(1), HYFI_I(2), HYFI_F(3), &t->u.xent, t->acc)

@@ -502,8 +502,47 @@ static void test_errors(hyfi_ctx *ctx)
     expect(hyfi_load_params(g, "/nonexistent"), HYFI_ERR_IO, "load of a missing file");
     hyfi_graph_destroy(g);
 
-    hyfi_ctx *second;
+    hyfi_ctx *second = (hyfi_ctx *)&second;
     expect(hyfi_ctx_create(&second, NULL), HYFI_ERR_STATE, "second context");
+    tu_check(second != NULL || !strstr(hyfi_last_error(), "already exists"),
+             "a second context is refused with NULL and names the first");
+}
+
+/* The configuration defaults: what NULL means, and a zeroed struct keeps its
+ * old meaning (hyfi_train_config: refused for its lr 0). */
+static void test_config_defaults(hyfi_ctx *ctx)
+{
+    const hyfi_ctx_config cc = hyfi_ctx_config_default();
+    tu_check(cc.device != HYFI_DEVICE_AUTO || cc.ncpus > 0 || cc.ncuda >= 0 || cc.mpi != -1 ||
+                 cc.scheduler || cc.cpu_threads || cc.bind_workers || cc.verbose ||
+                 cc.comm_stats || cc.trace_dir || cc.watchdog_s,
+             "hyfi_ctx_config_default: auto device, every GPU, MPI when under mpiexec");
+    const hyfi_train_config tc = hyfi_train_config_default();
+    tu_check(tc.lr != 0.01f || tc.momentum != 0 || tc.weight_decay != 0,
+             "hyfi_train_config_default: lr 0.01, plain SGD");
+    float loss[2] = {0, 0};
+    for (int k = 0; k < 2; k++) { /* the default and NULL train alike */
+        testnet n;
+        if (testnet_build(ctx, &n, 0)) {
+            tu_check(1, "build");
+            return;
+        }
+        if (k == 0) {
+            expect(hyfi_graph_compile(n.g, n.loss, &(hyfi_train_config){0}), HYFI_ERR_ARG,
+                   "zeroed train config (lr 0)");
+            expect(hyfi_graph_compile(n.g, n.loss, &tc), HYFI_OK, "default train config");
+        } else {
+            expect(hyfi_graph_compile(n.g, n.loss, NULL), HYFI_OK, "train config NULL");
+        }
+        for (int step = 0; step < 2; step++) {
+            testnet_batch(&n, 5 + (uint64_t)step);
+            tu_check(hyfi_train_step(n.g, &loss[k]) != HYFI_OK, "train step");
+        }
+        hyfi_graph_destroy(n.g);
+    }
+    printf("losses after 2 steps: default %.7f, NULL %.7f\n", loss[0], loss[1]);
+    tu_check(!(fabsf(loss[0] - loss[1]) <= 1e-5f * fabsf(loss[1])),
+             "the default train config is what NULL gives");
 }
 
 /* Op summaries: parameter counts add up, conv FLOPs follow the formula. */
@@ -537,18 +576,24 @@ static void test_op_info(hyfi_ctx *ctx)
 int main(int argc, char **argv)
 {
     if (argc == 3 && strcmp(argv[1], "--save-and-crash") == 0) return save_and_crash(argv[2]);
-    hyfi_ctx_config cfg = {.device = HYFI_DEVICE_CPU, .mpi = 0};
+    hyfi_ctx_config cfg = hyfi_ctx_config_default();
+    cfg.device = HYFI_DEVICE_CPU;
+    cfg.mpi = 0;
     hyfi_ctx *ctx;
     if (hyfi_ctx_create(&ctx, &cfg) != HYFI_OK) {
         printf("context: %s\n", hyfi_last_error());
         return 1;
     }
+    test_config_defaults(ctx);
     test_op_info(ctx);
     test_gradients(ctx);
     test_training_and_io(ctx);
     test_non_finite(ctx);
     test_param_files(ctx, "/proc/self/exe");
     test_errors(ctx);
+    hyfi_ctx_destroy(ctx);
+    /* one at a time: without MPI, a new context after the first is destroyed */
+    expect(hyfi_ctx_create(&ctx, &cfg), HYFI_OK, "a context after hyfi_ctx_destroy");
     hyfi_ctx_destroy(ctx);
     return tu_finish();
 }

@@ -22,7 +22,9 @@ typedef struct {
 
 static int run(hyfi_device dev, run_result *r)
 {
-    hyfi_ctx_config cfg = {.device = dev, .ncuda = -1, .mpi = 0};
+    hyfi_ctx_config cfg = hyfi_ctx_config_default(); /* every GPU */
+    cfg.device = dev;
+    cfg.mpi = 0;
     hyfi_ctx *ctx;
     hyfi_status s = hyfi_ctx_create(&ctx, &cfg);
     if (s == HYFI_ERR_UNSUPPORTED && dev == HYFI_DEVICE_CUDA) {

@@ -152,5 +152,12 @@ int main(void)
     printf("rank %d/%d: losses %.6f %.6f; NaN batch: %s\n", rank, size, loss[0], loss[1],
            hyfi_status_name((hyfi_status)nan_status));
     hyfi_ctx_destroy(ctx);
+    /* MPI is finalised now and cannot be initialised again: a clear error, not
+     * MPI aborting the process */
+    hyfi_ctx *again = (hyfi_ctx *)&again;
+    tu_check(hyfi_ctx_create(&again, &cfg) != HYFI_ERR_STATE || again != NULL ||
+                 !strstr(hyfi_last_error(), "finalised"),
+             "a second MPI context in the process is HYFI_ERR_STATE");
+    if (rank == 0) printf("second MPI context: %s\n", hyfi_last_error());
     return rank == 0 ? tu_finish() : 0;
 }

@@ -149,7 +149,8 @@ static int run(hyfi_ctx *ctx, const hyfi_plan_config *plan, const char *label)
 
 int main(void)
 {
-    hyfi_ctx_config cfg = {.device = HYFI_DEVICE_CPU, .mpi = -1};
+    hyfi_ctx_config cfg = hyfi_ctx_config_default(); /* MPI under mpiexec */
+    cfg.device = HYFI_DEVICE_CPU;
     hyfi_ctx *ctx;
     if (hyfi_ctx_create(&ctx, &cfg) != HYFI_OK) {
         printf("context: %s\n", hyfi_last_error());
