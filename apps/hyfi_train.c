@@ -186,7 +186,7 @@ static int dry_run(const train_options *o, int C, int H, int W, int K)
     int rc = 1;
     hyfi_ctx_config cc = {.device = HYFI_DEVICE_CPU, .ncpus = 1, .mpi = 0,
                           .verbose = o->verbose};
-    if ((st = hyfi_ctx_create(&ctx, &cc)) != HYFI_OK) {
+    if ((st = hyfi_ctx_create(&cc, &ctx)) != HYFI_OK) {
         lib_fail("starting the engine (hyfi_ctx_create)", st, NULL);
         return 1;
     }
@@ -367,7 +367,7 @@ static int start_engine(run *r)
     hyfi_ctx_config cc = {.device = o->device, .ncpus = 0, .ncuda = -1, .mpi = -1,
                           .scheduler = NULL, .verbose = o->verbose, .trace_dir = o->trace,
                           .watchdog_s = o->watchdog_s};
-    if ((st = hyfi_ctx_create(&r->ctx, &cc)) != HYFI_OK) {
+    if ((st = hyfi_ctx_create(&cc, &r->ctx)) != HYFI_OK) {
         lib_fail("starting the engine (hyfi_ctx_create)", st, NULL);
         return 1;
     }

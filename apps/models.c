@@ -514,7 +514,7 @@ static hyfi_tensor *factorized_reduce(hyfi_graph *g, const char *p, hyfi_tensor 
     if (!r) r = hyfi_relu(g, nm("%s.relu", p).s, x);
     hyfi_tensor *ys[2] = {convk(g, nm("%s.conv1", p).s, r, cout / 2, 1, 2),
                           convk(g, nm("%s.conv2", p).s, r, cout / 2, 1, 2)};
-    hyfi_tensor *y = hyfi_concat(g, nm("%s.cat", p).s, 2, ys);
+    hyfi_tensor *y = hyfi_concat(g, nm("%s.cat", p).s, ys, 2);
     return bn(g, nm("%s.bn", p).s, y);
 }
 
@@ -598,7 +598,7 @@ static hyfi_tensor *amoeba_cell(hyfi_graph *g, const char *p, amoeba_state *st, 
     const int ncat = reduction ? 3 : 4;
     hyfi_tensor *xs[4];
     for (int i = 0; i < ncat; i++) xs[i] = s[cat[i]];
-    hyfi_tensor *out = hyfi_concat(g, nm("%s.concat", p).s, ncat, xs);
+    hyfi_tensor *out = hyfi_concat(g, nm("%s.concat", p).s, xs, ncat);
     st->prev_prev = st->prev;
     st->c_prev_prev = st->c_prev;
     st->prev = out;

@@ -37,7 +37,7 @@ hyfi_ctx_config hyfi_ctx_config_default(void)
 
 static hyfi_status ctx_create(hyfi_ctx **out, const hyfi_ctx_config *cfg_in);
 
-hyfi_status hyfi_ctx_create(hyfi_ctx **out, const hyfi_ctx_config *cfg)
+hyfi_status hyfi_ctx_create(const hyfi_ctx_config *cfg, hyfi_ctx **out)
 {
     if (!out) return hyfi_fail(HYFI_ERR_ARG, "hyfi_ctx_create: ctx pointer is NULL");
     *out = NULL;

@@ -466,7 +466,7 @@ hyfi_tensor *hyfi_add(hyfi_graph *g, const char *name, hyfi_tensor *a, hyfi_tens
     return nd ? nd->out : NULL;
 }
 
-hyfi_tensor *hyfi_concat(hyfi_graph *g, const char *name, int count, hyfi_tensor *const *xs)
+hyfi_tensor *hyfi_concat(hyfi_graph *g, const char *name, hyfi_tensor *const *xs, int count)
 {
     char nm[HYFI_NAME_MAX];
     if (!builder_ok(g, "hyfi_concat") || op_name(g, name, OP_CONCAT, nm)) return NULL;

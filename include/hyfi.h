@@ -14,7 +14,7 @@
  *         hyfi_ctx_config cc = hyfi_ctx_config_default(); // what NULL would give:
  *         cc.verbose = 1;                                  // change fields from there
  *         hyfi_ctx *ctx;
- *         if (hyfi_ctx_create(&ctx, &cc) != HYFI_OK) {
+ *         if (hyfi_ctx_create(&cc, &ctx) != HYFI_OK) {
  *             fprintf(stderr, "%s\n", hyfi_last_error());
  *             return 1;
  *         }
@@ -65,6 +65,10 @@
  * graph calls also from hyfi_graph_error(). The library never exits or aborts on
  * user error (the one place it ends the process is the MPI watchdog,
  * hyfi_ctx_config.watchdog_s, off by default: a fault, not a user error).
+ * Arguments: the object first (ctx, graph), inputs, then outputs last
+ * (pointers the call fills); an array before its count. hyfi_ctx_config and
+ * hyfi_train_config have a *_default() function, and a NULL config means it; a
+ * zeroed hyfi_plan_config is the default plan.
  *
  * Tensors are float32 in NCHW order (labels: int32, one per image). A tensor
  * handle belongs to its graph and lives until hyfi_graph_destroy().
@@ -160,7 +164,7 @@ hyfi_ctx_config hyfi_ctx_config_default(void);
  * exists, hyfi_ctx_create fails with HYFI_ERR_STATE (*ctx NULL), as does an
  * MPI context after an MPI context was destroyed; a context without MPI may be
  * created again after hyfi_ctx_destroy. */
-hyfi_status hyfi_ctx_create(hyfi_ctx **ctx, const hyfi_ctx_config *cfg);
+hyfi_status hyfi_ctx_create(const hyfi_ctx_config *cfg, hyfi_ctx **ctx);
 /* Wait for all tasks, shut StarPU(-MPI) down, free the context. NULL is fine. */
 void hyfi_ctx_destroy(hyfi_ctx *ctx);
 int hyfi_ctx_rank(const hyfi_ctx *ctx);       /* MPI rank, 0 without MPI */
@@ -252,7 +256,7 @@ hyfi_tensor *hyfi_global_avgpool(hyfi_graph *g, const char *name, hyfi_tensor *x
 /* Elementwise sum of two tensors of the same shape. */
 hyfi_tensor *hyfi_add(hyfi_graph *g, const char *name, hyfi_tensor *a, hyfi_tensor *b);
 /* Concatenation along channels of `count` tensors with equal N, H, W. */
-hyfi_tensor *hyfi_concat(hyfi_graph *g, const char *name, int count, hyfi_tensor *const *xs);
+hyfi_tensor *hyfi_concat(hyfi_graph *g, const char *name, hyfi_tensor *const *xs, int count);
 /* Fully connected layer on x flattened to (N, C*H*W) -> (N, out, 1, 1). Parameters
  * "<name>.weight" (out, C*H*W) and "<name>.bias" (out), uniform ±1/sqrt(fan-in). */
 hyfi_tensor *hyfi_fc(hyfi_graph *g, const char *name, hyfi_tensor *x, int out_features,

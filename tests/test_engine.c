@@ -431,7 +431,7 @@ static int save_and_crash(const char *path)
     hyfi_ctx_config cfg = {.device = HYFI_DEVICE_CPU, .mpi = 0, .ncpus = 1};
     hyfi_ctx *ctx;
     testnet n;
-    if (hyfi_ctx_create(&ctx, &cfg) != HYFI_OK || testnet_build(ctx, &n, 0) ||
+    if (hyfi_ctx_create(&cfg, &ctx) != HYFI_OK || testnet_build(ctx, &n, 0) ||
         hyfi_graph_compile(n.g, n.loss, NULL) != HYFI_OK)
         return 2;
     struct rlimit core = {0, 0}, size = {1024, 1024};
@@ -503,7 +503,7 @@ static void test_errors(hyfi_ctx *ctx)
     hyfi_graph_destroy(g);
 
     hyfi_ctx *second = (hyfi_ctx *)&second;
-    expect(hyfi_ctx_create(&second, NULL), HYFI_ERR_STATE, "second context");
+    expect(hyfi_ctx_create(NULL, &second), HYFI_ERR_STATE, "second context");
     tu_check(second != NULL || !strstr(hyfi_last_error(), "already exists"),
              "a second context is refused with NULL and names the first");
 }
@@ -580,7 +580,7 @@ int main(int argc, char **argv)
     cfg.device = HYFI_DEVICE_CPU;
     cfg.mpi = 0;
     hyfi_ctx *ctx;
-    if (hyfi_ctx_create(&ctx, &cfg) != HYFI_OK) {
+    if (hyfi_ctx_create(&cfg, &ctx) != HYFI_OK) {
         printf("context: %s\n", hyfi_last_error());
         return 1;
     }
@@ -593,7 +593,7 @@ int main(int argc, char **argv)
     test_errors(ctx);
     hyfi_ctx_destroy(ctx);
     /* one at a time: without MPI, a new context after the first is destroyed */
-    expect(hyfi_ctx_create(&ctx, &cfg), HYFI_OK, "a context after hyfi_ctx_destroy");
+    expect(hyfi_ctx_create(&cfg, &ctx), HYFI_OK, "a context after hyfi_ctx_destroy");
     hyfi_ctx_destroy(ctx);
     return tu_finish();
 }

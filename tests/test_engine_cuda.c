@@ -26,7 +26,7 @@ static int run(hyfi_device dev, run_result *r)
     cfg.device = dev;
     cfg.mpi = 0;
     hyfi_ctx *ctx;
-    hyfi_status s = hyfi_ctx_create(&ctx, &cfg);
+    hyfi_status s = hyfi_ctx_create(&cfg, &ctx);
     if (s == HYFI_ERR_UNSUPPORTED && dev == HYFI_DEVICE_CUDA) {
         printf("skip: %s\n", hyfi_last_error());
         return 77;

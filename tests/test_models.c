@@ -353,7 +353,7 @@ int main(void)
 {
     hyfi_ctx *ctx;
     hyfi_ctx_config cc = {.device = HYFI_DEVICE_CPU, .mpi = 0, .ncpus = 2, .bind_workers = 0};
-    if (hyfi_ctx_create(&ctx, &cc) != HYFI_OK) {
+    if (hyfi_ctx_create(&cc, &ctx) != HYFI_OK) {
         printf("hyfi_ctx_create: %s\n", hyfi_last_error());
         return 1;
     }

@@ -100,7 +100,7 @@ int main(void)
 {
     hyfi_ctx_config cfg = {.device = HYFI_DEVICE_CPU, .mpi = 1, .ncpus = 1};
     hyfi_ctx *ctx;
-    if (hyfi_ctx_create(&ctx, &cfg) != HYFI_OK) {
+    if (hyfi_ctx_create(&cfg, &ctx) != HYFI_OK) {
         printf("context: %s\n", hyfi_last_error());
         return 1;
     }
@@ -155,7 +155,7 @@ int main(void)
     /* MPI is finalised now and cannot be initialised again: a clear error, not
      * MPI aborting the process */
     hyfi_ctx *again = (hyfi_ctx *)&again;
-    tu_check(hyfi_ctx_create(&again, &cfg) != HYFI_ERR_STATE || again != NULL ||
+    tu_check(hyfi_ctx_create(&cfg, &again) != HYFI_ERR_STATE || again != NULL ||
                  !strstr(hyfi_last_error(), "finalised"),
              "a second MPI context in the process is HYFI_ERR_STATE");
     if (rank == 0) printf("second MPI context: %s\n", hyfi_last_error());

@@ -37,7 +37,7 @@ int main(int argc, char **argv)
     }
     hyfi_ctx_config cfg = {.device = HYFI_DEVICE_CPU, .mpi = 1, .ncpus = 1};
     hyfi_ctx *ctx;
-    if (hyfi_ctx_create(&ctx, &cfg) != HYFI_OK) {
+    if (hyfi_ctx_create(&cfg, &ctx) != HYFI_OK) {
         printf("context: %s\n", hyfi_last_error());
         return 1;
     }

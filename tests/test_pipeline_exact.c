@@ -369,7 +369,7 @@ static int do_ref(const char *dir)
 {
     hyfi_ctx_config cfg = {.device = HYFI_DEVICE_CPU, .mpi = 0};
     hyfi_ctx *ctx;
-    if (hyfi_ctx_create(&ctx, &cfg) != HYFI_OK) {
+    if (hyfi_ctx_create(&cfg, &ctx) != HYFI_OK) {
         printf("context: %s\n", hyfi_last_error());
         return 1;
     }
@@ -483,7 +483,7 @@ static int do_check(const char *dir, int use_mpi)
 {
     hyfi_ctx_config cfg = {.device = HYFI_DEVICE_CPU, .mpi = use_mpi, .comm_stats = 1};
     hyfi_ctx *ctx;
-    if (hyfi_ctx_create(&ctx, &cfg) != HYFI_OK) {
+    if (hyfi_ctx_create(&cfg, &ctx) != HYFI_OK) {
         printf("context: %s\n", hyfi_last_error());
         return 1;
     }

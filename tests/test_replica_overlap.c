@@ -152,7 +152,7 @@ int main(void)
     hyfi_ctx_config cfg = hyfi_ctx_config_default(); /* MPI under mpiexec */
     cfg.device = HYFI_DEVICE_CPU;
     hyfi_ctx *ctx;
-    if (hyfi_ctx_create(&ctx, &cfg) != HYFI_OK) {
+    if (hyfi_ctx_create(&cfg, &ctx) != HYFI_OK) {
         printf("context: %s\n", hyfi_last_error());
         return 1;
     }

@@ -25,7 +25,7 @@ int testnet_build(hyfi_ctx *ctx, testnet *n, int smooth)
     pp.count_include_pad = false;
     hyfi_tensor *p2 = hyfi_avgpool(g, "p2", h, pp);
     hyfi_tensor *cat[2] = {p1, p2};
-    h = hyfi_concat(g, "cat", 2, cat);
+    h = hyfi_concat(g, "cat", cat, 2);
     h = hyfi_conv2d(g, "c3", h, (hyfi_conv2d_params){.out_channels = 8, .kernel_h = 3,
                                                        .kernel_w = 3, .stride_h = 2,
                                                        .stride_w = 2, .pad_h = 1, .pad_w = 1});
