@@ -167,6 +167,23 @@ static hyfi_status ctx_create(hyfi_ctx **out, const hyfi_ctx_config *cfg_in)
     }
     ctx->ncpu = (int)starpu_cpu_worker_get_count();
     ctx->ncuda = (int)starpu_cuda_worker_get_count();
+    /* the CUDA workers and their memory, for the plan (which calls no StarPU) */
+    ctx->cuda_worker = calloc((size_t)(ctx->ncuda > 0 ? ctx->ncuda : 1), sizeof *ctx->cuda_worker);
+    ctx->cuda_mem = calloc((size_t)(ctx->ncuda > 0 ? ctx->ncuda : 1), sizeof *ctx->cuda_mem);
+    if (!ctx->cuda_worker || !ctx->cuda_mem) {
+        free(ctx->cuda_worker);
+        free(ctx->cuda_mem);
+        ctx->cuda_worker = NULL;
+        ctx->cuda_mem = NULL;
+        ctx->ncuda = 0;
+    }
+    for (int k = 0; k < ctx->ncuda; k++) {
+        const int w = starpu_worker_get_by_type(STARPU_CUDA_WORKER, k);
+        ctx->cuda_worker[k] = w;
+        const starpu_ssize_t total =
+            w >= 0 ? starpu_memory_get_total(starpu_worker_get_memory_node(w)) : -1;
+        ctx->cuda_mem[k] = total > 0 ? (double)total : 0.0;
+    }
     ctx->next_tag = 1;
     ctx->comm_stats = cfg.comm_stats && ctx->mpi;
     if (ctx->mpi) {
@@ -181,6 +198,8 @@ static hyfi_status ctx_create(hyfi_ctx **out, const hyfi_ctx_config *cfg_in)
         else starpu_shutdown();
         if (ctx->own_mpi) MPI_Finalize();
         free(ctx->trace_dir);
+        free(ctx->cuda_worker);
+        free(ctx->cuda_mem);
         free(ctx);
         return hyfi_fail(HYFI_ERR_UNSUPPORTED,
                          "device cuda: StarPU found no CUDA worker (no GPU visible, or "
@@ -214,6 +233,8 @@ static hyfi_status ctx_create(hyfi_ctx **out, const hyfi_ctx_config *cfg_in)
         else starpu_shutdown();
         if (ctx->own_mpi) MPI_Finalize();
         free(ctx->trace_dir);
+        free(ctx->cuda_worker);
+        free(ctx->cuda_mem);
         free(ctx);
         return hyfi_fail(HYFI_ERR_RUNTIME, "creating cuDNN/cuBLAS handles on the CUDA workers "
                                            "failed (code %d)", rc);
@@ -229,6 +250,8 @@ static hyfi_status ctx_create(hyfi_ctx **out, const hyfi_ctx_config *cfg_in)
         starpu_mpi_shutdown();
         if (ctx->own_mpi) MPI_Finalize();
         free(ctx->trace_dir);
+        free(ctx->cuda_worker);
+        free(ctx->cuda_mem);
         free(ctx);
         return hyfi_fail(ws, "%s", why);
     }
@@ -262,6 +285,8 @@ void hyfi_ctx_destroy(hyfi_ctx *ctx)
     }
     hyfi_records_free();
     free(ctx->trace_dir);
+    free(ctx->cuda_worker);
+    free(ctx->cuda_mem);
     free(ctx);
     atomic_store(&g_ctx_alive, 0);
 }

@@ -59,8 +59,6 @@ int hyfi_spatial_gather(emit_ctx *e, hyfi_tensor *x);
 int hyfi_spatial_gather_back(emit_ctx *e, hyfi_tensor *x);
 int hyfi_spatial_param_sums(emit_ctx *e);
 int hyfi_spatial_release(emit_ctx *e, int s);
-size_t hyfi_spatial_halo_volume(const hyfi_graph *g);
-void hyfi_spatial_halo_counts(const hyfi_graph *g, int *groups, int *fused_ops, int *strips);
 
 
 /* The all-reduce algorithm of a gradient of n floats over the replicas. */

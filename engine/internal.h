@@ -213,6 +213,7 @@ typedef struct {
     int rank;             /* MPI rank that runs it (the rank of its place) */
     int worker;           /* a worker to pin the task to, -1: any */
     int prio;             /* StarPU priority */
+    double flops;         /* the kernel's floating-point operations (STARPU_FLOPS), 0: not counted */
     char name[64];
 } prog_task;
 
@@ -229,6 +230,8 @@ struct hyfi_ctx {
     int comm_stats;       /* StarPU-MPI counts the bytes sent */
     int mpi;
     int ncpu, ncuda;
+    int *cuda_worker;     /* ncuda: StarPU worker of CUDA device k (-1: none) */
+    double *cuda_mem;     /* ncuda: bytes of device k's memory, 0: unknown */
     int cpu_threads;
     int verbose;
     int records;          /* hyfi_ctx_set_task_records */
@@ -426,6 +429,10 @@ hyfi_status hyfi_spatial_plan(hyfi_graph *g);        /* tile geometry, owners */
 int hyfi_spatial_register(hyfi_graph *g);            /* tile handles */
 void hyfi_spatial_handles_free(hyfi_graph *g); /* spatial_reg.c */
 void hyfi_spatial_plan_free(hyfi_graph *g);    /* spatial_plan.c */
+/* Halo bytes per step between tiles on different ranks; fused groups, their
+ * ops and the strips exchanged per micro-batch (from the geometry). */
+size_t hyfi_spatial_halo_volume(const hyfi_graph *g);
+void hyfi_spatial_halo_counts(const hyfi_graph *g, int *groups, int *fused_ops, int *strips);
 int hyfi_spatial_tiled(const hyfi_graph *g, const node *nd);
 /* Rank of tile t of a tensor's tiles. */
 int hyfi_tile_rank(const hyfi_graph *g, const hyfi_tiles *tl, int t, int rep);

@@ -51,13 +51,21 @@ void hyfi_view_task_name(char *out, size_t len, const hyfi_opview *v, const char
     hyfi_task_name(out, len, v->nd, pass, e);
 }
 
-/* Push task `cl` for view v, named after its pass, on place pl. */
+/* Push task `cl` for view v, named after its pass; its FLOPs: the op's, for
+ * the share of the output the view computes (a backward task costs about
+ * what the forward does). */
 static int push(emit_ctx *e, const hyfi_opview *v, struct starpu_codelet *cl, const char *pass,
                 const hyfi_task_args *a)
 {
     char nm[64];
     hyfi_view_task_name(nm, sizeof nm, v, pass, e);
-    return hyfi_prog_push(e->P, PT_TASK, cl, nm, a);
+    if (hyfi_prog_push(e->P, PT_TASK, cl, nm, a)) return -1;
+    const hyfi_tensor *y = v->nd->out;
+    const double share = y->dims[1] > 0 && y->numel
+                             ? (double)v->n * y->dims[1] * (v->hw > 0 ? v->hw : 1) / (double)y->numel
+                             : 0.0;
+    e->P->t[e->P->n - 1].flops = hyfi_op_flops(v->nd) * share;
+    return 0;
 }
 #define PUSH(cl, pass, a)                                                                   \
     do {                                                                                    \

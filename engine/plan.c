@@ -4,11 +4,10 @@
  * The partitioning itself is plain C in partitioners/ (balance.c: layers per
  * stage by cost; pipeline.c: schedules and places on ranks); this file feeds
  * it the graph and records the result for compile.c. */
-#include "emit.h"
+#include "internal.h"
 #include "balance.h"
 #include "pipeline.h"
 
-#include <starpu_mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -219,14 +218,14 @@ static void warn_gpu_memory(const hyfi_graph *g)
         if (pl->place_rank[q] == g->ctx->rank && pl->place_worker[q] < 0)
             spread += place_bytes(pl, q);
     for (int k = 0; k < ncuda; k++) {
-        const int w = starpu_worker_get_by_type(STARPU_CUDA_WORKER, k);
+        const int w = g->ctx->cuda_worker[k];
         if (w < 0) continue;
         double need = spread / ncuda;
         for (int q = 0; q < pl->nplaces; q++)
             if (pl->place_rank[q] == g->ctx->rank && pl->place_worker[q] == w)
                 need += place_bytes(pl, q);
-        const starpu_ssize_t total = starpu_memory_get_total(starpu_worker_get_memory_node(w));
-        if (total > 0 && need > (double)total)
+        const double total = g->ctx->cuda_mem[k];
+        if (total > 0 && need > total)
             fprintf(stderr,
                     "hyfi: warning: rank %d: the plan needs an estimated %.1f GB on CUDA device "
                     "%d, which has %.1f GB; StarPU will move data through host memory between "
@@ -423,7 +422,7 @@ hyfi_status hyfi_plan_build(hyfi_graph *g)
             pl->place_worker[q] = -1;
             if (pl->place_rank[q] != g->ctx->rank) continue;
             if (local > 1 && g->ctx->ncuda >= local)
-                pl->place_worker[q] = starpu_worker_get_by_type(STARPU_CUDA_WORKER, k);
+                pl->place_worker[q] = g->ctx->cuda_worker[k];
             k++;
         }
     }

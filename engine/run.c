@@ -44,24 +44,24 @@ static hyfi_status program_run(hyfi_graph *g, program *p)
         if (mpi && t->worker >= 0 && t->rank == me)
             rc = starpu_mpi_task_insert(MPI_COMM_WORLD, t->cl, STARPU_DATA_MODE_ARRAY, t->buf,
                                         t->nbuf, STARPU_CL_ARGS_NFREE, &t->args, sizeof t->args,
-                                        STARPU_NAME, t->name, STARPU_PRIORITY, t->prio,
+                                        STARPU_NAME, t->name, STARPU_PRIORITY, t->prio, STARPU_FLOPS, t->flops,
                                         STARPU_EXECUTE_ON_NODE, t->rank,
                                         STARPU_EXECUTE_ON_WORKER, t->worker, STARPU_CALLBACK, cb,
                                         0);
         else if (mpi)
             rc = starpu_mpi_task_insert(MPI_COMM_WORLD, t->cl, STARPU_DATA_MODE_ARRAY, t->buf,
                                         t->nbuf, STARPU_CL_ARGS_NFREE, &t->args, sizeof t->args,
-                                        STARPU_NAME, t->name, STARPU_PRIORITY, t->prio,
+                                        STARPU_NAME, t->name, STARPU_PRIORITY, t->prio, STARPU_FLOPS, t->flops,
                                         STARPU_EXECUTE_ON_NODE, t->rank, STARPU_CALLBACK, cb, 0);
         else if (t->worker >= 0)
             rc = starpu_task_insert(t->cl, STARPU_DATA_MODE_ARRAY, t->buf, t->nbuf,
                                     STARPU_CL_ARGS_NFREE, &t->args, sizeof t->args, STARPU_NAME,
-                                    t->name, STARPU_PRIORITY, t->prio, STARPU_EXECUTE_ON_WORKER,
+                                    t->name, STARPU_PRIORITY, t->prio, STARPU_FLOPS, t->flops, STARPU_EXECUTE_ON_WORKER,
                                     t->worker, STARPU_CALLBACK, cb, 0);
         else
             rc = starpu_task_insert(t->cl, STARPU_DATA_MODE_ARRAY, t->buf, t->nbuf,
                                     STARPU_CL_ARGS_NFREE, &t->args, sizeof t->args, STARPU_NAME,
-                                    t->name, STARPU_PRIORITY, t->prio, STARPU_CALLBACK, cb, 0);
+                                    t->name, STARPU_PRIORITY, t->prio, STARPU_FLOPS, t->flops, STARPU_CALLBACK, cb, 0);
         if (rc != 0) {
             if (mpi) starpu_mpi_wait_for_all(MPI_COMM_WORLD);
             else starpu_task_wait_for_all();
