@@ -28,18 +28,15 @@ void hyfi_unreg(starpu_data_handle_t *h)
     }
 }
 
+/* What held the handles (unregistered by the table first) and the host
+ * memory of inputs, parameters, state and momentum. */
 void hyfi_handles_free(hyfi_graph *g)
 {
     const int M = g->pl ? g->pl->nmb : 1, nrep = g->pl ? g->pl->nrep : 1;
     hyfi_handles_unregister(g);
     for (int i = 0; i < g->ntensors; i++) {
         hyfi_tensor *t = g->tensors[i];
-        for (int m = 0; m < t->nh; m++) {
-            if (t->h) hyfi_unreg(&t->h[m]);
-            if (t->gh && t != g->loss) hyfi_unreg(&t->gh[m]);
-        }
         if (t->gpart) {
-            for (int k = 0; k < g->pl->nstages * t->nh; k++) hyfi_unreg(&t->gpart[k]);
             free(t->gpart);
             free(t->gpw);
             t->gpart = NULL;
@@ -52,11 +49,8 @@ void hyfi_handles_free(hyfi_graph *g)
         t->gw = NULL;
         t->nh = 0;
         const size_t copies = t->kind == T_PARAM || t->kind == T_STATE ? (size_t)nrep : 1;
-        for (int k = 0; t->mh && k < nrep; k++) hyfi_unreg(&t->mh[k]);
-        for (int k = 0; t->nmh && k < nrep; k++) hyfi_unreg(&t->nmh[k]);
         free(t->nmh);
         t->nmh = NULL;
-        hyfi_unreg(&t->rsave);
         free(t->mh);
         t->mh = NULL;
         if (t->host) starpu_free_noflag(t->host, copies * t->numel * 4);
@@ -66,8 +60,6 @@ void hyfi_handles_free(hyfi_graph *g)
     }
     for (int b = 0; b < g->nbuckets; b++) {
         hyfi_bucket *bk = &g->buckets[b];
-        for (int k = 0; bk->h && bk->nparams > 1 && k < nrep; k++) hyfi_unreg(&bk->h[k]);
-        for (int k = 0; bk->arc && k < nrep * nrep; k++) hyfi_unreg(&bk->arc[k]);
         free(bk->h);
         free(bk->arc);
         free(bk->params);
@@ -75,18 +67,13 @@ void hyfi_handles_free(hyfi_graph *g)
     free(g->buckets);
     g->buckets = NULL;
     g->nbuckets = 0;
-    if (g->dloss) {
-        for (int m = 0; m < M; m++) hyfi_unreg(&g->dloss[m]);
-        free(g->dloss);
-        g->dloss = NULL;
-    }
+    free(g->dloss);
+    g->dloss = NULL;
     if (g->dloss_host) starpu_free_noflag(g->dloss_host, (size_t)M * sizeof(float));
     g->dloss_host = NULL;
-    for (int i = 0; i < g->nhealth; i++) hyfi_unreg(&g->health[i]);
     free(g->health);
     g->health = NULL;
     g->nhealth = 0;
-    for (int i = 0; i < g->ntokens; i++) hyfi_unreg(&g->tokens[i]);
     free(g->tokens);
     g->tokens = NULL;
     if (g->token_host) starpu_free_noflag(g->token_host, (size_t)g->ntokens * sizeof(float));
