@@ -260,15 +260,7 @@ static uint64_t graph_hash(const hyfi_graph *g)
         h = hash_int(h, nd->out ? nd->out->id : -1);
         for (int k = 0; k < 4; k++) h = hash_int(h, nd->p[k] ? nd->p[k]->id : -1);
         for (int k = 0; k < 2; k++) h = hash_int(h, nd->s[k] ? nd->s[k]->id : -1);
-        switch (nd->op) {
-        case OP_CONV2D: h = hyfi_hash_bytes(h, &nd->a.conv, sizeof nd->a.conv); break;
-        case OP_BATCHNORM: h = hyfi_hash_bytes(h, &nd->a.bn, sizeof nd->a.bn); break;
-        case OP_MAXPOOL:
-        case OP_AVGPOOL: h = hyfi_hash_bytes(h, &nd->a.pool, sizeof nd->a.pool); break;
-        case OP_FC: h = hyfi_hash_bytes(h, &nd->a.fc, sizeof nd->a.fc); break;
-        case OP_XENT: h = hyfi_hash_bytes(h, &nd->a.xent, sizeof nd->a.xent); break;
-        default: break;
-        }
+        h = hyfi_op_hash(h, nd);
     }
     h = hash_int(h, g->nlayers);
     for (int i = 0; i < g->nlayers; i++) h = hyfi_hash_str(h, g->layer_names[i]);

@@ -195,6 +195,15 @@ int hyfi_op_windowed(const node *nd);
 int hyfi_op_batch_statistics(const node *nd);
 /* The op's zero padding is part of its input (conv, average pool counting it). */
 int hyfi_op_zero_padded(const node *nd);
+/* The window along an axis (0: rows): kernel, stride, padding; 1, 1, 0 for
+ * ops that read no window. */
+void hyfi_op_window(const node *nd, int axis, int *k, int *s, int *p);
+/* The op can run on spatial tiles (not the heads: global pooling, fc, loss). */
+int hyfi_op_tileable(const node *nd);
+/* On tiles, the op's weight gradients are per tile, summed before the update. */
+int hyfi_op_sums_weights_over_tiles(const node *nd);
+/* h updated with the op's arguments (the ranks compare graphs by hash). */
+uint64_t hyfi_op_hash(uint64_t h, const node *nd);
 
 typedef enum {
     PT_TASK,       /* a codelet over buffers */

@@ -154,6 +154,38 @@ hyfi_task_args hyfi_node_args(const node *nd, int M)
 
 int hyfi_op_windowed(const node *nd) { return nd->op == OP_CONV2D || nd->op == OP_MAXPOOL || nd->op == OP_AVGPOOL; }
 
+void hyfi_op_window(const node *nd, int axis, int *k, int *s, int *p)
+{
+    *k = 1, *s = 1, *p = 0;
+    if (nd->op == OP_CONV2D) {
+        const hyfi_conv2d_args *c = &nd->a.conv;
+        *k = axis ? c->kw : c->kh, *s = axis ? c->sw : c->sh, *p = axis ? c->pw : c->ph;
+    } else if (nd->op == OP_MAXPOOL || nd->op == OP_AVGPOOL) {
+        const hyfi_pool_args *c = &nd->a.pool;
+        *k = axis ? c->kw : c->kh, *s = axis ? c->sw : c->sh, *p = axis ? c->pw : c->ph;
+    }
+}
+
+int hyfi_op_tileable(const node *nd)
+{
+    return nd->op != OP_GAP && nd->op != OP_FC && nd->op != OP_XENT;
+}
+
+int hyfi_op_sums_weights_over_tiles(const node *nd) { return nd->op == OP_CONV2D; }
+
+uint64_t hyfi_op_hash(uint64_t h, const node *nd)
+{
+    switch (nd->op) {
+    case OP_CONV2D: return hyfi_hash_bytes(h, &nd->a.conv, sizeof nd->a.conv);
+    case OP_BATCHNORM: return hyfi_hash_bytes(h, &nd->a.bn, sizeof nd->a.bn);
+    case OP_MAXPOOL:
+    case OP_AVGPOOL: return hyfi_hash_bytes(h, &nd->a.pool, sizeof nd->a.pool);
+    case OP_FC: return hyfi_hash_bytes(h, &nd->a.fc, sizeof nd->a.fc);
+    case OP_XENT: return hyfi_hash_bytes(h, &nd->a.xent, sizeof nd->a.xent);
+    default: return h;
+    }
+}
+
 int hyfi_op_batch_statistics(const node *nd) { return nd->op == OP_BATCHNORM; }
 
 int hyfi_op_zero_padded(const node *nd)

@@ -108,7 +108,7 @@ static inline int fg_cols(const hyfi_fgroup *fg, int j, int q) { return fg->c1[j
 static inline int fg_padded(const hyfi_fgroup *fg, int j, int q)
 {
     const node *nd = fg->op[j];
-    const int xp = nd->op == OP_CONV2D || (nd->op == OP_AVGPOOL && nd->a.pool.count_include_pad);
+    const int xp = hyfi_op_zero_padded(nd);
     return j > 0 && xp && (fg->pt[j][q] || fg->pb[j][q] || fg->pl[j][q] || fg->pr[j][q]);
 }
 /* batch norm op j computes on more than its own tile */

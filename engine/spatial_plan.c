@@ -125,33 +125,17 @@ static int window_geometry(hyfi_graph *g, const node *nd, hyfi_tnode *tn, const 
 
 /* ------------------------------------------------------------ fused halos */
 
-/* Window of a node along an axis (rows: axis 0): kernel, stride, padding;
- * element-wise ops and batch norm are 1, 1, 0. */
-static void node_window(const node *nd, int axis, int *k, int *s, int *p)
-{
-    *k = 1, *s = 1, *p = 0;
-    if (nd->op == OP_CONV2D) {
-        const hyfi_conv2d_args *c = &nd->a.conv;
-        *k = axis ? c->kw : c->kh, *s = axis ? c->sw : c->sh, *p = axis ? c->pw : c->ph;
-    } else if (nd->op == OP_MAXPOOL || nd->op == OP_AVGPOOL) {
-        const hyfi_pool_args *c = &nd->a.pool;
-        *k = axis ? c->kw : c->kh, *s = axis ? c->sw : c->sh, *p = axis ? c->pw : c->ph;
-    }
-}
-
 static int halo_op(const node *nd)
 {
     int kh, sh, ph, kw, sw, pw;
-    node_window(nd, 0, &kh, &sh, &ph);
-    node_window(nd, 1, &kw, &sw, &pw);
-    return (nd->op == OP_CONV2D || nd->op == OP_MAXPOOL || nd->op == OP_AVGPOOL) &&
-           (kh > 1 || kw > 1 || ph > 0 || pw > 0);
+    hyfi_op_window(nd, 0, &kh, &sh, &ph);
+    hyfi_op_window(nd, 1, &kw, &sw, &pw);
+    return hyfi_op_windowed(nd) && (kh > 1 || kw > 1 || ph > 0 || pw > 0);
 }
 
 static int fusable(const node *nd)
 {
-    return (nd->op == OP_CONV2D || nd->op == OP_MAXPOOL || nd->op == OP_AVGPOOL ||
-            nd->op == OP_BATCHNORM || nd->op == OP_RELU) &&
+    return (hyfi_op_windowed(nd) || hyfi_op_batch_statistics(nd) || nd->op == OP_RELU) &&
            nd->nin == 1;
 }
 
@@ -179,7 +163,7 @@ static int fused_geometry(hyfi_graph *g, hyfi_fgroup *fg, char *err, size_t errl
             fg->r0[j][q] = a[0], fg->r1[j][q] = b[0], fg->c0[j][q] = a[1], fg->c1[j][q] = b[1];
             for (int ax = 0; ax < 2; ax++) {
                 int k, s, p;
-                node_window(nd, ax, &k, &s, &p);
+                hyfi_op_window(nd, ax, &k, &s, &p);
                 const int len = nd->in[0]->dims[2 + ax];
                 const int nb = a[ax] * s - p, ne = (b[ax] - 1) * s - p + k;
                 (ax ? fg->pl : fg->pt)[j][q] = nb < 0 ? -nb : 0;
@@ -279,7 +263,7 @@ hyfi_status hyfi_spatial_plan(hyfi_graph *g)
     for (int i = 0; i < g->nnodes; i++) {
         node *nd = &g->nodes[i];
         if (!hyfi_spatial_tiled(g, nd)) continue;
-        if (nd->op == OP_GAP || nd->op == OP_FC || nd->op == OP_XENT)
+        if (!hyfi_op_tileable(nd))
             return hyfi_call_fail(g, HYFI_ERR_ARG, "--spatial-size %d tiles stage %d, which "
                                                    "holds op \"%s\" (%s) that needs whole "
                                                    "images; use --spatial-size %d or less, or "
@@ -306,26 +290,15 @@ hyfi_status hyfi_spatial_plan(hyfi_graph *g)
         hyfi_tiles *out = nd->out->tl = new_tiles(g, nd->stage);
         hyfi_tnode *tn = nd->tn = calloc(1, sizeof *tn);
         if (!out || !tn) return hyfi_call_fail(g, HYFI_ERR_NOMEM, "out of memory tiling");
-        switch (nd->op) {
-        case OP_CONV2D:
-        case OP_MAXPOOL:
-        case OP_AVGPOOL: {
+        if (hyfi_op_windowed(nd)) {
             tn->windowed = 1;
+            tn->explicit_pad = hyfi_op_zero_padded(nd);
             int kh, kw, sh, sw, ph, pw;
-            if (nd->op == OP_CONV2D) {
-                const hyfi_conv2d_args *c = &nd->a.conv;
-                kh = c->kh, kw = c->kw, sh = c->sh, sw = c->sw, ph = c->ph, pw = c->pw;
-                tn->explicit_pad = 1;
-            } else {
-                const hyfi_pool_args *p = &nd->a.pool;
-                kh = p->kh, kw = p->kw, sh = p->sh, sw = p->sw, ph = p->ph, pw = p->pw;
-                tn->explicit_pad = nd->op == OP_AVGPOOL && p->count_include_pad;
-            }
+            hyfi_op_window(nd, 0, &kh, &sh, &ph);
+            hyfi_op_window(nd, 1, &kw, &sw, &pw);
             if (window_geometry(g, nd, tn, in, out, kh, kw, sh, sw, ph, pw, err, sizeof err))
                 return hyfi_call_fail(g, HYFI_ERR_ARG, "%s", err);
-            break;
-        }
-        default:
+        } else {
             for (int k = 1; k < nd->nin; k++) {
                 const hyfi_tiles *o = nd->in[k]->tl;
                 if (memcmp(o->rcut, in->rcut, sizeof o->rcut) ||
@@ -337,7 +310,6 @@ hyfi_status hyfi_spatial_plan(hyfi_graph *g)
             }
             memcpy(out->rcut, in->rcut, sizeof out->rcut);
             memcpy(out->ccut, in->ccut, sizeof out->ccut);
-            break;
         }
     }
     hyfi_status fst = fused_plan(g);

@@ -61,7 +61,7 @@ static int fused_register(hyfi_graph *g)
         for (int j = 0; j < fg->n; j++) {
             const node *nd = fg->op[j];
             const int n = nd->out->dims[0] / M, Co = nd->out->dims[1], Ci = nd->in[0]->dims[1];
-            if (nd->op == OP_BATCHNORM) {
+            if (hyfi_op_batch_statistics(nd)) {
                 if (hyfi_host_alloc(&fg->ztot_host[j], 2 * (size_t)Co)) return -1;
                 memset(fg->ztot_host[j], 0, 2 * (size_t)Co * sizeof(float));
                 hyfi_reg(g, &fg->ztot[j], fg->ztot_host[j], 2 * (size_t)Co, sizeof(float),
@@ -88,7 +88,7 @@ static int fused_register(hyfi_graph *g)
                         hyfi_reg(g, &fg->dpbuf[k], NULL, pn, sizeof(float), rq, HC_PIPELINE, nd->name, sfx, m,
                                  M);
                     }
-                    if (nd->op == OP_BATCHNORM && fg_bn_extended(fg, j, q)) {
+                    if (hyfi_op_batch_statistics(nd) && fg_bn_extended(fg, j, q)) {
                         const size_t own = hyfi_tile_numel(nd->out, q);
                         snprintf(sfx, sizeof sfx, ".own_x.tile%d", q);
                         hyfi_reg(g, &fg->xo[k], NULL, own, sizeof(float), rq, HC_PIPELINE, nd->name, sfx, m, M);
@@ -172,7 +172,7 @@ int hyfi_spatial_register(hyfi_graph *g)
                         }
                     }
                 }
-            if (nd->op == OP_CONV2D) {
+            if (hyfi_op_sums_weights_over_tiles(nd)) {
                 const int NR = pl->nrep;
                 tn->wpart = handles((size_t)P * NR);
                 if (nd->p[1]) tn->bpart = handles((size_t)P * NR);
@@ -195,7 +195,7 @@ int hyfi_spatial_register(hyfi_graph *g)
                     }
                 }
             }
-        } else if (nd->op == OP_BATCHNORM) {
+        } else if (hyfi_op_batch_statistics(nd)) {
             tn->part = handles((size_t)M * P);
             tn->bwpart = handles((size_t)M * P);
             tn->tot = handles((size_t)M);
