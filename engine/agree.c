@@ -41,22 +41,6 @@ typedef struct {
     char msg[512];
 } agree_verdict;
 
-uint64_t hyfi_hash_bytes(uint64_t h, const void *p, size_t n)
-{
-    const unsigned char *b = p;
-    for (size_t i = 0; i < n; i++) {
-        h ^= b[i];
-        h *= UINT64_C(0x100000001b3); /* FNV-1a */
-    }
-    return h;
-}
-
-uint64_t hyfi_hash_str(uint64_t h, const char *s)
-{
-    /* the terminating zero too: "ab","c" and "a","bc" differ */
-    return s ? hyfi_hash_bytes(h, s, strlen(s) + 1) : hyfi_hash_bytes(h, "\377", 1);
-}
-
 /* Blocking send / receive of a local buffer through StarPU-MPI. */
 static void coll_send(void *buf, size_t bytes, int to, int64_t tag)
 {

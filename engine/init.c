@@ -7,6 +7,23 @@
 #include <math.h>
 #include <string.h>
 
+/* FNV-1a (also used by the ranks' graph comparison, agree.c). */
+uint64_t hyfi_hash_bytes(uint64_t h, const void *p, size_t n)
+{
+    const unsigned char *b = p;
+    for (size_t i = 0; i < n; i++) {
+        h ^= b[i];
+        h *= UINT64_C(0x100000001b3); /* FNV-1a */
+    }
+    return h;
+}
+
+uint64_t hyfi_hash_str(uint64_t h, const char *s)
+{
+    /* the terminating zero too: "ab","c" and "a","bc" differ */
+    return s ? hyfi_hash_bytes(h, s, strlen(s) + 1) : hyfi_hash_bytes(h, "\377", 1);
+}
+
 static uint64_t mix64(uint64_t z)
 {
     z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;

@@ -330,7 +330,7 @@ hyfi_status hyfi_agree(hyfi_ctx *ctx, hyfi_status local, const char *local_msg,
  * compared across the ranks; every rank returns the same status. */
 hyfi_status hyfi_graph_agree(hyfi_graph *g, hyfi_status local, const char *local_msg,
                              const hyfi_train_config *tc);
-/* FNV-1a, 64 bits: start from h = 0xcbf29ce484222325. */
+/* init.c: FNV-1a, 64 bits: start from h = 0xcbf29ce484222325. */
 uint64_t hyfi_hash_bytes(uint64_t h, const void *p, size_t n);
 uint64_t hyfi_hash_str(uint64_t h, const char *s);
 
