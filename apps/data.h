@@ -1,7 +1,7 @@
 /* hyfi data module: image classification data sets for the hyfi apps.
  *
  * Plain C11 + zlib + libpng + libjpeg + pthreads; no StarPU and no dependency
- * on hyfi.h, so it can be tested (tests/test_data.c) and reused on its own.
+ * on hyfi.h, so it can be tested (tests/test_data*.c) and reused on its own.
  *
  * A hyfi_dataset holds N labelled images. Images come out of it as float32 in
  * C x H x W order (one image) or N x C x H x W (a batch), normalised per
