@@ -184,13 +184,14 @@ hyfi_status hyfi_register_tensors(hyfi_graph *g)
             }
             for (int m = 0; m < M; m++)
                 hyfi_reg(g, &t->h[m], own ? t->host + (size_t)m * t->mb_numel : NULL, t->mb_numel,
-                    elem, hyfi_handle_owner(g, t, m), hyfi_tensor_hcat(g, t), t->name, "", m, M);
+                         elem, hyfi_handle_owner(g, t, m), hyfi_tensor_hcat(g, t), t->name, "", m,
+                         M);
             if (!t->is_int) {
                 t->gh = calloc((size_t)M, sizeof *t->gh);
                 if (!t->gh) goto oom;
                 for (int m = 0; m < M; m++)
-                    hyfi_reg(g, &t->gh[m], NULL, t->mb_numel, elem, hyfi_handle_owner(g, t, m), hyfi_tensor_hcat(g, t),
-                             t->name, ".grad", m, M);
+                    hyfi_reg(g, &t->gh[m], NULL, t->mb_numel, elem, hyfi_handle_owner(g, t, m),
+                             hyfi_tensor_hcat(g, t), t->name, ".grad", m, M);
             }
             break;
         case T_PARAM:
@@ -211,13 +212,14 @@ hyfi_status hyfi_register_tensors(hyfi_graph *g)
             for (int k = 0; k < NR; k++) {
                 const size_t o = (size_t)k * t->numel;
                 const int r = hyfi_trank(g, t, k);
-                hyfi_reg(g, &t->h[k], own ? t->host + o : NULL, t->numel, elem, r, HC_ALLREDUCE, t->name, "",
+                hyfi_reg(g, &t->h[k], own ? t->host + o : NULL, t->numel, elem, r, HC_ALLREDUCE,
+                         t->name, "", k, NR);
+                hyfi_reg(g, &t->gh[k], own ? t->ghost + o : NULL, t->numel, elem, r, HC_ALLREDUCE,
+                         t->name, ".grad", k, NR);
+                hyfi_reg(g, &t->mh[k], own ? t->mhost + o : NULL, t->numel, elem, r, HC_ALLREDUCE,
+                         t->name, ".momentum", k, NR);
+                hyfi_reg(g, &t->nmh[k], NULL, 2, sizeof(float), r, HC_ALLREDUCE, t->name, ".norms",
                          k, NR);
-                hyfi_reg(g, &t->gh[k], own ? t->ghost + o : NULL, t->numel, elem, r, HC_ALLREDUCE, t->name,
-                         ".grad", k, NR);
-                hyfi_reg(g, &t->mh[k], own ? t->mhost + o : NULL, t->numel, elem, r, HC_ALLREDUCE, t->name,
-                         ".momentum", k, NR);
-                hyfi_reg(g, &t->nmh[k], NULL, 2, sizeof(float), r, HC_ALLREDUCE, t->name, ".norms", k, NR);
                 /* Summed over micro-batches by a StarPU reduction. */
                 if (pl->mbr > 1 && !g->plan_cfg.deterministic)
                     starpu_data_set_reduction_methods(t->gh[k], redux_cl(), redux_init_cl());
@@ -234,20 +236,20 @@ hyfi_status hyfi_register_tensors(hyfi_graph *g)
             break;
         case T_ACT:
             for (int m = 0; m < M; m++)
-                hyfi_reg(g, &t->h[m], NULL, t->mb_numel, elem, hyfi_handle_owner(g, t, m), hyfi_tensor_hcat(g, t), t->name,
-                         "", m, M);
+                hyfi_reg(g, &t->h[m], NULL, t->mb_numel, elem, hyfi_handle_owner(g, t, m),
+                         hyfi_tensor_hcat(g, t), t->name, "", m, M);
             if (t != g->loss) {
                 t->gh = calloc((size_t)M, sizeof *t->gh);
                 if (!t->gh) goto oom;
                 for (int m = 0; m < M; m++)
-                    hyfi_reg(g, &t->gh[m], NULL, t->mb_numel, elem, hyfi_handle_owner(g, t, m), hyfi_tensor_hcat(g, t),
-                             t->name, ".grad", m, M);
+                    hyfi_reg(g, &t->gh[m], NULL, t->mb_numel, elem, hyfi_handle_owner(g, t, m),
+                             hyfi_tensor_hcat(g, t), t->name, ".grad", m, M);
             }
             break;
         case T_SAVED:
             for (int m = 0; m < M; m++)
-                hyfi_reg(g, &t->h[m], NULL, t->mb_numel, elem, hyfi_handle_owner(g, t, m), hyfi_tensor_hcat(g, t), t->name,
-                         "", m, M);
+                hyfi_reg(g, &t->h[m], NULL, t->mb_numel, elem, hyfi_handle_owner(g, t, m),
+                         hyfi_tensor_hcat(g, t), t->name, "", m, M);
             break;
         }
     }
@@ -268,22 +270,24 @@ hyfi_status hyfi_register_tensors(hyfi_graph *g)
             snprintf(sfx, sizeof sfx, ".grad.stage%d", nd->stage);
             for (int m = 0; m < M; m++)
                 hyfi_reg(g, &t->gpart[(size_t)nd->stage * M + m], NULL, t->mb_numel, sizeof(float),
-                    hyfi_stage_rank(pl, HYFI_REP(pl, m), nd->stage), hyfi_tensor_hcat(g, t), t->name, sfx, m, M);
+                         hyfi_stage_rank(pl, HYFI_REP(pl, m), nd->stage), hyfi_tensor_hcat(g, t),
+                         t->name, sfx, m, M);
         }
     }
     /* Replicas: saved running statistics. */
     for (int i = 0; NR > 1 && i < g->ntensors; i++) {
         hyfi_tensor *t = g->tensors[i];
         if (t->kind == T_STATE)
-            hyfi_reg(g, &t->rsave, NULL, t->numel, sizeof(float), hyfi_trank(g, t, 0), HC_ALLREDUCE, t->name,
-                     ".start", 0, 1);
+            hyfi_reg(g, &t->rsave, NULL, t->numel, sizeof(float), hyfi_trank(g, t, 0), HC_ALLREDUCE,
+                     t->name, ".start", 0, 1);
     }
     /* The health sums of a step: one per rank. */
     g->nhealth = g->ctx->nranks;
     g->health = calloc((size_t)g->nhealth, sizeof *g->health);
     if (!g->health) goto oom;
     for (int r = 0; r < g->nhealth; r++)
-        hyfi_reg(g, &g->health[r], NULL, 2, sizeof(float), r, HC_PIPELINE, "health", "", r, g->nhealth);
+        hyfi_reg(g, &g->health[r], NULL, 2, sizeof(float), r, HC_PIPELINE, "health", "", r,
+                 g->nhealth);
     /* The seed of the backward: d(mean over the batch)/d(micro-batch loss) = 1/M. */
     if (hyfi_host_alloc(&g->dloss_host, (size_t)M)) goto oom;
     g->dloss = calloc((size_t)M, sizeof *g->dloss);
@@ -304,8 +308,8 @@ hyfi_status hyfi_register_tensors(hyfi_graph *g)
             for (int j = 0; j < pl->inflight[pl->place_stage[q]]; j++, k++) {
                 char nm[48];
                 snprintf(nm, sizeof nm, "place%d.token", q);
-                hyfi_reg(g, &g->tokens[k], g->token_host + k, 1, sizeof(float), pl->place_rank[q], HC_PIPELINE,
-                    nm, "", j, 2);
+                hyfi_reg(g, &g->tokens[k], g->token_host + k, 1, sizeof(float), pl->place_rank[q],
+                         HC_PIPELINE, nm, "", j, 2);
             }
     }
     return HYFI_OK;

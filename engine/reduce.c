@@ -193,16 +193,17 @@ int hyfi_emit_allreduce(hyfi_graph *g, program *P)
                 b->h[k] = b->params[0]->gh[k];
                 continue;
             }
-            hyfi_reg(g, &b->h[k], NULL, b->numel, sizeof(float), hyfi_stage_rank(pl, k, b->stage), HC_ALLREDUCE,
-                     bname, ".grad", k, R);
+            hyfi_reg(g, &b->h[k], NULL, b->numel, sizeof(float), hyfi_stage_rank(pl, k, b->stage),
+                     HC_ALLREDUCE, bname, ".grad", k, R);
         }
         for (int k = 0; ring && k < R; k++)
             for (int c = 0; c < R; c++) {
                 char sfx[48];
                 snprintf(sfx, sizeof sfx, ".grad.r%d.chunk%d", k, c);
                 hyfi_reg(g, &b->arc[k * R + c], NULL,
-                         hyfi_chunk_lo(b->numel, R, c + 1) - hyfi_chunk_lo(b->numel, R, c), sizeof(float),
-                         hyfi_stage_rank(pl, k, b->stage), HC_ALLREDUCE, bname, sfx, 0, 1);
+                         hyfi_chunk_lo(b->numel, R, c + 1) - hyfi_chunk_lo(b->numel, R, c),
+                         sizeof(float), hyfi_stage_rank(pl, k, b->stage), HC_ALLREDUCE, bname, sfx,
+                         0, 1);
             }
         /* pack */
         for (int k = 0; b->nparams > 1 && k < R; k++)

@@ -60,23 +60,7 @@ static void tile_view(emit_ctx *e, const node *nd, int q, starpu_data_handle_t i
         v->x[0] = in;
         if (v->dx[0].h && tn->use_buf[q]) v->dx[0] = (hyfi_gout){tn->dbuf[e->m * Pt + q], NULL, NULL};
     }
-    for (int k = 0; k < 4; k++)
-        if (nd->p[k]) v->p[k] = PH(nd->p[k]);
-    for (int k = 0; k < 2; k++)
-        if (nd->s[k]) v->s[k] = TH(nd->s[k], e->m);
-    /* batch norm: the step's statistics (combined over the tiles) or the running ones */
-    v->stat[0] = training ? v->s[0] : v->p[2];
-    v->stat[1] = training ? v->s[1] : v->p[3];
-    /* parameter gradients: per tile where the op sums them over its tiles
-     * (convolutions: hyfi_spatial_param_sums), else the replica's */
-    for (int k = 0; k < 2; k++) {
-        hyfi_tensor *p = nd->p[k];
-        if (!p || p->kind != T_PARAM) continue;
-        const int j = e->rep * Pt + q;
-        v->dp[k] = tn->wpart ? (hyfi_gsum){k ? tn->bpart[j] : tn->wpart[j],
-                                           k ? &nd->tn->bpw[j] : &nd->tn->wpw[j], p}
-                             : (hyfi_gsum){PGH(p), &PGW(p), p};
-    }
+    hyfi_sp_view_params(e, nd, q, training, v);
 }
 
 /* Batch norm in training, over the tiles: statistics per tile, combined

@@ -66,20 +66,7 @@ static void fused_view(emit_ctx *e, const hyfi_fgroup *fg, int j, int q, int tra
     v->dx[0].h = j == 0                 ? tn->dbuf[e->m * Pt + q]
                  : fg_padded(fg, j, q) ? fg->dpbuf[FGK(j, q)]
                                        : fg->grad[FGK(j - 1, q)];
-    for (int k = 0; k < 4; k++)
-        if (nd->p[k]) v->p[k] = PH(nd->p[k]);
-    for (int k = 0; k < 2; k++)
-        if (nd->s[k]) v->s[k] = TH(nd->s[k], e->m);
-    v->stat[0] = training ? v->s[0] : v->p[2];
-    v->stat[1] = training ? v->s[1] : v->p[3];
-    for (int k = 0; k < 2; k++) {
-        hyfi_tensor *p = nd->p[k];
-        if (!p || p->kind != T_PARAM) continue;
-        const int i = e->rep * Pt + q;
-        v->dp[k] = tn->wpart ? (hyfi_gsum){k ? tn->bpart[i] : tn->wpart[i],
-                                           k ? &nd->tn->bpw[i] : &nd->tn->wpw[i], p}
-                             : (hyfi_gsum){PGH(p), &PGW(p), p};
-    }
+    hyfi_sp_view_params(e, nd, q, training, v);
 }
 
 /* A copy task of the group on tile q's place. */

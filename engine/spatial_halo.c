@@ -134,3 +134,27 @@ int hyfi_sp_halo_return(emit_ctx *e, const node *nd, int q)
     }
     return 0;
 }
+
+/* The views' parts that do not depend on the tile's data: the replica's
+ * parameters, the micro-batch's saved tensors, the statistics a batch norm
+ * normalises with (the step's, combined over the tiles, or the running ones)
+ * and the parameter gradients: per tile where the op sums them over its
+ * tiles (convolutions: hyfi_spatial_param_sums), else the replica's. */
+void hyfi_sp_view_params(emit_ctx *e, const node *nd, int q, int training, hyfi_opview *v)
+{
+    hyfi_tnode *tn = nd->tn;
+    const int j = e->rep * e->g->pl->P + q;
+    for (int k = 0; k < 4; k++)
+        if (nd->p[k]) v->p[k] = PH(nd->p[k]);
+    for (int k = 0; k < 2; k++)
+        if (nd->s[k]) v->s[k] = TH(nd->s[k], e->m);
+    v->stat[0] = training ? v->s[0] : v->p[2];
+    v->stat[1] = training ? v->s[1] : v->p[3];
+    for (int k = 0; k < 2; k++) {
+        hyfi_tensor *p = nd->p[k];
+        if (!p || p->kind != T_PARAM) continue;
+        v->dp[k] = tn->wpart ? (hyfi_gsum){k ? tn->bpart[j] : tn->wpart[j],
+                                           k ? &tn->bpw[j] : &tn->wpw[j], p}
+                             : (hyfi_gsum){PGH(p), &PGW(p), p};
+    }
+}

@@ -131,6 +131,8 @@ static inline int fg_bn_extended(const hyfi_fgroup *fg, int j, int q)
  * a tile gradient output (W for its first writer, RW after) and its flag. */
 void hyfi_sp_grad_out(emit_ctx *e, hyfi_tensor *x, int q);
 void hyfi_sp_grad_done(emit_ctx *e, hyfi_tensor *x, int q);
+/* A view's parameters, saved tensors, statistics and parameter gradients. */
+void hyfi_sp_view_params(emit_ctx *e, const node *nd, int q, int training, hyfi_opview *v);
 int hyfi_sp_assemble(emit_ctx *e, const node *nd, int q, starpu_data_handle_t *in);
 int hyfi_sp_unassemble(emit_ctx *e, const node *nd, int q);
 int hyfi_sp_halo_return(emit_ctx *e, const node *nd, int q);

@@ -105,15 +105,21 @@ void write_idx_set(const char *dir, bool gz)
     free(b);
 }
 
-char *subdir(const char *root, const char *name)
+char *mkpath(const char *a, const char *b)
 {
-    size_t n = strlen(root) + strlen(name) + 2;
+    size_t n = strlen(a) + strlen(b) + 2;
     char *p = malloc(n);
     if (!p) {
         fprintf(stderr, "test: out of memory\n");
         exit(99);
     }
-    snprintf(p, n, "%s/%s", root, name);
+    snprintf(p, n, "%s/%s", a, b);
+    return p;
+}
+
+char *subdir(const char *root, const char *name)
+{
+    char *p = mkpath(root, name);
     mkdir(p, 0755);
     return p;
 }

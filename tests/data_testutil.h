@@ -33,6 +33,8 @@ enum { N = 13, NT = 4, R = 3, C = 5 };
 unsigned char pix_of(int i, int k);
 void write_idx_set(const char *dir, bool gz);
 
+/* "a/b", malloc'ed (exits 99 when out of memory); the caller frees it. */
+char *mkpath(const char *a, const char *b);
 /* root/name, created (mode 0755); the caller frees the path. */
 char *subdir(const char *root, const char *name);
 

@@ -114,18 +114,6 @@ static int copy_prefix(const char *src, const char *dst, long keep)
     return write_bytes(dst, buf, (size_t)keep, false);
 }
 
-static char *mkpath(const char *a, const char *b)
-{
-    size_t n = strlen(a) + strlen(b) + 2;
-    char *p = malloc(n);
-    if (!p) {
-        fprintf(stderr, "test: out of memory\n");
-        exit(99);
-    }
-    snprintf(p, n, "%s/%s", a, b);
-    return p;
-}
-
 /* mkdir -p of dir/rel's parent folders, then dir/rel. */
 static char *file_in(const char *dir, const char *rel)
 {
