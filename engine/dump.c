@@ -2,10 +2,11 @@
  * the compiled programs to FILE (FILE.rK on rank K
  * of an MPI run), one line per task: kind, codelet, name,
  * place / rank / worker / priority, a hash of the kernel arguments and the
- * buffers (access mode and handle). Handles are numbered by first appearance
- * in the listing, so two compilations of the same plan list the same text
- * exactly when they emit the same tasks over the same data in the same
- * order: refactorings of the lowering are checked by diffing listings. */
+ * buffers (access mode and handle). Handles are numbered by their place in
+ * the handle table (registration order), so two compilations of the same plan
+ * list the same text exactly when they register the same handles and emit the
+ * same tasks over them in the same order: refactorings of the lowering are
+ * checked by diffing listings. */
 #include "internal.h"
 
 #include <stdint.h>
@@ -13,24 +14,42 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* Handle -> its index in the graph's handle table (registration order), by
+ * open addressing over the handle pointers; -1 for a handle not in the table. */
 typedef struct {
     starpu_data_handle_t *h;
-    int n, cap;
+    int *id;
+    size_t cap; /* a power of two, at least twice the table */
 } handle_ids;
 
-static int handle_id(handle_ids *ids, starpu_data_handle_t h)
+static size_t slot_of(const handle_ids *ids, starpu_data_handle_t h)
 {
-    for (int i = ids->n - 1; i >= 0; i--)
-        if (ids->h[i] == h) return i;
-    if (ids->n == ids->cap) {
-        const int nc = ids->cap ? 2 * ids->cap : 256;
-        starpu_data_handle_t *p = realloc(ids->h, (size_t)nc * sizeof *p);
-        if (!p) return -1;
-        ids->h = p;
-        ids->cap = nc;
+    size_t k = (size_t)(((uintptr_t)h >> 4) * 0x9E3779B97F4A7C15ULL) & (ids->cap - 1);
+    while (ids->h[k] && ids->h[k] != h) k = (k + 1) & (ids->cap - 1);
+    return k;
+}
+
+static int handle_ids_build(handle_ids *ids, const hyfi_graph *g)
+{
+    ids->cap = 64;
+    while (ids->cap < 2 * (size_t)g->nhtab + 2) ids->cap *= 2;
+    ids->h = calloc(ids->cap, sizeof *ids->h);
+    ids->id = calloc(ids->cap, sizeof *ids->id);
+    if (!ids->h || !ids->id) return -1;
+    for (int i = 0; i < g->nhtab; i++) {
+        starpu_data_handle_t h = *g->htab[i].slot;
+        if (!h) continue;
+        const size_t k = slot_of(ids, h);
+        ids->h[k] = h;
+        ids->id[k] = i;
     }
-    ids->h[ids->n] = h;
-    return ids->n++;
+    return 0;
+}
+
+static int handle_id(const handle_ids *ids, starpu_data_handle_t h)
+{
+    const size_t k = slot_of(ids, h);
+    return ids->h[k] ? ids->id[k] : -1;
 }
 
 static const char *mode_name(enum starpu_data_access_mode m)
@@ -45,10 +64,9 @@ static const char *mode_name(enum starpu_data_access_mode m)
     }
 }
 
-static void dump_program(FILE *f, const char *title, const program *p)
+static void dump_program(FILE *f, const char *title, const program *p, const handle_ids *ids)
 {
     static const char *const kinds[] = {"task", "release", "bcast"};
-    handle_ids ids = {0};
     fprintf(f, "program %s: %d tasks\n", title, p->n);
     for (int k = 0; k < p->n; k++) {
         const prog_task *t = &p->t[k];
@@ -57,10 +75,9 @@ static void dump_program(FILE *f, const char *title, const program *p)
                 kinds[t->kind], t->cl ? t->cl->name : "-", t->name, t->place, t->rank,
                 t->worker, t->prio, (unsigned long long)ah);
         for (int b = 0; b < t->nbuf; b++)
-            fprintf(f, " %s:%d", mode_name(t->buf[b].mode), handle_id(&ids, t->buf[b].handle));
+            fprintf(f, " %s:%d", mode_name(t->buf[b].mode), handle_id(ids, t->buf[b].handle));
         fputc('\n', f);
     }
-    free(ids.h);
 }
 
 void hyfi_programs_dump(const hyfi_graph *g)
@@ -73,8 +90,13 @@ void hyfi_programs_dump(const hyfi_graph *g)
     FILE *f = fopen(file, "a");
     if (!f) return;
     fprintf(f, "graph %d nodes, rank %d of %d\n", g->nnodes, g->ctx->rank, g->ctx->nranks);
-    dump_program(f, "train", &g->train_prog);
-    dump_program(f, "infer", &g->infer_prog);
-    dump_program(f, "fwd_train", &g->fwd_train_prog);
+    handle_ids ids = {0};
+    if (handle_ids_build(&ids, g) == 0) {
+        dump_program(f, "train", &g->train_prog, &ids);
+        dump_program(f, "infer", &g->infer_prog, &ids);
+        dump_program(f, "fwd_train", &g->fwd_train_prog, &ids);
+    }
+    free(ids.h);
+    free(ids.id);
     fclose(f);
 }
