@@ -280,23 +280,15 @@ static int build_train(hyfi_graph *g, const int *first)
         }
         finish_tasks(e, from);
         if (rc || pl->trivial) continue;
-        if (s < pl->K) rc = hyfi_spatial_release(e, s);
-        /* Micro-batch m is done on stage s: release what the stage produced for it. */
-        for (int i = 0; i < g->ntensors && !rc; i++) {
-            hyfi_tensor *t = g->tensors[i];
-            if (t->stage != s || t == g->loss || (t->kind != T_ACT && t->kind != T_SAVED))
-                continue;
-            t->released = 1;
-            const int own = hyfi_handle_owner(g, t, ev->mb);
-            rc = hyfi_emit_release(ec.P, t->h[ev->mb], own);
-            if (!rc && t->gh) rc = hyfi_emit_release(ec.P, t->gh[ev->mb], own);
-            for (int c = 0; t->gpart && c < pl->nstages && !rc; c++) {
-                starpu_data_handle_t h = t->gpart[(size_t)c * t->nh + ev->mb];
-                if (h) rc = hyfi_emit_release(ec.P, h, hyfi_stage_rank(pl, ec.rep, c));
-            }
-        }
+        /* Micro-batch m is done on stage s: release what the stage made for it. */
+        rc = hyfi_emit_releases(g, ec.P, s, ev->mb);
     }
     if (rc) return rc;
+    /* Reading a released tensor after a train step is refused (run.c). */
+    for (int i = 0; i < g->ntensors && !pl->trivial; i++) {
+        hyfi_tensor *t = g->tensors[i];
+        t->released = hyfi_release_stage(g, t) != HYFI_KEEP || (t->tl && t->kind != T_INPUT);
+    }
     program *P = ec.P;
     if (hyfi_spatial_param_sums(e)) return -1;
     if (hyfi_emit_state_combine(g, P) || hyfi_emit_allreduce(g, P)) return -1;
@@ -398,7 +390,7 @@ hyfi_status hyfi_graph_compile(hyfi_graph *g, hyfi_tensor *loss, const hyfi_trai
         hyfi_compiled_free(g);
         return s;
     }
-    if (g->htab_oom || hyfi_spatial_register(g) || g->htab_oom) {
+    if (g->htab_oom || hyfi_spatial_register(g) || g->htab_oom || hyfi_release_index(g)) {
         hyfi_compiled_free(g);
         return hyfi_graph_fail(g, HYFI_ERR_NOMEM, "out of memory registering the tiles");
     }

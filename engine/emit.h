@@ -37,9 +37,23 @@ void hyfi_prog_buf(program *p, starpu_data_handle_t h, enum starpu_data_access_m
 void hyfi_unreg(starpu_data_handle_t *h);
 int hyfi_host_alloc(float **p, size_t n);
 /* Register a vector handle: home in host memory (ptr) on the owning rank,
- * lazy elsewhere or when ptr is NULL; known to StarPU-MPI in MPI runs. */
+ * lazy elsewhere or when ptr is NULL; known to StarPU-MPI in MPI runs; entered
+ * in the handle table with its owner, category and lifetime (released after
+ * the backward of micro-batch m on stage rstage, or HYFI_KEEP). Named
+ * name+suffix, with "[m]" when nm > 1. */
 void hyfi_reg(hyfi_graph *g, starpu_data_handle_t *h, float *ptr, size_t n, size_t elem,
-              int owner, hyfi_hcat cat, const char *name, const char *suffix, int m, int nm);
+              int owner, hyfi_hcat cat, int rstage, const char *name, const char *suffix, int m,
+              int nm);
+/* The stage after whose backward a micro-batch's handles of t (and of its
+ * partial gradients) are released; HYFI_KEEP for inputs, the loss,
+ * parameters and state. */
+int hyfi_release_stage(const hyfi_graph *g, const hyfi_tensor *t);
+/* Group the table's released entries by (stage, micro-batch), once every
+ * per-micro-batch handle is registered. */
+int hyfi_release_index(hyfi_graph *g);
+/* Micro-batch m is done on stage s: release its handles there (each by its
+ * owner), in registration order. */
+int hyfi_emit_releases(hyfi_graph *g, program *P, int s, int m);
 /* The category of a tensor's own handles; of any registered handle. */
 hyfi_hcat hyfi_tensor_hcat(const hyfi_graph *g, const hyfi_tensor *t);
 hyfi_hcat hyfi_handle_hcat(starpu_data_handle_t h);
@@ -58,7 +72,6 @@ int hyfi_spatial_backward(emit_ctx *e, const node *nd);
 int hyfi_spatial_gather(emit_ctx *e, hyfi_tensor *x);
 int hyfi_spatial_gather_back(emit_ctx *e, hyfi_tensor *x);
 int hyfi_spatial_param_sums(emit_ctx *e);
-int hyfi_spatial_release(emit_ctx *e, int s);
 
 
 /* The all-reduce algorithm of a gradient of n floats over the replicas. */

@@ -99,7 +99,8 @@ hyfi_hcat hyfi_tensor_hcat(const hyfi_graph *g, const hyfi_tensor *t)
  * StarPU-MPI with its owner in MPI runs; entered in the graph's handle table
  * (its slot, owner and category). */
 void hyfi_reg(hyfi_graph *g, starpu_data_handle_t *h, float *ptr, size_t n, size_t elem,
-              int owner, hyfi_hcat cat, const char *name, const char *suffix, int m, int nm)
+              int owner, hyfi_hcat cat, int rstage, const char *name, const char *suffix, int m,
+              int nm)
 {
     if (g->nhtab == g->caphtab) {
         const int nc = g->caphtab ? 2 * g->caphtab : 1024;
@@ -116,7 +117,8 @@ void hyfi_reg(hyfi_graph *g, starpu_data_handle_t *h, float *ptr, size_t n, size
         starpu_vector_data_register(h, STARPU_MAIN_RAM, (uintptr_t)ptr, (uint32_t)n, elem);
     else
         starpu_vector_data_register(h, -1, 0, (uint32_t)n, elem);
-    g->htab[g->nhtab++] = (hyfi_hentry){.slot = h, .owner = owner, .cat = cat};
+    g->htab[g->nhtab++] =
+        (hyfi_hentry){.slot = h, .owner = owner, .cat = cat, .rstage = rstage, .rmb = m};
     starpu_data_set_user_data(*h, (void *)&hyfi_hcat_names[cat]);
     char buf[HYFI_NAME_MAX + 32];
     if (nm > 1) snprintf(buf, sizeof buf, "%s%s[%d]", name, suffix, m);
@@ -137,8 +139,57 @@ void hyfi_handles_unregister(hyfi_graph *g)
 {
     for (int i = g->nhtab - 1; i >= 0; i--) hyfi_unreg(g->htab[i].slot);
     free(g->htab);
+    free(g->rel_first);
+    free(g->rel_idx);
     g->htab = NULL;
+    g->rel_first = g->rel_idx = NULL;
     g->nhtab = g->caphtab = 0;
+}
+
+int hyfi_release_stage(const hyfi_graph *g, const hyfi_tensor *t)
+{
+    if (t == g->loss || (t->kind != T_ACT && t->kind != T_SAVED)) return HYFI_KEEP;
+    return t->stage;
+}
+
+/* The table's released entries grouped by (stage, micro-batch) in
+ * registration order: a counting sort, so that each group is one slice. */
+int hyfi_release_index(hyfi_graph *g)
+{
+    const int M = g->pl->nmb, keys = g->pl->nstages * M;
+    g->rel_first = calloc((size_t)keys + 1, sizeof *g->rel_first);
+    if (!g->rel_first) return -1;
+    int n = 0;
+    for (int i = 0; i < g->nhtab; i++) {
+        const hyfi_hentry *e = &g->htab[i];
+        if (e->rstage < 0 || !*e->slot) continue;
+        g->rel_first[e->rstage * M + e->rmb + 1]++;
+        n++;
+    }
+    for (int k = 0; k < keys; k++) g->rel_first[k + 1] += g->rel_first[k];
+    g->rel_idx = malloc((size_t)(n ? n : 1) * sizeof *g->rel_idx);
+    int *fill = malloc((size_t)(keys ? keys : 1) * sizeof *fill);
+    if (!g->rel_idx || !fill) {
+        free(fill);
+        return -1;
+    }
+    memcpy(fill, g->rel_first, (size_t)keys * sizeof *fill);
+    for (int i = 0; i < g->nhtab; i++) {
+        const hyfi_hentry *e = &g->htab[i];
+        if (e->rstage >= 0 && *e->slot) g->rel_idx[fill[e->rstage * M + e->rmb]++] = i;
+    }
+    free(fill);
+    return 0;
+}
+
+int hyfi_emit_releases(hyfi_graph *g, program *P, int s, int m)
+{
+    const int k = s * g->pl->nmb + m;
+    for (int j = g->rel_first[k]; j < g->rel_first[k + 1]; j++) {
+        const hyfi_hentry *e = &g->htab[g->rel_idx[j]];
+        if (hyfi_emit_release(P, *e->slot, e->owner)) return -1;
+    }
+    return 0;
 }
 
 static struct starpu_codelet *redux_cl(void) { return &hyfi_cl_redux_add; }
@@ -175,6 +226,7 @@ hyfi_status hyfi_register_tensors(hyfi_graph *g)
         int own = 0;
         for (int k = 0; k < NR; k++) own |= hyfi_trank(g, t, k) == me;
         const size_t elem = t->is_int ? sizeof(int32_t) : sizeof(float);
+        const int rs = hyfi_release_stage(g, t);
         switch (t->kind) {
         case T_INPUT:
         case T_LABELS:
@@ -184,14 +236,14 @@ hyfi_status hyfi_register_tensors(hyfi_graph *g)
             }
             for (int m = 0; m < M; m++)
                 hyfi_reg(g, &t->h[m], own ? t->host + (size_t)m * t->mb_numel : NULL, t->mb_numel,
-                         elem, hyfi_handle_owner(g, t, m), hyfi_tensor_hcat(g, t), t->name, "", m,
+                         elem, hyfi_handle_owner(g, t, m), hyfi_tensor_hcat(g, t), HYFI_KEEP, t->name, "", m,
                          M);
             if (!t->is_int) {
                 t->gh = calloc((size_t)M, sizeof *t->gh);
                 if (!t->gh) goto oom;
                 for (int m = 0; m < M; m++)
                     hyfi_reg(g, &t->gh[m], NULL, t->mb_numel, elem, hyfi_handle_owner(g, t, m),
-                             hyfi_tensor_hcat(g, t), t->name, ".grad", m, M);
+                             hyfi_tensor_hcat(g, t), HYFI_KEEP, t->name, ".grad", m, M);
             }
             break;
         case T_PARAM:
@@ -212,13 +264,13 @@ hyfi_status hyfi_register_tensors(hyfi_graph *g)
             for (int k = 0; k < NR; k++) {
                 const size_t o = (size_t)k * t->numel;
                 const int r = hyfi_trank(g, t, k);
-                hyfi_reg(g, &t->h[k], own ? t->host + o : NULL, t->numel, elem, r, HC_ALLREDUCE,
+                hyfi_reg(g, &t->h[k], own ? t->host + o : NULL, t->numel, elem, r, HC_ALLREDUCE, HYFI_KEEP,
                          t->name, "", k, NR);
-                hyfi_reg(g, &t->gh[k], own ? t->ghost + o : NULL, t->numel, elem, r, HC_ALLREDUCE,
+                hyfi_reg(g, &t->gh[k], own ? t->ghost + o : NULL, t->numel, elem, r, HC_ALLREDUCE, HYFI_KEEP,
                          t->name, ".grad", k, NR);
-                hyfi_reg(g, &t->mh[k], own ? t->mhost + o : NULL, t->numel, elem, r, HC_ALLREDUCE,
+                hyfi_reg(g, &t->mh[k], own ? t->mhost + o : NULL, t->numel, elem, r, HC_ALLREDUCE, HYFI_KEEP,
                          t->name, ".momentum", k, NR);
-                hyfi_reg(g, &t->nmh[k], NULL, 2, sizeof(float), r, HC_ALLREDUCE, t->name, ".norms",
+                hyfi_reg(g, &t->nmh[k], NULL, 2, sizeof(float), r, HC_ALLREDUCE, HYFI_KEEP, t->name, ".norms",
                          k, NR);
                 /* Summed over micro-batches by a StarPU reduction. */
                 if (pl->mbr > 1 && !g->plan_cfg.deterministic)
@@ -232,24 +284,24 @@ hyfi_status hyfi_register_tensors(hyfi_graph *g)
             }
             for (int k = 0; k < NR; k++)
                 hyfi_reg(g, &t->h[k], own ? t->host + (size_t)k * t->numel : NULL, t->numel, elem,
-                         hyfi_trank(g, t, k), HC_ALLREDUCE, t->name, "", k, NR);
+                         hyfi_trank(g, t, k), HC_ALLREDUCE, HYFI_KEEP, t->name, "", k, NR);
             break;
         case T_ACT:
             for (int m = 0; m < M; m++)
                 hyfi_reg(g, &t->h[m], NULL, t->mb_numel, elem, hyfi_handle_owner(g, t, m),
-                         hyfi_tensor_hcat(g, t), t->name, "", m, M);
+                         hyfi_tensor_hcat(g, t), rs, t->name, "", m, M);
             if (t != g->loss) {
                 t->gh = calloc((size_t)M, sizeof *t->gh);
                 if (!t->gh) goto oom;
                 for (int m = 0; m < M; m++)
                     hyfi_reg(g, &t->gh[m], NULL, t->mb_numel, elem, hyfi_handle_owner(g, t, m),
-                             hyfi_tensor_hcat(g, t), t->name, ".grad", m, M);
+                             hyfi_tensor_hcat(g, t), rs, t->name, ".grad", m, M);
             }
             break;
         case T_SAVED:
             for (int m = 0; m < M; m++)
                 hyfi_reg(g, &t->h[m], NULL, t->mb_numel, elem, hyfi_handle_owner(g, t, m),
-                         hyfi_tensor_hcat(g, t), t->name, "", m, M);
+                         hyfi_tensor_hcat(g, t), rs, t->name, "", m, M);
             break;
         }
     }
@@ -270,7 +322,7 @@ hyfi_status hyfi_register_tensors(hyfi_graph *g)
             snprintf(sfx, sizeof sfx, ".grad.stage%d", nd->stage);
             for (int m = 0; m < M; m++)
                 hyfi_reg(g, &t->gpart[(size_t)nd->stage * M + m], NULL, t->mb_numel, sizeof(float),
-                         hyfi_stage_rank(pl, HYFI_REP(pl, m), nd->stage), hyfi_tensor_hcat(g, t),
+                         hyfi_stage_rank(pl, HYFI_REP(pl, m), nd->stage), hyfi_tensor_hcat(g, t), hyfi_release_stage(g, t),
                          t->name, sfx, m, M);
         }
     }
@@ -278,7 +330,7 @@ hyfi_status hyfi_register_tensors(hyfi_graph *g)
     for (int i = 0; NR > 1 && i < g->ntensors; i++) {
         hyfi_tensor *t = g->tensors[i];
         if (t->kind == T_STATE)
-            hyfi_reg(g, &t->rsave, NULL, t->numel, sizeof(float), hyfi_trank(g, t, 0), HC_ALLREDUCE,
+            hyfi_reg(g, &t->rsave, NULL, t->numel, sizeof(float), hyfi_trank(g, t, 0), HC_ALLREDUCE, HYFI_KEEP,
                      t->name, ".start", 0, 1);
     }
     /* The health sums of a step: one per rank. */
@@ -286,7 +338,7 @@ hyfi_status hyfi_register_tensors(hyfi_graph *g)
     g->health = calloc((size_t)g->nhealth, sizeof *g->health);
     if (!g->health) goto oom;
     for (int r = 0; r < g->nhealth; r++)
-        hyfi_reg(g, &g->health[r], NULL, 2, sizeof(float), r, HC_PIPELINE, "health", "", r,
+        hyfi_reg(g, &g->health[r], NULL, 2, sizeof(float), r, HC_PIPELINE, HYFI_KEEP, "health", "", r,
                  g->nhealth);
     /* The seed of the backward: d(mean over the batch)/d(micro-batch loss) = 1/M. */
     if (hyfi_host_alloc(&g->dloss_host, (size_t)M)) goto oom;
@@ -295,7 +347,7 @@ hyfi_status hyfi_register_tensors(hyfi_graph *g)
     for (int m = 0; m < M; m++) {
         g->dloss_host[m] = 1.0f / (float)M;
         hyfi_reg(g, &g->dloss[m], g->dloss_host + m, 1, sizeof(float),
-                 hyfi_handle_owner(g, g->loss, m), HC_LOSS, g->loss->name, ".grad", m, M);
+                 hyfi_handle_owner(g, g->loss, m), HC_LOSS, HYFI_KEEP, g->loss->name, ".grad", m, M);
     }
     g->loss->gh = g->dloss;
     /* 1F1B: per stage, one token per activation slot (see emit_events). */
@@ -309,7 +361,7 @@ hyfi_status hyfi_register_tensors(hyfi_graph *g)
                 char nm[48];
                 snprintf(nm, sizeof nm, "place%d.token", q);
                 hyfi_reg(g, &g->tokens[k], g->token_host + k, 1, sizeof(float), pl->place_rank[q],
-                         HC_PIPELINE, nm, "", j, 2);
+                         HC_PIPELINE, HYFI_KEEP, nm, "", j, 2);
             }
     }
     return HYFI_OK;

@@ -45,12 +45,16 @@ typedef enum {
     HC_COUNT
 } hyfi_hcat;
 extern const char *const hyfi_hcat_names[HC_COUNT];
-/* The handle table: every handle a compiled graph registered (hyfi_reg), so
- * that unregistering is one loop. */
+/* The handle table: every handle a compiled graph registered (hyfi_reg), with
+ * its lifetime, so that releasing and unregistering are loops over it. */
+#define HYFI_KEEP (-1) /* rstage of a handle kept as long as the graph is compiled */
 typedef struct {
     starpu_data_handle_t *slot;  /* where the handle is kept (NULL after unregistering) */
     int owner;
     hyfi_hcat cat;
+    /* Lifetime: dropped (invalidated, and flushed from StarPU-MPI's cache)
+     * once micro-batch rmb's backward is done on stage rstage; HYFI_KEEP: kept. */
+    int rstage, rmb;
 } hyfi_hentry;
 
 /* An all-reduce bucket: gradients of one stage packed per replica. */
@@ -286,6 +290,7 @@ struct hyfi_graph {
     int ntokens;
     hyfi_hentry *htab;     /* the handle table (handles.c) */
     int nhtab, caphtab, htab_oom;
+    int *rel_first, *rel_idx; /* released entries by (stage, micro-batch): hyfi_release_index */
     hyfi_bucket *buckets;  /* replicas: the all-reduce buckets */
     int nbuckets;
     /* The health of a train step: per rank, the sums of its parameters'

@@ -194,7 +194,7 @@ int hyfi_emit_allreduce(hyfi_graph *g, program *P)
                 continue;
             }
             hyfi_reg(g, &b->h[k], NULL, b->numel, sizeof(float), hyfi_stage_rank(pl, k, b->stage),
-                     HC_ALLREDUCE, bname, ".grad", k, R);
+                     HC_ALLREDUCE, HYFI_KEEP, bname, ".grad", k, R);
         }
         for (int k = 0; ring && k < R; k++)
             for (int c = 0; c < R; c++) {
@@ -202,7 +202,7 @@ int hyfi_emit_allreduce(hyfi_graph *g, program *P)
                 snprintf(sfx, sizeof sfx, ".grad.r%d.chunk%d", k, c);
                 hyfi_reg(g, &b->arc[k * R + c], NULL,
                          hyfi_chunk_lo(b->numel, R, c + 1) - hyfi_chunk_lo(b->numel, R, c),
-                         sizeof(float), hyfi_stage_rank(pl, k, b->stage), HC_ALLREDUCE, bname, sfx,
+                         sizeof(float), hyfi_stage_rank(pl, k, b->stage), HC_ALLREDUCE, HYFI_KEEP, bname, sfx,
                          0, 1);
             }
         /* pack */

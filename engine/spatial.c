@@ -1,5 +1,5 @@
 /* Spatial parallelism: the tasks of tiled ops (halo exchange, the op on its
- * tiles, batch norm over tiles), gathers to untiled stages and releases. See
+ * tiles, batch norm over tiles) and gathers to untiled stages. See
  * spatial_impl.h for the scheme. */
 #include "spatial_impl.h"
 
@@ -243,57 +243,5 @@ int hyfi_spatial_param_sums(emit_ctx *e)
     return 0;
 }
 
-/* Micro-batch m is done on tiled stage s: drop the tiles and halo handles. */
-int hyfi_spatial_release(emit_ctx *e, int s)
-{
-    hyfi_graph *g = e->g;
-    const int Pt = g->pl->P, m = e->m, rp = e->rep;
-    program *P = e->P;
-    for (int i = 0; i < g->ntensors; i++) {
-        hyfi_tensor *t = g->tensors[i];
-        if (!t->tl || t->tl->stage != s || t->kind == T_INPUT) continue;
-        t->released = 1;
-        for (int q = 0; q < Pt; q++) {
-            const int r = hyfi_tile_rank(g, t->tl, q, rp);
-            if (hyfi_emit_release(P, t->tl->h[m * Pt + q], r)) return -1;
-            if (t->tl->gh[m * Pt + q] && hyfi_emit_release(P, t->tl->gh[m * Pt + q], r)) return -1;
-        }
-    }
-    for (int i = 0; i < g->nnodes; i++) {
-        const node *nd = &g->nodes[i];
-        const hyfi_tnode *tn = nd->tn;
-        if (!tn || nd->stage != s) continue;
-        for (int q = 0; q < Pt; q++) {
-            const int r = hyfi_tile_rank(g, nd->in[0]->tl, q, rp);
-            starpu_data_handle_t hs[] = {tn->buf ? tn->buf[m * Pt + q] : NULL,
-                                         tn->dbuf ? tn->dbuf[m * Pt + q] : NULL,
-                                         tn->part ? tn->part[m * Pt + q] : NULL,
-                                         tn->bwpart ? tn->bwpart[m * Pt + q] : NULL};
-            for (size_t k = 0; k < sizeof hs / sizeof *hs; k++)
-                if (hs[k] && hyfi_emit_release(P, hs[k], r)) return -1;
-            for (int k = 1; tn->strip && k < tn->npieces[q]; k++) {
-                const size_t j = ((size_t)m * Pt + q) * NP + k;
-                const int ru = hyfi_tile_rank(g, nd->in[0]->tl, tn->from[q][k], rp);
-                if (tn->strip[j] && hyfi_emit_release(P, tn->strip[j], ru)) return -1;
-                if (tn->dstrip[j] && hyfi_emit_release(P, tn->dstrip[j], r)) return -1;
-            }
-        }
-        if (tn->tot && hyfi_emit_release(P, tn->tot[m], hyfi_stage_rank(g->pl, rp, nd->stage)))
-            return -1;
-        if (tn->fg && tn->fg_pos == 0) {
-            const hyfi_fgroup *fg = tn->fg;
-            for (int j = 0; j < fg->n; j++)
-                for (int q = 0; q < Pt; q++) {
-                    const size_t k = ((size_t)j * g->pl->nmb + m) * Pt + q;
-                    const int r = hyfi_tile_rank(g, fg->op[j]->out->tl, q, rp);
-                    starpu_data_handle_t hs[] = {fg->val[k], fg->grad[k], fg->pbuf[k],
-                                                 fg->dpbuf[k], fg->xo[k], fg->dyo[k], fg->dxo[k]};
-                    for (size_t a = 0; a < sizeof hs / sizeof *hs; a++)
-                        if (hs[a] && hyfi_emit_release(P, hs[a], r)) return -1;
-                }
-        }
-    }
-    return 0;
-}
 
 

@@ -65,7 +65,7 @@ static int fused_register(hyfi_graph *g)
                 if (hyfi_host_alloc(&fg->ztot_host[j], 2 * (size_t)Co)) return -1;
                 memset(fg->ztot_host[j], 0, 2 * (size_t)Co * sizeof(float));
                 hyfi_reg(g, &fg->ztot[j], fg->ztot_host[j], 2 * (size_t)Co, sizeof(float),
-                         pl->stage_rank[nd->stage], HC_BNSTATS, nd->name, ".zero_dstats", 0, 1);
+                         pl->stage_rank[nd->stage], HC_BNSTATS, HYFI_KEEP, nd->name, ".zero_dstats", 0, 1);
             }
             for (int m = 0; m < M; m++)
                 for (int q = 0; q < P; q++) {
@@ -74,10 +74,10 @@ static int fused_register(hyfi_graph *g)
                     const size_t on = (size_t)n * Co * fg_rows(fg, j, q) * fg_cols(fg, j, q);
                     if (j < fg->n - 1) {
                         snprintf(sfx, sizeof sfx, ".ext.tile%d", q);
-                        hyfi_reg(g, &fg->val[k], NULL, on, sizeof(float), rq, HC_PIPELINE, nd->name,
+                        hyfi_reg(g, &fg->val[k], NULL, on, sizeof(float), rq, HC_PIPELINE, fg->op[0]->stage, nd->name,
                                  sfx, m, M);
                         snprintf(sfx, sizeof sfx, ".ext.tile%d.grad", q);
-                        hyfi_reg(g, &fg->grad[k], NULL, on, sizeof(float), rq, HC_PIPELINE,
+                        hyfi_reg(g, &fg->grad[k], NULL, on, sizeof(float), rq, HC_PIPELINE, fg->op[0]->stage,
                                  nd->name, sfx, m, M);
                     }
                     if (fg_padded(fg, j, q)) {
@@ -85,22 +85,22 @@ static int fused_register(hyfi_graph *g)
                                           (fg_rows(fg, j - 1, q) + fg->pt[j][q] + fg->pb[j][q]) *
                                           (fg_cols(fg, j - 1, q) + fg->pl[j][q] + fg->pr[j][q]);
                         snprintf(sfx, sizeof sfx, ".in.tile%d", q);
-                        hyfi_reg(g, &fg->pbuf[k], NULL, pn, sizeof(float), rq, HC_PIPELINE,
+                        hyfi_reg(g, &fg->pbuf[k], NULL, pn, sizeof(float), rq, HC_PIPELINE, fg->op[0]->stage,
                                  nd->name, sfx, m, M);
                         snprintf(sfx, sizeof sfx, ".in.tile%d.grad", q);
-                        hyfi_reg(g, &fg->dpbuf[k], NULL, pn, sizeof(float), rq, HC_PIPELINE,
+                        hyfi_reg(g, &fg->dpbuf[k], NULL, pn, sizeof(float), rq, HC_PIPELINE, fg->op[0]->stage,
                                  nd->name, sfx, m, M);
                     }
                     if (hyfi_op_batch_statistics(nd) && fg_bn_extended(fg, j, q)) {
                         const size_t own = hyfi_tile_numel(nd->out, q);
                         snprintf(sfx, sizeof sfx, ".own_x.tile%d", q);
-                        hyfi_reg(g, &fg->xo[k], NULL, own, sizeof(float), rq, HC_PIPELINE, nd->name,
+                        hyfi_reg(g, &fg->xo[k], NULL, own, sizeof(float), rq, HC_PIPELINE, fg->op[0]->stage, nd->name,
                                  sfx, m, M);
                         snprintf(sfx, sizeof sfx, ".own_dy.tile%d", q);
-                        hyfi_reg(g, &fg->dyo[k], NULL, own, sizeof(float), rq, HC_PIPELINE,
+                        hyfi_reg(g, &fg->dyo[k], NULL, own, sizeof(float), rq, HC_PIPELINE, fg->op[0]->stage,
                                  nd->name, sfx, m, M);
                         snprintf(sfx, sizeof sfx, ".own_dx.tile%d", q);
-                        hyfi_reg(g, &fg->dxo[k], NULL, own, sizeof(float), rq, HC_PIPELINE,
+                        hyfi_reg(g, &fg->dxo[k], NULL, own, sizeof(float), rq, HC_PIPELINE, fg->op[0]->stage,
                                  nd->name, sfx, m, M);
                     }
                 }
@@ -125,17 +125,20 @@ int hyfi_spatial_register(hyfi_graph *g)
         tl->gh = handles((size_t)M * P);
         tl->gw = calloc((size_t)M * P, 1);
         if (!tl->h || !tl->gh || !tl->gw) return -1;
+        /* dropped with the tiled stage's other handles of the micro-batch,
+         * but the input's tiles (written before each step) */
+        const int trs = t->kind == T_INPUT ? HYFI_KEEP : tl->stage;
         for (int m = 0; m < M; m++)
             for (int q = 0; q < P; q++) {
                 const size_t n = hyfi_tile_numel(t, q);
                 snprintf(sfx, sizeof sfx, ".tile%d", q);
                 hyfi_reg(g, &tl->h[m * P + q], NULL, n, sizeof(float),
-                         hyfi_tile_rank(g, tl, q, HYFI_REP(pl, m)), hyfi_tensor_hcat(g, t),
+                         hyfi_tile_rank(g, tl, q, HYFI_REP(pl, m)), hyfi_tensor_hcat(g, t), trs,
                          t->name, sfx, m, M);
                 if (t->kind == T_ACT && t->requires_grad) {
                     snprintf(sfx, sizeof sfx, ".tile%d.grad", q);
                     hyfi_reg(g, &tl->gh[m * P + q], NULL, n, sizeof(float),
-                             hyfi_tile_rank(g, tl, q, HYFI_REP(pl, m)), hyfi_tensor_hcat(g, t),
+                             hyfi_tile_rank(g, tl, q, HYFI_REP(pl, m)), hyfi_tensor_hcat(g, t), trs,
                              t->name, sfx, m, M);
                 }
             }
@@ -158,11 +161,11 @@ int hyfi_spatial_register(hyfi_graph *g)
                     if (!tn->use_buf[q]) continue;
                     const size_t bn = (size_t)n * C * tn->buf_h[q] * tn->buf_w[q];
                     snprintf(sfx, sizeof sfx, ".in.tile%d", q);
-                    hyfi_reg(g, &tn->buf[m * P + q], NULL, bn, sizeof(float), rq, HC_PIPELINE,
+                    hyfi_reg(g, &tn->buf[m * P + q], NULL, bn, sizeof(float), rq, HC_PIPELINE, nd->stage,
                              nd->name, sfx, m, M);
                     if (x->requires_grad) {
                         snprintf(sfx, sizeof sfx, ".in.tile%d.grad", q);
-                        hyfi_reg(g, &tn->dbuf[m * P + q], NULL, bn, sizeof(float), rq, HC_PIPELINE,
+                        hyfi_reg(g, &tn->dbuf[m * P + q], NULL, bn, sizeof(float), rq, HC_PIPELINE, nd->stage,
                                  nd->name, sfx, m, M);
                     }
                     for (int k = 1; k < tn->npieces[q]; k++) {
@@ -171,11 +174,11 @@ int hyfi_spatial_register(hyfi_graph *g)
                         const size_t sn = (size_t)n * C * p->h * p->w;
                         const size_t j = ((size_t)m * P + q) * NP + k;
                         snprintf(sfx, sizeof sfx, ".halo%d_%d", tn->from[q][k], q);
-                        hyfi_reg(g, &tn->strip[j], NULL, sn, sizeof(float), ru, HC_HALO, nd->name,
+                        hyfi_reg(g, &tn->strip[j], NULL, sn, sizeof(float), ru, HC_HALO, nd->stage, nd->name,
                                  sfx, m, M);
                         if (x->requires_grad) {
                             snprintf(sfx, sizeof sfx, ".halo%d_%d.grad", tn->from[q][k], q);
-                            hyfi_reg(g, &tn->dstrip[j], NULL, sn, sizeof(float), rq, HC_HALO,
+                            hyfi_reg(g, &tn->dstrip[j], NULL, sn, sizeof(float), rq, HC_HALO, nd->stage,
                                      nd->name, sfx, m, M);
                         }
                     }
@@ -190,10 +193,10 @@ int hyfi_spatial_register(hyfi_graph *g)
                     if (NR > 1) snprintf(sfx, sizeof sfx, ".grad.r%d.tile%d", k / P, q);
                     else snprintf(sfx, sizeof sfx, ".grad.tile%d", q);
                     hyfi_reg(g, &tn->wpart[k], NULL, nd->p[0]->numel, sizeof(float), rq,
-                             HC_ALLREDUCE, nd->p[0]->name, sfx, 0, 1);
+                             HC_ALLREDUCE, HYFI_KEEP, nd->p[0]->name, sfx, 0, 1);
                     if (nd->p[1])
                         hyfi_reg(g, &tn->bpart[k], NULL, nd->p[1]->numel, sizeof(float), rq,
-                                 HC_ALLREDUCE, nd->p[1]->name, sfx, 0, 1);
+                                 HC_ALLREDUCE, HYFI_KEEP, nd->p[1]->name, sfx, 0, 1);
                     if (pl->mbr > 1 && !g->plan_cfg.deterministic) {
                         starpu_data_set_reduction_methods(tn->wpart[k], &hyfi_cl_redux_add,
                                                           &hyfi_cl_redux_zero);
@@ -214,13 +217,13 @@ int hyfi_spatial_register(hyfi_graph *g)
                     snprintf(sfx, sizeof sfx, ".stats.tile%d", q);
                     /* 2C doubles */
                     hyfi_reg(g, &tn->part[m * P + q], NULL, 4 * (size_t)C, sizeof(float), rq,
-                             HC_BNSTATS, nd->name, sfx, m, M);
+                             HC_BNSTATS, nd->stage, nd->name, sfx, m, M);
                     snprintf(sfx, sizeof sfx, ".dstats.tile%d", q);
                     hyfi_reg(g, &tn->bwpart[m * P + q], NULL, 4 * (size_t)C, sizeof(float), rq,
-                             HC_BNSTATS, nd->name, sfx, m, M);
+                             HC_BNSTATS, nd->stage, nd->name, sfx, m, M);
                 }
                 hyfi_reg(g, &tn->tot[m], NULL, 2 * (size_t)C, sizeof(float),
-                         hyfi_stage_rank(pl, HYFI_REP(pl, m), nd->stage), HC_BNSTATS, nd->name,
+                         hyfi_stage_rank(pl, HYFI_REP(pl, m), nd->stage), HC_BNSTATS, nd->stage, nd->name,
                          ".dstats", m, M);
             }
         }
