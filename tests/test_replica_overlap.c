@@ -14,7 +14,14 @@
  *   - per layer, the all-reduce starts after that layer's gradient is done
  *     (its last backward task has ended): the dependency is real.
  * Also with GEMS MAST (2 copies mirrored over the 2 ranks, 2 stages). Prints
- * the backward span, the all-reduce tasks inside it and the overlap. */
+ * the backward span, the all-reduce tasks inside it and the overlap.
+ *
+ * With one all-reduce per parameter (no buckets) only the dependency is
+ * checked: there the first all-reduce task of a parameter adds the other
+ * rank's gradient, so when it starts depends on how far each rank's
+ * submission of the program has got, which on two cores shared by two ranks
+ * is timing noise (it failed about one run in four); the overlap is printed.
+ * With buckets the first task packs the local gradient, as soon as it is done. */
 #include "hyfi.h"
 #include "models.h"
 #include "testutil.h"
@@ -30,7 +37,7 @@ static int ends_with_mb(const char *name, const char *prefix, const char *pass)
     return strncmp(name, prefix, n) == 0 && name[n] == '.' && strncmp(name + n + 1, pass, strlen(pass)) == 0;
 }
 
-static int run(hyfi_ctx *ctx, const hyfi_plan_config *plan, const char *label)
+static int run(hyfi_ctx *ctx, const hyfi_plan_config *plan, const char *label, int overlap)
 {
     const int rank = hyfi_ctx_rank(ctx);
     model_config mc = model_config_default();
@@ -134,10 +141,10 @@ static int run(hyfi_ctx *ctx, const hyfi_plan_config *plan, const char *label)
     tu_check(nar == 0 || stem_end < 0 || fc_ar >= 1e300, what);
     snprintf(what, sizeof what, "%s rank %d: the classifier's all-reduce starts before the stem's "
              "backward ends", label, rank);
-    tu_check(!(fc_ar < stem_end), what);
+    if (overlap) tu_check(!(fc_ar < stem_end), what);
     snprintf(what, sizeof what, "%s rank %d: gradients from the other rank are summed while the "
              "backward runs", label, rank);
-    tu_check(nremote_in == 0, what);
+    if (overlap) tu_check(nremote_in == 0, what);
     snprintf(what, sizeof what, "%s rank %d: every all-reduce starts after its gradient is done",
              label, rank);
     tu_check(order_bad != 0, what);
@@ -161,13 +168,13 @@ int main(void)
         hyfi_ctx_destroy(ctx);
         return 2;
     }
-    run(ctx, &(hyfi_plan_config){.data_parallel = 2}, "data-parallel 2 (buckets)");
+    run(ctx, &(hyfi_plan_config){.data_parallel = 2}, "data-parallel 2 (buckets)", 1);
     run(ctx, &(hyfi_plan_config){.data_parallel = 2, .bucket_kib = -1},
-        "data-parallel 2, per parameter");
+        "data-parallel 2, per parameter", 0);
     run(ctx, &(hyfi_plan_config){.data_parallel = 2, .allreduce = HYFI_ALLREDUCE_RING},
-        "data-parallel 2, ring");
+        "data-parallel 2, ring", 1);
     run(ctx, &(hyfi_plan_config){.stages = 2, .parts = 2, .gems = HYFI_GEMS_MAST},
-        "GEMS MAST, 2 stages, 2 micro-batches");
+        "GEMS MAST, 2 stages, 2 micro-batches", 1);
     hyfi_ctx_destroy(ctx);
     return tu_finish();
 }
