@@ -167,7 +167,7 @@ static int token_base(const hyfi_plan *pl, int place)
  * 1F1B token (appended as their last buffer: the kernels never see it). */
 static void finish_tasks(emit_ctx *e, int from)
 {
-    const hyfi_plan *pl = e->g->pl;
+    const hyfi_plan *pl = e->g->cc->pl;
     for (int k = from; k < e->P->n; k++) {
         prog_task *t = &e->P->t[k];
         if (t->kind != PT_TASK) continue;
@@ -175,13 +175,13 @@ static void finish_tasks(emit_ctx *e, int from)
         t->rank = pl->place_rank[t->place];
         t->worker = pl->place_worker[t->place];
         t->prio = e->prio;
-        if (e->g->tokens) {
+        if (e->g->cc->tokens) {
             if (t->nbuf == HYFI_MAX_TASK_BUFFERS) {
                 e->P->overflow = 1;
                 continue;
             }
             const int slot = (e->m % pl->mbr) % pl->inflight[pl->place_stage[t->place]];
-            t->buf[t->nbuf].handle = e->g->tokens[token_base(pl, t->place) + slot];
+            t->buf[t->nbuf].handle = e->g->cc->tokens[token_base(pl, t->place) + slot];
             t->buf[t->nbuf].mode = e->token_mode;
             t->nbuf++;
         }
@@ -205,7 +205,7 @@ static int emit_loss_bcast(hyfi_graph *g, program *P)
 /* Nodes of stage s: [first[s], first[s + 1]). */
 static int *stage_nodes(hyfi_graph *g)
 {
-    const int S = g->pl->nstages;
+    const int S = g->cc->pl->nstages;
     int *first = malloc((size_t)(S + 1) * sizeof *first);
     if (!first) return NULL;
     for (int s = 0; s <= S; s++) first[s] = g->nnodes;
@@ -219,9 +219,9 @@ static int *stage_nodes(hyfi_graph *g)
 
 static int build_train(hyfi_graph *g, const int *first)
 {
-    const hyfi_plan *pl = g->pl;
+    const hyfi_plan *pl = g->cc->pl;
     const int M = pl->nmb;
-    emit_ctx ec = {.g = g, .P = &g->train_prog, .M = M};
+    emit_ctx ec = {.g = g, .P = &g->cc->train_prog, .M = M};
     emit_ctx *e = &ec;
     if (hyfi_emit_state_save(g, ec.P)) return -1;
     for (int i = 0; i < g->ntensors; i++) {
@@ -313,7 +313,7 @@ static int build_train(hyfi_graph *g, const int *first)
 /* Forward-only programs: the forward events of the schedule. */
 static int build_forward(hyfi_graph *g, program *P, const int *first, int training)
 {
-    const hyfi_plan *pl = g->pl;
+    const hyfi_plan *pl = g->cc->pl;
     emit_ctx ec = {.g = g, .P = P, .M = pl->nmb};
     if (training && hyfi_emit_state_save(g, P)) return -1;
     for (int k = 0; k < pl->nevents; k++) {
@@ -336,8 +336,8 @@ static int build_programs(hyfi_graph *g)
     int *first = stage_nodes(g);
     if (!first) return -1;
     int rc = build_train(g, first);
-    if (!rc) rc = build_forward(g, &g->infer_prog, first, 0);
-    if (!rc) rc = build_forward(g, &g->fwd_train_prog, first, 1);
+    if (!rc) rc = build_forward(g, &g->cc->infer_prog, first, 0);
+    if (!rc) rc = build_forward(g, &g->cc->fwd_train_prog, first, 1);
     free(first);
     return rc;
 }
@@ -346,11 +346,14 @@ static int build_programs(hyfi_graph *g)
  * them), the plan. */
 void hyfi_compiled_free(hyfi_graph *g)
 {
+    if (!g->cc) return;
     hyfi_programs_free(g);
     hyfi_handles_unregister(g);
     hyfi_spatial_handles_free(g);
     hyfi_handles_free(g);
     hyfi_plan_free(g);
+    free(g->cc);
+    g->cc = NULL;
 }
 
 hyfi_status hyfi_graph_compile(hyfi_graph *g, hyfi_tensor *loss, const hyfi_train_config *cfg)
@@ -360,7 +363,7 @@ hyfi_status hyfi_graph_compile(hyfi_graph *g, hyfi_tensor *loss, const hyfi_trai
     if (g->status != HYFI_OK)
         s = hyfi_fail(g->status, "hyfi_graph_compile: the graph has a builder error: %s",
                       g->error);
-    else if (g->compiled)
+    else if (g->cc)
         s = hyfi_call_fail(g, HYFI_ERR_STATE, "hyfi_graph_compile: already compiled");
     else if (!loss || loss->g != g || loss->producer < 0 ||
              g->nodes[loss->producer].op != OP_XENT)
@@ -383,20 +386,26 @@ hyfi_status hyfi_graph_compile(hyfi_graph *g, hyfi_tensor *loss, const hyfi_trai
     if (s != HYFI_OK) return s;
     if (cfg) g->train = *cfg;
     g->loss = loss;
+    g->cc = calloc(1, sizeof *g->cc);
+    if (!g->cc) return hyfi_call_fail(g, HYFI_ERR_NOMEM, "out of memory compiling the graph");
     s = hyfi_plan_build(g);
-    if (s != HYFI_OK) return s;
+    if (s != HYFI_OK) {
+        hyfi_compiled_free(g);
+        return s;
+    }
     s = hyfi_register_tensors(g);
     if (s != HYFI_OK) {
         hyfi_compiled_free(g);
         return s;
     }
-    if (g->htab_oom || hyfi_spatial_register(g) || g->htab_oom || hyfi_release_index(g)) {
+    if (g->cc->htab_oom || hyfi_spatial_register(g) || g->cc->htab_oom || hyfi_release_index(g)) {
         hyfi_compiled_free(g);
         return hyfi_graph_fail(g, HYFI_ERR_NOMEM, "out of memory registering the tiles");
     }
     if (build_programs(g)) {
         const int overflow =
-            g->train_prog.overflow || g->infer_prog.overflow || g->fwd_train_prog.overflow;
+            g->cc->train_prog.overflow || g->cc->infer_prog.overflow ||
+            g->cc->fwd_train_prog.overflow;
         hyfi_compiled_free(g);
         if (overflow)
             return hyfi_graph_fail(g, HYFI_ERR_UNSUPPORTED,
@@ -408,6 +417,5 @@ hyfi_status hyfi_graph_compile(hyfi_graph *g, hyfi_tensor *loss, const hyfi_trai
     hyfi_plan_predict_comm(g);
     if (g->ctx->trace_dir) hyfi_trace_note_plan(g);
     hyfi_programs_dump(g);
-    g->compiled = 1;
     return HYFI_OK;
 }

@@ -32,12 +32,12 @@ static size_t slot_of(const handle_ids *ids, starpu_data_handle_t h)
 static int handle_ids_build(handle_ids *ids, const hyfi_graph *g)
 {
     ids->cap = 64;
-    while (ids->cap < 2 * (size_t)g->nhtab + 2) ids->cap *= 2;
+    while (ids->cap < 2 * (size_t)g->cc->nhtab + 2) ids->cap *= 2;
     ids->h = calloc(ids->cap, sizeof *ids->h);
     ids->id = calloc(ids->cap, sizeof *ids->id);
     if (!ids->h || !ids->id) return -1;
-    for (int i = 0; i < g->nhtab; i++) {
-        starpu_data_handle_t h = *g->htab[i].slot;
+    for (int i = 0; i < g->cc->nhtab; i++) {
+        starpu_data_handle_t h = *g->cc->htab[i].slot;
         if (!h) continue;
         const size_t k = slot_of(ids, h);
         ids->h[k] = h;
@@ -92,9 +92,9 @@ void hyfi_programs_dump(const hyfi_graph *g)
     fprintf(f, "graph %d nodes, rank %d of %d\n", g->nnodes, g->ctx->rank, g->ctx->nranks);
     handle_ids ids = {0};
     if (handle_ids_build(&ids, g) == 0) {
-        dump_program(f, "train", &g->train_prog, &ids);
-        dump_program(f, "infer", &g->infer_prog, &ids);
-        dump_program(f, "fwd_train", &g->fwd_train_prog, &ids);
+        dump_program(f, "train", &g->cc->train_prog, &ids);
+        dump_program(f, "infer", &g->cc->infer_prog, &ids);
+        dump_program(f, "fwd_train", &g->cc->fwd_train_prog, &ids);
     }
     free(ids.h);
     free(ids.id);

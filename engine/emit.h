@@ -78,9 +78,9 @@ int hyfi_spatial_param_sums(emit_ctx *e);
 static inline int hyfi_use_ring(const hyfi_graph *g, size_t n)
 {
     const hyfi_allreduce a = g->plan_cfg.allreduce;
-    if (a == HYFI_ALLREDUCE_RING) return n >= (size_t)g->pl->nrep;
+    if (a == HYFI_ALLREDUCE_RING) return n >= (size_t)g->cc->pl->nrep;
     if (a == HYFI_ALLREDUCE_TREE) return 0;
-    return n * sizeof(float) >= HYFI_RING_MIN_BYTES && n >= (size_t)g->pl->nrep;
+    return n * sizeof(float) >= HYFI_RING_MIN_BYTES && n >= (size_t)g->cc->pl->nrep;
 }
 
 /* Chunk c of the ring: [c * n / R, (c+1) * n / R). */

@@ -38,7 +38,7 @@ void hyfi_tensor_free(hyfi_tensor *t)
 void hyfi_graph_destroy(hyfi_graph *g)
 {
     if (!g) return;
-    if (g->compiled) starpu_task_wait_for_all();
+    if (g->cc) starpu_task_wait_for_all();
     hyfi_compiled_free(g);
     for (int i = 0; i < g->nnodes; i++) {
         free(g->nodes[i].name);
@@ -117,7 +117,7 @@ static int builder_ok(hyfi_graph *g, const char *who)
         return 0;
     }
     if (g->status != HYFI_OK) return 0;
-    if (g->compiled) {
+    if (g->cc) {
         hyfi_graph_fail(g, HYFI_ERR_STATE, "%s: the graph is compiled; build every op before "
                                            "hyfi_graph_compile", who);
         return 0;
@@ -585,6 +585,6 @@ hyfi_status hyfi_graph_op_info(const hyfi_graph *g, int i, hyfi_op_info *info)
     info->act_bytes = nd->out->numel * sizeof(float);
     info->layer = g->nlayers ? (nd->layer < 0 ? 0 : nd->layer) : i;
     info->layer_name = g->nlayers ? g->layer_names[info->layer] : nd->name;
-    info->stage = g->pl ? nd->stage : 0;
+    info->stage = g->cc && g->cc->pl ? nd->stage : 0;
     return HYFI_OK;
 }

@@ -32,7 +32,7 @@ void hyfi_unreg(starpu_data_handle_t *h)
  * memory of inputs, parameters, state and momentum. */
 void hyfi_handles_free(hyfi_graph *g)
 {
-    const int M = g->pl ? g->pl->nmb : 1, nrep = g->pl ? g->pl->nrep : 1;
+    const int M = g->cc->pl ? g->cc->pl->nmb : 1, nrep = g->cc->pl ? g->cc->pl->nrep : 1;
     hyfi_handles_unregister(g);
     for (int i = 0; i < g->ntensors; i++) {
         hyfi_tensor *t = g->tensors[i];
@@ -58,27 +58,28 @@ void hyfi_handles_free(hyfi_graph *g)
         if (t->mhost) starpu_free_noflag(t->mhost, copies * t->numel * 4);
         t->host = t->ghost = t->mhost = NULL;
     }
-    for (int b = 0; b < g->nbuckets; b++) {
-        hyfi_bucket *bk = &g->buckets[b];
+    for (int b = 0; b < g->cc->nbuckets; b++) {
+        hyfi_bucket *bk = &g->cc->buckets[b];
         free(bk->h);
         free(bk->arc);
         free(bk->params);
     }
-    free(g->buckets);
-    g->buckets = NULL;
-    g->nbuckets = 0;
-    free(g->dloss);
-    g->dloss = NULL;
-    if (g->dloss_host) starpu_free_noflag(g->dloss_host, (size_t)M * sizeof(float));
-    g->dloss_host = NULL;
-    free(g->health);
-    g->health = NULL;
-    g->nhealth = 0;
-    free(g->tokens);
-    g->tokens = NULL;
-    if (g->token_host) starpu_free_noflag(g->token_host, (size_t)g->ntokens * sizeof(float));
-    g->token_host = NULL;
-    g->ntokens = 0;
+    free(g->cc->buckets);
+    g->cc->buckets = NULL;
+    g->cc->nbuckets = 0;
+    free(g->cc->dloss);
+    g->cc->dloss = NULL;
+    if (g->cc->dloss_host) starpu_free_noflag(g->cc->dloss_host, (size_t)M * sizeof(float));
+    g->cc->dloss_host = NULL;
+    free(g->cc->health);
+    g->cc->health = NULL;
+    g->cc->nhealth = 0;
+    free(g->cc->tokens);
+    g->cc->tokens = NULL;
+    if (g->cc->token_host) starpu_free_noflag(g->cc->token_host,
+                                              (size_t)g->cc->ntokens * sizeof(float));
+    g->cc->token_host = NULL;
+    g->cc->ntokens = 0;
 }
 
 int hyfi_host_alloc(float **p, size_t n)
@@ -102,22 +103,22 @@ void hyfi_reg(hyfi_graph *g, starpu_data_handle_t *h, float *ptr, size_t n, size
               int owner, hyfi_hcat cat, int rstage, const char *name, const char *suffix, int m,
               int nm)
 {
-    if (g->nhtab == g->caphtab) {
-        const int nc = g->caphtab ? 2 * g->caphtab : 1024;
-        hyfi_hentry *t = realloc(g->htab, (size_t)nc * sizeof *t);
+    if (g->cc->nhtab == g->cc->caphtab) {
+        const int nc = g->cc->caphtab ? 2 * g->cc->caphtab : 1024;
+        hyfi_hentry *t = realloc(g->cc->htab, (size_t)nc * sizeof *t);
         if (!t) { /* hyfi_graph_compile fails with HYFI_ERR_NOMEM */
-            g->htab_oom = 1;
+            g->cc->htab_oom = 1;
             *h = NULL;
             return;
         }
-        g->htab = t;
-        g->caphtab = nc;
+        g->cc->htab = t;
+        g->cc->caphtab = nc;
     }
     if (ptr && owner == g->ctx->rank)
         starpu_vector_data_register(h, STARPU_MAIN_RAM, (uintptr_t)ptr, (uint32_t)n, elem);
     else
         starpu_vector_data_register(h, -1, 0, (uint32_t)n, elem);
-    g->htab[g->nhtab++] =
+    g->cc->htab[g->cc->nhtab++] =
         (hyfi_hentry){.slot = h, .owner = owner, .cat = cat, .rstage = rstage, .rmb = m};
     starpu_data_set_user_data(*h, (void *)&hyfi_hcat_names[cat]);
     char buf[HYFI_NAME_MAX + 32];
@@ -137,13 +138,13 @@ hyfi_hcat hyfi_handle_hcat(starpu_data_handle_t h)
 
 void hyfi_handles_unregister(hyfi_graph *g)
 {
-    for (int i = g->nhtab - 1; i >= 0; i--) hyfi_unreg(g->htab[i].slot);
-    free(g->htab);
-    free(g->rel_first);
-    free(g->rel_idx);
-    g->htab = NULL;
-    g->rel_first = g->rel_idx = NULL;
-    g->nhtab = g->caphtab = 0;
+    for (int i = g->cc->nhtab - 1; i >= 0; i--) hyfi_unreg(g->cc->htab[i].slot);
+    free(g->cc->htab);
+    free(g->cc->rel_first);
+    free(g->cc->rel_idx);
+    g->cc->htab = NULL;
+    g->cc->rel_first = g->cc->rel_idx = NULL;
+    g->cc->nhtab = g->cc->caphtab = 0;
 }
 
 int hyfi_release_stage(const hyfi_graph *g, const hyfi_tensor *t)
@@ -156,27 +157,27 @@ int hyfi_release_stage(const hyfi_graph *g, const hyfi_tensor *t)
  * registration order: a counting sort, so that each group is one slice. */
 int hyfi_release_index(hyfi_graph *g)
 {
-    const int M = g->pl->nmb, keys = g->pl->nstages * M;
-    g->rel_first = calloc((size_t)keys + 1, sizeof *g->rel_first);
-    if (!g->rel_first) return -1;
+    const int M = g->cc->pl->nmb, keys = g->cc->pl->nstages * M;
+    g->cc->rel_first = calloc((size_t)keys + 1, sizeof *g->cc->rel_first);
+    if (!g->cc->rel_first) return -1;
     int n = 0;
-    for (int i = 0; i < g->nhtab; i++) {
-        const hyfi_hentry *e = &g->htab[i];
+    for (int i = 0; i < g->cc->nhtab; i++) {
+        const hyfi_hentry *e = &g->cc->htab[i];
         if (e->rstage < 0 || !*e->slot) continue;
-        g->rel_first[e->rstage * M + e->rmb + 1]++;
+        g->cc->rel_first[e->rstage * M + e->rmb + 1]++;
         n++;
     }
-    for (int k = 0; k < keys; k++) g->rel_first[k + 1] += g->rel_first[k];
-    g->rel_idx = malloc((size_t)(n ? n : 1) * sizeof *g->rel_idx);
+    for (int k = 0; k < keys; k++) g->cc->rel_first[k + 1] += g->cc->rel_first[k];
+    g->cc->rel_idx = malloc((size_t)(n ? n : 1) * sizeof *g->cc->rel_idx);
     int *fill = malloc((size_t)(keys ? keys : 1) * sizeof *fill);
-    if (!g->rel_idx || !fill) {
+    if (!g->cc->rel_idx || !fill) {
         free(fill);
         return -1;
     }
-    memcpy(fill, g->rel_first, (size_t)keys * sizeof *fill);
-    for (int i = 0; i < g->nhtab; i++) {
-        const hyfi_hentry *e = &g->htab[i];
-        if (e->rstage >= 0 && *e->slot) g->rel_idx[fill[e->rstage * M + e->rmb]++] = i;
+    memcpy(fill, g->cc->rel_first, (size_t)keys * sizeof *fill);
+    for (int i = 0; i < g->cc->nhtab; i++) {
+        const hyfi_hentry *e = &g->cc->htab[i];
+        if (e->rstage >= 0 && *e->slot) g->cc->rel_idx[fill[e->rstage * M + e->rmb]++] = i;
     }
     free(fill);
     return 0;
@@ -184,9 +185,9 @@ int hyfi_release_index(hyfi_graph *g)
 
 int hyfi_emit_releases(hyfi_graph *g, program *P, int s, int m)
 {
-    const int k = s * g->pl->nmb + m;
-    for (int j = g->rel_first[k]; j < g->rel_first[k + 1]; j++) {
-        const hyfi_hentry *e = &g->htab[g->rel_idx[j]];
+    const int k = s * g->cc->pl->nmb + m;
+    for (int j = g->cc->rel_first[k]; j < g->cc->rel_first[k + 1]; j++) {
+        const hyfi_hentry *e = &g->cc->htab[g->cc->rel_idx[j]];
         if (hyfi_emit_release(P, *e->slot, e->owner)) return -1;
     }
     return 0;
@@ -200,13 +201,13 @@ int hyfi_handle_owner(const hyfi_graph *g, const hyfi_tensor *t, int k)
 {
     const int per_mb = t->kind == T_INPUT || t->kind == T_LABELS || t->kind == T_ACT ||
                        t->kind == T_SAVED;
-    return hyfi_trank(g, t, per_mb ? HYFI_REP(g->pl, k) : k);
+    return hyfi_trank(g, t, per_mb ? HYFI_REP(g->cc->pl, k) : k);
 }
 
 /* Register every tensor; allocate and initialise what lives in host memory. */
 hyfi_status hyfi_register_tensors(hyfi_graph *g)
 {
-    const hyfi_plan *pl = g->pl;
+    const hyfi_plan *pl = g->cc->pl;
     const int M = pl->nmb, me = g->ctx->rank, NR = pl->nrep;
     for (int i = 0; i < g->ntensors; i++) {
         hyfi_tensor *t = g->tensors[i];
@@ -236,8 +237,8 @@ hyfi_status hyfi_register_tensors(hyfi_graph *g)
             }
             for (int m = 0; m < M; m++)
                 hyfi_reg(g, &t->h[m], own ? t->host + (size_t)m * t->mb_numel : NULL, t->mb_numel,
-                         elem, hyfi_handle_owner(g, t, m), hyfi_tensor_hcat(g, t), HYFI_KEEP, t->name, "", m,
-                         M);
+                         elem, hyfi_handle_owner(g, t, m), hyfi_tensor_hcat(g, t), HYFI_KEEP,
+                         t->name, "", m, M);
             if (!t->is_int) {
                 t->gh = calloc((size_t)M, sizeof *t->gh);
                 if (!t->gh) goto oom;
@@ -264,14 +265,14 @@ hyfi_status hyfi_register_tensors(hyfi_graph *g)
             for (int k = 0; k < NR; k++) {
                 const size_t o = (size_t)k * t->numel;
                 const int r = hyfi_trank(g, t, k);
-                hyfi_reg(g, &t->h[k], own ? t->host + o : NULL, t->numel, elem, r, HC_ALLREDUCE, HYFI_KEEP,
-                         t->name, "", k, NR);
-                hyfi_reg(g, &t->gh[k], own ? t->ghost + o : NULL, t->numel, elem, r, HC_ALLREDUCE, HYFI_KEEP,
-                         t->name, ".grad", k, NR);
-                hyfi_reg(g, &t->mh[k], own ? t->mhost + o : NULL, t->numel, elem, r, HC_ALLREDUCE, HYFI_KEEP,
-                         t->name, ".momentum", k, NR);
-                hyfi_reg(g, &t->nmh[k], NULL, 2, sizeof(float), r, HC_ALLREDUCE, HYFI_KEEP, t->name, ".norms",
-                         k, NR);
+                hyfi_reg(g, &t->h[k], own ? t->host + o : NULL, t->numel, elem, r, HC_ALLREDUCE,
+                         HYFI_KEEP, t->name, "", k, NR);
+                hyfi_reg(g, &t->gh[k], own ? t->ghost + o : NULL, t->numel, elem, r, HC_ALLREDUCE,
+                         HYFI_KEEP, t->name, ".grad", k, NR);
+                hyfi_reg(g, &t->mh[k], own ? t->mhost + o : NULL, t->numel, elem, r, HC_ALLREDUCE,
+                         HYFI_KEEP, t->name, ".momentum", k, NR);
+                hyfi_reg(g, &t->nmh[k], NULL, 2, sizeof(float), r, HC_ALLREDUCE, HYFI_KEEP, t->name,
+                         ".norms", k, NR);
                 /* Summed over micro-batches by a StarPU reduction. */
                 if (pl->mbr > 1 && !g->plan_cfg.deterministic)
                     starpu_data_set_reduction_methods(t->gh[k], redux_cl(), redux_init_cl());
@@ -311,7 +312,7 @@ hyfi_status hyfi_register_tensors(hyfi_graph *g)
         for (int k = 0; k < nd->nin; k++) {
             hyfi_tensor *t = nd->in[k];
             if (t->kind != T_ACT || !t->requires_grad || nd->stage == t->stage) continue;
-            const int S = g->pl->nstages;
+            const int S = g->cc->pl->nstages;
             if (!t->gpart) {
                 t->gpart = calloc((size_t)S * M, sizeof *t->gpart);
                 t->gpw = calloc((size_t)S * M, 1);
@@ -322,46 +323,47 @@ hyfi_status hyfi_register_tensors(hyfi_graph *g)
             snprintf(sfx, sizeof sfx, ".grad.stage%d", nd->stage);
             for (int m = 0; m < M; m++)
                 hyfi_reg(g, &t->gpart[(size_t)nd->stage * M + m], NULL, t->mb_numel, sizeof(float),
-                         hyfi_stage_rank(pl, HYFI_REP(pl, m), nd->stage), hyfi_tensor_hcat(g, t), hyfi_release_stage(g, t),
-                         t->name, sfx, m, M);
+                         hyfi_stage_rank(pl, HYFI_REP(pl, m), nd->stage), hyfi_tensor_hcat(g, t),
+                         hyfi_release_stage(g, t), t->name, sfx, m, M);
         }
     }
     /* Replicas: saved running statistics. */
     for (int i = 0; NR > 1 && i < g->ntensors; i++) {
         hyfi_tensor *t = g->tensors[i];
         if (t->kind == T_STATE)
-            hyfi_reg(g, &t->rsave, NULL, t->numel, sizeof(float), hyfi_trank(g, t, 0), HC_ALLREDUCE, HYFI_KEEP,
-                     t->name, ".start", 0, 1);
+            hyfi_reg(g, &t->rsave, NULL, t->numel, sizeof(float), hyfi_trank(g, t, 0), HC_ALLREDUCE,
+                     HYFI_KEEP, t->name, ".start", 0, 1);
     }
     /* The health sums of a step: one per rank. */
-    g->nhealth = g->ctx->nranks;
-    g->health = calloc((size_t)g->nhealth, sizeof *g->health);
-    if (!g->health) goto oom;
-    for (int r = 0; r < g->nhealth; r++)
-        hyfi_reg(g, &g->health[r], NULL, 2, sizeof(float), r, HC_PIPELINE, HYFI_KEEP, "health", "", r,
-                 g->nhealth);
+    g->cc->nhealth = g->ctx->nranks;
+    g->cc->health = calloc((size_t)g->cc->nhealth, sizeof *g->cc->health);
+    if (!g->cc->health) goto oom;
+    for (int r = 0; r < g->cc->nhealth; r++)
+        hyfi_reg(g, &g->cc->health[r], NULL, 2, sizeof(float), r, HC_PIPELINE, HYFI_KEEP, "health",
+                 "", r, g->cc->nhealth);
     /* The seed of the backward: d(mean over the batch)/d(micro-batch loss) = 1/M. */
-    if (hyfi_host_alloc(&g->dloss_host, (size_t)M)) goto oom;
-    g->dloss = calloc((size_t)M, sizeof *g->dloss);
-    if (!g->dloss) goto oom;
+    if (hyfi_host_alloc(&g->cc->dloss_host, (size_t)M)) goto oom;
+    g->cc->dloss = calloc((size_t)M, sizeof *g->cc->dloss);
+    if (!g->cc->dloss) goto oom;
     for (int m = 0; m < M; m++) {
-        g->dloss_host[m] = 1.0f / (float)M;
-        hyfi_reg(g, &g->dloss[m], g->dloss_host + m, 1, sizeof(float),
-                 hyfi_handle_owner(g, g->loss, m), HC_LOSS, HYFI_KEEP, g->loss->name, ".grad", m, M);
+        g->cc->dloss_host[m] = 1.0f / (float)M;
+        hyfi_reg(g, &g->cc->dloss[m], g->cc->dloss_host + m, 1, sizeof(float),
+                 hyfi_handle_owner(g, g->loss, m), HC_LOSS, HYFI_KEEP, g->loss->name, ".grad", m,
+                 M);
     }
-    g->loss->gh = g->dloss;
+    g->loss->gh = g->cc->dloss;
     /* 1F1B: per stage, one token per activation slot (see emit_events). */
     if (pl->schedule == HYFI_SCHEDULE_1F1B && pl->mbr > 1) {
-        for (int q = 0; q < pl->nplaces; q++) g->ntokens += pl->inflight[pl->place_stage[q]];
-        g->tokens = calloc((size_t)g->ntokens, sizeof *g->tokens);
-        if (!g->tokens || hyfi_host_alloc(&g->token_host, (size_t)g->ntokens)) goto oom;
-        memset(g->token_host, 0, (size_t)g->ntokens * sizeof(float));
+        for (int q = 0; q < pl->nplaces; q++) g->cc->ntokens += pl->inflight[pl->place_stage[q]];
+        g->cc->tokens = calloc((size_t)g->cc->ntokens, sizeof *g->cc->tokens);
+        if (!g->cc->tokens || hyfi_host_alloc(&g->cc->token_host, (size_t)g->cc->ntokens)) goto oom;
+        memset(g->cc->token_host, 0, (size_t)g->cc->ntokens * sizeof(float));
         for (int q = 0, k = 0; q < pl->nplaces; q++)
             for (int j = 0; j < pl->inflight[pl->place_stage[q]]; j++, k++) {
                 char nm[48];
                 snprintf(nm, sizeof nm, "place%d.token", q);
-                hyfi_reg(g, &g->tokens[k], g->token_host + k, 1, sizeof(float), pl->place_rank[q],
-                         HC_PIPELINE, HYFI_KEEP, nm, "", j, 2);
+                hyfi_reg(g, &g->cc->tokens[k], g->cc->token_host + k, 1, sizeof(float),
+                         pl->place_rank[q], HC_PIPELINE, HYFI_KEEP, nm, "", j, 2);
             }
     }
     return HYFI_OK;

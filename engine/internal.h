@@ -271,26 +271,34 @@ struct hyfi_graph {
     char **layer_names;
     int nlayers, cap_layers;
 
-    /* the parallel plan (engine/plan.c) */
+    /* the parallel plan's settings (engine/plan.c) */
     hyfi_plan_config plan_cfg;
     int *plan_balance;     /* copy of plan_cfg.balance */
-    struct hyfi_plan *pl;  /* after compile */
+    hyfi_train_config train; /* hyfi_graph_compile's, hyfi_set_lr */
 
     hyfi_status status;    /* sticky builder status */
     char error[512];       /* message of the first builder error or the last failed call */
 
-    int compiled;
-    hyfi_tensor *loss;
-    hyfi_train_config train;
+    hyfi_tensor *loss;     /* set by hyfi_graph_compile */
+    /* What hyfi_graph_compile made; NULL before it (and after a failed one).
+     * The tensors' handles (hyfi_tensor's compiled part) are in its table. */
+    struct hyfi_compiled *cc;
+};
+
+/* The compiled state of a graph (compile.c makes it, hyfi_compiled_free frees
+ * it): the plan, the programs, the handle table and the handles that belong
+ * to no tensor, and what the last step left. */
+typedef struct hyfi_compiled {
+    struct hyfi_plan *pl;
     program train_prog, infer_prog, fwd_train_prog;
+    hyfi_hentry *htab;     /* the handle table (handles.c) */
+    int nhtab, caphtab, htab_oom;
+    int *rel_first, *rel_idx; /* released entries by (stage, micro-batch): hyfi_release_index */
     float *dloss_host;     /* constant 1/M per micro-batch: the seed of the backward pass */
     starpu_data_handle_t *dloss; /* M handles */
     starpu_data_handle_t *tokens; /* 1F1B: per stage, inflight slots (1 float each) */
     float *token_host;
     int ntokens;
-    hyfi_hentry *htab;     /* the handle table (handles.c) */
-    int nhtab, caphtab, htab_oom;
-    int *rel_first, *rel_idx; /* released entries by (stage, micro-batch): hyfi_release_index */
     hyfi_bucket *buckets;  /* replicas: the all-reduce buckets */
     int nbuckets;
     /* The health of a train step: per rank, the sums of its parameters'
@@ -301,7 +309,7 @@ struct hyfi_graph {
     double grad_norm, weight_norm; /* of the last train step (L2) */
     int stepped;           /* a train step has run: gradients are readable */
     int last_train;        /* the last program run was the train program */
-};
+} hyfi_compiled;
 
 /* errors.c (hyfi_fail: errors.h) */
 /* Record a builder error on g (sticky: the first one is kept) and return s. */
@@ -431,7 +439,7 @@ static inline int hyfi_stage_worker(const hyfi_plan *pl, int rep, int s)
 /* Rank that owns replica rep's copy of t (its handles of that replica). */
 static inline int hyfi_trank(const hyfi_graph *g, const hyfi_tensor *t, int rep)
 {
-    return hyfi_stage_rank(g->pl, rep, t->stage);
+    return hyfi_stage_rank(g->cc->pl, rep, t->stage);
 }
 /* Owner of handle k of t (a micro-batch of batch tensors, a replica of the others). */
 int hyfi_handle_owner(const hyfi_graph *g, const hyfi_tensor *t, int k);

@@ -353,7 +353,7 @@ static void gather(hyfi_graph *g, starpu_data_handle_t h, void *host, size_t byt
 hyfi_status hyfi_save_params(hyfi_graph *g, const char *path)
 {
     if (!g || !path) return hyfi_fail(HYFI_ERR_ARG, "hyfi_save_params: graph or path is NULL");
-    if (!g->compiled)
+    if (!g->cc)
         return hyfi_call_fail(g, HYFI_ERR_STATE, "hyfi_save_params: compile the graph first");
     /* Every rank takes part (the values come from the ranks that own them);
      * rank 0 holds them and writes the file. The transfers are the same on
@@ -515,7 +515,7 @@ static hyfi_status check_file(hyfi_graph *g, const char *path, const unsigned ch
 hyfi_status hyfi_load_params(hyfi_graph *g, const char *path)
 {
     if (!g || !path) return hyfi_fail(HYFI_ERR_ARG, "hyfi_load_params: graph or path is NULL");
-    if (!g->compiled)
+    if (!g->cc)
         return hyfi_call_fail(g, HYFI_ERR_STATE, "hyfi_load_params: compile the graph first");
     unsigned char *buf = NULL;
     size_t n = 0, zeros_n = 0;

@@ -19,7 +19,7 @@ hyfi_status hyfi_layer_begin(hyfi_graph *g, const char *name)
 {
     if (!g) return hyfi_fail(HYFI_ERR_ARG, "hyfi_layer_begin: graph is NULL");
     if (g->status != HYFI_OK) return g->status;
-    if (g->compiled)
+    if (g->cc)
         return hyfi_graph_fail(g, HYFI_ERR_STATE, "hyfi_layer_begin: the graph is compiled; "
                                                   "mark layers while building");
     char gen[32];
@@ -68,7 +68,7 @@ static const char *layer_name(const hyfi_graph *g, int l)
 hyfi_status hyfi_graph_set_plan(hyfi_graph *g, const hyfi_plan_config *p)
 {
     if (!g) return hyfi_fail(HYFI_ERR_ARG, "hyfi_graph_set_plan: graph is NULL");
-    if (g->compiled)
+    if (g->cc)
         return hyfi_call_fail(g, HYFI_ERR_STATE, "hyfi_graph_set_plan: the graph is compiled; "
                                                  "set the plan before hyfi_graph_compile");
     free(g->plan_balance);
@@ -115,7 +115,7 @@ hyfi_status hyfi_graph_set_plan(hyfi_graph *g, const hyfi_plan_config *p)
 
 void hyfi_plan_free(hyfi_graph *g)
 {
-    hyfi_plan *pl = g->pl;
+    hyfi_plan *pl = g->cc->pl;
     if (!pl) return;
     hyfi_spatial_plan_free(g);
     free(pl->pred_halo);
@@ -135,7 +135,7 @@ void hyfi_plan_free(hyfi_graph *g)
     free(pl->stage_act_bytes);
     free(pl->pred_bytes);
     free(pl);
-    g->pl = NULL;
+    g->cc->pl = NULL;
 }
 
 /* Per-micro-batch tensors: everything that has a batch dimension. */
@@ -210,7 +210,7 @@ static double rank_need_bytes(const hyfi_plan *pl, int r, int *worst)
  * spread over the GPUs. */
 static void warn_gpu_memory(const hyfi_graph *g)
 {
-    const hyfi_plan *pl = g->pl;
+    const hyfi_plan *pl = g->cc->pl;
     const int ncuda = g->ctx->ncuda;
     if (ncuda <= 0) return;
     double spread = 0;
@@ -245,7 +245,7 @@ static void warn_gpu_memory(const hyfi_graph *g)
  * everywhere), so that all fail together. */
 static hyfi_status check_memory_limit(hyfi_graph *g)
 {
-    const hyfi_plan *pl = g->pl;
+    const hyfi_plan *pl = g->cc->pl;
     const int R = g->ctx->nranks;
     const char *env = getenv("STARPU_LIMIT_CPU_MEM");
     const long limit = env ? atol(env) : 0;
@@ -298,7 +298,7 @@ hyfi_status hyfi_plan_build(hyfi_graph *g)
     hyfi_plan_free(g);
     hyfi_plan *pl = calloc(1, sizeof *pl);
     if (!pl) return hyfi_call_fail(g, HYFI_ERR_NOMEM, "out of memory building the plan");
-    g->pl = pl;
+    g->cc->pl = pl;
     const hyfi_plan_config *cfg = &g->plan_cfg;
     const int nl = hyfi_layer_count(g), S = cfg->stages > 1 ? cfg->stages : 1;
     const int MB = cfg->parts > 1 ? cfg->parts : 1, R = g->ctx->nranks;
@@ -529,14 +529,21 @@ out:
 
 /* ------------------------------------------------------------- inspection */
 
-int hyfi_plan_stage_count(const hyfi_graph *g) { return g && g->pl ? g->pl->nstages : 0; }
-int hyfi_plan_parts(const hyfi_graph *g) { return g && g->pl ? g->pl->nmb : 0; }
+int hyfi_plan_stage_count(const hyfi_graph *g)
+{
+    return g && g->cc && g->cc->pl ? g->cc->pl->nstages : 0;
+}
+int hyfi_plan_parts(const hyfi_graph *g)
+{
+    return g && g->cc && g->cc->pl ? g->cc->pl->nmb : 0;
+}
 
 hyfi_status hyfi_plan_stage(const hyfi_graph *g, int s, hyfi_stage_info *info)
 {
     if (!g || !info) return hyfi_fail(HYFI_ERR_ARG, "hyfi_plan_stage: graph or info is NULL");
-    if (!g->pl) return hyfi_fail(HYFI_ERR_STATE, "hyfi_plan_stage: compile the graph first");
-    const hyfi_plan *pl = g->pl;
+    if (!g->cc || !g->cc->pl) return hyfi_fail(HYFI_ERR_STATE,
+                                               "hyfi_plan_stage: compile the graph first");
+    const hyfi_plan *pl = g->cc->pl;
     if (s < 0 || s >= pl->nstages)
         return hyfi_fail(HYFI_ERR_ARG, "hyfi_plan_stage: stage %d outside [0, %d)", s,
                          pl->nstages);
@@ -562,26 +569,29 @@ hyfi_status hyfi_plan_stage(const hyfi_graph *g, int s, hyfi_stage_info *info)
 
 size_t hyfi_plan_step_bytes(const hyfi_graph *g, int from, int to)
 {
-    if (!g || !g->pl) return 0;
+    if (!g || !g->cc || !g->cc->pl) return 0;
     const int R = g->ctx->nranks;
     if (from < 0 || to < 0 || from >= R || to >= R) return 0;
-    return g->pl->pred_bytes[(size_t)from * R + to];
+    return g->cc->pl->pred_bytes[(size_t)from * R + to];
 }
 
 size_t hyfi_plan_step_halo_bytes(const hyfi_graph *g, int from, int to)
 {
-    if (!g || !g->pl) return 0;
+    if (!g || !g->cc || !g->cc->pl) return 0;
     const int R = g->ctx->nranks;
     if (from < 0 || to < 0 || from >= R || to >= R) return 0;
-    return g->pl->pred_halo[(size_t)from * R + to];
+    return g->cc->pl->pred_halo[(size_t)from * R + to];
 }
 
-size_t hyfi_plan_halo_volume(const hyfi_graph *g) { return g && g->pl ? g->pl->halo_volume : 0; }
+size_t hyfi_plan_halo_volume(const hyfi_graph *g)
+{
+    return g && g->cc && g->cc->pl ? g->cc->pl->halo_volume : 0;
+}
 
 size_t hyfi_plan_describe(const hyfi_graph *g, char *buf, size_t len)
 {
-    if (!g || !g->pl) return 0;
-    const hyfi_plan *pl = g->pl;
+    if (!g || !g->cc || !g->cc->pl) return 0;
+    const hyfi_plan *pl = g->cc->pl;
     size_t n = 0;
 #define OUT(...)                                                                          \
     do {                                                                                  \

@@ -50,12 +50,12 @@ void hyfi_prog_buf(program *p, starpu_data_handle_t h, enum starpu_data_access_m
 
 void hyfi_programs_free(hyfi_graph *g)
 {
-    free(g->train_prog.t);
-    free(g->infer_prog.t);
-    free(g->fwd_train_prog.t);
-    memset(&g->fwd_train_prog, 0, sizeof g->fwd_train_prog);
-    memset(&g->train_prog, 0, sizeof g->train_prog);
-    memset(&g->infer_prog, 0, sizeof g->infer_prog);
+    free(g->cc->train_prog.t);
+    free(g->cc->infer_prog.t);
+    free(g->cc->fwd_train_prog.t);
+    memset(&g->cc->fwd_train_prog, 0, sizeof g->cc->fwd_train_prog);
+    memset(&g->cc->train_prog, 0, sizeof g->cc->train_prog);
+    memset(&g->cc->infer_prog, 0, sizeof g->cc->infer_prog);
 }
 
 void hyfi_task_name(char *out, size_t len, const node *nd, const char *pass, const emit_ctx *e)
@@ -74,7 +74,7 @@ int hyfi_grad_sum_mode(emit_ctx *e, starpu_data_handle_t h, unsigned char *writt
                        const char *name, enum starpu_data_access_mode *mode, int *acc)
 {
     program *P = e->P;
-    if (e->g->pl->mbr == 1) {
+    if (e->g->cc->pl->mbr == 1) {
         *mode = STARPU_W;
         *acc = 0;
     } else if (e->g->plan_cfg.deterministic) {
@@ -115,7 +115,7 @@ void hyfi_on_place(hyfi_graph *g, program *P, int place, int prio)
 {
     prog_task *t = &P->t[P->n - 1];
     t->place = place;
-    t->rank = g->pl->place_rank[place];
-    t->worker = g->pl->place_worker[place];
+    t->rank = g->cc->pl->place_rank[place];
+    t->worker = g->cc->pl->place_worker[place];
     t->prio = prio;
 }

@@ -20,7 +20,7 @@
  * other replicas. Linear, so equal up to round-off. */
 int hyfi_emit_state_save(hyfi_graph *g, program *P)
 {
-    const hyfi_plan *pl = g->pl;
+    const hyfi_plan *pl = g->cc->pl;
     if (pl->nrep < 2) return 0;
     for (int i = 0; i < g->ntensors; i++) {
         hyfi_tensor *t = g->tensors[i];
@@ -37,7 +37,7 @@ int hyfi_emit_state_save(hyfi_graph *g, program *P)
 
 int hyfi_emit_state_combine(hyfi_graph *g, program *P)
 {
-    const hyfi_plan *pl = g->pl;
+    const hyfi_plan *pl = g->cc->pl;
     if (pl->nrep < 2) return 0;
     for (int i = 0; i < g->nnodes; i++) {
         const node *nd = &g->nodes[i];
@@ -84,7 +84,7 @@ static int emit_allreduce_one(hyfi_graph *g, program *P, const char *name,
                               starpu_data_handle_t *h, starpu_data_handle_t *arc, size_t n,
                               int stage)
 {
-    const hyfi_plan *pl = g->pl;
+    const hyfi_plan *pl = g->cc->pl;
     const int R = pl->nrep, prio = hyfi_clamp_prio(pl->nticks + 1);
     char nm[128];
 #define RPLACE(k) HYFI_PLACE(pl, (k), pl->stage_place0[stage])
@@ -159,20 +159,20 @@ static int emit_allreduce_one(hyfi_graph *g, program *P, const char *name,
  * A bucket of one parameter is all-reduced in place. */
 int hyfi_emit_allreduce(hyfi_graph *g, program *P)
 {
-    const hyfi_plan *pl = g->pl;
+    const hyfi_plan *pl = g->cc->pl;
     const int R = pl->nrep, prio = hyfi_clamp_prio(pl->nticks + 1);
     if (R < 2) return 0;
     const int kib = g->plan_cfg.bucket_kib;
     const size_t cap = kib < 0 ? 0 : (size_t)(kib ? kib : HYFI_BUCKET_KIB) * 1024;
-    g->buckets = calloc((size_t)g->nparams, sizeof *g->buckets);
-    if (!g->buckets) return -1;
+    g->cc->buckets = calloc((size_t)g->nparams, sizeof *g->cc->buckets);
+    if (!g->cc->buckets) return -1;
     char nm[128];
     for (int i = g->nparams - 1; i >= 0; i--) {
         hyfi_tensor *p = g->params[i];
         if (!p->gwritten) continue;
-        hyfi_bucket *b = g->nbuckets ? &g->buckets[g->nbuckets - 1] : NULL;
+        hyfi_bucket *b = g->cc->nbuckets ? &g->cc->buckets[g->cc->nbuckets - 1] : NULL;
         if (!b || b->stage != p->stage || (b->numel + p->numel) * sizeof(float) > cap) {
-            b = &g->buckets[g->nbuckets++];
+            b = &g->cc->buckets[g->cc->nbuckets++];
             b->stage = p->stage;
             b->params = calloc((size_t)g->nparams, sizeof *b->params);
             if (!b->params) return -1;
@@ -180,8 +180,8 @@ int hyfi_emit_allreduce(hyfi_graph *g, program *P)
         b->params[b->nparams++] = p;
         b->numel += p->numel;
     }
-    for (int bi = 0; bi < g->nbuckets; bi++) {
-        hyfi_bucket *b = &g->buckets[bi];
+    for (int bi = 0; bi < g->cc->nbuckets; bi++) {
+        hyfi_bucket *b = &g->cc->buckets[bi];
         const int ring = hyfi_use_ring(g, b->numel);
         char bname[HYFI_NAME_MAX];
         if (b->nparams == 1) snprintf(bname, sizeof bname, "%s", b->params[0]->name);
@@ -202,8 +202,8 @@ int hyfi_emit_allreduce(hyfi_graph *g, program *P)
                 snprintf(sfx, sizeof sfx, ".grad.r%d.chunk%d", k, c);
                 hyfi_reg(g, &b->arc[k * R + c], NULL,
                          hyfi_chunk_lo(b->numel, R, c + 1) - hyfi_chunk_lo(b->numel, R, c),
-                         sizeof(float), hyfi_stage_rank(pl, k, b->stage), HC_ALLREDUCE, HYFI_KEEP, bname, sfx,
-                         0, 1);
+                         sizeof(float), hyfi_stage_rank(pl, k, b->stage), HC_ALLREDUCE, HYFI_KEEP,
+                         bname, sfx, 0, 1);
             }
         /* pack */
         for (int k = 0; b->nparams > 1 && k < R; k++)
@@ -238,9 +238,9 @@ int hyfi_emit_allreduce(hyfi_graph *g, program *P)
  * (hyfi_train_step): 2 floats per rank cross the network. */
 int hyfi_emit_health(hyfi_graph *g, program *P)
 {
-    const hyfi_plan *pl = g->pl;
+    const hyfi_plan *pl = g->cc->pl;
     int root = -1, root_place = -1;
-    for (int r = 0; r < g->nhealth; r++) {
+    for (int r = 0; r < g->cc->nhealth; r++) {
         int first = 1;
         for (int i = 0; i < g->nparams; i++) {
             hyfi_tensor *p = g->params[i];
@@ -250,7 +250,7 @@ int hyfi_emit_health(hyfi_graph *g, program *P)
             char nm[96];
             snprintf(nm, sizeof nm, "health.%.50s", p->name);
             TASK(&hyfi_cl_accumulate, nm, &a);
-            hyfi_prog_buf(P, g->health[r], first ? STARPU_W : STARPU_RW);
+            hyfi_prog_buf(P, g->cc->health[r], first ? STARPU_W : STARPU_RW);
             R(p->nmh[0]);
             hyfi_on_place(g, P, place, 0);
             if (first && root < 0) root = r, root_place = place;
@@ -262,15 +262,15 @@ int hyfi_emit_health(hyfi_graph *g, program *P)
         char nm[48];
         snprintf(nm, sizeof nm, "health.rank%d", r);
         TASK(&hyfi_cl_accumulate, nm, &a);
-        RW(g->health[root]), R(g->health[r]);
+        RW(g->cc->health[root]), R(g->cc->health[r]);
         hyfi_on_place(g, P, root_place, 0);
     }
-    g->health_root = root < 0 ? 0 : root;
+    g->cc->health_root = root < 0 ? 0 : root;
     if (root < 0) return 0; /* no parameter is trained */
     if (g->ctx->nranks > 1) {
         if (hyfi_prog_push(P, PT_BCAST, NULL, "health.bcast", NULL)) return -1;
         P->t[P->n - 1].rank = root;
-        hyfi_prog_buf(P, g->health[root], STARPU_R);
+        hyfi_prog_buf(P, g->cc->health[root], STARPU_R);
     }
     return 0;
 }

@@ -14,8 +14,8 @@ static hyfi_status program_run(hyfi_graph *g, program *p);
 
 hyfi_status hyfi_program_run(hyfi_graph *g, program *p)
 {
-    hyfi_wait_begin(g->ctx, p == &g->train_prog   ? "a training step (hyfi_train_step)"
-                            : p == &g->infer_prog ? "an evaluation (hyfi_infer)"
+    hyfi_wait_begin(g->ctx, p == &g->cc->train_prog   ? "a training step (hyfi_train_step)"
+                            : p == &g->cc->infer_prog ? "an evaluation (hyfi_infer)"
                                                   : "a forward pass (hyfi_forward)");
     const hyfi_status s = program_run(g, p);
     hyfi_wait_end(g->ctx);
@@ -81,7 +81,7 @@ static hyfi_status program_run(hyfi_graph *g, program *p)
 static hyfi_status need_compiled(hyfi_graph *g, const char *who)
 {
     if (!g) return hyfi_fail(HYFI_ERR_ARG, "%s: graph is NULL", who);
-    if (!g->compiled)
+    if (!g->cc)
         return hyfi_call_fail(g, HYFI_ERR_STATE, "%s: compile the graph first "
                                                  "(hyfi_graph_compile)", who);
     return HYFI_OK;
@@ -137,7 +137,7 @@ static void tile_copy(const hyfi_tensor *t, int q, float *whole, float *tile, in
     const int r = q / tl->cols, c = q % tl->cols;
     const int y0 = tl->rcut[r], x0 = tl->ccut[c];
     const int th = tl->rcut[r + 1] - y0, tw = tl->ccut[c + 1] - x0;
-    const size_t planes = (size_t)(t->dims[0] / t->g->pl->nmb) * t->dims[1];
+    const size_t planes = (size_t)(t->dims[0] / t->g->cc->pl->nmb) * t->dims[1];
     const int H = t->dims[2], W = t->dims[3];
     for (size_t p = 0; p < planes; p++)
         for (int y = 0; y < th; y++) {
@@ -157,7 +157,7 @@ static hyfi_status write_batch(hyfi_graph *g, hyfi_tensor *t, const void *data, 
                               (const char *)data + (size_t)m * t->mb_numel * elem,
                               t->mb_numel * elem);
     if (!t->tl) return HYFI_OK;
-    const int P = g->pl->P;
+    const int P = g->cc->pl->P;
     for (int m = 0; m < t->nh; m++)
         for (int q = 0; q < P; q++) {
             const size_t n = hyfi_tile_numel(t, q);
@@ -165,7 +165,7 @@ static hyfi_status write_batch(hyfi_graph *g, hyfi_tensor *t, const void *data, 
             if (!tmp) return hyfi_call_fail(g, HYFI_ERR_NOMEM, "out of memory writing tiles");
             tile_copy(t, q, (float *)data + (size_t)m * t->mb_numel, tmp, 1);
             hyfi_handle_write(g, t->tl->h[m * P + q],
-                              hyfi_tile_rank(g, t->tl, q, HYFI_REP(g->pl, m)), tmp,
+                              hyfi_tile_rank(g, t->tl, q, HYFI_REP(g->cc->pl, m)), tmp,
                               n * sizeof(float));
             free(tmp);
         }
@@ -234,9 +234,9 @@ static hyfi_status read_loss(hyfi_graph *g, float *loss)
 static hyfi_status read_health(hyfi_graph *g)
 {
     float h[2] = {0, 0};
-    hyfi_handle_read(g, g->health[g->health_root], -1, h, sizeof h);
-    g->grad_norm = sqrt((double)h[0]);
-    g->weight_norm = sqrt((double)h[1]);
+    hyfi_handle_read(g, g->cc->health[g->cc->health_root], -1, h, sizeof h);
+    g->cc->grad_norm = sqrt((double)h[0]);
+    g->cc->weight_norm = sqrt((double)h[1]);
     if (isfinite(h[0]) && isfinite(h[1])) return HYFI_OK;
     const char *bad = "?", *what = "gradient";
     for (int i = 0; i < g->nparams; i++) {
@@ -262,10 +262,10 @@ hyfi_status hyfi_train_step(hyfi_graph *g, float *loss)
 {
     hyfi_status s = need_compiled(g, "hyfi_train_step");
     if (s != HYFI_OK) return s;
-    s = hyfi_program_run(g, &g->train_prog);
+    s = hyfi_program_run(g, &g->cc->train_prog);
     if (s != HYFI_OK) return s;
-    g->stepped = 1;
-    g->last_train = 1;
+    g->cc->stepped = 1;
+    g->cc->last_train = 1;
     s = read_loss(g, loss);
     const hyfi_status h = read_health(g);
     return h != HYFI_OK ? h : s;
@@ -275,10 +275,10 @@ hyfi_status hyfi_train_norms(hyfi_graph *g, double *grad_norm, double *weight_no
 {
     hyfi_status s = need_compiled(g, "hyfi_train_norms");
     if (s != HYFI_OK) return s;
-    if (!g->stepped)
+    if (!g->cc->stepped)
         return hyfi_call_fail(g, HYFI_ERR_STATE, "hyfi_train_norms: no train step has run yet");
-    if (grad_norm) *grad_norm = g->grad_norm;
-    if (weight_norm) *weight_norm = g->weight_norm;
+    if (grad_norm) *grad_norm = g->cc->grad_norm;
+    if (weight_norm) *weight_norm = g->cc->weight_norm;
     return HYFI_OK;
 }
 
@@ -286,9 +286,9 @@ hyfi_status hyfi_infer(hyfi_graph *g, float *loss)
 {
     hyfi_status s = need_compiled(g, "hyfi_infer");
     if (s != HYFI_OK) return s;
-    s = hyfi_program_run(g, &g->infer_prog);
+    s = hyfi_program_run(g, &g->cc->infer_prog);
     if (s != HYFI_OK) return s;
-    g->last_train = 0;
+    g->cc->last_train = 0;
     return read_loss(g, loss);
 }
 
@@ -296,9 +296,9 @@ hyfi_status hyfi_forward(hyfi_graph *g, bool training, float *loss)
 {
     hyfi_status s = need_compiled(g, "hyfi_forward");
     if (s != HYFI_OK) return s;
-    s = hyfi_program_run(g, training ? &g->fwd_train_prog : &g->infer_prog);
+    s = hyfi_program_run(g, training ? &g->cc->fwd_train_prog : &g->cc->infer_prog);
     if (s != HYFI_OK) return s;
-    g->last_train = 0;
+    g->cc->last_train = 0;
     return read_loss(g, loss);
 }
 
@@ -309,8 +309,9 @@ hyfi_status hyfi_set_lr(hyfi_graph *g, float lr)
     if (!(lr > 0))
         return hyfi_call_fail(g, HYFI_ERR_ARG, "hyfi_set_lr: learning rate %g must be > 0", lr);
     g->train.lr = lr;
-    for (int i = 0; i < g->train_prog.n; i++)
-        if (g->train_prog.t[i].cl == &hyfi_cl_sgd_update) g->train_prog.t[i].args.u.sgd.lr = lr;
+    program *P = &g->cc->train_prog;
+    for (int i = 0; i < P->n; i++)
+        if (P->t[i].cl == &hyfi_cl_sgd_update) P->t[i].args.u.sgd.lr = lr;
     return HYFI_OK;
 }
 
@@ -320,7 +321,7 @@ static void read_tensor(hyfi_graph *g, const hyfi_tensor *t, starpu_data_handle_
                         starpu_data_handle_t *th, float *out)
 {
     if (t->tl && (!t->tl->full || t->kind == T_INPUT)) {
-        const int P = g->pl->P;
+        const int P = g->cc->pl->P;
         for (int m = 0; m < t->nh; m++)
             for (int q = 0; q < P; q++) {
                 const size_t n = hyfi_tile_numel(t, q);
@@ -347,7 +348,7 @@ static void read_tensor(hyfi_graph *g, const hyfi_tensor *t, starpu_data_handle_
 
 static hyfi_status check_released(hyfi_graph *g, const hyfi_tensor *t, const char *who)
 {
-    if (t->released && g->last_train)
+    if (t->released && g->cc->last_train)
         return hyfi_call_fail(g, HYFI_ERR_STATE, "%s: \"%s\" was released after its backward "
                                                  "(plans with several stages or micro-batches "
                                                  "free activations as soon as they can); read it "
@@ -380,9 +381,9 @@ hyfi_status hyfi_grad_read(hyfi_graph *g, const hyfi_tensor *t, float *out, size
     if (s == HYFI_OK) s = check_tensor(g, t, count, "hyfi_grad_read");
     if (s != HYFI_OK) return s;
     if (!out) return hyfi_call_fail(g, HYFI_ERR_ARG, "hyfi_grad_read: output buffer is NULL");
-    if (!g->stepped || !t->gh || !t->gwritten)
+    if (!g->cc->stepped || !t->gh || !t->gwritten)
         return hyfi_call_fail(g, HYFI_ERR_STATE, "hyfi_grad_read: \"%s\" has no gradient%s",
-                              t->name, g->stepped ? " (it is not on the loss's path)"
+                              t->name, g->cc->stepped ? " (it is not on the loss's path)"
                                                   : " yet; run hyfi_train_step first");
     if (t == g->loss) {
         out[0] = 1.0f;

@@ -36,7 +36,7 @@ static void tile_view(emit_ctx *e, const node *nd, int q, starpu_data_handle_t i
 {
     const hyfi_tnode *tn = nd->tn;
     const hyfi_tiles *yt = nd->out->tl;
-    const int Pt = e->g->pl->P;
+    const int Pt = e->g->cc->pl->P;
     memset(v, 0, sizeof *v);
     v->nd = nd;
     v->tile = q;
@@ -68,7 +68,7 @@ static void tile_view(emit_ctx *e, const node *nd, int q, starpu_data_handle_t i
 static int bn_tiles_forward(emit_ctx *e, const node *nd)
 {
     const hyfi_tnode *tn = nd->tn;
-    const int Pt = e->g->pl->P;
+    const int Pt = e->g->cc->pl->P;
     double count[HYFI_MAX_TILES] = {0};
     hyfi_opview v = {0};
     for (int q = 0; q < Pt; q++) {
@@ -90,7 +90,7 @@ int hyfi_spatial_forward(emit_ctx *e, const node *nd, int training)
     if (nd->tn && nd->tn->fg) /* the group is emitted with its first op */
         return nd->tn->fg_pos == 0 ? hyfi_sp_fused_forward(e, nd->tn->fg, training) : 0;
     if (hyfi_op_batch_statistics(nd) && training) return bn_tiles_forward(e, nd);
-    for (int q = 0; q < e->g->pl->P; q++) {
+    for (int q = 0; q < e->g->cc->pl->P; q++) {
         starpu_data_handle_t in = NULL;
         if (hyfi_op_windowed(nd) && hyfi_sp_assemble(e, nd, q, &in)) return -1;
         hyfi_opview v;
@@ -107,7 +107,7 @@ int hyfi_spatial_forward(emit_ctx *e, const node *nd, int training)
 static int bn_tiles_backward(emit_ctx *e, const node *nd)
 {
     const hyfi_tnode *tn = nd->tn;
-    const int Pt = e->g->pl->P;
+    const int Pt = e->g->cc->pl->P;
     double count[HYFI_MAX_TILES] = {0}, total = 0;
     hyfi_opview v = {0};
     for (int q = 0; q < Pt; q++) {
@@ -128,7 +128,7 @@ int hyfi_spatial_backward(emit_ctx *e, const node *nd)
 {
     if (nd->tn && nd->tn->fg) /* the group is emitted with its last op */
         return nd->tn->fg_pos == nd->tn->fg->n - 1 ? hyfi_sp_fused_backward(e, nd->tn->fg) : 0;
-    const int Pt = e->g->pl->P;
+    const int Pt = e->g->cc->pl->P;
     const hyfi_tnode *tn = nd->tn;
     hyfi_opview v;
     if (hyfi_op_batch_statistics(nd)) return bn_tiles_backward(e, nd);
@@ -165,7 +165,7 @@ int hyfi_spatial_gather(emit_ctx *e, hyfi_tensor *x)
 {
     program *P = e->P;
     const hyfi_tiles *tl = x->tl;
-    const int Pt = e->g->pl->P, n = x->dims[0] / e->M, C = x->dims[1];
+    const int Pt = e->g->cc->pl->P, n = x->dims[0] / e->M, C = x->dims[1];
     char nm[64];
     for (int q0 = 0; q0 < Pt; q0 += NP) {
         const int cnt = Pt - q0 < NP ? Pt - q0 : NP;
@@ -189,7 +189,7 @@ int hyfi_spatial_gather_back(emit_ctx *e, hyfi_tensor *x)
 {
     program *P = e->P;
     const hyfi_tiles *tl = x->tl;
-    const int Pt = e->g->pl->P, n = x->dims[0] / e->M, C = x->dims[1];
+    const int Pt = e->g->cc->pl->P, n = x->dims[0] / e->M, C = x->dims[1];
     char nm[64];
     if (!x->requires_grad || !TGW(x, e->m)) return 0;
     for (int q0 = 0; q0 < Pt; q0 += NP) {
@@ -217,9 +217,9 @@ int hyfi_spatial_param_sums(emit_ctx *e)
 {
     program *P = e->P;
     hyfi_graph *g = e->g;
-    const int Pt = g->pl->P;
+    const int Pt = g->cc->pl->P;
     char nm[HYFI_NAME_MAX + 32];
-    for (int r = 0; r < g->pl->nrep; r++)
+    for (int r = 0; r < g->cc->pl->nrep; r++)
     for (int i = 0; i < g->nnodes; i++) {
         const node *nd = &g->nodes[i];
         if (!nd->tn || !nd->tn->wpart || !nd->tn->wpw[r * Pt]) continue;
@@ -233,9 +233,9 @@ int hyfi_spatial_param_sums(emit_ctx *e)
                 TASK(&hyfi_cl_accumulate, nm, &a);
                 hyfi_prog_buf(P, p->gh[r], q ? STARPU_RW : STARPU_W);
                 R(parts[q]);
-                P->t[P->n - 1].place = HYFI_PLACE(g->pl, r, g->pl->stage_place0[nd->stage]);
-                P->t[P->n - 1].rank = hyfi_stage_rank(g->pl, r, nd->stage);
-                P->t[P->n - 1].worker = hyfi_stage_worker(g->pl, r, nd->stage);
+                P->t[P->n - 1].place = HYFI_PLACE(g->cc->pl, r, g->cc->pl->stage_place0[nd->stage]);
+                P->t[P->n - 1].rank = hyfi_stage_rank(g->cc->pl, r, nd->stage);
+                P->t[P->n - 1].worker = hyfi_stage_worker(g->cc->pl, r, nd->stage);
             }
             p->gw[r] = 1;
         }

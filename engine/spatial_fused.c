@@ -13,7 +13,7 @@
 /* Op j's input on tile q (what its kernel reads) and that input's gradient. */
 static starpu_data_handle_t fg_in(emit_ctx *e, const hyfi_fgroup *fg, int j, int q)
 {
-    if (j == 0) return fg->op[0]->tn->buf[e->m * e->g->pl->P + q];
+    if (j == 0) return fg->op[0]->tn->buf[e->m * e->g->cc->pl->P + q];
     return fg_padded(fg, j, q) ? fg->pbuf[FGK(j, q)] : fg->val[FGK(j - 1, q)];
 }
 static starpu_data_handle_t fg_out(emit_ctx *e, const hyfi_fgroup *fg, int j, int q)
@@ -43,7 +43,7 @@ static void fused_view(emit_ctx *e, const hyfi_fgroup *fg, int j, int q, int tra
 {
     const node *nd = fg->op[j];
     const hyfi_tnode *tn = nd->tn;
-    const int Pt = e->g->pl->P;
+    const int Pt = e->g->cc->pl->P;
     memset(v, 0, sizeof *v);
     v->nd = nd;
     v->tile = q;
@@ -94,7 +94,7 @@ static int fused_bn_stats(emit_ctx *e, const hyfi_fgroup *fg, int j)
     const node *nd = fg->op[j];
     const hyfi_tnode *tn = nd->tn;
     const hyfi_tiles *tl = nd->out->tl;
-    const int Pt = e->g->pl->P, n = nd->out->dims[0] / e->M, C = nd->out->dims[1];
+    const int Pt = e->g->cc->pl->P, n = nd->out->dims[0] / e->M, C = nd->out->dims[1];
     double count[HYFI_MAX_TILES] = {0};
     hyfi_opview v = {0};
     for (int q = 0; q < Pt; q++) {
@@ -119,7 +119,7 @@ static int fused_bn_stats(emit_ctx *e, const hyfi_fgroup *fg, int j)
 
 int hyfi_sp_fused_forward(emit_ctx *e, const hyfi_fgroup *fg, int training)
 {
-    const int Pt = e->g->pl->P;
+    const int Pt = e->g->cc->pl->P;
     for (int j = 0; j < fg->n; j++) {
         const node *nd = fg->op[j];
         const int n = nd->out->dims[0] / e->M, Ci = nd->in[0]->dims[1];
@@ -154,7 +154,7 @@ static int fused_bn_backward(emit_ctx *e, const hyfi_fgroup *fg, int j)
     const node *nd = fg->op[j];
     const hyfi_tnode *tn = nd->tn;
     const hyfi_tiles *tl = nd->out->tl;
-    const int Pt = e->g->pl->P, n = nd->out->dims[0] / e->M, C = nd->out->dims[1];
+    const int Pt = e->g->cc->pl->P, n = nd->out->dims[0] / e->M, C = nd->out->dims[1];
     double count[HYFI_MAX_TILES] = {0}, total = 0;
     hyfi_opview v = {0};
     for (int q = 0; q < Pt; q++) {
@@ -194,7 +194,7 @@ static int fused_bn_backward(emit_ctx *e, const hyfi_fgroup *fg, int j)
 
 int hyfi_sp_fused_backward(emit_ctx *e, const hyfi_fgroup *fg)
 {
-    const int Pt = e->g->pl->P;
+    const int Pt = e->g->cc->pl->P;
     for (int j = fg->n - 1; j >= 0; j--) {
         const node *nd = fg->op[j];
         const int n = nd->out->dims[0] / e->M, Ci = nd->in[0]->dims[1];

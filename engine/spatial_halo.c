@@ -25,7 +25,7 @@ void hyfi_sp_grad_done(emit_ctx *e, hyfi_tensor *x, int q)
 
 int hyfi_sp_place(const emit_ctx *e, const hyfi_tensor *x, int q)
 {
-    return place_of(e->g->pl, e->rep, x->tl->stage, q);
+    return place_of(e->g->cc->pl, e->rep, x->tl->stage, q);
 }
 
 void hyfi_sp_task_name(char *out, size_t len, const node *nd, const char *pass, int q, const emit_ctx *e)
@@ -42,7 +42,7 @@ int hyfi_sp_assemble(emit_ctx *e, const node *nd, int q, starpu_data_handle_t *i
     program *P = e->P;
     const hyfi_tnode *tn = nd->tn;
     hyfi_tensor *x = nd->in[0];
-    const int n = x->dims[0] / e->M, C = x->dims[1], Pt = e->g->pl->P;
+    const int n = x->dims[0] / e->M, C = x->dims[1], Pt = e->g->cc->pl->P;
     char nm[64];
     if (!tn->use_buf[q]) {
         *in = TILE(x, q);
@@ -88,7 +88,7 @@ int hyfi_sp_unassemble(emit_ctx *e, const node *nd, int q)
     program *P = e->P;
     const hyfi_tnode *tn = nd->tn;
     hyfi_tensor *x = nd->in[0];
-    const int n = x->dims[0] / e->M, C = x->dims[1], Pt = e->g->pl->P;
+    const int n = x->dims[0] / e->M, C = x->dims[1], Pt = e->g->cc->pl->P;
     char nm[64];
     hyfi_task_args a = {.u.tile = {.n = n, .c = C, .dst_h = tn->buf_h[q], .dst_w = tn->buf_w[q],
                                    .npieces = tn->npieces[q]}};
@@ -116,7 +116,7 @@ int hyfi_sp_halo_return(emit_ctx *e, const node *nd, int q)
     program *P = e->P;
     const hyfi_tnode *tn = nd->tn;
     hyfi_tensor *x = nd->in[0];
-    const int n = x->dims[0] / e->M, C = x->dims[1], Pt = e->g->pl->P;
+    const int n = x->dims[0] / e->M, C = x->dims[1], Pt = e->g->cc->pl->P;
     char nm[64];
     for (int k = 1; k < tn->npieces[q]; k++) {
         const hyfi_piece *p = &tn->piece[q][k];
@@ -143,7 +143,7 @@ int hyfi_sp_halo_return(emit_ctx *e, const node *nd, int q)
 void hyfi_sp_view_params(emit_ctx *e, const node *nd, int q, int training, hyfi_opview *v)
 {
     hyfi_tnode *tn = nd->tn;
-    const int j = e->rep * e->g->pl->P + q;
+    const int j = e->rep * e->g->cc->pl->P + q;
     for (int k = 0; k < 4; k++)
         if (nd->p[k]) v->p[k] = PH(nd->p[k]);
     for (int k = 0; k < 2; k++)

@@ -121,11 +121,11 @@ static inline int fg_bn_extended(const hyfi_fgroup *fg, int j, int q)
 }
 
 /* Handles of micro-batch e->m: tile q of x, its gradient and its flag. */
-#define TILE(x, q) ((x)->tl->h[e->m * e->g->pl->P + (q)])
-#define TGRAD(x, q) ((x)->tl->gh[e->m * e->g->pl->P + (q)])
-#define TGWF(x, q) ((x)->tl->gw[e->m * e->g->pl->P + (q)])
+#define TILE(x, q) ((x)->tl->h[e->m * e->g->cc->pl->P + (q)])
+#define TGRAD(x, q) ((x)->tl->gh[e->m * e->g->cc->pl->P + (q)])
+#define TGWF(x, q) ((x)->tl->gw[e->m * e->g->cc->pl->P + (q)])
 /* Op j of a fused group, tile q, micro-batch e->m. */
-#define FGK(j, q) (((size_t)(j) * e->M + e->m) * e->g->pl->P + (q))
+#define FGK(j, q) (((size_t)(j) * e->M + e->m) * e->g->cc->pl->P + (q))
 
 /* spatial_halo.c: the halo adapters, shared by the tiles and fused lowerings;
  * a tile gradient output (W for its first writer, RW after) and its flag. */

@@ -10,25 +10,25 @@
 
 int hyfi_spatial_tiled(const hyfi_graph *g, const node *nd)
 {
-    return g->pl && g->pl->K > 0 && nd->stage < g->pl->K;
+    return g->cc && g->cc->pl && g->cc->pl->K > 0 && nd->stage < g->cc->pl->K;
 }
 
 
 int hyfi_tile_rank(const hyfi_graph *g, const hyfi_tiles *tl, int t, int rep)
 {
-    return g->pl->place_rank[place_of(g->pl, rep, tl->stage, t)];
+    return g->cc->pl->place_rank[place_of(g->cc->pl, rep, tl->stage, t)];
 }
 
 
 size_t hyfi_tile_numel(const hyfi_tensor *x, int t)
 {
-    const int n = x->dims[0] / x->g->pl->nmb;
+    const int n = x->dims[0] / x->g->cc->pl->nmb;
     return (size_t)n * x->dims[1] * tile_h(x->tl, t) * tile_w(x->tl, t);
 }
 
 hyfi_status hyfi_spatial_plan_grid(hyfi_graph *g)
 {
-    hyfi_plan *pl = g->pl;
+    hyfi_plan *pl = g->cc->pl;
     const hyfi_plan_config *cfg = &g->plan_cfg;
     char err[300];
     if (cfg->spatial_stages > pl->nstages)
@@ -52,8 +52,8 @@ static hyfi_tiles *new_tiles(hyfi_graph *g, int stage)
     hyfi_tiles *tl = calloc(1, sizeof *tl);
     if (!tl) return NULL;
     tl->stage = stage;
-    tl->rows = g->pl->grid_rows;
-    tl->cols = g->pl->grid_cols;
+    tl->rows = g->cc->pl->grid_rows;
+    tl->cols = g->cc->pl->grid_cols;
     return tl;
 }
 
@@ -151,7 +151,7 @@ static int consumers(const hyfi_graph *g, const hyfi_tensor *t)
  * own tile; the group input's assembled buffer in op[0]'s tnode. */
 static int fused_geometry(hyfi_graph *g, hyfi_fgroup *fg, char *err, size_t errlen)
 {
-    const int P = g->pl->P;
+    const int P = g->cc->pl->P;
     const node *last = fg->op[fg->n - 1], *first = fg->op[0];
     const hyfi_tiles *yt = last->out->tl, *xt = first->in[0]->tl;
     hyfi_tnode *tn = first->tn;
@@ -256,7 +256,7 @@ static hyfi_status fused_plan(hyfi_graph *g)
 
 hyfi_status hyfi_spatial_plan(hyfi_graph *g)
 {
-    hyfi_plan *pl = g->pl;
+    hyfi_plan *pl = g->cc->pl;
     if (pl->K == 0) return HYFI_OK;
     char err[512];
     const int P = pl->P;
@@ -343,7 +343,7 @@ hyfi_status hyfi_spatial_plan(hyfi_graph *g)
 void hyfi_spatial_halo_counts(const hyfi_graph *g, int *groups, int *fused_ops, int *strips)
 {
     *groups = *fused_ops = *strips = 0;
-    if (!g->pl || g->pl->K == 0) return;
+    if (!g->cc || !g->cc->pl || g->cc->pl->K == 0) return;
     for (int i = 0; i < g->nnodes; i++) {
         const hyfi_tnode *tn = g->nodes[i].tn;
         if (!tn) continue;
@@ -352,7 +352,7 @@ void hyfi_spatial_halo_counts(const hyfi_graph *g, int *groups, int *fused_ops, 
             *fused_ops += tn->fg->n;
         }
         if (!tn->windowed || (tn->fg && tn->fg_pos > 0)) continue;
-        for (int q = 0; q < g->pl->P; q++)
+        for (int q = 0; q < g->cc->pl->P; q++)
             if (tn->use_buf[q]) *strips += tn->npieces[q] - 1;
     }
 }
@@ -361,7 +361,7 @@ void hyfi_spatial_halo_counts(const hyfi_graph *g, int *groups, int *fused_ops, 
  * every strip forward and its gradient back. */
 size_t hyfi_spatial_halo_volume(const hyfi_graph *g)
 {
-    const hyfi_plan *pl = g->pl;
+    const hyfi_plan *pl = g->cc->pl;
     size_t b = 0;
     if (!pl || pl->K == 0) return 0;
     for (int i = 0; i < g->nnodes; i++) {

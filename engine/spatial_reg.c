@@ -45,7 +45,7 @@ static starpu_data_handle_t *handles(size_t n) { return calloc(n, sizeof(starpu_
 
 static int fused_register(hyfi_graph *g)
 {
-    const hyfi_plan *pl = g->pl;
+    const hyfi_plan *pl = g->cc->pl;
     const int M = pl->nmb, P = pl->P;
     char sfx[48];
     for (int i = 0; i < g->nnodes; i++) {
@@ -65,7 +65,8 @@ static int fused_register(hyfi_graph *g)
                 if (hyfi_host_alloc(&fg->ztot_host[j], 2 * (size_t)Co)) return -1;
                 memset(fg->ztot_host[j], 0, 2 * (size_t)Co * sizeof(float));
                 hyfi_reg(g, &fg->ztot[j], fg->ztot_host[j], 2 * (size_t)Co, sizeof(float),
-                         pl->stage_rank[nd->stage], HC_BNSTATS, HYFI_KEEP, nd->name, ".zero_dstats", 0, 1);
+                         pl->stage_rank[nd->stage], HC_BNSTATS, HYFI_KEEP, nd->name, ".zero_dstats",
+                         0, 1);
             }
             for (int m = 0; m < M; m++)
                 for (int q = 0; q < P; q++) {
@@ -74,34 +75,34 @@ static int fused_register(hyfi_graph *g)
                     const size_t on = (size_t)n * Co * fg_rows(fg, j, q) * fg_cols(fg, j, q);
                     if (j < fg->n - 1) {
                         snprintf(sfx, sizeof sfx, ".ext.tile%d", q);
-                        hyfi_reg(g, &fg->val[k], NULL, on, sizeof(float), rq, HC_PIPELINE, fg->op[0]->stage, nd->name,
-                                 sfx, m, M);
+                        hyfi_reg(g, &fg->val[k], NULL, on, sizeof(float), rq, HC_PIPELINE,
+                                 fg->op[0]->stage, nd->name, sfx, m, M);
                         snprintf(sfx, sizeof sfx, ".ext.tile%d.grad", q);
-                        hyfi_reg(g, &fg->grad[k], NULL, on, sizeof(float), rq, HC_PIPELINE, fg->op[0]->stage,
-                                 nd->name, sfx, m, M);
+                        hyfi_reg(g, &fg->grad[k], NULL, on, sizeof(float), rq, HC_PIPELINE,
+                                 fg->op[0]->stage, nd->name, sfx, m, M);
                     }
                     if (fg_padded(fg, j, q)) {
                         const size_t pn = (size_t)n * Ci *
                                           (fg_rows(fg, j - 1, q) + fg->pt[j][q] + fg->pb[j][q]) *
                                           (fg_cols(fg, j - 1, q) + fg->pl[j][q] + fg->pr[j][q]);
                         snprintf(sfx, sizeof sfx, ".in.tile%d", q);
-                        hyfi_reg(g, &fg->pbuf[k], NULL, pn, sizeof(float), rq, HC_PIPELINE, fg->op[0]->stage,
-                                 nd->name, sfx, m, M);
+                        hyfi_reg(g, &fg->pbuf[k], NULL, pn, sizeof(float), rq, HC_PIPELINE,
+                                 fg->op[0]->stage, nd->name, sfx, m, M);
                         snprintf(sfx, sizeof sfx, ".in.tile%d.grad", q);
-                        hyfi_reg(g, &fg->dpbuf[k], NULL, pn, sizeof(float), rq, HC_PIPELINE, fg->op[0]->stage,
-                                 nd->name, sfx, m, M);
+                        hyfi_reg(g, &fg->dpbuf[k], NULL, pn, sizeof(float), rq, HC_PIPELINE,
+                                 fg->op[0]->stage, nd->name, sfx, m, M);
                     }
                     if (hyfi_op_batch_statistics(nd) && fg_bn_extended(fg, j, q)) {
                         const size_t own = hyfi_tile_numel(nd->out, q);
                         snprintf(sfx, sizeof sfx, ".own_x.tile%d", q);
-                        hyfi_reg(g, &fg->xo[k], NULL, own, sizeof(float), rq, HC_PIPELINE, fg->op[0]->stage, nd->name,
-                                 sfx, m, M);
+                        hyfi_reg(g, &fg->xo[k], NULL, own, sizeof(float), rq, HC_PIPELINE,
+                                 fg->op[0]->stage, nd->name, sfx, m, M);
                         snprintf(sfx, sizeof sfx, ".own_dy.tile%d", q);
-                        hyfi_reg(g, &fg->dyo[k], NULL, own, sizeof(float), rq, HC_PIPELINE, fg->op[0]->stage,
-                                 nd->name, sfx, m, M);
+                        hyfi_reg(g, &fg->dyo[k], NULL, own, sizeof(float), rq, HC_PIPELINE,
+                                 fg->op[0]->stage, nd->name, sfx, m, M);
                         snprintf(sfx, sizeof sfx, ".own_dx.tile%d", q);
-                        hyfi_reg(g, &fg->dxo[k], NULL, own, sizeof(float), rq, HC_PIPELINE, fg->op[0]->stage,
-                                 nd->name, sfx, m, M);
+                        hyfi_reg(g, &fg->dxo[k], NULL, own, sizeof(float), rq, HC_PIPELINE,
+                                 fg->op[0]->stage, nd->name, sfx, m, M);
                     }
                 }
         }
@@ -113,7 +114,7 @@ static int fused_register(hyfi_graph *g)
 
 int hyfi_spatial_register(hyfi_graph *g)
 {
-    const hyfi_plan *pl = g->pl;
+    const hyfi_plan *pl = g->cc->pl;
     if (pl->K == 0) return 0;
     const int M = pl->nmb, P = pl->P;
     char sfx[48];
@@ -161,12 +162,12 @@ int hyfi_spatial_register(hyfi_graph *g)
                     if (!tn->use_buf[q]) continue;
                     const size_t bn = (size_t)n * C * tn->buf_h[q] * tn->buf_w[q];
                     snprintf(sfx, sizeof sfx, ".in.tile%d", q);
-                    hyfi_reg(g, &tn->buf[m * P + q], NULL, bn, sizeof(float), rq, HC_PIPELINE, nd->stage,
-                             nd->name, sfx, m, M);
+                    hyfi_reg(g, &tn->buf[m * P + q], NULL, bn, sizeof(float), rq, HC_PIPELINE,
+                             nd->stage, nd->name, sfx, m, M);
                     if (x->requires_grad) {
                         snprintf(sfx, sizeof sfx, ".in.tile%d.grad", q);
-                        hyfi_reg(g, &tn->dbuf[m * P + q], NULL, bn, sizeof(float), rq, HC_PIPELINE, nd->stage,
-                                 nd->name, sfx, m, M);
+                        hyfi_reg(g, &tn->dbuf[m * P + q], NULL, bn, sizeof(float), rq, HC_PIPELINE,
+                                 nd->stage, nd->name, sfx, m, M);
                     }
                     for (int k = 1; k < tn->npieces[q]; k++) {
                         const hyfi_piece *p = &tn->piece[q][k];
@@ -174,12 +175,12 @@ int hyfi_spatial_register(hyfi_graph *g)
                         const size_t sn = (size_t)n * C * p->h * p->w;
                         const size_t j = ((size_t)m * P + q) * NP + k;
                         snprintf(sfx, sizeof sfx, ".halo%d_%d", tn->from[q][k], q);
-                        hyfi_reg(g, &tn->strip[j], NULL, sn, sizeof(float), ru, HC_HALO, nd->stage, nd->name,
-                                 sfx, m, M);
+                        hyfi_reg(g, &tn->strip[j], NULL, sn, sizeof(float), ru, HC_HALO, nd->stage,
+                                 nd->name, sfx, m, M);
                         if (x->requires_grad) {
                             snprintf(sfx, sizeof sfx, ".halo%d_%d.grad", tn->from[q][k], q);
-                            hyfi_reg(g, &tn->dstrip[j], NULL, sn, sizeof(float), rq, HC_HALO, nd->stage,
-                                     nd->name, sfx, m, M);
+                            hyfi_reg(g, &tn->dstrip[j], NULL, sn, sizeof(float), rq, HC_HALO,
+                                     nd->stage, nd->name, sfx, m, M);
                         }
                     }
                 }
@@ -223,8 +224,8 @@ int hyfi_spatial_register(hyfi_graph *g)
                              HC_BNSTATS, nd->stage, nd->name, sfx, m, M);
                 }
                 hyfi_reg(g, &tn->tot[m], NULL, 2 * (size_t)C, sizeof(float),
-                         hyfi_stage_rank(pl, HYFI_REP(pl, m), nd->stage), HC_BNSTATS, nd->stage, nd->name,
-                         ".dstats", m, M);
+                         hyfi_stage_rank(pl, HYFI_REP(pl, m), nd->stage), HC_BNSTATS, nd->stage,
+                         nd->name, ".dstats", m, M);
             }
         }
     }

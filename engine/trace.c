@@ -68,7 +68,7 @@ void hyfi_trace_note_plan(hyfi_graph *g)
             note_failed(c, "hyfi_ops.tsv", errno);
     close_note(c, f, "hyfi_ops.tsv");
     if (!(f = open_note(c, "hyfi_plan.tsv"))) return;
-    const hyfi_plan *pl = g->pl;
+    const hyfi_plan *pl = g->cc->pl;
     if (fprintf(f, "ranks\t%d\nstages\t%d\nmicrobatches\t%d\nreplicas\t%d\nper_replica\t%d\n"
                    "tiled_stages\t%d\ntiles\t%d\n",
                 c->nranks, pl->nstages, pl->nmb, pl->nrep, pl->mbr, pl->K, pl->P) < 0)

@@ -16,7 +16,7 @@
  * each micro-batch's loss to every rank (PT_BCAST). */
 void hyfi_plan_predict_comm(hyfi_graph *g)
 {
-    hyfi_plan *pl = g->pl;
+    hyfi_plan *pl = g->cc->pl;
     const int R = g->ctx->nranks;
     memset(pl->pred_bytes, 0, (size_t)R * R * sizeof(size_t));
     memset(pl->pred_halo, 0, (size_t)R * R * sizeof(size_t));
@@ -24,7 +24,7 @@ void hyfi_plan_predict_comm(hyfi_graph *g)
     if (R < 2) return;
     /* cached[h][r]: by handle pointer through a small open-addressing table */
     size_t cap = 1024;
-    while (cap < (size_t)g->train_prog.n * 4) cap *= 2;
+    while (cap < (size_t)g->cc->train_prog.n * 4) cap *= 2;
     starpu_data_handle_t *keys = calloc(cap, sizeof *keys);
     unsigned char *cached = calloc(cap * (size_t)R, 1);
     if (!keys || !cached) {
@@ -44,8 +44,8 @@ void hyfi_plan_predict_comm(hyfi_graph *g)
             memset(pl->pred_bytes, 0, (size_t)R * R * sizeof(size_t));
             memset(pl->pred_halo, 0, (size_t)R * R * sizeof(size_t));
         }
-        for (int i = 0; i < g->train_prog.n; i++) {
-            const prog_task *t = &g->train_prog.t[i];
+        for (int i = 0; i < g->cc->train_prog.n; i++) {
+            const prog_task *t = &g->cc->train_prog.t[i];
             for (int b = 0; b < t->nbuf; b++) {
                 starpu_data_handle_t h = t->buf[b].handle;
                 const int o = starpu_mpi_data_get_rank(h), e = t->rank;
