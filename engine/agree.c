@@ -65,10 +65,15 @@ static void judge(const hyfi_agree_spec *sp, const agree_payload *all, int nrank
 {
     v->status = HYFI_OK;
     v->msg[0] = 0;
+    /* every rank failed alike (e.g. the same damaged file): no rank to name */
+    int alike = 1;
+    for (int r = 1; r < nranks && alike; r++)
+        alike = all[r].status == all[0].status && !strcmp(all[r].msg, all[0].msg);
     for (int r = 0; r < nranks; r++)
         if (all[r].status != HYFI_OK) {
             v->status = all[r].status;
-            snprintf(v->msg, sizeof v->msg, "rank %d: %s", r, all[r].msg);
+            if (alike) snprintf(v->msg, sizeof v->msg, "%s", all[r].msg);
+            else snprintf(v->msg, sizeof v->msg, "rank %d: %s", r, all[r].msg);
             return;
         }
     const agree_payload *p0 = &all[0];

@@ -322,7 +322,8 @@ hyfi_status hyfi_call_fail(hyfi_graph *g, hyfi_status s, const char *fmt, ...)
 /* agree.c: make an outcome and settings common to every MPI rank (collective;
  * without MPI or on one rank it returns `local`). Each rank passes its own
  * status (and message) and n named settings; rank 0 judges: the lowest
- * failing rank's status ("rank k: <message>"), else HYFI_ERR_MISMATCH when a
+ * failing rank's status ("rank k: <message>", or just the message when every
+ * rank failed with the same status and message), else HYFI_ERR_MISMATCH when a
  * setting's hash differs ("<intro>: rank k differs from rank 0 in NAME (rank
  * k: VALUE; rank 0: VALUE)...; <fix>"), else HYFI_OK. A rank that failed
  * gets its own status and message back; msg (len bytes) gets the verdict's. */

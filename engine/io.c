@@ -26,11 +26,12 @@
  * In MPI runs both calls are collective and return the same status (and
  * message) on every rank: saving brings every value to rank 0, which writes
  * the file, and shares its status; loading reads the file on every rank (a
- * shared file system, or a copy per node), the ranks agree on the outcome (the
- * first failing rank's error, naming the rank when they did not all fail
- * alike), and only then does each rank apply the tensors it owns. The statuses
- * travel as StarPU-MPI data: the application thread makes no MPI call of its
- * own while StarPU-MPI's progression thread runs.
+ * shared file system, or a copy per node), the ranks agree on the outcome
+ * (agree.c: a failing rank keeps its error, the others get the first failing
+ * rank's as "rank k: <error>", or just the error when all failed alike), and
+ * only then does each rank apply the tensors it owns. The statuses travel as
+ * StarPU-MPI data: the application thread makes no MPI call of its own while
+ * StarPU-MPI's progression thread runs.
  */
 #include "internal.h"
 
@@ -53,53 +54,19 @@ static const char MAGIC[8] = {'H', 'Y', 'F', 'I', 'P', 'R', 'M', '1'};
 static int saved_kind(const hyfi_tensor *t) { return t->kind == T_PARAM || t->kind == T_STATE; }
 
 /* ------------------------------------------------- collective status (MPI) */
-typedef struct {
-    int32_t status;
-    char msg[512];
-} rank_status;
-
-/* Rank r's status, on every rank: a small StarPU-MPI handle owned by r. */
-static void bcast_status(hyfi_graph *g, int r, rank_status *mine, rank_status *out)
-{
-    hyfi_ctx *c = g->ctx;
-    starpu_data_handle_t h;
-    if (r == c->rank)
-        starpu_vector_data_register(&h, STARPU_MAIN_RAM, (uintptr_t)mine, 1, sizeof *mine);
-    else
-        starpu_vector_data_register(&h, -1, 0, 1, sizeof *mine);
-    starpu_mpi_data_register(h, c->next_tag++, r);
-    starpu_mpi_get_data_on_all_nodes_detached(MPI_COMM_WORLD, h);
-    starpu_data_acquire(h, STARPU_R);
-    memcpy(out, (void *)starpu_vector_get_local_ptr(h), sizeof *out);
-    starpu_data_release(h);
-    starpu_data_unregister(h);
-}
-
-/* Make the status of a collective call the same on every rank. root_only: only
- * rank 0's status counts (saving: rank 0 writes); else every rank's, and the
- * result is the first failing rank's, its message naming the rank unless all
- * ranks failed alike. The message of the result is set on every rank. */
+/* Make the status of a collective call common to every rank (hyfi_agree):
+ * root_only, only rank 0's counts (saving: rank 0 writes); else every rank's.
+ * A rank that failed keeps its message; the others get "rank k: <message>"
+ * of the lowest failing rank (just the message when all failed alike). */
 static hyfi_status agree(hyfi_graph *g, hyfi_status st, int root_only)
 {
     hyfi_ctx *c = g->ctx;
     if (!c->mpi || c->nranks < 2) return st;
-    rank_status mine = {.status = (int32_t)st}, got, first = {.status = HYFI_OK}, r0;
-    if (st != HYFI_OK) snprintf(mine.msg, sizeof mine.msg, "%s", hyfi_last_error());
-    int first_rank = -1, alike = 1; /* alike: every rank's status and message are rank 0's */
-    for (int r = 0; r < (root_only ? 1 : c->nranks); r++) {
-        bcast_status(g, r, &mine, &got);
-        got.msg[sizeof got.msg - 1] = 0;
-        if (r == 0) r0 = got;
-        if (got.status != HYFI_OK && first_rank < 0) {
-            first = got;
-            first_rank = r;
-        }
-        alike &= got.status == r0.status && strcmp(got.msg, r0.msg) == 0;
-    }
-    if (first_rank < 0) return HYFI_OK;
-    if (root_only || alike) return hyfi_call_fail(g, (hyfi_status)first.status, "%s", first.msg);
-    return hyfi_call_fail(g, (hyfi_status)first.status, "%s (on rank %d)", first.msg,
-                          first_rank);
+    if (root_only && c->rank != 0) st = HYFI_OK;
+    char own[512], out[512];
+    snprintf(own, sizeof own, "%s", st != HYFI_OK ? hyfi_last_error() : "");
+    const hyfi_status s = hyfi_agree(c, st, own, NULL, out, sizeof out);
+    return s == HYFI_OK ? HYFI_OK : hyfi_call_fail(g, s, "%s", out);
 }
 
 /* ------------------------------------------------------------------ saving */

@@ -184,7 +184,9 @@ int hyfi_ctx_ncuda_workers(const hyfi_ctx *ctx);
  * every rank when every rank passed HYFI_OK; otherwise a failure on every
  * rank: on a rank that failed, its own; on the others, the status of the
  * lowest failing rank, with the message "rank k: <its message>"
- * (hyfi_last_error()). */
+ * (hyfi_last_error()), or just "<message>" when every rank failed with the
+ * same status and message. hyfi_save_params and hyfi_load_params report their
+ * outcome the same way. */
 hyfi_status hyfi_ctx_agree(hyfi_ctx *ctx, hyfi_status local, const char *msg);
 
 /* A setting that every rank must have alike: a name ("--steps") and its value
