@@ -258,7 +258,7 @@ static hyfi_tensor *convk(hyfi_graph *g, const char *name, hyfi_tensor *x, int c
 
 static hyfi_tensor *bn(hyfi_graph *g, const char *name, hyfi_tensor *x)
 {
-    return hyfi_batchnorm(g, name, x, 0, 0);
+    return hyfi_batchnorm(g, name, x, (hyfi_batchnorm_params){0});
 }
 
 /* The head: global average pool and fc (in the layer "head", begun by the
@@ -266,7 +266,7 @@ static hyfi_tensor *bn(hyfi_graph *g, const char *name, hyfi_tensor *x)
 static hyfi_tensor *classifier(hyfi_graph *g, hyfi_tensor *h, int classes)
 {
     h = hyfi_global_avgpool(g, "avgpool", h);
-    return hyfi_fc(g, "fc", h, classes, true);
+    return hyfi_fc(g, "fc", h, (hyfi_fc_params){.out_features = classes, .bias = true});
 }
 
 /* ------------------------------------------------------------ cnn */
@@ -292,7 +292,7 @@ static hyfi_tensor *build_cnn(hyfi_graph *g, const model_config *c, hyfi_tensor 
     /* "gap" (not "avgpool") keeps the op names of the first hyfi-train. */
     hyfi_layer_begin(g, "head");
     h = hyfi_global_avgpool(g, "gap", h);
-    return hyfi_fc(g, "fc", h, c->num_classes, true);
+    return hyfi_fc(g, "fc", h, (hyfi_fc_params){.out_features = c->num_classes, .bias = true});
 }
 
 /* ------------------------------------------------------------ ResNet v1 */

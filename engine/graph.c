@@ -341,9 +341,10 @@ hyfi_tensor *hyfi_conv2d(hyfi_graph *g, const char *name, hyfi_tensor *x, hyfi_c
     return nd->out;
 }
 
-hyfi_tensor *hyfi_batchnorm(hyfi_graph *g, const char *name, hyfi_tensor *x, float momentum,
-                            float eps)
+hyfi_tensor *hyfi_batchnorm(hyfi_graph *g, const char *name, hyfi_tensor *x,
+                            hyfi_batchnorm_params p)
 {
+    const float momentum = p.momentum, eps = p.eps;
     char nm[HYFI_NAME_MAX];
     if (!builder_ok(g, "hyfi_batchnorm") || op_name(g, name, OP_BATCHNORM, nm) ||
         check_input(g, "batchnorm", nm, x))
@@ -494,9 +495,10 @@ hyfi_tensor *hyfi_concat(hyfi_graph *g, const char *name, hyfi_tensor *const *xs
     return nd ? nd->out : NULL;
 }
 
-hyfi_tensor *hyfi_fc(hyfi_graph *g, const char *name, hyfi_tensor *x, int out_features,
-                     bool bias)
+hyfi_tensor *hyfi_fc(hyfi_graph *g, const char *name, hyfi_tensor *x, hyfi_fc_params p)
 {
+    const int out_features = p.out_features;
+    const bool bias = p.bias;
     char nm[HYFI_NAME_MAX];
     if (!builder_ok(g, "hyfi_fc") || op_name(g, name, OP_FC, nm) || check_input(g, "fc", nm, x))
         return NULL;

@@ -27,11 +27,11 @@
  *         hyfi_tensor *y = hyfi_labels(g, "label", 64);           // int32 class ids
  *         hyfi_tensor *h = hyfi_conv2d(g, "conv1", x, (hyfi_conv2d_params){
  *             .out_channels = 16, .kernel_h = 3, .kernel_w = 3, .pad_h = 1, .pad_w = 1});
- *         h = hyfi_batchnorm(g, "bn1", h, 0, 0);          // 0, 0: momentum 0.1, eps 1e-5
+ *         h = hyfi_batchnorm(g, "bn1", h, (hyfi_batchnorm_params){0}); // momentum 0.1, eps 1e-5
  *         h = hyfi_relu(g, "relu1", h);
  *         h = hyfi_maxpool(g, "pool1", h, (hyfi_pool_params){.kernel_h = 2, .kernel_w = 2});
  *         h = hyfi_global_avgpool(g, "gap", h);
- *         h = hyfi_fc(g, "fc", h, 10, true);
+ *         h = hyfi_fc(g, "fc", h, (hyfi_fc_params){.out_features = 10, .bias = true});
  *         hyfi_tensor *loss = hyfi_softmax_cross_entropy(g, "loss", h, y);
  *
  *         // Compile: derive the backward pass, register every tensor with StarPU.
@@ -237,12 +237,16 @@ typedef struct hyfi_conv2d_params {
 hyfi_tensor *hyfi_conv2d(hyfi_graph *g, const char *name, hyfi_tensor *x,
                          hyfi_conv2d_params p);
 
+typedef struct hyfi_batchnorm_params {
+    float momentum; /* of the running statistics; 0 means 0.1 */
+    float eps;      /* added to the variance; 0 means 1e-5 */
+} hyfi_batchnorm_params;
 /* Batch normalisation over (N,H,W) per channel: batch statistics in training,
- * running statistics in hyfi_infer. momentum <= 0: 0.1; eps <= 0: 1e-5.
- * Parameters "<name>.gamma" (ones), "<name>.beta" (zeros) and state
+ * running statistics in hyfi_infer; (hyfi_batchnorm_params){0}: PyTorch's
+ * defaults. Parameters "<name>.gamma" (ones), "<name>.beta" (zeros) and state
  * "<name>.running_mean", "<name>.running_var". */
-hyfi_tensor *hyfi_batchnorm(hyfi_graph *g, const char *name, hyfi_tensor *x, float momentum,
-                            float eps);
+hyfi_tensor *hyfi_batchnorm(hyfi_graph *g, const char *name, hyfi_tensor *x,
+                            hyfi_batchnorm_params p);
 hyfi_tensor *hyfi_relu(hyfi_graph *g, const char *name, hyfi_tensor *x);
 
 typedef struct hyfi_pool_params {
@@ -259,10 +263,14 @@ hyfi_tensor *hyfi_global_avgpool(hyfi_graph *g, const char *name, hyfi_tensor *x
 hyfi_tensor *hyfi_add(hyfi_graph *g, const char *name, hyfi_tensor *a, hyfi_tensor *b);
 /* Concatenation along channels of `count` tensors with equal N, H, W. */
 hyfi_tensor *hyfi_concat(hyfi_graph *g, const char *name, hyfi_tensor *const *xs, int count);
+typedef struct hyfi_fc_params {
+    int out_features;
+    bool bias;
+} hyfi_fc_params;
 /* Fully connected layer on x flattened to (N, C*H*W) -> (N, out, 1, 1). Parameters
- * "<name>.weight" (out, C*H*W) and "<name>.bias" (out), uniform ±1/sqrt(fan-in). */
-hyfi_tensor *hyfi_fc(hyfi_graph *g, const char *name, hyfi_tensor *x, int out_features,
-                     bool bias);
+ * "<name>.weight" (out, C*H*W) and "<name>.bias" (out, when p.bias), uniform
+ * ±1/sqrt(fan-in). */
+hyfi_tensor *hyfi_fc(hyfi_graph *g, const char *name, hyfi_tensor *x, hyfi_fc_params p);
 /* Mean over the batch of the softmax cross-entropy of logits (N,K,1,1) against
  * labels (N); a scalar tensor (1,1,1,1). */
 hyfi_tensor *hyfi_softmax_cross_entropy(hyfi_graph *g, const char *name, hyfi_tensor *logits,

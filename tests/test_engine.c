@@ -477,7 +477,7 @@ static void test_errors(hyfi_ctx *ctx)
     hyfi_graph_create(ctx, 1, &g);
     x = hyfi_input(g, "x", 2, 3, 4, 4);
     hyfi_tensor *lab = hyfi_labels(g, "l", 3);
-    h = hyfi_fc(g, "fc", x, 10, true);
+    h = hyfi_fc(g, "fc", x, (hyfi_fc_params){.out_features = 10, .bias = true});
     hyfi_tensor *loss = hyfi_softmax_cross_entropy(g, "loss", h, lab);
     expect(hyfi_graph_status(g), HYFI_ERR_SHAPE, "labels for another batch size");
     expect(hyfi_graph_compile(g, loss, NULL), HYFI_ERR_SHAPE, "compile after a builder error");
@@ -486,7 +486,7 @@ static void test_errors(hyfi_ctx *ctx)
     hyfi_graph_create(ctx, 1, &g);
     x = hyfi_input(g, "x", 2, 3, 4, 4);
     lab = hyfi_labels(g, "l", 2);
-    h = hyfi_fc(g, "fc", x, 10, true);
+    h = hyfi_fc(g, "fc", x, (hyfi_fc_params){.out_features = 10, .bias = true});
     loss = hyfi_softmax_cross_entropy(g, "loss", h, lab);
     expect(hyfi_train_step(g, NULL), HYFI_ERR_STATE, "step before compile");
     expect(hyfi_graph_compile(g, h, NULL), HYFI_ERR_ARG, "loss that is not a loss");

@@ -37,7 +37,7 @@ static hyfi_status tiny_compile(hyfi_ctx *ctx, uint64_t seed, int width, int bro
     hyfi_layer_begin(g, "gap");
     h = hyfi_global_avgpool(g, "gap", h);
     hyfi_layer_begin(g, "head");
-    h = hyfi_fc(g, "fc", h, 3, true);
+    h = hyfi_fc(g, "fc", h, (hyfi_fc_params){.out_features = 3, .bias = true});
     hyfi_tensor *loss = hyfi_softmax_cross_entropy(g, "loss", h, y);
     hyfi_plan_config plan = {.stages = hyfi_ctx_nranks(ctx)};
     hyfi_graph_set_plan(g, &plan);

@@ -14,7 +14,7 @@ int testnet_build(hyfi_ctx *ctx, testnet *n, int smooth)
     n->y = hyfi_labels(g, "y", TN_BATCH);
     hyfi_tensor *h = hyfi_conv2d(g, "c1", n->x, (hyfi_conv2d_params){
         .out_channels = 6, .kernel_h = 3, .kernel_w = 3, .pad_h = 1, .pad_w = 1, .bias = true});
-    h = hyfi_batchnorm(g, "bn1", h, 0, 0);
+    h = hyfi_batchnorm(g, "bn1", h, (hyfi_batchnorm_params){0});
     h = hyfi_relu(g, "r1", h);
     hyfi_tensor *a = hyfi_conv2d(g, "c2", h, (hyfi_conv2d_params){
         .out_channels = 6, .kernel_h = 1, .kernel_w = 3, .pad_w = 1, .groups = 3});
@@ -29,9 +29,9 @@ int testnet_build(hyfi_ctx *ctx, testnet *n, int smooth)
     h = hyfi_conv2d(g, "c3", h, (hyfi_conv2d_params){.out_channels = 8, .kernel_h = 3,
                                                        .kernel_w = 3, .stride_h = 2,
                                                        .stride_w = 2, .pad_h = 1, .pad_w = 1});
-    h = hyfi_batchnorm(g, "bn3", h, 0, 0);
+    h = hyfi_batchnorm(g, "bn3", h, (hyfi_batchnorm_params){0});
     h = hyfi_global_avgpool(g, "gap", h);
-    n->logits = hyfi_fc(g, "fc", h, TN_CLASSES, true);
+    n->logits = hyfi_fc(g, "fc", h, (hyfi_fc_params){.out_features = TN_CLASSES, .bias = true});
     n->loss = hyfi_softmax_cross_entropy(g, "loss", n->logits, n->y);
     if (hyfi_graph_status(g) != HYFI_OK) {
         printf("build failed: %s\n", hyfi_graph_error(g));
