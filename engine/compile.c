@@ -125,11 +125,10 @@ static int emit_backward(emit_ctx *e, const node *nd)
     whole_view(e, nd, &v);
     v.dy = HG(nd->out);
     for (int i = 0; i < nd->nin; i++)
-        if (nd->in[i]->requires_grad || (nd->op == OP_BATCHNORM && i == 0) ||
-            (nd->op == OP_XENT && i == 0))
+        if (nd->in[i]->requires_grad || hyfi_op_writes_dx(nd, i))
             v.dx[i] = grad_view(e, nd->in[i]);
     for (int k = 0; k < 2; k++)
-        if (nd->p[k] && nd->op != OP_XENT)
+        if (nd->p[k] && hyfi_op_param_grads(nd))
             v.dp[k] = (hyfi_gsum){.h = PGH(nd->p[k]), .written = &PGW(nd->p[k]), .p = nd->p[k]};
     if (hyfi_op_backward_data(e, &v)) return -1;
     return hyfi_op_backward_params(e, &v);

@@ -206,6 +206,15 @@ void hyfi_op_window(const node *nd, int axis, int *k, int *s, int *p);
 int hyfi_op_tileable(const node *nd);
 /* On tiles, the op's weight gradients are per tile, summed before the update. */
 int hyfi_op_sums_weights_over_tiles(const node *nd);
+/* A fused-halo region may hold the op (one input; windowed, batch statistics
+ * or element-wise). */
+int hyfi_op_fusable(const node *nd);
+/* The whole-tensor backward writes input i's gradient even when no one needs
+ * it (batch norm's x: computed with dγ, dβ; the loss's logits). */
+int hyfi_op_writes_dx(const node *nd, int i);
+/* The op's p[] are trainable parameters with gradients (the loss keeps
+ * saved tensors there). */
+int hyfi_op_param_grads(const node *nd);
 /* h updated with the op's arguments (the ranks compare graphs by hash). */
 uint64_t hyfi_op_hash(uint64_t h, const node *nd);
 

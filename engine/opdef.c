@@ -173,6 +173,19 @@ int hyfi_op_tileable(const node *nd)
 
 int hyfi_op_sums_weights_over_tiles(const node *nd) { return nd->op == OP_CONV2D; }
 
+int hyfi_op_fusable(const node *nd)
+{
+    return (hyfi_op_windowed(nd) || hyfi_op_batch_statistics(nd) || nd->op == OP_RELU) &&
+           nd->nin == 1;
+}
+
+int hyfi_op_writes_dx(const node *nd, int i)
+{
+    return i == 0 && (nd->op == OP_BATCHNORM || nd->op == OP_XENT);
+}
+
+int hyfi_op_param_grads(const node *nd) { return nd->op != OP_XENT; }
+
 uint64_t hyfi_op_hash(uint64_t h, const node *nd)
 {
     switch (nd->op) {

@@ -41,7 +41,7 @@ int hyfi_emit_state_combine(hyfi_graph *g, program *P)
     if (pl->nrep < 2) return 0;
     for (int i = 0; i < g->nnodes; i++) {
         const node *nd = &g->nodes[i];
-        if (nd->op != OP_BATCHNORM) continue;
+        if (!hyfi_op_batch_statistics(nd)) continue;
         for (int j = 2; j < 4; j++) {
             hyfi_tensor *t = nd->p[j];
             if (!t->rsave) continue;

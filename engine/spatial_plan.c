@@ -133,12 +133,6 @@ static int halo_op(const node *nd)
     return hyfi_op_windowed(nd) && (kh > 1 || kw > 1 || ph > 0 || pw > 0);
 }
 
-static int fusable(const node *nd)
-{
-    return (hyfi_op_windowed(nd) || hyfi_op_batch_statistics(nd) || nd->op == OP_RELU) &&
-           nd->nin == 1;
-}
-
 static int consumers(const hyfi_graph *g, const hyfi_tensor *t)
 {
     int c = 0;
@@ -232,7 +226,7 @@ static hyfi_status fused_plan(hyfi_graph *g)
         int j = i, halos = 1;
         while (j + 1 < g->nnodes && halos < F) {
             const node *cur = &g->nodes[j], *nx = &g->nodes[j + 1];
-            if (!hyfi_spatial_tiled(g, nx) || nx->stage != nd->stage || !fusable(nx) ||
+            if (!hyfi_spatial_tiled(g, nx) || nx->stage != nd->stage || !hyfi_op_fusable(nx) ||
                 nx->in[0] != cur->out || consumers(g, cur->out) != 1 || j + 1 - i + 1 > FG_MAX)
                 break;
             j++;
