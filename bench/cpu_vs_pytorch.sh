@@ -78,7 +78,8 @@ source "$root/scripts/env.sh"
 export STARPU_HOME="${STARPU_HOME:-$out/starpu-home}"
 mkdir -p "$STARPU_HOME"
 PY=/usr/bin/python3 # the Python that sees python3-torch
-"$PY" -c 'import torch' 2>/dev/null || { echo "cpu_vs_pytorch.sh: $PY cannot import torch (apt install python3-torch)" >&2; exit 1; }
+# torchvision: the ImageNet-style ResNets of the resnet18 row
+"$PY" -c 'import torch, torchvision' 2>/dev/null || { echo "cpu_vs_pytorch.sh: $PY cannot import torch and torchvision (apt install python3-torch python3-torchvision)" >&2; exit 1; }
 
 train="$bdir/apps/hyfi-train"
 if [ ! -x "$train" ]; then
