@@ -286,7 +286,8 @@ static int build_train(hyfi_graph *g, const int *first)
     /* Reading a released tensor after a train step is refused (run.c). */
     for (int i = 0; i < g->ntensors && !pl->trivial; i++) {
         hyfi_tensor *t = g->tensors[i];
-        t->released = hyfi_release_stage(g, t) != HYFI_KEEP || (t->tl && t->kind != T_INPUT);
+        t->released = hyfi_release_stage(g, t) != HYFI_KEEP ||
+                      (t->tl && hyfi_tiles_release_stage(t) != HYFI_KEEP);
     }
     program *P = ec.P;
     if (hyfi_spatial_param_sums(e)) return -1;

@@ -48,6 +48,9 @@ void hyfi_reg(hyfi_graph *g, starpu_data_handle_t *h, float *ptr, size_t n, size
  * partial gradients) are released; HYFI_KEEP for inputs, the loss,
  * parameters and state. */
 int hyfi_release_stage(const hyfi_graph *g, const hyfi_tensor *t);
+/* The same for the tiles of a tiled tensor t: its tiled stage, but the
+ * input's tiles are kept (written before each step). */
+int hyfi_tiles_release_stage(const hyfi_tensor *t);
 /* Group the table's released entries by (stage, micro-batch), once every
  * per-micro-batch handle is registered. */
 int hyfi_release_index(hyfi_graph *g);

@@ -153,6 +153,11 @@ int hyfi_release_stage(const hyfi_graph *g, const hyfi_tensor *t)
     return t->stage;
 }
 
+int hyfi_tiles_release_stage(const hyfi_tensor *t)
+{
+    return t->kind == T_INPUT ? HYFI_KEEP : t->tl->stage;
+}
+
 /* The table's released entries grouped by (stage, micro-batch) in
  * registration order: a counting sort, so that each group is one slice. */
 int hyfi_release_index(hyfi_graph *g)

@@ -126,9 +126,7 @@ int hyfi_spatial_register(hyfi_graph *g)
         tl->gh = handles((size_t)M * P);
         tl->gw = calloc((size_t)M * P, 1);
         if (!tl->h || !tl->gh || !tl->gw) return -1;
-        /* dropped with the tiled stage's other handles of the micro-batch,
-         * but the input's tiles (written before each step) */
-        const int trs = t->kind == T_INPUT ? HYFI_KEEP : tl->stage;
+        const int trs = hyfi_tiles_release_stage(t);
         for (int m = 0; m < M; m++)
             for (int q = 0; q < P; q++) {
                 const size_t n = hyfi_tile_numel(t, q);
