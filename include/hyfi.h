@@ -188,6 +188,9 @@ int hyfi_ctx_ncuda_workers(const hyfi_ctx *ctx);
  * same status and message. hyfi_save_params and hyfi_load_params report their
  * outcome the same way. */
 hyfi_status hyfi_ctx_agree(hyfi_ctx *ctx, hyfi_status local, const char *msg);
+/* True on every rank when `local` is true on at least one (a logical or over
+ * the ranks: e.g. "a signal arrived, stop after this step"). */
+hyfi_status hyfi_ctx_any(hyfi_ctx *ctx, bool local, bool *any);
 
 /* A setting that every rank must have alike: a name ("--steps") and its value
  * as text ("100"). */
@@ -548,6 +551,68 @@ hyfi_status hyfi_save_params(hyfi_graph *g, const char *path);
  * then names and shapes must match (the error says which does not). Nothing
  * is applied unless everything checks. */
 hyfi_status hyfi_load_params(hyfi_graph *g, const char *path);
+
+/* ------------------------------------------------- checkpoints and export */
+/* Checkpoints and exported models are safetensors files (a little-endian
+ * u64 header length, a JSON header naming each tensor's dtype, shape and byte
+ * range, then the raw tensors), written atomically as hyfi_save_params does,
+ * with an FNV-1a checksum over the whole file in the header's metadata
+ * ("hyfi.checksum"); a file that carries one is checked before anything in it
+ * is used. Every call is collective in MPI runs (the same status everywhere).
+ * Files are logical: they hold each tensor once (replica 0's), whatever the
+ * plan, so a checkpoint written under one plan resumes under any other. */
+
+/* Application state stored with a checkpoint: up to HYFI_CHECKPOINT_META
+ * key/value strings (keys up to 63 characters of [A-Za-z0-9_.-], values up to
+ * 255 bytes of text), e.g. the step, the epoch, the learning-rate schedule
+ * position and the data-order seed. */
+#define HYFI_CHECKPOINT_META 32
+typedef struct hyfi_checkpoint_meta {
+    int n;
+    struct {
+        char key[64];
+        char value[256];
+    } entry[HYFI_CHECKPOINT_META];
+} hyfi_checkpoint_meta;
+/* Set (add or replace) / get (NULL: absent) an entry. Set returns
+ * HYFI_ERR_ARG for a bad key, a value too long, or a full table. */
+hyfi_status hyfi_checkpoint_meta_set(hyfi_checkpoint_meta *m, const char *key, const char *value);
+const char *hyfi_checkpoint_meta_get(const hyfi_checkpoint_meta *m, const char *key);
+
+/* The whole training state: parameters, momentum buffers, running statistics
+ * (hyfi names), the learning rate, momentum and weight decay in force, and
+ * meta (may be NULL). Loading requires the same tensors (names and shapes:
+ * the error names the first that differs), restores all of it (the learning
+ * rate included) into every replica of the current plan, and fills *meta (may
+ * be NULL). A model file without momentum buffers is refused: use
+ * hyfi_load_safetensors for it. */
+hyfi_status hyfi_save_checkpoint(hyfi_graph *g, const char *path, const hyfi_checkpoint_meta *meta);
+hyfi_status hyfi_load_checkpoint(hyfi_graph *g, const char *path, hyfi_checkpoint_meta *meta);
+
+/* A model for other frameworks: parameters and running statistics as F32,
+ * each under the name rename gives it (NULL: the hyfi name), in PyTorch's
+ * shapes (convolution weights (O, I, kh, kw), fully connected weights
+ * (out, in), everything else 1-D), and for every batch norm an int64 scalar
+ * "<prefix>.num_batches_tracked" beside its running mean (PyTorch's
+ * BatchNorm2d keeps one; its value is num_batches_tracked below). */
+typedef struct hyfi_export_options {
+    /* Write the file name of hyfi tensor `name` into out (len bytes) and
+     * return 0, or return 1 to leave the tensor out of the file (saving) or
+     * not expect it there (loading). */
+    int (*rename)(const char *name, char *out, size_t len, void *user);
+    void *user;
+    int64_t num_batches_tracked;
+} hyfi_export_options;
+hyfi_status hyfi_save_safetensors(hyfi_graph *g, const char *path, const hyfi_export_options *opt);
+/* Load parameters and running statistics from a safetensors file (ours, or
+ * one written by safetensors.torch.save_file): each tensor is looked up under
+ * its renamed name, then under its hyfi name; F32, F64, F16 and BF16 are
+ * converted to float; shapes must hold the same number of values as the
+ * tensor, in PyTorch's shape or hyfi's. num_batches_tracked entries are
+ * ignored; any other tensor of the file that the graph does not have, and any
+ * tensor of the graph missing from the file, is an error naming it (like
+ * PyTorch's strict load_state_dict). Momentum buffers restart at zero. */
+hyfi_status hyfi_load_safetensors(hyfi_graph *g, const char *path, const hyfi_export_options *opt);
 
 #ifdef __cplusplus
 }
