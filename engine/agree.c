@@ -193,6 +193,16 @@ hyfi_status hyfi_ctx_agree(hyfi_ctx *ctx, hyfi_status local, const char *msg)
     return s == HYFI_OK ? HYFI_OK : hyfi_fail(s, "%s", out);
 }
 
+hyfi_status hyfi_ctx_any(hyfi_ctx *ctx, bool local, bool *any)
+{
+    if (!ctx || !any) return hyfi_fail(HYFI_ERR_ARG, "hyfi_ctx_any: ctx or any is NULL");
+    char out[512];
+    /* a "failure" stands for true: it reaches every rank */
+    *any = hyfi_agree(ctx, local ? HYFI_ERR_STATE : HYFI_OK, local ? "yes" : "", NULL, out,
+                      sizeof out) != HYFI_OK;
+    return HYFI_OK;
+}
+
 hyfi_status hyfi_ctx_check_same(hyfi_ctx *ctx, const char *what, const hyfi_setting *settings,
                                 int n)
 {

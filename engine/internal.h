@@ -348,6 +348,23 @@ typedef struct hyfi_agree_spec {
 } hyfi_agree_spec;
 hyfi_status hyfi_agree(hyfi_ctx *ctx, hyfi_status local, const char *local_msg,
                        const hyfi_agree_spec *spec, char *msg, size_t len);
+
+/* io.c, shared with checkpoint.c. who: the API call named in messages. */
+/* Write a file atomically (rank 0): fn writes the contents into f (returns 0
+ * or an errno); then it is flushed, fsync'ed, renamed over path and the folder
+ * synced (see io.c's comment). */
+typedef int (*hyfi_io_writer)(FILE *f, void *arg);
+hyfi_status hyfi_io_write_atomic(hyfi_graph *g, const char *who, const char *path,
+                                 hyfi_io_writer fn, void *arg);
+/* The whole file into *buf (malloc'd, *len bytes). */
+hyfi_status hyfi_io_read_whole(hyfi_graph *g, const char *who, const char *path,
+                               unsigned char **buf, size_t *len);
+/* Bring handle h (owned anywhere) to rank 0 into host (NULL on rank 0: fetched
+ * but not copied; the caller then fails the save). Every rank calls it. */
+void hyfi_io_gather(hyfi_graph *g, starpu_data_handle_t h, void *host, size_t bytes);
+/* The status of a collective call made common to every rank (hyfi_agree);
+ * root_only: only rank 0's counts (saving). */
+hyfi_status hyfi_io_agree(hyfi_graph *g, hyfi_status st, int root_only);
 /* In MPI runs, at hyfi_graph_compile: the compile's local outcome, the graph's
  * structure and shapes, the seed, the plan and the training settings (tc)
  * compared across the ranks; every rank returns the same status. */

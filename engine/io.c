@@ -58,7 +58,7 @@ static int saved_kind(const hyfi_tensor *t) { return t->kind == T_PARAM || t->ki
  * root_only, only rank 0's counts (saving: rank 0 writes); else every rank's.
  * A rank that failed keeps its message; the others get "rank k: <message>"
  * of the lowest failing rank (just the message when all failed alike). */
-static hyfi_status agree(hyfi_graph *g, hyfi_status st, int root_only)
+hyfi_status hyfi_io_agree(hyfi_graph *g, hyfi_status st, int root_only)
 {
     hyfi_ctx *c = g->ctx;
     if (!c->mpi || c->nranks < 2) return st;
@@ -97,8 +97,8 @@ static void put(stream *s, const void *p, size_t n)
 /* The file a save replaces: `path` with its symbolic links followed (a link
  * to a missing file: that file). Sets *dir and *base (allocated) and *st /
  * *exists; refuses an existing file that is not a regular one. */
-static hyfi_status resolve_target(hyfi_graph *g, const char *path, char **dir, char **base,
-                                  struct stat *st, int *exists)
+static hyfi_status resolve_target(hyfi_graph *g, const char *who, const char *path, char **dir,
+                                  char **base, struct stat *st, int *exists)
 {
     hyfi_status s = HYFI_OK;
     char *cur = strdup(path);
@@ -107,8 +107,8 @@ static hyfi_status resolve_target(hyfi_graph *g, const char *path, char **dir, c
     for (int hops = 0; cur && s == HYFI_OK; hops++) {
         if (lstat(cur, st) != 0) {
             if (errno != ENOENT)
-                s = hyfi_call_fail(g, HYFI_ERR_IO, "hyfi_save_params: cannot examine %s: %s; "
-                                                   "check the path", cur, strerror(errno));
+                s = hyfi_call_fail(g, HYFI_ERR_IO, "%s: cannot examine %s: %s; "
+                                                   "check the path", who, cur, strerror(errno));
             break; /* a new file (a missing folder is reported when creating) */
         }
         if (!S_ISLNK(st->st_mode)) {
@@ -118,8 +118,8 @@ static hyfi_status resolve_target(hyfi_graph *g, const char *path, char **dir, c
         char link[4096];
         ssize_t n = hops < MAX_LINKS ? readlink(cur, link, sizeof link - 1) : -1;
         if (n < 0 || (size_t)n >= sizeof link - 1) {
-            s = hyfi_call_fail(g, HYFI_ERR_IO, "hyfi_save_params: cannot follow the symbolic "
-                                               "link %s: %s", cur,
+            s = hyfi_call_fail(g, HYFI_ERR_IO, "%s: cannot follow the symbolic "
+                                               "link %s: %s", who, cur,
                                hops >= MAX_LINKS ? "too many levels of links"
                                : n < 0           ? strerror(errno)
                                                  : "its target is too long");
@@ -138,14 +138,14 @@ static hyfi_status resolve_target(hyfi_graph *g, const char *path, char **dir, c
         free(cur);
         cur = next;
     }
-    if (!cur) return hyfi_call_fail(g, HYFI_ERR_NOMEM, "hyfi_save_params: out of memory");
+    if (!cur) return hyfi_call_fail(g, HYFI_ERR_NOMEM, "%s: out of memory", who);
     const char *slash = strrchr(cur, '/');
     const char *b = slash ? slash + 1 : cur;
     if (s == HYFI_OK && *exists && !S_ISREG(st->st_mode)) {
         const mode_t m = st->st_mode;
         const int via = strcmp(cur, path) != 0;
-        s = hyfi_call_fail(g, HYFI_ERR_IO, "hyfi_save_params: %s%s%s is %s, not a regular file; "
-                                           "save to a file name (nothing was written)", path,
+        s = hyfi_call_fail(g, HYFI_ERR_IO, "%s: %s%s%s is %s, not a regular file; "
+                                           "save to a file name (nothing was written)", who, path,
                            via ? " -> " : "", via ? cur : "",
                            S_ISDIR(m)                  ? "a folder"
                            : S_ISCHR(m) || S_ISBLK(m) ? "a device"
@@ -153,8 +153,8 @@ static hyfi_status resolve_target(hyfi_graph *g, const char *path, char **dir, c
                            : S_ISSOCK(m)              ? "a socket"
                                                       : "something else");
     } else if (s == HYFI_OK && !*b) {
-        s = hyfi_call_fail(g, HYFI_ERR_IO, "hyfi_save_params: %s names a folder; give a file "
-                                           "name", path);
+        s = hyfi_call_fail(g, HYFI_ERR_IO, "%s: %s names a folder; give a file "
+                                           "name", who, path);
     } else if (s == HYFI_OK) {
         *base = strdup(b);
         *dir = !slash        ? strdup(".")
@@ -164,7 +164,7 @@ static hyfi_status resolve_target(hyfi_graph *g, const char *path, char **dir, c
             free(*base);
             free(*dir);
             *dir = *base = NULL;
-            s = hyfi_call_fail(g, HYFI_ERR_NOMEM, "hyfi_save_params: out of memory");
+            s = hyfi_call_fail(g, HYFI_ERR_NOMEM, "%s: out of memory", who);
         }
     }
     free(cur);
@@ -203,9 +203,17 @@ static void remove_stale_temporaries(const char *dir, const char *base, const ch
     closedir(d);
 }
 
-/* The file's bytes into f, flushed and fsync'ed. Returns 0 or an errno. */
-static int write_contents(hyfi_graph *g, FILE *f, float *const *vals)
+/* The parameter file's bytes into f (arg: the values of tensor i, vals[i]).
+ * Returns 0 or an errno. */
+typedef struct {
+    hyfi_graph *g;
+    float *const *vals;
+} params_file;
+
+static int write_params(FILE *f, void *arg)
 {
+    const params_file *pf = arg;
+    hyfi_graph *g = pf->g;
     stream s = {.f = f, .sum = FNV_INIT};
     uint32_t count = 0;
     for (int i = 0; i < g->ntensors; i++) count += (uint32_t)saved_kind(g->tensors[i]);
@@ -219,12 +227,10 @@ static int write_contents(hyfi_graph *g, FILE *f, float *const *vals)
         put(&s, &len, sizeof len);
         put(&s, t->name, len);
         put(&s, dims, sizeof dims);
-        put(&s, vals[i], t->numel * sizeof(float));
+        put(&s, pf->vals[i], t->numel * sizeof(float));
     }
     uint64_t sum = s.sum;
     put(&s, &sum, sizeof sum);
-    if (!s.err && fflush(f) != 0) s.err = errno;
-    if (!s.err && fsync(fileno(f)) != 0) s.err = errno;
     return s.err;
 }
 
@@ -239,20 +245,20 @@ static int name_file(int fd, const char *tmp)
     return linkat(fd, "", AT_FDCWD, tmp, AT_EMPTY_PATH) == 0 ? 0 : errno;
 }
 
-/* Write the file (rank 0). vals[i]: the values of tensor i when saved. */
-static hyfi_status write_file(hyfi_graph *g, const char *path, float *const *vals)
+hyfi_status hyfi_io_write_atomic(hyfi_graph *g, const char *who, const char *path,
+                                 hyfi_io_writer fn, void *arg)
 {
     char *dir = NULL, *base = NULL, *tmp = NULL, *final = NULL, host[256];
     struct stat tst;
     int exists;
-    hyfi_status st = resolve_target(g, path, &dir, &base, &tst, &exists);
+    hyfi_status st = resolve_target(g, who, path, &dir, &base, &tst, &exists);
     if (st != HYFI_OK) return st;
     host_name(host, sizeof host);
     const size_t tl = strlen(dir) + strlen(base) + strlen(host) + 48;
     tmp = malloc(tl);
     final = malloc(tl);
     if (!tmp || !final) {
-        st = hyfi_call_fail(g, HYFI_ERR_NOMEM, "hyfi_save_params: out of memory");
+        st = hyfi_call_fail(g, HYFI_ERR_NOMEM, "%s: out of memory", who);
     } else {
         snprintf(tmp, tl, "%s/%s.tmp.%ld@%s", dir, base, (long)getpid(), host);
         snprintf(final, tl, "%s/%s", dir, base); /* the link's target when path is a link */
@@ -267,9 +273,9 @@ static hyfi_status write_file(hyfi_graph *g, const char *path, float *const *val
                        : open(dir, O_TMPFILE | O_WRONLY | O_CLOEXEC, 0666);
         if (fd < 0) {
             if (!named && (errno == EOPNOTSUPP || errno == EISDIR || errno == EINVAL)) continue;
-            st = hyfi_call_fail(g, HYFI_ERR_IO, "hyfi_save_params: cannot create a file in %s "
+            st = hyfi_call_fail(g, HYFI_ERR_IO, "%s: cannot create a file in %s "
                                                 "for %s: %s; check that the folder exists and "
-                                                "is writable", dir, path, strerror(errno));
+                                                "is writable", who, dir, path, strerror(errno));
             break;
         }
         if (exists) (void)fchmod(fd, tst.st_mode & 07777); /* the replaced file's permissions */
@@ -278,7 +284,9 @@ static hyfi_status write_file(hyfi_graph *g, const char *path, float *const *val
             err = errno;
             close(fd);
         } else {
-            err = write_contents(g, f, vals);
+            err = fn(f, arg);
+            if (!err && fflush(f) != 0) err = errno;
+            if (!err && fsync(fileno(f)) != 0) err = errno;
             int lerr = !err && !named ? name_file(fileno(f), tmp) : 0;
             if (fclose(f) != 0 && !err) err = errno;
             if (lerr && !err) continue; /* could not name it: write a named one */
@@ -289,16 +297,16 @@ static hyfi_status write_file(hyfi_graph *g, const char *path, float *const *val
     }
     if (st == HYFI_OK && err) {
         if (created) unlink(tmp);
-        st = hyfi_call_fail(g, HYFI_ERR_IO, "hyfi_save_params: writing %s failed: %s (the "
-                                            "previous file, if any, is intact)", path,
+        st = hyfi_call_fail(g, HYFI_ERR_IO, "%s: writing %s failed: %s (the "
+                                            "previous file, if any, is intact)", who, path,
                             strerror(err));
     } else if (st == HYFI_OK) {
         /* the rename is durable once the folder is synced */
         int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
         if (dfd < 0 || (fsync(dfd) != 0 && errno != EINVAL))
-            st = hyfi_call_fail(g, HYFI_ERR_IO, "hyfi_save_params: %s is written, but syncing "
+            st = hyfi_call_fail(g, HYFI_ERR_IO, "%s: %s is written, but syncing "
                                                 "its folder %s failed: %s; it may not survive a "
-                                                "crash of the machine", path, dir,
+                                                "crash of the machine", who, path, dir,
                                 strerror(errno));
         if (dfd >= 0) close(dfd);
     }
@@ -309,9 +317,7 @@ static hyfi_status write_file(hyfi_graph *g, const char *path, float *const *val
     return st;
 }
 
-/* Bring handle h (owned anywhere) to rank 0; host: where rank 0 copies it
- * (NULL there: fetched, not copied - out of memory, the save fails). */
-static void gather(hyfi_graph *g, starpu_data_handle_t h, void *host, size_t bytes)
+void hyfi_io_gather(hyfi_graph *g, starpu_data_handle_t h, void *host, size_t bytes)
 {
     if (host || g->ctx->rank != 0) hyfi_handle_read(g, h, 0, host, bytes);
     else if (g->ctx->mpi) starpu_mpi_get_data_on_node_detached(MPI_COMM_WORLD, h, 0, NULL, NULL);
@@ -336,45 +342,47 @@ hyfi_status hyfi_save_params(hyfi_graph *g, const char *path)
     for (int i = 0; i < g->ntensors; i++) {
         hyfi_tensor *t = g->tensors[i];
         if (saved_kind(t))
-            gather(g, t->h[0], root && !oom ? vals[i] : NULL, t->numel * sizeof(float));
+            hyfi_io_gather(g, t->h[0], root && !oom ? vals[i] : NULL, t->numel * sizeof(float));
     }
     hyfi_status st = HYFI_OK;
     if (oom) st = hyfi_call_fail(g, HYFI_ERR_NOMEM, "hyfi_save_params: out of memory");
-    else if (root) st = write_file(g, path, vals);
+    else if (root) {
+        params_file pf = {.g = g, .vals = vals};
+        st = hyfi_io_write_atomic(g, "hyfi_save_params", path, write_params, &pf);
+    }
     for (int i = 0; vals && i < g->ntensors; i++) free(vals[i]);
     free(vals);
-    return agree(g, st, 1);
+    return hyfi_io_agree(g, st, 1);
 }
 
 /* ----------------------------------------------------------------- loading */
-/* The whole file into *buf (*len bytes). */
-static hyfi_status read_whole(hyfi_graph *g, const char *path, unsigned char **buf, size_t *len)
+hyfi_status hyfi_io_read_whole(hyfi_graph *g, const char *who, const char *path,
+                               unsigned char **buf, size_t *len)
 {
     *buf = NULL;
     *len = 0;
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0)
-        return hyfi_call_fail(g, HYFI_ERR_IO, "hyfi_load_params: cannot open %s: %s", path,
+        return hyfi_call_fail(g, HYFI_ERR_IO, "%s: cannot open %s: %s", who, path,
                               strerror(errno));
     struct stat st;
     hyfi_status s = HYFI_OK;
     if (fstat(fd, &st) != 0) {
-        s = hyfi_call_fail(g, HYFI_ERR_IO, "hyfi_load_params: cannot examine %s: %s", path,
+        s = hyfi_call_fail(g, HYFI_ERR_IO, "%s: cannot examine %s: %s", who, path,
                            strerror(errno));
     } else if (!S_ISREG(st.st_mode)) {
-        s = hyfi_call_fail(g, HYFI_ERR_IO, "hyfi_load_params: %s is not a regular file; give a "
-                                           "file written by hyfi_save_params", path);
+        s = hyfi_call_fail(g, HYFI_ERR_IO, "%s: %s is not a regular file", who, path);
     } else if (!(*buf = malloc(st.st_size > 0 ? (size_t)st.st_size : 1))) {
-        s = hyfi_call_fail(g, HYFI_ERR_NOMEM, "hyfi_load_params: out of memory for %s (%lld "
-                                              "bytes)", path, (long long)st.st_size);
+        s = hyfi_call_fail(g, HYFI_ERR_NOMEM, "%s: out of memory for %s (%lld bytes)", who,
+                           path, (long long)st.st_size);
     } else {
         size_t want = (size_t)st.st_size;
         while (*len < want) {
             ssize_t n = read(fd, *buf + *len, want - *len);
             if (n < 0 && errno == EINTR) continue;
             if (n <= 0) {
-                s = hyfi_call_fail(g, HYFI_ERR_IO, "hyfi_load_params: reading %s failed: %s",
-                                   path, n < 0 ? strerror(errno) : "it shrank while being read");
+                s = hyfi_call_fail(g, HYFI_ERR_IO, "%s: reading %s failed: %s", who, path,
+                                   n < 0 ? strerror(errno) : "it shrank while being read");
                 break;
             }
             *len += (size_t)n;
@@ -490,7 +498,7 @@ hyfi_status hyfi_load_params(hyfi_graph *g, const char *path)
     float *zeros = NULL;
     hyfi_status st = vals ? HYFI_OK
                           : hyfi_call_fail(g, HYFI_ERR_NOMEM, "hyfi_load_params: out of memory");
-    if (st == HYFI_OK) st = read_whole(g, path, &buf, &n);
+    if (st == HYFI_OK) st = hyfi_io_read_whole(g, "hyfi_load_params", path, &buf, &n);
     if (st == HYFI_OK) st = check_file(g, path, buf, n, vals);
     if (st == HYFI_OK) { /* a loaded model starts with fresh momentum */
         for (int i = 0; i < g->ntensors; i++)
@@ -499,7 +507,7 @@ hyfi_status hyfi_load_params(hyfi_graph *g, const char *path)
             st = hyfi_call_fail(g, HYFI_ERR_NOMEM, "hyfi_load_params: out of memory");
     }
     /* every rank applies, or none */
-    st = agree(g, st, 0);
+    st = hyfi_io_agree(g, st, 0);
     for (int i = 0; st == HYFI_OK && i < g->ntensors; i++) {
         hyfi_tensor *t = g->tensors[i];
         if (!vals[i]) continue;
