@@ -40,6 +40,7 @@
 #ifndef _GNU_SOURCE
 #define _POSIX_C_SOURCE 200809L /* clock_gettime */
 #endif
+#include "checkpoints.h"
 #include "data.h"
 #include "models.h"
 #include "train_options.h"
@@ -54,7 +55,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <time.h>
 
 #define WARMUP_STEPS 5
@@ -265,6 +268,15 @@ typedef struct run {
     double *rates;              /* (total) images/s of each step */
     float *logits_buf;          /* (B, K) */
     int lead, nranks;
+    /* long runs */
+    long long first;            /* steps done before this process (--resume) */
+    long long done;             /* steps done */
+    long long saved_at;         /* steps of the last checkpoint written, -1: none */
+    float loss0;                /* the run's first step's loss and gradient norm */
+    double gnorm0;              /*   (divergence warnings; kept in checkpoints) */
+    int nwarn;
+    int stop_sig;               /* the signal that stopped the run, 0: none */
+    bool stopped;               /* by a signal or --stop-at-step */
     /* results */
     long long nmeas;            /* steps after the warm-up */
     double mean, median;        /* their images/s */
@@ -385,7 +397,8 @@ static int start_engine(run *r)
     /* Only rank 0 writes the metrics, but every rank stops when it cannot:
      * the others would wait for it forever. */
     st = HYFI_OK;
-    if (r->lead && o->metrics && !(r->mf = fopen(o->metrics, "w"))) {
+    /* a resumed run appends to the metrics of the steps before it */
+    if (r->lead && o->metrics && !(r->mf = fopen(o->metrics, o->resume ? "a" : "w"))) {
         snprintf(err, sizeof err, "--metrics %s: cannot open for writing: %s", o->metrics,
                  strerror(errno));
         st = HYFI_ERR_IO;
@@ -396,6 +409,8 @@ static int start_engine(run *r)
     }
     /* line-buffered: a killed run leaves whole lines (each written at its '\n') */
     if (r->mf) setvbuf(r->mf, NULL, _IOLBF, 0);
+    /* SIGTERM / SIGINT: stop after the step (after StarPU's own handlers) */
+    stop_signals_install();
     return 0;
 }
 
@@ -484,34 +499,29 @@ static void print_setup(const run *r)
     fflush(stdout);
 }
 
-/* The first step's loss and gradient norm, and the warnings given. */
-typedef struct divergence_watch {
-    float loss0;
-    double gnorm0;
-    int nwarn;
-} divergence_watch;
-
 /* A diverging run: warn early, stop past --divergence-ratio (every rank has
- * the same loss and norms, so every rank stops). True: stop. */
-static bool diverged(const run *r, divergence_watch *w, long long s, float l, double gnorm)
+ * the same loss and norms, so every rank stops). The first step's loss and
+ * norm are the run's (kept in checkpoints). True: stop. */
+static bool diverged(run *r, long long s, float l, double gnorm)
 {
     const train_options *o = &r->o;
-    if (s == 0) w->loss0 = l, w->gnorm0 = gnorm;
-    if (s > 0 && w->nwarn < 5 &&
-        ((w->loss0 > 0 && l > 10 * w->loss0) || (w->gnorm0 > 0 && gnorm > 100 * w->gnorm0))) {
+    if (s == 0) r->loss0 = l, r->gnorm0 = gnorm;
+    if (s > 0 && r->nwarn < 5 &&
+        ((r->loss0 > 0 && l > 10 * r->loss0) || (r->gnorm0 > 0 && gnorm > 100 * r->gnorm0))) {
         if (r->lead)
             fprintf(stderr, "hyfi-train: warning: step %lld: loss %.4g (first step %.4g), "
                             "gradient norm %.4g (first step %.4g): the run may be diverging; "
                             "consider a lower --lr\n",
-                    s + 1, (double)l, (double)w->loss0, gnorm, w->gnorm0);
-        w->nwarn++;
+                    s + 1, (double)l, (double)r->loss0, gnorm, r->gnorm0);
+        r->nwarn++;
     }
-    if (o->divergence > 0 && w->loss0 > 0 && l > o->divergence * w->loss0) {
+    if (o->divergence > 0 && r->loss0 > 0 && l > o->divergence * r->loss0) {
         if (r->lead)
             fprintf(stderr, "hyfi-train: training diverged at step %lld: the loss %.4g is "
                             "above %g x the first step's %.4g; lower --lr (%g now), or raise "
-                            "--divergence-ratio (0: never stop)\n",
-                    s + 1, (double)l, (double)o->divergence, (double)w->loss0, (double)o->lr);
+                            "--divergence-ratio (0: never stop)%s\n",
+                    s + 1, (double)l, (double)o->divergence, (double)r->loss0, (double)o->lr,
+                    r->saved_at >= 0 ? "; the last checkpoint is from before it" : "");
         return true;
     }
     return false;
@@ -541,7 +551,148 @@ static void log_step(const run *r, long long s, float l, double gnorm, double wn
     }
 }
 
-/* Training: --steps steps (or whole epochs) on prefetched, shuffled batches. */
+/* ------------------------------------------------------------ long runs */
+/* The model's exported names (PyTorch's), for --save and --load. */
+static int export_name(const char *name, char *out, size_t len, void *user)
+{
+    return model_export_name((const model_config *)user, name, out, len);
+}
+
+static double file_mb(const char *path)
+{
+    struct stat st;
+    return stat(path, &st) == 0 ? (double)st.st_size / 1e6 : 0;
+}
+
+/* A checkpoint of the state after `steps` steps (collective); rank 0 then
+ * removes the oldest beyond --keep. 0 or 1. */
+static int write_checkpoint(run *r, long long steps)
+{
+    const train_options *o = &r->o;
+    hyfi_checkpoint_meta m = {0};
+    char v[256], path[4096];
+    hyfi_status st = HYFI_OK;
+#define META(key, ...)                                                                            \
+    do {                                                                                          \
+        snprintf(v, sizeof v, __VA_ARGS__);                                                       \
+        if (st == HYFI_OK) st = hyfi_checkpoint_meta_set(&m, key, v);                             \
+    } while (0)
+    META("step", "%lld", steps);
+    META("epoch", "%lld", steps / (long long)r->spe);
+    META("total_steps", "%lld", r->total);
+    META("seed", "%" PRIu64, o->seed);
+    META("lr", "%.9g", (double)o->lr);
+    META("lr_schedule", "%s", o->cosine ? "cosine" : "constant");
+    META("global_batch", "%d", r->B);
+    META("loss0", "%.9g", (double)r->loss0);
+    META("grad_norm0", "%.17g", r->gnorm0);
+    model_describe(&o->mc, v, sizeof v);
+    if (st == HYFI_OK) st = hyfi_checkpoint_meta_set(&m, "model", v);
+    META("dataset", "%s", hyfi_data_kind_name(o->dataset));
+#undef META
+    if (st != HYFI_OK) return lib_fail("checkpoint metadata", st, NULL);
+    ckpt_path(o->checkpoint_dir, steps, path, sizeof path);
+    const double t0 = now_s();
+    if ((st = hyfi_save_checkpoint(r->g, path, &m)) != HYFI_OK)
+        return lib_fail("writing a checkpoint (hyfi_save_checkpoint)", st, r->g);
+    r->saved_at = steps;
+    if (r->lead) {
+        const int removed = ckpt_prune(o->checkpoint_dir, o->keep);
+        printf("checkpoint: %s (%.1f MB in %.2f s%s)\n", path, file_mb(path), now_s() - t0,
+               removed ? ", older ones beyond --keep removed" : "");
+        fflush(stdout);
+    }
+    return 0;
+}
+
+/* A metadata entry of a checkpoint as a number; false when absent or bad. */
+static bool meta_ll(const hyfi_checkpoint_meta *m, const char *key, long long *out)
+{
+    const char *v = hyfi_checkpoint_meta_get(m, key);
+    char *end;
+    if (!v) return false;
+    errno = 0;
+    *out = strtoll(v, &end, 10);
+    return !errno && end != v && !*end;
+}
+
+/* The checkpoint folder made ready, then --resume or --load. */
+static int restore(run *r)
+{
+    train_options *o = &r->o;
+    char err[1024] = "", file[4096];
+    hyfi_status st;
+    r->saved_at = -1;
+    if (o->checkpoint_dir) {
+        st = HYFI_OK;
+        if (r->lead && ckpt_prepare_dir(o->checkpoint_dir, err, sizeof err)) st = HYFI_ERR_IO;
+        if (hyfi_ctx_agree(r->ctx, st, err) != HYFI_OK) {
+            if (r->lead) fprintf(stderr, "hyfi-train: %s\n", hyfi_last_error());
+            return 1;
+        }
+    }
+    if (o->load_path) {
+        hyfi_export_options eo = {.rename = export_name, .user = &o->mc};
+        if ((st = hyfi_load_safetensors(r->g, o->load_path, &eo)) != HYFI_OK)
+            return lib_fail("--load (hyfi_load_safetensors)", st, r->g);
+        printf("hyfi-train: parameters loaded from %s\n", o->load_path);
+    }
+    if (!o->resume) return 0;
+    long long named = -1;
+    st = HYFI_OK;
+    if (ckpt_find_newest(o->resume_path ? o->resume_path : o->checkpoint_dir, file, sizeof file,
+                         &named, err, sizeof err))
+        st = HYFI_ERR_IO;
+    if (hyfi_ctx_agree(r->ctx, st, err) != HYFI_OK) {
+        report(true, "%s", hyfi_last_error());
+        return 1;
+    }
+    hyfi_checkpoint_meta m;
+    if ((st = hyfi_load_checkpoint(r->g, file, &m)) != HYFI_OK)
+        return lib_fail("--resume (hyfi_load_checkpoint)", st, r->g);
+    long long step = 0, batch = 0;
+    const char *seed = hyfi_checkpoint_meta_get(&m, "seed");
+    const char *l0 = hyfi_checkpoint_meta_get(&m, "loss0");
+    const char *g0 = hyfi_checkpoint_meta_get(&m, "grad_norm0");
+    if (!meta_ll(&m, "step", &step) || step < 0 || !seed || !l0 || !g0) {
+        report(true, "--resume %s: the checkpoint lacks hyfi-train's entries (step, seed, "
+                     "loss0, grad_norm0); it was written by another program", file);
+        return 1;
+    }
+    r->first = step;
+    r->loss0 = strtof(l0, NULL);
+    r->gnorm0 = strtod(g0, NULL);
+    const uint64_t s = strtoull(seed, NULL, 10);
+    if (s != o->seed && r->lead)
+        printf("hyfi-train: the checkpoint's seed %" PRIu64 " orders the data (not --seed %" PRIu64
+               ")\n", s, o->seed);
+    o->seed = s;
+    if (meta_ll(&m, "global_batch", &batch) && batch != r->B && r->lead)
+        fprintf(stderr, "hyfi-train: warning: the checkpoint was trained with a global batch of "
+                        "%lld, this run has %d (--batch-size x replicas): the data order and "
+                        "the steps differ from an uninterrupted run\n", batch, r->B);
+    if (r->lead) {
+        printf("hyfi-train: resumed from %s: %lld steps done (epoch %lld), %lld to go\n", file,
+               step, step / (long long)r->spe, step < r->total ? r->total - step : 0);
+        fflush(stdout);
+    }
+    r->saved_at = step;
+    r->done = step;
+    return 0;
+}
+
+/* After a step: a stop signal on any rank stops every rank (they agree
+ * every step). True: stop. */
+static bool stop_now(run *r)
+{
+    bool any = stop_requested() != 0;
+    if (r->nranks > 1) hyfi_ctx_any(r->ctx, any, &any);
+    if (any) r->stop_sig = stop_requested() ? stop_requested() : SIGTERM;
+    return any;
+}
+
+/* Training: --steps steps (or whole epochs) on prefetched, shuffled batches,
+ * from step r->first (resumed) on. */
 static int train_loop(run *r)
 {
     const train_options *o = &r->o;
@@ -550,20 +701,22 @@ static int train_loop(run *r)
     const long long total = r->total;
     char err[1024] = "";
     hyfi_status st;
-    r->rates = malloc((size_t)(total > 0 ? total : 1) * sizeof *r->rates);
+    r->done = r->first;
+    r->rates = calloc((size_t)(total > 0 ? total : 1), sizeof *r->rates);
     if (!r->rates) {
         report(false, "out of memory for %lld step timings", total);
         return 1;
     }
+    if (r->first >= total) return 0;
     hyfi_prefetch_config pc = {.batch = B, .seed = o->seed, .shuffle = 1,
-                               .num_steps = (uint64_t)total};
+                               .first_step = (uint64_t)r->first,
+                               .num_steps = (uint64_t)(total - r->first)};
     if (hyfi_prefetch_start(r->train, &pc, &r->pf, err, sizeof err)) {
         report(false, "%s", err);
         return 1;
     }
     double t_prev = now_s();
-    divergence_watch w = {0};
-    for (long long s = 0; s < total; s++) {
+    for (long long s = r->first; s < total; s++) {
         hyfi_batch b;
         int prc = hyfi_prefetch_next(r->pf, &b);
         if (prc) {
@@ -582,36 +735,61 @@ static int train_loop(run *r)
             return 1;
         }
         if ((st = hyfi_train_step(g, &l)) != HYFI_OK) {
-            char what[64];
-            snprintf(what, sizeof what, "training step %lld", s + 1);
+            char what[128];
+            snprintf(what, sizeof what, "training step %lld%s", s + 1,
+                     st == HYFI_ERR_DATA && r->saved_at >= 0
+                         ? " (the last checkpoint, from before it, is intact)"
+                         : "");
             lib_fail(what, st, g);
             return 1;
         }
+        r->done = s + 1;
         double t = now_s();
         r->rates[s] = B / (t - t_prev);
-        t_prev = t;
         double gnorm = NAN, wnorm = NAN;
         hyfi_train_norms(g, &gnorm, &wnorm);
-        if (diverged(r, &w, s, l, gnorm)) return 1;
+        if (diverged(r, s, l, gnorm)) return 1;
         log_step(r, s, l, gnorm, wnorm);
+        if (o->checkpoint_every && (s + 1) % o->checkpoint_every == 0 && s + 1 < total &&
+            write_checkpoint(r, s + 1))
+            return 1;
+        if (stop_now(r) || (o->stop_at && s + 1 == o->stop_at && s + 1 < total)) {
+            r->stopped = true;
+            break;
+        }
+        t_prev = now_s(); /* checkpoints are not counted in the step times */
     }
     hyfi_prefetch_stop(r->pf);
     r->pf = NULL;
+    if (o->checkpoint_dir && r->saved_at != r->done && write_checkpoint(r, r->done)) return 1;
+    if (r->stopped && r->lead) {
+        char where[4200];
+        if (o->checkpoint_dir)
+            snprintf(where, sizeof where, "checkpoint %s/step-%08lld.safetensors written; "
+                                          "continue with --resume %s", o->checkpoint_dir,
+                     r->done, o->checkpoint_dir);
+        else
+            snprintf(where, sizeof where, "nothing saved (no --checkpoint-dir)");
+        printf("hyfi-train: stopped by %s after step %lld of %lld: %s\n",
+               !r->stop_sig ? "--stop-at-step" : r->stop_sig == SIGINT ? "SIGINT" : "SIGTERM",
+               r->done, total, where);
+        fflush(stdout);
+    }
     return 0;
 }
 
 /* Throughput over the steps after the warm-up. */
 static void throughput(run *r)
 {
-    const long long total = r->total;
-    r->nmeas = total > WARMUP_STEPS ? total - WARMUP_STEPS : 0;
+    const long long from = r->first + WARMUP_STEPS; /* this process's steps */
+    r->nmeas = r->done > from ? r->done - from : 0;
     r->mean = r->median = 0;
     if (r->nmeas > 0) {
         const long long nmeas = r->nmeas;
-        for (long long s = WARMUP_STEPS; s < total; s++) r->mean += r->rates[s];
+        for (long long s = from; s < r->done; s++) r->mean += r->rates[s];
         r->mean /= (double)nmeas;
-        qsort(r->rates + WARMUP_STEPS, (size_t)nmeas, sizeof *r->rates, cmp_double);
-        const double *q = r->rates + WARMUP_STEPS;
+        qsort(r->rates + from, (size_t)nmeas, sizeof *r->rates, cmp_double);
+        const double *q = r->rates + from;
         r->median = nmeas % 2 ? q[nmeas / 2] : 0.5 * (q[nmeas / 2 - 1] + q[nmeas / 2]);
     }
 }
@@ -675,7 +853,7 @@ static int evaluate(run *r)
 /* The summary line, this rank's peak memory and the --metrics summary. */
 static void print_summary(const run *r)
 {
-    printf("summary: %lld steps, images/s mean ", r->total);
+    printf("summary: %lld steps, images/s mean ", r->done - r->first);
     if (r->nmeas > 0)
         printf("%.1f median %.1f (excluding %d warm-up steps)", r->mean, r->median, WARMUP_STEPS);
     else printf("n/a median n/a (no steps after the %d warm-up steps)", WARMUP_STEPS);
@@ -734,6 +912,19 @@ static int finish(run *r, int rc)
     return rc;
 }
 
+/* --save: the model in the safetensors format with PyTorch's names. */
+static int save_model(run *r)
+{
+    hyfi_export_options eo = {.rename = export_name, .user = &r->o.mc,
+                              .num_batches_tracked = r->done};
+    const double t0 = now_s();
+    hyfi_status st = hyfi_save_safetensors(r->g, r->o.save_path, &eo);
+    if (st != HYFI_OK) return lib_fail("--save (hyfi_save_safetensors)", st, r->g);
+    printf("saved: %s (%.1f MB in %.2f s)\n", r->o.save_path, file_mb(r->o.save_path),
+           now_s() - t0);
+    return 0;
+}
+
 /* ------------------------------------------------------------------- main */
 int main(int argc, char **argv)
 {
@@ -745,6 +936,12 @@ int main(int argc, char **argv)
     if (pr < 0) return 2;
 
     int rc = load_data(&r);
+    if (rc == 0 && r.o.eval_only && !r.test) {
+        report(true, "--eval-only evaluates on the test split, and %s%s%s has none; give a data "
+                     "set with one", hyfi_data_kind_name(r.o.dataset), r.o.datapath ? " " : "",
+               r.o.datapath ? r.o.datapath : "");
+        rc = 2;
+    }
     if (rc == 0) rc = fit_geometry(&r);
     if (rc == 0 && r.o.dry_run) return finish(&r, dry_run(&r.o, r.C, r.H, r.W, r.K));
     if (rc == 0) rc = start_engine(&r);
@@ -752,12 +949,16 @@ int main(int argc, char **argv)
     if (rc == 0) rc = compile_model(&r);
     if (rc == 0) {
         print_setup(&r);
-        rc = train_loop(&r);
+        rc = restore(&r);
     }
+    if (rc == 0 && !r.o.eval_only) rc = train_loop(&r);
+    if (rc == 0 && r.stopped) /* preempted: saved; evaluation and export skipped */
+        return finish(&r, r.o.checkpoint_dir || !r.stop_sig ? 0 : 128 + r.stop_sig);
     if (rc == 0) {
         throughput(&r);
         rc = evaluate(&r);
     }
     if (rc == 0) print_summary(&r);
+    if (rc == 0 && r.o.save_path) rc = save_model(&r);
     return finish(&r, rc);
 }

@@ -672,3 +672,11 @@ hyfi_tensor *hyfi_model_build(hyfi_graph *g, const model_config *c, hyfi_tensor 
     }
     return logits;
 }
+
+/* (placeholder: hyfi's own names until the PyTorch names land) */
+int model_export_name(const model_config *c, const char *name, char *out, size_t len)
+{
+    (void)c;
+    snprintf(out, len, "%s", name);
+    return 0;
+}

@@ -182,6 +182,9 @@ int model_check(const model_config *c, int channels, int height, int width, char
 /* One line describing the resolved model, e.g. "resnet-50 v1 (ImageNet
  * family, bottleneck blocks [3,4,6,3], torchvision layout)". */
 void model_describe(const model_config *c, char *buf, size_t len);
+/* The name hyfi tensor `name` of the model has in an exported file (PyTorch's
+ * state_dict key): 0 (written to out), or 1 (left out). */
+int model_export_name(const model_config *c, const char *name, char *out, size_t len);
 
 /* Append the model to g after x (N,C,H,W); returns the logits (N, classes,
  * 1, 1), or NULL with a message in err (a bad config, checked first with

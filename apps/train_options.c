@@ -146,6 +146,32 @@ void train_usage(FILE *f)
         "                        or died, or a hang), it prints so and ends every rank\n"
         "                        (MPI_Abort); set it above the longest step; 0: off\n"
         "                        [HYFI_WATCHDOG_S, else %d]\n"
+        "\n"
+        "Long runs (docs/user-guide.md, \"Long runs\"):\n"
+        "  --checkpoint-dir DIR  write checkpoints (the whole training state: parameters,\n"
+        "                        momentum, running statistics, step, learning-rate schedule,\n"
+        "                        data order) to DIR/step-NNNNNNNN.safetensors, atomically:\n"
+        "                        every --checkpoint-every steps, at the end, and when the\n"
+        "                        job gets SIGTERM or SIGINT (it finishes the step, saves and\n"
+        "                        exits 0; a second signal exits at once)\n"
+        "  --checkpoint-every N  steps between checkpoints; 0: only at the end and on a\n"
+        "                        signal [0]\n"
+        "  --keep K              keep the K newest checkpoints of DIR; 0: all [3]\n"
+        "  --resume [PATH]       continue from the newest checkpoint of PATH (a folder) or\n"
+        "                        from the checkpoint file PATH [--checkpoint-dir]; the run\n"
+        "                        goes on to --steps exactly as if never stopped, under any\n"
+        "                        plan\n"
+        "  --stop-at-step K      stop after step K as a signal would (checkpoint, exit 0):\n"
+        "                        a run of --steps in several jobs, each resumed [0: never]\n"
+        "  --save FILE           at the end, write the model to FILE in the safetensors\n"
+        "                        format with PyTorch's names (torchvision's for the\n"
+        "                        ResNets): torch's load_state_dict(load_file(FILE)) takes it\n"
+        "  --load FILE           start from the parameters of FILE (a safetensors file from\n"
+        "                        --save, a checkpoint, or PyTorch's save_file of the same\n"
+        "                        model's state_dict); momentum starts at zero\n"
+        "  --eval-only           no training: evaluate the --load'ed (or --resume'd) model on\n"
+        "                        the test split\n"
+        "\n"
         "  -v, --verbose         print the StarPU workers found\n"
         "  -h, --help            this text\n"
         "\n"
@@ -280,6 +306,21 @@ static int parse_run_flag(const char *flag, const char *val, train_options *o)
     } else if (!strcmp(flag, "--metrics")) {
         if (!*val) return bad_usage("--metrics needs a file name");
         o->metrics = val;
+    } else if (!strcmp(flag, "--checkpoint-dir")) {
+        if (!*val) return bad_usage("--checkpoint-dir needs a folder");
+        o->checkpoint_dir = val;
+    } else if (!strcmp(flag, "--checkpoint-every")) {
+        rc = parse_ll(flag, val, 0, LLONG_MAX / 2, &o->checkpoint_every);
+    } else if (!strcmp(flag, "--stop-at-step")) {
+        rc = parse_ll(flag, val, 0, LLONG_MAX / 2, &o->stop_at);
+    } else if (!strcmp(flag, "--keep")) {
+        rc = parse_int(flag, val, 0, 1 << 20, &o->keep);
+    } else if (!strcmp(flag, "--save")) {
+        if (!*val) return bad_usage("--save needs a file name");
+        o->save_path = val;
+    } else if (!strcmp(flag, "--load")) {
+        if (!*val) return bad_usage("--load needs a file name");
+        o->load_path = val;
     } else {
         return 1;
     }
@@ -386,7 +427,8 @@ static int parse_flag(int argc, char **argv, int *i, train_options *o)
         "--num-layers", "--num-filters", "--split-size", "--balance", "--parts",
         "--schedule", "--spatial-size", "--num-spatial-parts", "--slice-method",
         "--fused-layers", "--gems", "--replications", "--times", "--data-parallel",
-        "--allreduce", "--bucket-kib", "--trace", "--watchdog"};
+        "--allreduce", "--bucket-kib", "--trace", "--watchdog", "--checkpoint-dir",
+        "--checkpoint-every", "--keep", "--save", "--load", "--stop-at-step"};
     bool known = false;
     for (size_t k = 0; k < sizeof KNOWN / sizeof KNOWN[0]; k++) known |= !strcmp(flag, KNOWN[k]);
     if (!known) return bad_usage("unknown flag '%s'", flag);
@@ -409,6 +451,19 @@ static int check_options(train_options *o)
         return bad_usage("--datapath %s is given, but the data set is synthetic (the default), "
                          "which reads no files; pass --dataset folder, mnist, cifar10 or "
                          "fashion-mnist with it, or leave --datapath out", o->datapath);
+    if (o->checkpoint_every && !o->checkpoint_dir)
+        return bad_usage("--checkpoint-every %lld needs --checkpoint-dir DIR (where to write "
+                         "them)", o->checkpoint_every);
+    if (o->resume && !o->resume_path && !o->checkpoint_dir)
+        return bad_usage("--resume needs a folder or file (--resume PATH), or --checkpoint-dir "
+                         "DIR to resume from");
+    if (o->resume && o->load_path)
+        return bad_usage("--resume and --load %s both set the parameters; --resume restores "
+                         "the whole training state, --load starts a new run from a model: "
+                         "give one", o->load_path);
+    if (o->eval_only && !o->load_path && !o->resume)
+        return bad_usage("--eval-only evaluates a saved model: give it with --load FILE (or "
+                         "--resume)");
     if (o->replications > 1 && o->gems != HYFI_GEMS_MASTER)
         return bad_usage("--replications %d needs --gems master (MAST has one pair of copies)",
                          o->replications);
@@ -437,7 +492,7 @@ int train_parse_args(int argc, char **argv, int rank, train_options *o)
     *o = (train_options){.batch_size = 64, .dataset = HYFI_DATA_SYNTHETIC,
                          .num_epochs = 1, .lr = 0.05f, .momentum = 0.9f, .weight_decay = 5e-4f,
                          .seed = 42, .device = HYFI_DEVICE_AUTO, .print_freq = 50,
-                         .divergence = 1000,
+                         .divergence = 1000, .keep = 3,
                          .mc = model_config_default(), .watchdog_s = DEFAULT_WATCHDOG_S};
     const char *wd = getenv("HYFI_WATCHDOG_S");
     if (wd && *wd && parse_int("HYFI_WATCHDOG_S", wd, 0, 1 << 24, &o->watchdog_s)) return -1;
@@ -457,6 +512,21 @@ int train_parse_args(int argc, char **argv, int rank, train_options *o)
         }
         if (strcmp(arg, "--deterministic") == 0) {
             o->deterministic = 1;
+            continue;
+        }
+        if (strcmp(arg, "--eval-only") == 0) {
+            o->eval_only = 1;
+            continue;
+        }
+        if (strcmp(arg, "--resume") == 0 || strncmp(arg, "--resume=", 9) == 0) {
+            /* an optional value: --resume=PATH, or --resume PATH when PATH is
+             * not a flag */
+            o->resume = 1;
+            if (arg[8] == '=') o->resume_path = arg + 9;
+            else if (i + 1 < argc && strncmp(argv[i + 1], "--", 2) != 0)
+                o->resume_path = argv[++i];
+            if (o->resume_path && !*o->resume_path)
+                return bad_usage("--resume= needs a folder or a checkpoint file");
             continue;
         }
         if (strcmp(arg, "--halo-d2") == 0) {

@@ -49,6 +49,18 @@ typedef struct train_options {
     int bucket_kib;            /* --bucket-kib */
     const char *trace;         /* --trace DIR */
     int watchdog_s;            /* --watchdog, HYFI_WATCHDOG_S; 0: off */
+    /* long runs */
+    const char *checkpoint_dir; /* --checkpoint-dir DIR: NULL: no checkpoints */
+    long long checkpoint_every; /* --checkpoint-every N steps; 0: only at the end and on a
+                                   signal */
+    int keep;                  /* --keep K newest checkpoints; 0: all */
+    int resume;                /* --resume [PATH] */
+    const char *resume_path;   /* its folder or file; NULL: --checkpoint-dir */
+    const char *save_path;     /* --save FILE.safetensors: the model at the end */
+    const char *load_path;     /* --load FILE: parameters before training */
+    int eval_only;             /* --eval-only: no training */
+    long long stop_at;         /* --stop-at-step K: stop after step K as a preemption would;
+                                  0: never */
 } train_options;
 
 /* Model replicas: GEMS copies x data-parallel groups. */
