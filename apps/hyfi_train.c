@@ -741,6 +741,9 @@ static int train_loop(run *r)
                          ? " (the last checkpoint, from before it, is intact)"
                          : "");
             lib_fail(what, st, g);
+            if (st == HYFI_ERR_DATA && r->lead)
+                fprintf(stderr, "hyfi-train: the run diverged at step %lld; lower --lr (%g now)\n",
+                        s + 1, (double)(o->cosine ? cosine_lr(o->lr, s, total) : o->lr));
             return 1;
         }
         r->done = s + 1;

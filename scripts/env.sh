@@ -6,3 +6,8 @@ export LD_LIBRARY_PATH="$HYFI_DEPS/starpu/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PAT
 export PATH="$HYFI_DEPS/starpu/bin:$PATH"
 # StarPU's default silence when a calibration is missing; keep it quiet.
 export STARPU_SILENT="${STARPU_SILENT:-1}"
+# Python with PyTorch, torchvision and safetensors for the interoperability
+# tests (scripts/setup.sh makes it), unless one is given.
+if [ -z "${HYFI_TORCH_PYTHON:-}" ] && [ -x "$HYFI_DEPS/pyvenv/bin/python" ]; then
+  export HYFI_TORCH_PYTHON="$HYFI_DEPS/pyvenv/bin/python"
+fi

@@ -121,4 +121,33 @@ else
   $sudo cp "$img" "$data/ihc.png"
   rm -rf "$tmp"
 fi
+# ------------------------------------------------------------------ PyTorch
+# The interoperability tests (models_torch, torch_export) and the CPU bench
+# compare with PyTorch: Debian's python3-torch and python3-torchvision, and the
+# safetensors package from PyPI in a virtual environment that sees them
+# ($deps/pyvenv; scripts/env.sh points HYFI_TORCH_PYTHON at it).
+# HYFI_SKIP_TORCH=1 leaves them out (those tests then skip).
+if [ "${HYFI_SKIP_TORCH:-0}" != 1 ]; then
+  tpkgs=()
+  for p in python3-torch python3-torchvision python3-venv python3-pip; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || tpkgs+=("$p")
+  done
+  if [ "${HYFI_SKIP_APT:-0}" != 1 ] && [ ${#tpkgs[@]} -gt 0 ]; then
+    log "installing Debian packages: ${tpkgs[*]}"
+    export DEBIAN_FRONTEND=noninteractive
+    $sudo apt-get install -y -qq --no-install-recommends "${tpkgs[@]}" >/dev/null ||
+      { $sudo apt-get update -qq &&
+        $sudo apt-get install -y -qq --no-install-recommends "${tpkgs[@]}" >/dev/null; }
+  fi
+  venv="$deps/pyvenv"
+  if "$venv/bin/python" -c 'import torch, torchvision, safetensors' 2>/dev/null; then
+    log "PyTorch and safetensors present in $venv"
+  else
+    log "creating $venv (system PyTorch + safetensors from PyPI)"
+    $sudo rm -rf "$venv"
+    $sudo /usr/bin/python3 -m venv --system-site-packages "$venv"
+    $sudo "$venv/bin/pip" install -q safetensors ||
+      echo "setup: warning: pip could not install safetensors; the PyTorch export test will skip" >&2
+  fi
+fi
 log "done; use: source scripts/env.sh"

@@ -29,6 +29,8 @@ expect_fail() { # name, pattern, args...
 expect_fail "lr 500" "training diverged at step" --lr 500
 grep -q "warning: step .*diverging" "$dir/log" || { echo "FAILED: no warning before"; fails=$((fails + 1)); }
 expect_fail "lr 500, --divergence-ratio 0" "non-finite gradient" --lr 500 --divergence-ratio 0
+grep -q "the run diverged at step [0-9]*; lower --lr (500 now)" "$dir/log" ||
+    { echo "FAILED: the step and --lr are not named"; fails=$((fails + 1)); }
 if ! timeout 300 "$train" "${common[@]}" --lr 0.05 --metrics "$dir/m.json" >"$dir/log" 2>&1; then
     echo "FAILED: lr 0.05:"; tail -5 "$dir/log"; fails=$((fails + 1))
 else
