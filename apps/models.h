@@ -189,6 +189,33 @@ void model_describe(const model_config *c, char *buf, size_t len);
 hyfi_tensor *hyfi_model_build(hyfi_graph *g, const model_config *c, hyfi_tensor *x, char *err,
                               size_t errlen);
 
+/* The name hyfi tensor `name` of model c (a parameter or a running
+ * statistic: "layer1.0.downsample.conv.weight", "bn1.running_mean",
+ * "fc.weight") has in an exported model (hyfi_save_safetensors), so that the
+ * file loads strictly into the model's PyTorch counterpart:
+ *   - every model: a batch norm's gamma and beta are "weight" and "bias";
+ *   - ResNets: a projection shortcut "<block>.downsample.conv" / ".bn" is
+ *     "<block>.downsample.0" / ".1": torchvision's state_dict keys for the
+ *     ImageNet v1 family (resnet18 ... resnet152), and those of the twins in
+ *     bench/torch_models.py for the CIFAR families and ImageNet v2;
+ *   - cnn: hyfi's names (the twin's modules are named alike);
+ *   - AmoebaNet-D: torchgpipe's benchmark model (benchmarks/models/amoebanet)
+ *     and the twin: "fc" is "classify.fc"; "<cell>.reduce1.conv" / ".bn" are
+ *     "<cell>.reduce1.1" / ".2" (nn.Sequential(ReLU, Conv2d, BatchNorm2d)),
+ *     likewise reduce2 when it is a relu-conv-bn (a factorized reduction
+ *     keeps conv1, conv2, bn); "<cell>.op<j>.<op>.conv<k>" / ".bn<k>" (k = 1
+ *     when hyfi has no index) are "<cell>.operations.<j>.module.<3k-2>" /
+ *     ".<3k-1>", and a factorized reduction op "<cell>.op<j>.none.conv1" is
+ *     "<cell>.operations.<j>.module.conv1"; "stem1" keeps its names.
+ * Any other name passes through (with gamma/beta renamed). Returns 0 with the
+ * name in out, or -1 when out (len bytes) is too small or an argument is
+ * NULL; never 1 (no tensor is left out). Loading needs no inverse:
+ * hyfi_load_safetensors looks each tensor up under this name. */
+int model_export_name(const model_config *c, const char *name, char *out, size_t len);
+/* model_export_name as a hyfi_export_options.rename callback, with the
+ * (const model_config *) as user. */
+int model_export_rename(const char *name, char *out, size_t len, void *config);
+
 #ifdef __cplusplus
 }
 #endif
