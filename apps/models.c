@@ -478,13 +478,15 @@ typedef struct {
 } amoeba_edge;
 
 /* The genotype (ten (state, op) pairs: node k = pair 2k-4 + pair 2k-3) and
- * the states concatenated into the cell output. */
+ * the states concatenated into the cell output: TensorFlow's amoeba_net_d
+ * (hiddenstate_indices [1, 1, 1, 0, 0, 0, 2, 2, 1, 5] for the normal cell),
+ * as torchgpipe and MPI4DL have it; state 0 is reduce1(prev), 1 reduce2(prev_prev). */
 static const amoeba_edge NORMAL_OPS[10] = {
-    {0, OP_CONV_1X1},     {0, OP_MAX_POOL_3X3}, /* node 2 */
-    {0, OP_NONE},         {1, OP_CONV_1X7_7X1}, /* node 3 */
-    {1, OP_CONV_1X1},     {1, OP_CONV_1X7_7X1}, /* node 4 */
+    {1, OP_CONV_1X1},     {1, OP_MAX_POOL_3X3}, /* node 2 */
+    {1, OP_NONE},         {0, OP_CONV_1X7_7X1}, /* node 3 */
+    {0, OP_CONV_1X1},     {0, OP_CONV_1X7_7X1}, /* node 4 */
     {2, OP_MAX_POOL_3X3}, {2, OP_NONE},         /* node 5 */
-    {0, OP_AVG_POOL_3X3}, {5, OP_CONV_1X1},     /* node 6 */
+    {1, OP_AVG_POOL_3X3}, {5, OP_CONV_1X1},     /* node 6 */
 };
 static const int NORMAL_CONCAT[] = {0, 3, 4, 6};
 static const amoeba_edge REDUCTION_OPS[10] = {
@@ -673,10 +675,118 @@ hyfi_tensor *hyfi_model_build(hyfi_graph *g, const model_config *c, hyfi_tensor 
     return logits;
 }
 
-/* (placeholder: hyfi's own names until the PyTorch names land) */
+/* ------------------------------------------------------------ export names */
+/* Output of model_export_name: pieces appended with overflow detection. */
+typedef struct {
+    char *s;
+    size_t len, used;
+    bool overflow;
+} name_out;
+
+__attribute__((format(printf, 2, 3)))
+static void put(name_out *o, const char *fmt, ...)
+{
+    if (o->overflow) return;
+    va_list ap;
+    va_start(ap, fmt);
+    int k = vsnprintf(o->s + o->used, o->len - o->used, fmt, ap);
+    va_end(ap);
+    if (k < 0 || (size_t)k >= o->len - o->used)
+        o->overflow = true;
+    else
+        o->used += (size_t)k;
+}
+
+/* "conv" -> 1, "bn" -> 2, "conv<k>" -> 3k-2, "bn<k>" -> 3k-1: the position of
+ * a hyfi relu-conv-bn's conv or bn in torchgpipe's flat nn.Sequential of
+ * (ReLU, Conv2d, BatchNorm2d) triples; -1 for anything else. */
+static int amoeba_seq_index(const char *m)
+{
+    int base;
+    if (!strncmp(m, "conv", 4)) {
+        base = 1;
+        m += 4;
+    } else if (!strncmp(m, "bn", 2)) {
+        base = 2;
+        m += 2;
+    } else {
+        return -1;
+    }
+    if (!*m) return base;
+    if (m[0] < '1' || m[0] > '9' || m[1]) return -1;
+    return base + 3 * (m[0] - '1');
+}
+
+/* Whether cell `p` follows a reduction cell (its reduce2 is then a
+ * factorized reduction): stem3 and the first normal cell of each group. */
+static bool amoeba_after_reduction(const char *p)
+{
+    int grp, len = 0;
+    if (!strcmp(p, "stem3")) return true;
+    return sscanf(p, "cell%d_normal1%n", &grp, &len) == 1 && len > 0 && !p[len];
+}
+
 int model_export_name(const model_config *c, const char *name, char *out, size_t len)
 {
-    (void)c;
-    snprintf(out, len, "%s", name);
+    enum { MAX_PARTS = 16 };
+    char buf[2 * NAME_LEN + 8];
+    const char *t[MAX_PARTS];
+    int n = 0;
+    if (!c || !name || !out || !len) return -1;
+    size_t nl = strlen(name);
+    if (nl >= sizeof buf) return -1;
+    memcpy(buf, name, nl + 1);
+    for (char *p = buf; p; n++) {
+        if (n == MAX_PARTS) return -1;
+        t[n] = p;
+        p = strchr(p, '.');
+        if (p) *p++ = 0;
+    }
+    /* batch norm's scale and shift are PyTorch's weight and bias */
+    if (n >= 2 && !strcmp(t[n - 1], "gamma")) t[n - 1] = "weight";
+    if (n >= 2 && !strcmp(t[n - 1], "beta")) t[n - 1] = "bias";
+
+    name_out o = {.s = out, .len = len};
+    out[0] = 0;
+    int first = 0;
+    if (c->kind == MODEL_AMOEBANET && n == 2 && !strcmp(t[0], "fc")) {
+        put(&o, "classify.");
+    } else if (c->kind == MODEL_AMOEBANET && n == 4 &&
+               (!strcmp(t[1], "reduce1") ||
+                (!strcmp(t[1], "reduce2") && !amoeba_after_reduction(t[0]))) &&
+               (!strcmp(t[2], "conv") || !strcmp(t[2], "bn"))) {
+        /* relu_conv_bn: nn.Sequential(ReLU, Conv2d, BatchNorm2d); reduce2
+         * after a reduction cell is a factorized reduction, whose names stay */
+        put(&o, "%s.%s.%s.%s", t[0], t[1], !strcmp(t[2], "conv") ? "1" : "2", t[3]);
+        first = n;
+    } else if (c->kind == MODEL_AMOEBANET && n == 5 && !strncmp(t[1], "op", 2) &&
+               t[1][2] >= '0' && t[1][2] <= '9') {
+        /* <cell>.op<j>.<op>.<module>: Cell.operations[j], an Operation whose
+         * .module is the op's nn.Sequential (convolutions) or, for `none`
+         * with stride 2, a FactorizedReduce (conv1, conv2, bn, as in hyfi) */
+        put(&o, "%s.operations.%s.module.", t[0], t[1] + 2);
+        int k = strcmp(t[2], "none") ? amoeba_seq_index(t[3]) : -1;
+        if (k > 0)
+            put(&o, "%d.%s", k, t[4]);
+        else
+            put(&o, "%s.%s", t[3], t[4]);
+        first = n;
+    }
+    for (int i = first; i < n; i++) {
+        const char *p = t[i];
+        /* the projection shortcut: nn.Sequential(conv, bn) as in torchvision */
+        if (c->kind == MODEL_RESNET && i > 0 && i < n - 1 && !strcmp(t[i - 1], "downsample"))
+            p = !strcmp(p, "conv") ? "0" : !strcmp(p, "bn") ? "1" : p;
+        put(&o, "%s%s", i > first ? "." : "", p);
+    }
+    if (o.overflow) {
+        out[0] = 0;
+        return -1;
+    }
     return 0;
+}
+
+int model_export_rename(const char *name, char *out, size_t len, void *config)
+{
+    return model_export_name((const model_config *)config, name, out, len);
 }

@@ -76,9 +76,9 @@
  *   the width each, concatenated, bn) when the previous cell was a reduction,
  *   else relu-conv1x1-bn when its width differs, else as is. These two are
  *   states 0 and 1; each of five nodes adds two ops applied to earlier states:
- *     normal:    2 = conv1x1(0) + maxpool3x3(0)      3 = id(0) + conv1x7_7x1(1)
- *                4 = conv1x1(1) + conv1x7_7x1(1)      5 = maxpool3x3(2) + id(2)
- *                6 = avgpool3x3(0) + conv1x1(5)       output: concat(0, 3, 4, 6)
+ *     normal:    2 = conv1x1(1) + maxpool3x3(1)      3 = id(1) + conv1x7_7x1(0)
+ *                4 = conv1x1(0) + conv1x7_7x1(0)      5 = maxpool3x3(2) + id(2)
+ *                6 = avgpool3x3(1) + conv1x1(5)       output: concat(0, 3, 4, 6)
  *     reduction: 2 = maxpool2x2/2(0) + maxpool3x3/2(0) 3 = id(2) + conv3x3/2(1)
  *                4 = conv1x7_7x1(2) + maxpool3x3(2)    5 = id(3) + maxpool2x2/2(1)
  *                6 = avgpool3x3(2) + conv1x1(3)        output: concat(4, 5, 6)
@@ -182,15 +182,38 @@ int model_check(const model_config *c, int channels, int height, int width, char
 /* One line describing the resolved model, e.g. "resnet-50 v1 (ImageNet
  * family, bottleneck blocks [3,4,6,3], torchvision layout)". */
 void model_describe(const model_config *c, char *buf, size_t len);
-/* The name hyfi tensor `name` of the model has in an exported file (PyTorch's
- * state_dict key): 0 (written to out), or 1 (left out). */
-int model_export_name(const model_config *c, const char *name, char *out, size_t len);
-
 /* Append the model to g after x (N,C,H,W); returns the logits (N, classes,
  * 1, 1), or NULL with a message in err (a bad config, checked first with
  * model_check, or a builder error of the graph). */
 hyfi_tensor *hyfi_model_build(hyfi_graph *g, const model_config *c, hyfi_tensor *x, char *err,
                               size_t errlen);
+
+/* The name hyfi tensor `name` of model c (a parameter or a running
+ * statistic: "layer1.0.downsample.conv.weight", "bn1.running_mean",
+ * "fc.weight") has in an exported model (hyfi_save_safetensors), so that the
+ * file loads strictly into the model's PyTorch counterpart:
+ *   - every model: a batch norm's gamma and beta are "weight" and "bias";
+ *   - ResNets: a projection shortcut "<block>.downsample.conv" / ".bn" is
+ *     "<block>.downsample.0" / ".1": torchvision's state_dict keys for the
+ *     ImageNet v1 family (resnet18 ... resnet152), and those of the twins in
+ *     bench/torch_models.py for the CIFAR families and ImageNet v2;
+ *   - cnn: hyfi's names (the twin's modules are named alike);
+ *   - AmoebaNet-D: torchgpipe's benchmark model (benchmarks/models/amoebanet)
+ *     and the twin: "fc" is "classify.fc"; "<cell>.reduce1.conv" / ".bn" are
+ *     "<cell>.reduce1.1" / ".2" (nn.Sequential(ReLU, Conv2d, BatchNorm2d)),
+ *     likewise reduce2 when it is a relu-conv-bn (a factorized reduction
+ *     keeps conv1, conv2, bn); "<cell>.op<j>.<op>.conv<k>" / ".bn<k>" (k = 1
+ *     when hyfi has no index) are "<cell>.operations.<j>.module.<3k-2>" /
+ *     ".<3k-1>", and a factorized reduction op "<cell>.op<j>.none.conv1" is
+ *     "<cell>.operations.<j>.module.conv1"; "stem1" keeps its names.
+ * Any other name passes through (with gamma/beta renamed). Returns 0 with the
+ * name in out, or -1 when out (len bytes) is too small or an argument is
+ * NULL; never 1 (no tensor is left out). Loading needs no inverse:
+ * hyfi_load_safetensors looks each tensor up under this name. */
+int model_export_name(const model_config *c, const char *name, char *out, size_t len);
+/* model_export_name as a hyfi_export_options.rename callback, with the
+ * (const model_config *) as user. */
+int model_export_rename(const char *name, char *out, size_t len, void *config);
 
 #ifdef __cplusplus
 }

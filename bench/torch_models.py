@@ -13,7 +13,12 @@ FLOPs can be compared:
     layout) and v2 ImageNet (pre-activation): own definitions;
   - AmoebaNet-D (L, F): own definition, op for op like apps/models.c (which
     follows torchgpipe's benchmark with the differences listed in
-    apps/models.h).
+    apps/models.h), with torchgpipe's module names.
+
+Module names are those of hyfi's exported files (model_export_name in
+apps/models.c; torchvision's for the ImageNet v1 family), so that a file of
+`hyfi-train --save` loads into the twin with a strict load_state_dict
+(tests/torch_export.py checks it).
 
 Run it with Debian's python3 (/usr/bin/python3, package python3-torch):
 
@@ -37,6 +42,7 @@ agree (the meson test 'models_torch', which skips without PyTorch).
 """
 import argparse
 import sys
+from collections import OrderedDict
 
 import torch
 from torch import nn
@@ -69,15 +75,33 @@ class Classifier(nn.Module):
 
 
 # ----------------------------------------------------------------- cnn
+class CNN(nn.Module):
+    """conv<i>, bn<i>, relu<i>, pool<i> (i = 1, 2), conv3, bn3, relu3, gap, fc:
+    hyfi's op names."""
+
+    def __init__(self, classes, channels):
+        super().__init__()
+        cin = channels
+        for i, cout in enumerate([32, 64, 128], 1):
+            setattr(self, f"conv{i}", conv(cin, cout, 3))
+            setattr(self, f"bn{i}", nn.BatchNorm2d(cout))
+            setattr(self, f"relu{i}", nn.ReLU())
+            if i < 3:
+                setattr(self, f"pool{i}", nn.MaxPool2d(2))
+            cin = cout
+        self.gap = nn.AdaptiveAvgPool2d(1)
+        self.fc = nn.Linear(128, classes)
+
+    def forward(self, x):
+        for i in (1, 2, 3):
+            x = getattr(self, f"relu{i}")(getattr(self, f"bn{i}")(getattr(self, f"conv{i}")(x)))
+            if i < 3:
+                x = getattr(self, f"pool{i}")(x)
+        return self.fc(torch.flatten(self.gap(x), 1))
+
+
 def cnn(classes, channels):
-    layers = []
-    cin = channels
-    for i, cout in enumerate([32, 64, 128]):
-        layers += [conv(cin, cout, 3), nn.BatchNorm2d(cout), nn.ReLU()]
-        if i < 2:
-            layers.append(nn.MaxPool2d(2))
-        cin = cout
-    return nn.Sequential(*layers, Classifier(128, classes))
+    return CNN(classes, channels)
 
 
 # ----------------------------------------------------------------- ResNet v1
@@ -97,15 +121,48 @@ class BasicV1(nn.Module):
         return self.relu(y + sc)
 
 
+class ResNet(nn.Module):
+    """A ResNet named like torchvision's (conv1, bn1, relu, [maxpool],
+    layer1..layer<stages>, [bn_final, relu_final for v2], avgpool, fc), which
+    are hyfi's op names: hyfi's exported files (model_export_name in
+    apps/models.c) load into it strictly."""
+
+    def __init__(self, channels, stem_width, stem_kernel, stem_stride, maxpool, stages,
+                 final_bn, cout, classes):
+        super().__init__()
+        self.conv1 = conv(channels, stem_width, stem_kernel, stem_stride)
+        self.bn1 = nn.BatchNorm2d(stem_width)
+        self.relu = nn.ReLU()
+        self.maxpool = nn.MaxPool2d(3, 2, 1) if maxpool else nn.Identity()
+        self.stages = len(stages)
+        for i, blocks in enumerate(stages, 1):
+            setattr(self, f"layer{i}", nn.Sequential(*blocks))
+        if final_bn:
+            self.bn_final, self.relu_final = nn.BatchNorm2d(cout), nn.ReLU()
+        else:
+            self.bn_final = self.relu_final = nn.Identity()
+        self.avgpool = nn.AdaptiveAvgPool2d(1)
+        self.fc = nn.Linear(cout, classes)
+
+    def forward(self, x):
+        x = self.maxpool(self.relu(self.bn1(self.conv1(x))))
+        for i in range(1, self.stages + 1):
+            x = getattr(self, f"layer{i}")(x)
+        x = self.relu_final(self.bn_final(x))
+        return self.fc(torch.flatten(self.avgpool(x), 1))
+
+
 def resnet_cifar_v1(depth, classes, channels):
     n = (depth - 2) // 6
-    layers = [conv(channels, 16, 3), nn.BatchNorm2d(16), nn.ReLU()]
+    stages = []
     cin = 16
     for s in range(3):
+        blocks = []
         for b in range(n):
-            layers.append(BasicV1(cin, 16 << s, 2 if s > 0 and b == 0 else 1))
+            blocks.append(BasicV1(cin, 16 << s, 2 if s > 0 and b == 0 else 1))
             cin = 16 << s
-    return nn.Sequential(*layers, Classifier(cin, classes))
+        stages.append(blocks)
+    return ResNet(channels, 16, 3, 1, False, stages, False, cin, classes)
 
 
 def resnet_imagenet_v1(depth, classes, channels):
@@ -117,73 +174,88 @@ def resnet_imagenet_v1(depth, classes, channels):
 
 
 # ----------------------------------------------------------------- ResNet v2
-class BottleneckV2(nn.Module):
+class PreActV2(nn.Module):
+    """Pre-activation block, module names as hyfi's ops: [bn0-relu0] conv1 -
+    bn1-relu1-conv2 [- bn2-relu2-conv3] + shortcut (identity, or downsample =
+    nn.Sequential(1x1 conv), no bn, on the raw input, named like torchvision's
+    downsample.0); no relu after the sum."""
+
+    def forward(self, x):
+        y = self.relu0(self.bn0(x))
+        y = self.conv2(self.relu1(self.bn1(self.conv1(y))))
+        if self.conv3 is not None:
+            y = self.conv3(self.relu2(self.bn2(y)))
+        return y + (x if self.downsample is None else self.downsample(x))
+
+    def _pre(self, cin, pre):
+        if pre:
+            self.bn0, self.relu0 = nn.BatchNorm2d(cin), nn.ReLU()
+        else:
+            self.bn0 = self.relu0 = nn.Identity()
+
+
+class BottleneckV2(PreActV2):
     """[bn-relu] conv1x1(width, s1) - bn-relu-conv3x3(width, s2) -
-    bn-relu-conv1x1(cout) + shortcut (identity or 1x1 conv(s1*s2), no bn, on
-    the raw input); no relu after the sum."""
+    bn-relu-conv1x1(cout) + shortcut (identity or 1x1 conv(s1*s2))."""
 
     def __init__(self, cin, width, cout, s1, s2, pre, project):
         super().__init__()
-        self.pre = nn.Sequential(nn.BatchNorm2d(cin), nn.ReLU()) if pre else nn.Identity()
-        self.body = nn.Sequential(
-            conv(cin, width, 1, s1), nn.BatchNorm2d(width), nn.ReLU(),
-            conv(width, width, 3, s2), nn.BatchNorm2d(width), nn.ReLU(),
-            conv(width, cout, 1))
-        self.downsample = conv(cin, cout, 1, s1 * s2) if project else None
-
-    def forward(self, x):
-        y = self.body(self.pre(x))
-        return y + (x if self.downsample is None else self.downsample(x))
+        self._pre(cin, pre)
+        self.conv1, self.bn1, self.relu1 = conv(cin, width, 1, s1), nn.BatchNorm2d(width), nn.ReLU()
+        self.conv2, self.bn2 = conv(width, width, 3, s2), nn.BatchNorm2d(width)
+        self.relu2 = nn.ReLU()
+        self.conv3 = conv(width, cout, 1)
+        self.downsample = nn.Sequential(conv(cin, cout, 1, s1 * s2)) if project else None
 
 
-class BasicV2(nn.Module):
+class BasicV2(PreActV2):
     def __init__(self, cin, width, stride, pre):
         super().__init__()
-        self.pre = nn.Sequential(nn.BatchNorm2d(cin), nn.ReLU()) if pre else nn.Identity()
-        self.body = nn.Sequential(
-            conv(cin, width, 3, stride), nn.BatchNorm2d(width), nn.ReLU(),
-            conv(width, width, 3))
+        self._pre(cin, pre)
+        self.conv1, self.bn1, self.relu1 = (conv(cin, width, 3, stride), nn.BatchNorm2d(width),
+                                            nn.ReLU())
+        self.conv2 = conv(width, width, 3)
+        self.conv3 = None
         project = stride != 1 or cin != width
-        self.downsample = conv(cin, width, 1, stride) if project else None
-
-    def forward(self, x):
-        y = self.body(self.pre(x))
-        return y + (x if self.downsample is None else self.downsample(x))
+        self.downsample = nn.Sequential(conv(cin, width, 1, stride)) if project else None
 
 
 def resnet_cifar_v2(depth, classes, channels):
     n = (depth - 2) // 9
-    layers = [conv(channels, 16, 3), nn.BatchNorm2d(16), nn.ReLU()]
+    stages = []
     fin = cin = 16
     for s in range(3):
         fout = 4 * fin if s == 0 else 2 * fin
+        blocks = []
         for b in range(n):
             stride = 2 if s > 0 and b == 0 else 1
-            layers.append(BottleneckV2(cin, fin, fout, stride, 1, not (s == 0 and b == 0),
+            blocks.append(BottleneckV2(cin, fin, fout, stride, 1, not (s == 0 and b == 0),
                                        b == 0))
             cin = fout
+        stages.append(blocks)
         fin = fout
-    return nn.Sequential(*layers, nn.BatchNorm2d(cin), nn.ReLU(), Classifier(cin, classes))
+    return ResNet(channels, 16, 3, 1, False, stages, True, cin, classes)
 
 
 def resnet_imagenet_v2(depth, classes, channels):
     bottleneck, blocks = IMAGENET_DEPTHS[depth]
     exp = 4 if bottleneck else 1
-    layers = [conv(channels, 64, 7, 2), nn.BatchNorm2d(64), nn.ReLU(),
-              nn.MaxPool2d(3, 2, 1)]
+    stages = []
     cin = 64
     for s in range(4):
         width = 64 << s
+        stage = []
         for b in range(blocks[s]):
             stride = 2 if s > 0 and b == 0 else 1
             pre = not (s == 0 and b == 0)
             if bottleneck:
                 project = stride != 1 or cin != width * exp
-                layers.append(BottleneckV2(cin, width, width * exp, 1, stride, pre, project))
+                stage.append(BottleneckV2(cin, width, width * exp, 1, stride, pre, project))
             else:
-                layers.append(BasicV2(cin, width, stride, pre))
+                stage.append(BasicV2(cin, width, stride, pre))
             cin = width * exp
-    return nn.Sequential(*layers, nn.BatchNorm2d(cin), nn.ReLU(), Classifier(cin, classes))
+        stages.append(stage)
+    return ResNet(channels, 64, 7, 2, True, stages, True, cin, classes)
 
 
 def resnet(depth, version, style, classes, channels):
@@ -200,9 +272,28 @@ def resnet(depth, version, style, classes, channels):
 
 
 # ----------------------------------------------------------------- AmoebaNet-D
+# Module names are those of torchgpipe's benchmark model (kakaobrain/torchgpipe,
+# benchmarks/models/amoebanet), so that state_dicts move between the two and
+# hyfi's exported files (model_export_name in apps/models.c) load into either
+# strictly: an nn.Sequential of stem1 (relu, conv, bn), the cells stem2,
+# stem3, cell1_normal1.., cell2_reduction, cell3_normal1.., cell4_reduction,
+# cell5_normal1.. and classify (pool, fc); a cell has reduce1 and reduce2
+# (nn.Sequential(ReLU, Conv2d, BatchNorm2d), a FactorizedReduce (relu, conv1,
+# conv2, bn) or an identity) and `operations`, a ModuleList of Operation
+# wrappers whose `module` is the op: a flat nn.Sequential of (ReLU, Conv2d,
+# BatchNorm2d) triples for the convolutions (parameters at 1, 2, 4, 5, ...),
+# a FactorizedReduce for `none` with stride 2, a pool or an identity.
+# Where this twin differs from torchgpipe (none of it changes a name or a
+# shape): the differences apps/models.h lists (a max pool for max_pool_3x3,
+# FactorizedReduce's two convolutions on the same pixels, ceil-padded 2x2 max
+# pools, a global average pool in classify), and the ReLU that starts an op is
+# computed once per state by the cell (the op's slot 0 is an nn.Identity), as
+# hyfi does.
 def relu_conv_bn(cin, cout, kh=1, kw=1, sh=1, sw=1, relu=True):
-    layers = [nn.ReLU()] if relu else []
-    return nn.Sequential(*layers, conv(cin, cout, None, kh=kh, kw=kw, sh=sh, sw=sw),
+    """ReLU (nn.Identity with relu=False: the input is already through one),
+    conv, bn; slots 0, 1, 2 as torchgpipe's relu_conv_bn."""
+    return nn.Sequential(nn.ReLU() if relu else nn.Identity(),
+                         conv(cin, cout, None, kh=kh, kw=kw, sh=sh, sw=sw),
                          nn.BatchNorm2d(cout))
 
 
@@ -235,37 +326,58 @@ class MaxPool2x2(nn.Module):
         return nn.functional.max_pool2d(x, 2, self.stride, (ph, pw))
 
 
+class Operation(nn.Module):
+    """torchgpipe's wrapper of an op: the op is `module`."""
+
+    def __init__(self, name, module):
+        super().__init__()
+        self.name = name
+        self.module = module
+
+    def forward(self, x):
+        return self.module(x)
+
+
 # Ops whose first module is a relu get the relu'd state from the cell (one
 # relu per state, shared), so they are built without their own.
 RELU_FIRST = {"conv_1x1", "conv_3x3", "conv_1x7_7x1"}
 
 
+def seq(*triples):
+    """Flatten relu_conv_bn triples into one nn.Sequential (torchgpipe's layout)."""
+    return nn.Sequential(*[m for t in triples for m in t])
+
+
 def make_op(name, c, stride):
     if name == "conv_1x1":
-        return relu_conv_bn(c, c, 1, 1, stride, stride, relu=False)
-    if name == "conv_3x3":
-        return nn.Sequential(relu_conv_bn(c, c // 4, relu=False),
-                             relu_conv_bn(c // 4, c // 4, 3, 3, stride, stride),
-                             relu_conv_bn(c // 4, c))
-    if name == "conv_1x7_7x1":
-        return nn.Sequential(relu_conv_bn(c, c // 4, relu=False),
-                             relu_conv_bn(c // 4, c // 4, 1, 7, 1, stride),
-                             relu_conv_bn(c // 4, c // 4, 7, 1, stride, 1),
-                             relu_conv_bn(c // 4, c))
-    if name == "max_pool_3x3":
-        return nn.MaxPool2d(3, stride, 1)
-    if name == "avg_pool_3x3":
-        return nn.AvgPool2d(3, stride, 1, count_include_pad=False)
-    if name == "max_pool_2x2":
-        return MaxPool2x2(stride)
-    if name == "none":
-        return nn.Identity() if stride == 1 else FactorizedReduce(c, c, relu=False)
-    raise ValueError(name)
+        m = relu_conv_bn(c, c, 1, 1, stride, stride, relu=False)
+    elif name == "conv_3x3":
+        m = seq(relu_conv_bn(c, c // 4, relu=False),
+                relu_conv_bn(c // 4, c // 4, 3, 3, stride, stride),
+                relu_conv_bn(c // 4, c))
+    elif name == "conv_1x7_7x1":
+        m = seq(relu_conv_bn(c, c // 4, relu=False),
+                relu_conv_bn(c // 4, c // 4, 1, 7, 1, stride),
+                relu_conv_bn(c // 4, c // 4, 7, 1, stride, 1),
+                relu_conv_bn(c // 4, c))
+    elif name == "max_pool_3x3":
+        m = nn.MaxPool2d(3, stride, 1)
+    elif name == "avg_pool_3x3":
+        m = nn.AvgPool2d(3, stride, 1, count_include_pad=False)
+    elif name == "max_pool_2x2":
+        m = MaxPool2x2(stride)
+    elif name == "none":
+        m = nn.Identity() if stride == 1 else FactorizedReduce(c, c, relu=False)
+    else:
+        raise ValueError(name)
+    return Operation(name, m)
 
 
-NORMAL_OPS = [(0, "conv_1x1"), (0, "max_pool_3x3"), (0, "none"), (1, "conv_1x7_7x1"),
-              (1, "conv_1x1"), (1, "conv_1x7_7x1"), (2, "max_pool_3x3"), (2, "none"),
-              (0, "avg_pool_3x3"), (5, "conv_1x1")]
+# (state, op) pairs as torchgpipe's genotype.py (TensorFlow's amoeba_net_d);
+# state 0 is reduce1(prev), state 1 reduce2(prev_prev).
+NORMAL_OPS = [(1, "conv_1x1"), (1, "max_pool_3x3"), (1, "none"), (0, "conv_1x7_7x1"),
+              (0, "conv_1x1"), (0, "conv_1x7_7x1"), (2, "max_pool_3x3"), (2, "none"),
+              (1, "avg_pool_3x3"), (5, "conv_1x1")]
 NORMAL_CONCAT = [0, 3, 4, 6]
 REDUCTION_OPS = [(0, "max_pool_2x2"), (0, "max_pool_3x3"), (2, "none"), (1, "conv_3x3"),
                  (2, "conv_1x7_7x1"), (2, "max_pool_3x3"), (3, "none"), (1, "max_pool_2x2"),
@@ -278,6 +390,9 @@ def op_needs_relu(name, stride):
 
 
 class Cell(nn.Module):
+    """Takes (prev, prev_prev) and returns (output, prev), torchgpipe's
+    convention, so that cells chain in an nn.Sequential."""
+
     def __init__(self, c_prev_prev, c_prev, c, reduction, reduction_prev):
         super().__init__()
         self.reduce1 = relu_conv_bn(c_prev, c)
@@ -291,17 +406,18 @@ class Cell(nn.Module):
         self.concat = REDUCTION_CONCAT if reduction else NORMAL_CONCAT
         self.indices = [i for i, _ in spec]
         self.relu_first = []
-        self.ops = nn.ModuleList()
+        self.operations = nn.ModuleList()
         for i, name in spec:
             stride = 2 if reduction and i < 2 else 1
-            self.ops.append(make_op(name, c, stride))
+            self.operations.append(make_op(name, c, stride))
             self.relu_first.append(op_needs_relu(name, stride))
         self.channels_out = c * len(self.concat)
 
-    def forward(self, prev, prev_prev):
+    def forward(self, states):
+        prev, prev_prev = states if isinstance(states, tuple) else (states, states)
         states = [self.reduce1(prev), self.reduce2(prev_prev)]
         relus = {}
-        for k in range(0, len(self.ops), 2):
+        for k in range(0, len(self.operations), 2):
             hs = []
             for j in (k, k + 1):
                 i = self.indices[j]
@@ -310,50 +426,58 @@ class Cell(nn.Module):
                     if i not in relus:
                         relus[i] = torch.relu(h)
                     h = relus[i]
-                hs.append(self.ops[j](h))
+                hs.append(self.operations[j](h))
             states.append(hs[0] + hs[1])
-        return torch.cat([states[i] for i in self.concat], 1)
+        return torch.cat([states[i] for i in self.concat], 1), prev
 
 
-class AmoebaNetD(nn.Module):
-    def __init__(self, num_layers, num_filters, classes, channels):
+class Stem(nn.Module):
+    def __init__(self, channels, ch):
         super().__init__()
-        if num_layers % 3 or num_layers < 3:
-            raise ValueError("num_layers must be a positive multiple of 3")
-        if num_filters % 4 or num_filters < 4:
-            raise ValueError("num_filters must be a positive multiple of 4")
-        repeat = num_layers // 3
-        ch = num_filters // 4
-        self.stem = nn.Sequential(nn.ReLU(), conv(channels, ch, 3, 2), nn.BatchNorm2d(ch))
-        c_pp = c_p = ch
-        red_prev = False
-        cells = []
-
-        def add(c, reduction):
-            nonlocal c_pp, c_p, red_prev
-            cell = Cell(c_pp, c_p, c, reduction, red_prev)
-            cells.append(cell)
-            c_pp, c_p, red_prev = c_p, cell.channels_out, reduction
-
-        ch *= 2
-        add(ch, True)        # stem2
-        ch *= 2
-        add(ch, True)        # stem3
-        for grp in range(3):
-            if grp > 0:
-                ch *= 2
-                add(ch, True)
-            for _ in range(repeat):
-                add(ch, False)
-        self.cells = nn.ModuleList(cells)
-        self.classify = Classifier(c_p, classes)
+        self.relu = nn.ReLU()
+        self.conv = conv(channels, ch, 3, 2)
+        self.bn = nn.BatchNorm2d(ch)
 
     def forward(self, x):
-        x = self.stem(x)
-        prev = prev_prev = x
-        for cell in self.cells:
-            prev, prev_prev = cell(prev, prev_prev), prev
-        return self.classify(prev)
+        return self.bn(self.conv(self.relu(x)))
+
+
+class Classify(Classifier):
+    """Takes the last cell's (output, prev)."""
+
+    def forward(self, states):
+        return super().forward(states[0])
+
+
+def AmoebaNetD(num_layers, num_filters, classes, channels):
+    if num_layers % 3 or num_layers < 3:
+        raise ValueError("num_layers must be a positive multiple of 3")
+    if num_filters % 4 or num_filters < 4:
+        raise ValueError("num_filters must be a positive multiple of 4")
+    repeat = num_layers // 3
+    ch = num_filters // 4
+    layers = OrderedDict(stem1=Stem(channels, ch))
+    c_pp = c_p = ch
+    red_prev = False
+
+    def add(name, c, reduction):
+        nonlocal c_pp, c_p, red_prev
+        cell = Cell(c_pp, c_p, c, reduction, red_prev)
+        layers[name] = cell
+        c_pp, c_p, red_prev = c_p, cell.channels_out, reduction
+
+    ch *= 2
+    add("stem2", ch, True)
+    ch *= 2
+    add("stem3", ch, True)
+    for grp in range(3):
+        if grp > 0:
+            ch *= 2
+            add(f"cell{2 * grp}_reduction", ch, True)
+        for i in range(repeat):
+            add(f"cell{2 * grp + 1}_normal{i + 1}", ch, False)
+    layers["classify"] = Classify(c_p, classes)
+    return nn.Sequential(layers)
 
 
 # ----------------------------------------------------------------- compare

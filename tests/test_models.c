@@ -2,9 +2,10 @@
  * compiling and checked against the parameter counts of its PyTorch twin
  * (bench/torch_models.py; torchvision's own models for the ImageNet ResNet v1
  * depths), the logits' shape (N, classes, 1, 1), the spatial size reaching
- * the classifier at odd image sizes, the op summaries, and the error messages
- * of bad configs. Then two tiny models are compiled and trained for 2 steps
- * (ResNet v1-8 at 16x16, AmoebaNet-D(3, 8) at 32x32, batch 2): losses finite.
+ * the classifier at odd image sizes, the op summaries, the error messages of
+ * bad configs and the names of exported tensors. Then two tiny models are
+ * compiled and trained for 2 steps (ResNet v1-8 at 16x16, AmoebaNet-D(3, 8)
+ * at 32x32, batch 2): losses finite.
  *
  * The expected counts were printed by
  *   /usr/bin/python3 bench/torch_models.py --count --quiet <the same flags>
@@ -234,6 +235,54 @@ static void test_shapes(hyfi_ctx *ctx)
     check(rc == 0 && b.logits[1] == 1, "resnet-20 v1 on 1x28x28 with 1 class builds");
 }
 
+/* ------------------------------------------------------------ export names */
+/* model_export_name on examples of every rule (tests/torch_export.py checks
+ * whole models against PyTorch's state_dict keys when PyTorch is there). */
+static void test_export_names(void)
+{
+    const model_config r50 = resnet_cfg(50, 1, 10), r20v2 = resnet_cfg(20, 2, 10);
+    const model_config am = amoeba_cfg(6, 64, 10), cnn = model_config_default();
+    const struct {
+        const model_config *c;
+        const char *name, *want;
+    } cases[] = {
+        {&r50, "conv1.weight", "conv1.weight"},
+        {&r50, "bn1.gamma", "bn1.weight"},
+        {&r50, "bn1.beta", "bn1.bias"},
+        {&r50, "bn1.running_var", "bn1.running_var"},
+        {&r50, "layer1.0.downsample.conv.weight", "layer1.0.downsample.0.weight"},
+        {&r50, "layer4.0.downsample.bn.running_mean", "layer4.0.downsample.1.running_mean"},
+        {&r50, "fc.weight", "fc.weight"},
+        {&r20v2, "layer2.0.downsample.conv.weight", "layer2.0.downsample.0.weight"},
+        {&r20v2, "bn_final.gamma", "bn_final.weight"},
+        {&cnn, "bn3.beta", "bn3.bias"},
+        {&am, "stem1.bn.gamma", "stem1.bn.weight"},
+        {&am, "fc.bias", "classify.fc.bias"},
+        {&am, "stem2.reduce1.conv.weight", "stem2.reduce1.1.weight"},
+        {&am, "stem2.reduce2.bn.running_mean", "stem2.reduce2.2.running_mean"},
+        {&am, "stem3.reduce2.bn.gamma", "stem3.reduce2.bn.weight"},
+        {&am, "cell3_normal1.reduce2.conv2.weight", "cell3_normal1.reduce2.conv2.weight"},
+        {&am, "cell3_normal2.reduce2.bn.beta", "cell3_normal2.reduce2.2.bias"},
+        {&am, "cell1_normal2.op0.conv_1x1.conv.weight",
+         "cell1_normal2.operations.0.module.1.weight"},
+        {&am, "cell2_reduction.op3.conv_3x3.bn3.running_var",
+         "cell2_reduction.operations.3.module.8.running_var"},
+        {&am, "cell5_normal2.op5.conv_1x7_7x1.conv4.weight",
+         "cell5_normal2.operations.5.module.10.weight"},
+        {&am, "stem2.op2.none.bn.gamma", "stem2.operations.2.module.bn.weight"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char out[128], what[400];
+        int rc = model_export_name(cases[i].c, cases[i].name, out, sizeof out);
+        snprintf(what, sizeof what, "export name of %s (%s): %s", cases[i].name,
+                 model_kind_name(cases[i].c->kind), rc ? "error" : out);
+        check(rc == 0 && !strcmp(out, cases[i].want), what);
+    }
+    char tiny[8];
+    check(model_export_name(&r50, "layer1.0.conv1.weight", tiny, sizeof tiny) == -1 && !tiny[0],
+          "export name too long for the buffer: -1, empty");
+}
+
 /* ------------------------------------------------------------ errors */
 static void test_errors(hyfi_ctx *ctx)
 {
@@ -360,6 +409,7 @@ int main(void)
     test_counts(ctx);
     test_shapes(ctx);
     test_errors(ctx);
+    test_export_names();
     model_config r8 = resnet_cfg(8, 1, 10);
     train_two_steps(ctx, "resnet-8 v1 (CIFAR) 16x16 batch 2", &r8, 16);
     model_config a = amoeba_cfg(3, 8, 10);
