@@ -373,11 +373,9 @@ def make_op(name, c, stride):
     return Operation(name, m)
 
 
-# (state, op) pairs as torchgpipe's genotype.py (TensorFlow's amoeba_net_d);
-# state 0 is reduce1(prev), state 1 reduce2(prev_prev).
-NORMAL_OPS = [(1, "conv_1x1"), (1, "max_pool_3x3"), (1, "none"), (0, "conv_1x7_7x1"),
-              (0, "conv_1x1"), (0, "conv_1x7_7x1"), (2, "max_pool_3x3"), (2, "none"),
-              (1, "avg_pool_3x3"), (5, "conv_1x1")]
+NORMAL_OPS = [(0, "conv_1x1"), (0, "max_pool_3x3"), (0, "none"), (1, "conv_1x7_7x1"),
+              (1, "conv_1x1"), (1, "conv_1x7_7x1"), (2, "max_pool_3x3"), (2, "none"),
+              (0, "avg_pool_3x3"), (5, "conv_1x1")]
 NORMAL_CONCAT = [0, 3, 4, 6]
 REDUCTION_OPS = [(0, "max_pool_2x2"), (0, "max_pool_3x3"), (2, "none"), (1, "conv_3x3"),
                  (2, "conv_1x7_7x1"), (2, "max_pool_3x3"), (3, "none"), (1, "max_pool_2x2"),
