@@ -90,7 +90,10 @@
  *   not count the padding. The AmoebaNet-D genotype has no separable
  *   convolutions (those belong to AmoebaNet-A/B).
  *   Differences from torchgpipe's code, none of which changes a parameter
- *   count: maxpool3x3 is a max pool (torchgpipe builds an average pool there,
+ *   count: the normal cell's ops on states 0 and 1 are swapped (TensorFlow's
+ *   genotype, which torchgpipe and MPI4DL follow, reads 1 where hyfi reads 0
+ *   and back: conv1x1(1) + maxpool3x3(1), id(1) + conv1x7_7x1(0), ...);
+ *   maxpool3x3 is a max pool (torchgpipe builds an average pool there,
  *   a known slip); the factorized reduction applies both 1x1/2 convs to the
  *   same pixels (MPI4DL's variant: hyfi has no slicing op for torchgpipe's
  *   one-pixel shift); maxpool2x2/2 pads a side of odd length by one (ceil

@@ -284,9 +284,10 @@ def resnet(depth, version, style, classes, channels):
 # BatchNorm2d) triples for the convolutions (parameters at 1, 2, 4, 5, ...),
 # a FactorizedReduce for `none` with stride 2, a pool or an identity.
 # Where this twin differs from torchgpipe (none of it changes a name or a
-# shape): the differences apps/models.h lists (a max pool for max_pool_3x3,
-# FactorizedReduce's two convolutions on the same pixels, ceil-padded 2x2 max
-# pools, a global average pool in classify), and the ReLU that starts an op is
+# shape): the differences apps/models.h lists (normal cells' states 0 and 1
+# swapped in NORMAL_OPS, a max pool for max_pool_3x3, FactorizedReduce's two
+# convolutions on the same pixels, ceil-padded 2x2 max pools, a global average
+# pool in classify), and the ReLU that starts an op is
 # computed once per state by the cell (the op's slot 0 is an nn.Identity), as
 # hyfi does.
 def relu_conv_bn(cin, cout, kh=1, kw=1, sh=1, sw=1, relu=True):
