@@ -552,12 +552,6 @@ static void log_step(const run *r, long long s, float l, double gnorm, double wn
 }
 
 /* ------------------------------------------------------------ long runs */
-/* The model's exported names (PyTorch's), for --save and --load. */
-static int export_name(const char *name, char *out, size_t len, void *user)
-{
-    return model_export_name((const model_config *)user, name, out, len);
-}
-
 static double file_mb(const char *path)
 {
     struct stat st;
@@ -632,7 +626,7 @@ static int restore(run *r)
         }
     }
     if (o->load_path) {
-        hyfi_export_options eo = {.rename = export_name, .user = &o->mc};
+        hyfi_export_options eo = {.rename = model_export_rename, .user = &o->mc};
         if ((st = hyfi_load_safetensors(r->g, o->load_path, &eo)) != HYFI_OK)
             return lib_fail("--load (hyfi_load_safetensors)", st, r->g);
         printf("hyfi-train: parameters loaded from %s\n", o->load_path);
@@ -918,7 +912,7 @@ static int finish(run *r, int rc)
 /* --save: the model in the safetensors format with PyTorch's names. */
 static int save_model(run *r)
 {
-    hyfi_export_options eo = {.rename = export_name, .user = &r->o.mc,
+    hyfi_export_options eo = {.rename = model_export_rename, .user = &r->o.mc,
                               .num_batches_tracked = r->done};
     const double t0 = now_s();
     hyfi_status st = hyfi_save_safetensors(r->g, r->o.save_path, &eo);

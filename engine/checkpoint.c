@@ -39,16 +39,17 @@
 #define NBT_SUFFIX ".num_batches_tracked"
 #define RM_SUFFIX ".running_mean"
 #define FNV_INIT 0xCBF29CE484222325ull
-#define FNV_PRIME 0x100000001B3ull
 #define NAME_LEN (HYFI_NAME_MAX + 64)
 
-static int saved_kind(const hyfi_tensor *t) { return t->kind == T_PARAM || t->kind == T_STATE; }
-
-static uint64_t fnv(uint64_t h, const void *p, size_t n)
+/* The 16 hex digits of "hyfi.checksum" in a file's header (hlen bytes of
+ * JSON after the 8-byte length), or NULL when it has none. */
+static char *checksum_digits(unsigned char *file, size_t hlen)
 {
-    const unsigned char *b = p;
-    for (size_t i = 0; i < n; i++) h = (h ^ b[i]) * FNV_PRIME;
-    return h;
+    const char *h = (const char *)file + 8;
+    const size_t pl = strlen(CHECKSUM_PATTERN);
+    for (size_t p = 0; p + pl + 16 <= hlen; p++)
+        if (!memcmp(h + p, CHECKSUM_PATTERN, pl)) return (char *)file + 8 + p + pl;
+    return NULL;
 }
 
 static int ends_with(const char *s, const char *suffix)
@@ -201,7 +202,7 @@ static hyfi_status write_file(hyfi_graph *g, const char *who, const char *path,
         st = hyfi_call_fail(g, HYFI_ERR_NOMEM, "%s: out of memory", who);
     for (int i = 0; st == HYFI_OK && i < g->ntensors; i++) {
         hyfi_tensor *t = g->tensors[i];
-        if (!saved_kind(t)) continue;
+        if (!hyfi_tensor_saved(t)) continue;
         const int r = file_name(g, who, checkpoint ? NULL : opt, t, names[n], NAME_LEN);
         if (r < 0) st = HYFI_ERR_ARG;
         if (r != 0) continue;
@@ -248,18 +249,12 @@ static hyfi_status write_file(hyfi_graph *g, const char *who, const char *path,
         hdr = st_header(e, n, mo->keys, mo->values, mo->n, &hlen, err, sizeof err);
         if (!hdr) st = hyfi_call_fail(g, HYFI_ERR_ARG, "%s: %s", who, err);
     }
-    char *digits = NULL;
+    char *digits = st == HYFI_OK ? checksum_digits(hdr, hlen - 8) : NULL;
+    if (st == HYFI_OK && !digits)
+        st = hyfi_call_fail(g, HYFI_ERR_RUNTIME, "%s: no checksum in the header", who);
     if (st == HYFI_OK) {
-        /* the checksum's digits in the header */
-        const char *h = (const char *)hdr + 8;
-        const size_t pl = strlen(CHECKSUM_PATTERN);
-        for (size_t p = 0; p + pl + 16 <= hlen - 8 && !digits; p++)
-            if (!memcmp(h + p, CHECKSUM_PATTERN, pl)) digits = (char *)hdr + 8 + p + pl;
-        if (!digits) st = hyfi_call_fail(g, HYFI_ERR_RUNTIME, "%s: no checksum in the header", who);
-    }
-    if (st == HYFI_OK) {
-        uint64_t sum = fnv(FNV_INIT, hdr, hlen);
-        for (int k = 0; k < n; k++) sum = fnv(sum, e[k].data, st_entry_bytes(&e[k]));
+        uint64_t sum = hyfi_hash_bytes(FNV_INIT, hdr, hlen);
+        for (int k = 0; k < n; k++) sum = hyfi_hash_bytes(sum, e[k].data, st_entry_bytes(&e[k]));
         char hex[17];
         snprintf(hex, sizeof hex, "%016" PRIx64, sum);
         memcpy(digits, hex, 16);
@@ -288,14 +283,14 @@ static hyfi_status save(hyfi_graph *g, const char *who, const char *path,
     int oom = root && (!vals || !mvals);
     for (int i = 0; i < g->ntensors && root && !oom; i++) {
         hyfi_tensor *t = g->tensors[i];
-        if (!saved_kind(t)) continue;
+        if (!hyfi_tensor_saved(t)) continue;
         if (!(vals[i] = malloc(t->numel * sizeof(float)))) oom = 1;
         if (checkpoint && t->kind == T_PARAM && !(mvals[i] = malloc(t->numel * sizeof(float))))
             oom = 1;
     }
     for (int i = 0; i < g->ntensors; i++) {
         hyfi_tensor *t = g->tensors[i];
-        if (!saved_kind(t)) continue;
+        if (!hyfi_tensor_saved(t)) continue;
         const size_t b = t->numel * sizeof(float);
         hyfi_io_gather(g, t->h[0], root && !oom ? vals[i] : NULL, b);
         if (checkpoint && t->kind == T_PARAM)
@@ -334,11 +329,7 @@ static int check_sum(hyfi_graph *g, const char *who, const char *path, unsigned 
     uint64_t hl;
     memcpy(&hl, buf, sizeof hl);
     if (hl > len - 8) return 0;
-    const char *h = (const char *)buf + 8;
-    const size_t pl = strlen(CHECKSUM_PATTERN);
-    char *digits = NULL;
-    for (size_t p = 0; p + pl + 16 <= hl && !digits; p++)
-        if (!memcmp(h + p, CHECKSUM_PATTERN, pl)) digits = (char *)buf + 8 + p + pl;
+    char *digits = checksum_digits(buf, hl);
     if (!digits) return 0;
     *has = 1;
     char stored[17];
@@ -346,7 +337,7 @@ static int check_sum(hyfi_graph *g, const char *who, const char *path, unsigned 
     stored[16] = 0;
     memset(digits, '0', 16);
     char hex[17];
-    snprintf(hex, sizeof hex, "%016" PRIx64, fnv(FNV_INIT, buf, len));
+    snprintf(hex, sizeof hex, "%016" PRIx64, hyfi_hash_bytes(FNV_INIT, buf, len));
     memcpy(digits, stored, 16);
     if (strcmp(hex, stored)) {
         hyfi_call_fail(g, HYFI_ERR_IO, "%s: %s is corrupt or truncated (its checksum does not "
@@ -429,7 +420,7 @@ static hyfi_status load(hyfi_graph *g, const char *who, const char *path,
     /* every tensor of the graph in the file, with its momentum for checkpoints */
     for (int i = 0; st == HYFI_OK && i < g->ntensors; i++) {
         hyfi_tensor *t = g->tensors[i];
-        if (!saved_kind(t)) continue;
+        if (!hyfi_tensor_saved(t)) continue;
         char name[NAME_LEN];
         const int r = file_name(g, who, checkpoint ? NULL : opt, t, name, sizeof name);
         if (r < 0) st = HYFI_ERR_ARG;

@@ -370,6 +370,11 @@ hyfi_status hyfi_io_agree(hyfi_graph *g, hyfi_status st, int root_only);
  * compared across the ranks; every rank returns the same status. */
 hyfi_status hyfi_graph_agree(hyfi_graph *g, hyfi_status local, const char *local_msg,
                              const hyfi_train_config *tc);
+/* Parameters and running statistics: what parameter files and checkpoints hold. */
+static inline int hyfi_tensor_saved(const hyfi_tensor *t)
+{
+    return t->kind == T_PARAM || t->kind == T_STATE;
+}
 /* init.c: FNV-1a, 64 bits: start from h = 0xcbf29ce484222325. */
 uint64_t hyfi_hash_bytes(uint64_t h, const void *p, size_t n);
 uint64_t hyfi_hash_str(uint64_t h, const char *s);

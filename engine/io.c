@@ -51,8 +51,6 @@ static const char MAGIC[8] = {'H', 'Y', 'F', 'I', 'P', 'R', 'M', '1'};
 #define FNV_PRIME 0x100000001B3ull
 #define MAX_LINKS 40 /* symbolic links followed, as the kernel's MAXSYMLINKS */
 
-static int saved_kind(const hyfi_tensor *t) { return t->kind == T_PARAM || t->kind == T_STATE; }
-
 /* ------------------------------------------------- collective status (MPI) */
 /* Make the status of a collective call common to every rank (hyfi_agree):
  * root_only, only rank 0's counts (saving: rank 0 writes); else every rank's.
@@ -216,12 +214,12 @@ static int write_params(FILE *f, void *arg)
     hyfi_graph *g = pf->g;
     stream s = {.f = f, .sum = FNV_INIT};
     uint32_t count = 0;
-    for (int i = 0; i < g->ntensors; i++) count += (uint32_t)saved_kind(g->tensors[i]);
+    for (int i = 0; i < g->ntensors; i++) count += (uint32_t)hyfi_tensor_saved(g->tensors[i]);
     put(&s, MAGIC, sizeof MAGIC);
     put(&s, &count, sizeof count);
     for (int i = 0; i < g->ntensors && !s.err; i++) {
         hyfi_tensor *t = g->tensors[i];
-        if (!saved_kind(t)) continue;
+        if (!hyfi_tensor_saved(t)) continue;
         uint32_t len = (uint32_t)strlen(t->name);
         int32_t dims[4] = {t->dims[0], t->dims[1], t->dims[2], t->dims[3]};
         put(&s, &len, sizeof len);
@@ -336,12 +334,12 @@ hyfi_status hyfi_save_params(hyfi_graph *g, const char *path)
     int oom = root && !vals;
     for (int i = 0; i < g->ntensors && root && !oom; i++) {
         hyfi_tensor *t = g->tensors[i];
-        if (!saved_kind(t)) continue;
+        if (!hyfi_tensor_saved(t)) continue;
         if (!(vals[i] = malloc(t->numel * sizeof(float)))) oom = 1;
     }
     for (int i = 0; i < g->ntensors; i++) {
         hyfi_tensor *t = g->tensors[i];
-        if (saved_kind(t))
+        if (hyfi_tensor_saved(t))
             hyfi_io_gather(g, t->h[0], root && !oom ? vals[i] : NULL, t->numel * sizeof(float));
     }
     hyfi_status st = HYFI_OK;
@@ -438,7 +436,7 @@ static hyfi_status check_file(hyfi_graph *g, const char *path, const unsigned ch
                                               "or damaged", path, n - end - tail, end + tail);
     /* A sound file: the rest is about the model it holds. */
     uint32_t expected = 0, count = rd32(buf + sizeof MAGIC);
-    for (int i = 0; i < g->ntensors; i++) expected += (uint32_t)saved_kind(g->tensors[i]);
+    for (int i = 0; i < g->ntensors; i++) expected += (uint32_t)hyfi_tensor_saved(g->tensors[i]);
     if (count != expected)
         return hyfi_call_fail(g, HYFI_ERR_IO, "hyfi_load_params: %s holds %u tensors, the graph "
                                               "has %u parameter and state tensors; it was saved "
@@ -459,7 +457,7 @@ static hyfi_status check_file(hyfi_graph *g, const char *path, const unsigned ch
         memcpy(dims, buf + pos, sizeof dims);
         pos += sizeof dims;
         hyfi_tensor *t = hyfi_tensor_find(g, name);
-        if (!t || !saved_kind(t))
+        if (!t || !hyfi_tensor_saved(t))
             return hyfi_call_fail(g, HYFI_ERR_IO, "hyfi_load_params: %s has tensor \"%s\", which "
                                                   "this graph does not have; it was saved from "
                                                   "another model", path, name);
