@@ -1,7 +1,8 @@
 #!/bin/bash
 # 'mpi_kill': a rank of hyfi-train killed with SIGKILL during training ends the
 # whole job fast, with a message naming the rank:
-#   - 2 ranks, rank 1 killed; 4 ranks, rank 2 killed;
+#   - 2 ranks, rank 1 killed; 4 ranks, rank 2 killed; 4 ranks, rank 3 crashed
+#     (SIGSEGV: named as a crash);
 #   - mpiexec exits within 10 s of the kill (MPICH's mpiexec ends the other
 #     ranks itself), with a non-zero status;
 #   - the output holds "hyfi: rank K of N (pid P on HOST) died" (the engine's
@@ -21,8 +22,9 @@ now() { date +%s.%N; }
 since() { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.2f", b - a }'; }
 limit=60 # a hang hits it
 
-kill_rank() { # ranks, the rank to kill (not 0)
-    local np=$1 victim=$2 name="rank $2 of $1" log="$dir/kill$1.log" job t1 pid secs rc
+kill_rank() { # ranks, the rank to kill (not 0), the signal (KILL, or SEGV: a crash)
+    local np=$1 victim=$2 sig=$3 name="rank $2 of $1 (SIG$3)" log="$dir/kill$1$3.log"
+    local job t1 pid secs rc
     rm -f "$dir"/pid.*
     # each rank records its pid (exec: the wrapper's pid is the rank's)
     # shellcheck disable=SC2016 # expanded by the wrapper's shell
@@ -40,7 +42,7 @@ kill_rank() { # ranks, the rank to kill (not 0)
         tail -5 "$log"; return
     fi
     t1=$(now)
-    kill -KILL "$pid"
+    kill -"$sig" "$pid"
     wait "$job"
     rc=$?
     secs=$(since "$t1")
@@ -48,19 +50,21 @@ kill_rank() { # ranks, the rank to kill (not 0)
     if [ "$rc" = 124 ] || [ "$rc" = 137 ]; then
         fail "$name: still running after $limit s (hang)"; tail -5 "$log"; return
     fi
+    [ "$sig" = KILL ] || want="$want.*it crashed with SIG$sig"
     [ "$rc" != 0 ] || fail "$name: mpiexec exit status 0"
     awk -v s="$secs" 'BEGIN { exit !(s <= 10) }' || fail "$name: mpiexec ended $secs s after the kill"
-    if ! grep -qF -- "$want" "$log"; then
+    if ! grep -q -- "$want" "$log"; then
         fail "$name: no line '$want...':"; grep -v "^step\|^Epoch" "$log"
     elif [ "$(grep -c "^hyfi: rank [0-9]* of $np (pid .*) died" "$log")" != 1 ]; then
         fail "$name: more than one rank named:"; grep "^hyfi: rank" "$log"
     else
-        echo "$name killed: mpiexec ended $secs s later, status $rc: $(grep -m1 -F -- "$want" "$log")"
+        echo "$name killed: mpiexec ended $secs s later, status $rc: $(grep -m1 -- "$want" "$log")"
         grep -q "PID $pid RUNNING AT" "$log" && echo "  mpiexec: $(grep -m1 "PID $pid RUNNING AT" "$log" | tr -s '= ')"
     fi
 }
-kill_rank 2 1
-kill_rank 4 2
+kill_rank 2 1 KILL
+kill_rank 4 2 KILL
+kill_rank 4 3 SEGV
 
 echo "$(( SECONDS )) s in all"
 [ "$fails" = 0 ] && echo "mpi_kill: ok"
