@@ -556,7 +556,7 @@ hyfi_status hyfi_load_params(hyfi_graph *g, const char *path);
 /* Checkpoints and exported models are safetensors files (a little-endian
  * u64 header length, a JSON header naming each tensor's dtype, shape and byte
  * range, then the raw tensors), written atomically as hyfi_save_params does,
- * with an FNV-1a checksum over the whole file in the header's metadata
+ * with a 64-bit FNV-1a checksum over the whole file in the header's metadata
  * ("hyfi.checksum"); a file that carries one is checked before anything in it
  * is used. Every call is collective in MPI runs (the same status everywhere).
  * Files are logical: they hold each tensor once (replica 0's), whatever the
