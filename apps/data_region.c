@@ -202,7 +202,8 @@ static TIFF *tiff_open(const char *path, tiff_err *te)
     if (!o) return NULL;
     TIFFOpenOptionsSetErrorHandlerExtR(o, tiff_error, te);
     TIFFOpenOptionsSetWarningHandlerExtR(o, tiff_warning, te);
-    TIFF *tif = TIFFOpenExt(path, "r", o);
+    /* "m": read(), not mmap: a rank's reads are its strips or tiles, visibly (rchar) */
+    TIFF *tif = TIFFOpenExt(path, "rm", o);
     TIFFOpenOptionsFree(o);
     return tif;
 }
