@@ -399,7 +399,8 @@ int hyfi_dataset_region(const hyfi_dataset *ds, size_t i, int y0, int x0, int h,
         return hd_fail(err, errlen, HYFI_DATA_ERR_ARG, "region: %s: no image %zu or rows "
                        "%d..%d, columns %d..%d outside its %dx%d", ds ? ds->name : "(null)", i,
                        y0, y0 + h - 1, x0, x0 + w - 1, ds ? ds->ow : 0, ds ? ds->oh : 0);
-    if (ds->kind == HYFI_DATA_SLIDES) return hd_slides_region(ds, i, y0, x0, h, w, out, err, errlen);
+    if (ds->kind == HYFI_DATA_SLIDES)
+        return hd_slides_region(ds, i, y0, x0, h, w, out, err, errlen);
     /* other kinds: the whole image, then the rectangle */
     const size_t ohw = (size_t)ds->oh * ds->ow;
     float *whole = malloc(ds->oc * ohw * sizeof *whole);

@@ -727,7 +727,8 @@ static int train_loop(run *r)
     double t_prev = now_s();
     for (long long s = r->first; s < total; s++) {
         hyfi_batch b;
-        int prc = r->tr ? train_regions_next(r->tr, (uint64_t)s, &b) : hyfi_prefetch_next(r->pf, &b);
+        int prc = r->tr ? train_regions_next(r->tr, (uint64_t)s, &b)
+                        : hyfi_prefetch_next(r->pf, &b);
         if (prc) {
             report(false, "preparing batch %lld failed: %s: %s", s + 1,
                    hyfi_data_status_name(prc), hyfi_prefetch_error(r->pf));

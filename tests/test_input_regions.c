@@ -90,7 +90,8 @@ static void over_ranks(hyfi_ctx *ctx, int *v, int n, int max)
             MPI_Status st;
             starpu_mpi_recv(t, r, tag, MPI_COMM_WORLD, &st);
             starpu_data_acquire(t, STARPU_R);
-            for (int i = 0; i < n; i++) v[i] = max ? (tmp[i] > v[i] ? tmp[i] : v[i]) : v[i] + tmp[i];
+            for (int i = 0; i < n; i++)
+                v[i] = max ? (tmp[i] > v[i] ? tmp[i] : v[i]) : v[i] + tmp[i];
             starpu_data_release(t);
         }
         for (int r = 1; r < R; r++) starpu_mpi_send(h, r, tag + 1, MPI_COMM_WORLD);
