@@ -389,6 +389,15 @@ void hyfi_watchdog_stop(hyfi_ctx *ctx);
 void hyfi_wait_begin(hyfi_ctx *ctx, const char *what);
 void hyfi_wait_end(hyfi_ctx *ctx);
 
+/* sentinel.c: the death notice of MPI runs (one per process). _start forks
+ * the child that prints the rank's line if the process dies without ending
+ * in order (before MPI is initialised); _arm gives it the rank; _quiet tells
+ * it that the process ends in order (exit() does too); _stop ends it. */
+void hyfi_sentinel_start(void);
+void hyfi_sentinel_arm(int rank, int nranks);
+void hyfi_sentinel_quiet(void);
+void hyfi_sentinel_stop(void);
+
 /* graph.c */
 void hyfi_tensor_free(hyfi_tensor *t);
 
