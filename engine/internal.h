@@ -243,6 +243,7 @@ typedef struct {
     prog_task *t;
     int n, cap;
     int overflow; /* a task was given more than HYFI_MAX_TASK_BUFFERS buffers */
+    unsigned char *skip; /* MPI: 1 where this rank need not submit task i (run.c), or NULL */
 } program;
 
 struct hyfi_ctx {

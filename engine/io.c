@@ -355,9 +355,12 @@ void hyfi_io_gather(hyfi_graph *g, hyfi_io_batch *b, starpu_data_handle_t h, voi
 {
     gather_item *it = b && host && g->ctx->rank == 0 ? malloc(sizeof *it) : NULL;
     if (!it) { /* another rank's part, rank 0 out of memory, or no batch: one at a time */
-        if (host || g->ctx->rank != 0) hyfi_handle_read(g, h, 0, host, bytes);
-        else if (g->ctx->mpi)
+        if (host || g->ctx->rank != 0) {
+            hyfi_handle_read(g, h, 0, host, bytes);
+        } else if (g->ctx->mpi) {
             starpu_mpi_get_data_on_node_detached(MPI_COMM_WORLD, h, 0, NULL, NULL);
+            starpu_mpi_cache_flush(MPI_COMM_WORLD, h);
+        }
         return;
     }
     if (g->ctx->mpi) starpu_mpi_get_data_on_node_detached(MPI_COMM_WORLD, h, 0, NULL, NULL);
@@ -370,6 +373,9 @@ void hyfi_io_gather(hyfi_graph *g, hyfi_io_batch *b, starpu_data_handle_t h, voi
         starpu_data_acquire(h, STARPU_R);
         gather_done(it);
     }
+    /* As hyfi_handle_read: no received copy stays behind (its invalidation
+     * comes after the read just submitted, in the handle's order). */
+    if (g->ctx->mpi) starpu_mpi_cache_flush(MPI_COMM_WORLD, h);
 }
 
 void hyfi_io_gather_wait(hyfi_graph *g, hyfi_io_batch *b)

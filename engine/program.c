@@ -53,6 +53,9 @@ void hyfi_programs_free(hyfi_graph *g)
     free(g->cc->train_prog.t);
     free(g->cc->infer_prog.t);
     free(g->cc->fwd_train_prog.t);
+    free(g->cc->train_prog.skip);
+    free(g->cc->infer_prog.skip);
+    free(g->cc->fwd_train_prog.skip);
     memset(&g->cc->fwd_train_prog, 0, sizeof g->cc->fwd_train_prog);
     memset(&g->cc->train_prog, 0, sizeof g->cc->train_prog);
     memset(&g->cc->infer_prog, 0, sizeof g->cc->infer_prog);

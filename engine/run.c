@@ -2,15 +2,95 @@
 #include "internal.h"
 
 #include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
 #include <starpu_mpi.h>
 #include <stdio.h>
 #include <string.h>
 
-/* Submit a program. Single process: starpu_task_insert. MPI: every rank
- * submits every task with starpu_mpi_task_insert; the task runs on its place's
- * rank (STARPU_EXECUTE_ON_NODE) and StarPU-MPI moves the data it reads from, or
- * writes back to, the ranks that own it. */
+/* Submit a program. Single process: starpu_task_insert. MPI: each rank
+ * submits with starpu_mpi_task_insert the tasks that concern it (see
+ * mark_skips); a task runs on its place's rank (STARPU_EXECUTE_ON_NODE) and
+ * StarPU-MPI moves the data it reads from, or writes back to, the ranks that
+ * own it. */
 static hyfi_status program_run(hyfi_graph *g, program *p);
+
+/* An open-addressing set of handles. */
+typedef struct {
+    starpu_data_handle_t *slot;
+    size_t mask;
+} handle_set;
+
+static size_t hs_at(const handle_set *s, starpu_data_handle_t h)
+{
+    size_t i = (size_t)(((uintptr_t)h >> 4) * UINT64_C(0x9E3779B97F4A7C15)) & s->mask;
+    while (s->slot[i] && s->slot[i] != h) i = (i + 1) & s->mask;
+    return i;
+}
+
+/* Which tasks of the graph's programs this rank need not submit (StarPU-MPI's
+ * sequential task flow does not need every rank to see every task). A rank
+ * submits a task that runs on it, or that accesses a handle it owns (it sends
+ * the data, or receives what is written back), or a handle that some task
+ * running on it accesses in any of the graph's programs (it may hold a
+ * received copy in StarPU-MPI's cache, which a write elsewhere must
+ * invalidate; the programs repeat, so "any" covers the steps before and
+ * after). Every other task moves no data to or from this rank and changes
+ * nothing it holds. Copies received outside the programs (tensor reads,
+ * gathers, the loss's broadcast) are flushed after use (hyfi_handle_read), so
+ * no stale copy stays behind. The submission cost per rank then follows its
+ * own share of the graph, not the whole graph. HYFI_SUBMIT_ALL=1 submits
+ * everything, as before. */
+static int mark_skips(hyfi_graph *g)
+{
+    const int me = g->ctx->rank;
+    program *ps[3] = {&g->cc->train_prog, &g->cc->infer_prog, &g->cc->fwd_train_prog};
+    size_t nb = 0;
+    for (int k = 0; k < 3; k++)
+        for (int i = 0; i < ps[k]->n; i++) nb += (size_t)ps[k]->t[i].nbuf;
+    handle_set s = {0};
+    size_t cap = 16;
+    while (cap < 2 * nb + 2) cap <<= 1;
+    if (!(s.slot = calloc(cap, sizeof *s.slot))) return -1;
+    s.mask = cap - 1;
+    for (int k = 0; k < 3; k++)
+        for (int i = 0; i < ps[k]->n; i++) {
+            const prog_task *t = &ps[k]->t[i];
+            if (t->kind != PT_TASK || t->rank != me) continue;
+            for (int b = 0; b < t->nbuf; b++)
+                s.slot[hs_at(&s, t->buf[b].handle)] = t->buf[b].handle;
+        }
+    int rc = 0;
+    for (int k = 0; k < 3 && !rc; k++) {
+        program *p = ps[k];
+        free(p->skip);
+        if (!(p->skip = calloc((size_t)p->n + 1, 1))) {
+            rc = -1;
+            break;
+        }
+        for (int i = 0; i < p->n; i++) {
+            const prog_task *t = &p->t[i];
+            if (t->kind != PT_TASK || t->rank == me) continue;
+            int mine = 0;
+            for (int b = 0; b < t->nbuf && !mine; b++) {
+                starpu_data_handle_t h = t->buf[b].handle;
+                mine = starpu_mpi_data_get_rank(h) == me || s.slot[hs_at(&s, h)] == h;
+            }
+            p->skip[i] = (unsigned char)!mine;
+        }
+    }
+    free(s.slot);
+    if (rc)
+        for (int k = 0; k < 3; k++) free(ps[k]->skip), ps[k]->skip = NULL;
+    if (!rc && g->ctx->verbose) {
+        int n = 0, sub = 0;
+        for (int i = 0; i < ps[0]->n; i++)
+            if (ps[0]->t[i].kind == PT_TASK) n++, sub += !ps[0]->skip[i];
+        fprintf(stderr, "hyfi: rank %d submits %d of the %d tasks of a training step\n", me,
+                sub, n);
+    }
+    return rc;
+}
 
 hyfi_status hyfi_program_run(hyfi_graph *g, program *p)
 {
@@ -26,8 +106,14 @@ static hyfi_status program_run(hyfi_graph *g, program *p)
 {
     const int mpi = g->ctx->mpi, me = g->ctx->rank;
     if (g->ctx->trace_dir) hyfi_trace_mark_program(g->ctx);
+    if (mpi && !p->skip) {
+        const char *all = getenv("HYFI_SUBMIT_ALL");
+        if (!(all && *all && strcmp(all, "0")) && mark_skips(g))
+            return hyfi_call_fail(g, HYFI_ERR_NOMEM, "out of memory preparing a program");
+    }
     for (int i = 0; i < p->n; i++) {
         prog_task *t = &p->t[i];
+        if (p->skip && p->skip[i]) continue;
         if (t->kind == PT_BCAST) {
             if (mpi) starpu_mpi_get_data_on_all_nodes_detached(MPI_COMM_WORLD, t->buf[0].handle);
             continue;
@@ -107,13 +193,17 @@ void hyfi_handle_read(hyfi_graph *g, starpu_data_handle_t h, int root, void *hos
         if (root < 0) starpu_mpi_get_data_on_all_nodes_detached(MPI_COMM_WORLD, h);
         else starpu_mpi_get_data_on_node_detached(MPI_COMM_WORLD, h, root, NULL, NULL);
     }
-    if (root >= 0 && root != me) return;
-    hyfi_wait_begin(g->ctx, "reading a tensor from its rank (the loss, hyfi_tensor_read, "
-                            "hyfi_save_params)");
-    starpu_data_acquire(h, STARPU_R);
-    memcpy(host, (void *)starpu_vector_get_local_ptr(h), bytes);
-    starpu_data_release(h);
-    hyfi_wait_end(g->ctx);
+    if (root < 0 || root == me) {
+        hyfi_wait_begin(g->ctx, "reading a tensor from its rank (the loss, hyfi_tensor_read, "
+                                "hyfi_save_params)");
+        starpu_data_acquire(h, STARPU_R);
+        memcpy(host, (void *)starpu_vector_get_local_ptr(h), bytes);
+        starpu_data_release(h);
+        hyfi_wait_end(g->ctx);
+    }
+    /* No received copy stays behind: the ranks that do not write h may not
+     * see the tasks that do (mark_skips) */
+    if (g->ctx->mpi) starpu_mpi_cache_flush(MPI_COMM_WORLD, h);
 }
 
 void hyfi_handle_write(hyfi_graph *g, starpu_data_handle_t h, int owner, const void *host,
