@@ -93,7 +93,9 @@ static int emit_forward(emit_ctx *e, const node *nd, int training)
 {
     hyfi_opview v;
     whole_view(e, nd, &v);
-    v.batch_stats = training;
+    v.batch_stats = training && !e->recompute;
+    if (e->recompute) /* batch norm: the micro-batch's saved statistics */
+        v.stat[0] = v.s[0], v.stat[1] = v.s[1];
     return hyfi_op_forward(e, &v);
 }
 
@@ -134,6 +136,86 @@ static int emit_backward(emit_ctx *e, const node *nd)
     return hyfi_op_backward_params(e, &v);
 }
 
+/* ------------------------------------------------- re-materialisation
+ *
+ * With hyfi_plan_config.recompute, a stage's nodes fall into segments (the
+ * stage, or each layer: rc_seg) and the plan marks the activations read only
+ * inside their segment (rc_drop) and the nodes that make them (rc_rerun).
+ * Forward event: after each segment's forward, its dropped values are
+ * released (invalidated: StarPU frees their buffers). Backward event: before
+ * the first backward task of a segment, the segment's dropped values are made
+ * again by its re-run nodes (recompute forward: batch norm with the saved
+ * statistics); with layer segments, once the segment's backward is emitted,
+ * the values and gradients only it used are released, so that one segment's
+ * activations are alive at a time. The tasks and their order within the
+ * backward are those without recompute: the step is bitwise the same. */
+
+/* Release what node i made in micro-batch e->m's forward (its output, and
+ * for tiled nodes their buffers), with the gradients when `grads`. */
+static int drop_node(emit_ctx *e, int i, int grads)
+{
+    hyfi_graph *g = e->g;
+    const node *nd = &g->nodes[i];
+    if (hyfi_spatial_tiled(g, nd)) return hyfi_spatial_drop(e, nd, grads);
+    return hyfi_emit_drop(e, HV(nd->out)) || (grads && nd->out->gh && hyfi_emit_drop(e, HG(nd->out)))
+               ? -1
+               : 0;
+}
+
+/* Nodes [a, b) of a segment: release the values they made and only the
+ * segment reads (and their gradients). */
+static int drop_segment(emit_ctx *e, int a, int b, int grads)
+{
+    const hyfi_plan *pl = e->g->cc->pl;
+    for (int i = a; i < b; i++)
+        if (pl->rc_rerun[i] && drop_node(e, i, grads)) return -1;
+    return 0;
+}
+
+/* The recompute forward of nodes [a, b) of a segment of stage e->stage. */
+static int rerun_segment(emit_ctx *e, int a, int b)
+{
+    hyfi_graph *g = e->g;
+    const hyfi_plan *pl = g->cc->pl;
+    const int from = e->P->n;
+    e->recompute = 1;
+    int rc = 0;
+    for (int i = a; i < b && !rc; i++) {
+        const node *nd = &g->nodes[i];
+        if (!pl->rc_rerun[i]) continue;
+        rc = hyfi_spatial_tiled(g, nd) ? hyfi_spatial_forward(e, nd, 1) : emit_forward(e, nd, 1);
+    }
+    e->recompute = 0;
+    /* their names: <op>.rfwd... instead of <op>.fwd... */
+    for (int k = from; k < e->P->n; k++) {
+        char *nm = e->P->t[k].name, *f = strstr(nm, ".fwd");
+        if (!f) continue;
+        char rest[64];
+        snprintf(rest, sizeof rest, "%s", f + 1);
+        snprintf(f, sizeof e->P->t[k].name - (size_t)(f - nm), ".r%s", rest);
+    }
+    return rc;
+}
+
+/* End of node i's segment: [i, segment_end). */
+static int segment_end(const hyfi_graph *g, const int *first, int i)
+{
+    const hyfi_plan *pl = g->cc->pl;
+    const int s = g->nodes[i].stage;
+    int b = i + 1;
+    while (b < first[s + 1] && pl->rc_seg[b] == pl->rc_seg[i]) b++;
+    return b;
+}
+
+static int segment_begin(const hyfi_graph *g, const int *first, int i)
+{
+    const hyfi_plan *pl = g->cc->pl;
+    const int s = g->nodes[i].stage;
+    int a = i;
+    while (a > first[s] && pl->rc_seg[a - 1] == pl->rc_seg[i]) a--;
+    return a;
+}
+
 /* The forward of stage e->stage for micro-batch e->m: the tiled tensors it
  * reads whole are gathered first, then its ops in order. */
 static int emit_stage_forward(emit_ctx *e, const int *first, int training)
@@ -144,10 +226,15 @@ static int emit_stage_forward(emit_ctx *e, const int *first, int training)
         hyfi_tensor *t = g->tensors[i];
         if (t->tl && t->tl->full && t->stage == s && hyfi_spatial_gather(e, t)) return -1;
     }
+    const int drop = training && e->P == &g->cc->train_prog && g->cc->pl->recompute;
     for (int i = first[s]; i < first[s + 1]; i++) {
         const node *nd = &g->nodes[i];
         if (hyfi_spatial_tiled(g, nd) ? hyfi_spatial_forward(e, nd, training)
                                       : emit_forward(e, nd, training))
+            return -1;
+        /* re-materialisation: the end of a segment drops what only it reads */
+        if (drop && segment_end(g, first, i) == i + 1 &&
+            drop_segment(e, segment_begin(g, first, i), i + 1, 0))
             return -1;
     }
     return 0;
@@ -266,11 +353,16 @@ static int build_train(hyfi_graph *g, const int *first)
         for (int i = first[s + 1] - 1; i >= first[s] && !rc; i--) {
             const node *nd = &g->nodes[i];
             const int tiled = hyfi_spatial_tiled(g, nd);
+            /* re-materialisation: a segment's forward again before its backward */
+            if (pl->recompute && segment_end(g, first, i) == i + 1)
+                rc = rerun_segment(e, segment_begin(g, first, i), i + 1);
             /* Only ops whose output received a gradient propagate one. */
-            if (!nd->out->requires_grad ||
-                !(tiled ? nd->out->tl->gw[ev->mb * pl->P] : TGW(nd->out, ev->mb)))
-                continue;
-            rc = tiled ? hyfi_spatial_backward(e, nd) : emit_backward(e, nd);
+            if (!rc && nd->out->requires_grad &&
+                (tiled ? nd->out->tl->gw[ev->mb * pl->P] : TGW(nd->out, ev->mb)))
+                rc = tiled ? hyfi_spatial_backward(e, nd) : emit_backward(e, nd);
+            /* layer segments: what only the segment used, dropped after its backward */
+            if (!rc && pl->recompute == HYFI_RECOMPUTE_LAYER && segment_begin(g, first, i) == i)
+                rc = drop_segment(e, i, segment_end(g, first, i), 1);
         }
         /* Tiled tensors this stage gathered: their gradient back to the tiles. */
         for (int i = 0; i < g->ntensors && !rc; i++) {
@@ -289,6 +381,9 @@ static int build_train(hyfi_graph *g, const int *first)
         t->released = hyfi_release_stage(g, t) != HYFI_KEEP ||
                       (t->tl && hyfi_tiles_release_stage(t) != HYFI_KEEP);
     }
+    /* layer segments drop their values after their backward, even in a trivial plan */
+    for (int i = 0; i < g->ntensors && pl->recompute == HYFI_RECOMPUTE_LAYER; i++)
+        if (pl->rc_drop[i]) g->tensors[i]->released = 1;
     program *P = ec.P;
     if (hyfi_spatial_param_sums(e)) return -1;
     if (hyfi_emit_state_combine(g, P) || hyfi_emit_allreduce(g, P)) return -1;

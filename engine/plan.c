@@ -88,6 +88,11 @@ hyfi_status hyfi_graph_set_plan(hyfi_graph *g, const hyfi_plan_config *p)
         return hyfi_call_fail(g, HYFI_ERR_ARG, "hyfi_graph_set_plan: unknown all-reduce %d; use "
                                                "HYFI_ALLREDUCE_AUTO, _RING or _TREE",
                               (int)p->allreduce);
+    if (p->recompute != HYFI_RECOMPUTE_NONE && p->recompute != HYFI_RECOMPUTE_STAGE &&
+        p->recompute != HYFI_RECOMPUTE_LAYER)
+        return hyfi_call_fail(g, HYFI_ERR_ARG, "hyfi_graph_set_plan: unknown recompute mode %d; "
+                                               "use HYFI_RECOMPUTE_NONE, _STAGE or _LAYER",
+                              (int)p->recompute);
     if (p->replications > 1 && p->gems != HYFI_GEMS_MASTER)
         return hyfi_call_fail(g, HYFI_ERR_ARG, "hyfi_graph_set_plan: %d replications need GEMS "
                                                "MASTER (--gems master); MAST has one pair of "
@@ -133,6 +138,10 @@ void hyfi_plan_free(hyfi_graph *g)
     free(pl->stage_params);
     free(pl->stage_param_bytes);
     free(pl->stage_act_bytes);
+    free(pl->stage_act_mode);
+    free(pl->rc_seg);
+    free(pl->rc_rerun);
+    free(pl->rc_drop);
     free(pl->pred_bytes);
     free(pl);
     g->cc->pl = NULL;
@@ -291,6 +300,120 @@ static hyfi_status check_memory_limit(hyfi_graph *g)
         }
     }
     return HYFI_OK;
+}
+
+/* Re-materialisation under `mode`: each node's segment (its stage, or its
+ * layer), the tensors dropped after their segment's forward (activations
+ * only its own segment reads; not the loss, not a tiled tensor gathered
+ * whole) and the nodes re-run before the segment's backward (those that make
+ * them; fused-halo groups whole or not at all). */
+static void recompute_classify(const hyfi_graph *g, hyfi_recompute mode, int *seg,
+                               unsigned char *rerun, unsigned char *drop)
+{
+    const hyfi_plan *pl = g->cc->pl;
+    for (int i = 0; i < g->nnodes; i++)
+        seg[i] = mode == HYFI_RECOMPUTE_LAYER ? pl->layer_of_node[i] : g->nodes[i].stage;
+    for (int i = 0; i < g->ntensors; i++) {
+        const hyfi_tensor *t = g->tensors[i];
+        drop[i] = mode != HYFI_RECOMPUTE_NONE && t->kind == T_ACT && t != g->loss &&
+                  t->producer >= 0 && !(t->tl && t->tl->full);
+    }
+    for (int i = 0; i < g->nnodes; i++) {
+        const node *nd = &g->nodes[i];
+        for (int k = 0; k < nd->nin; k++) {
+            const hyfi_tensor *x = nd->in[k];
+            if (x->producer >= 0 && seg[x->producer] != seg[i]) drop[x->id] = 0;
+        }
+    }
+    for (int i = 0; i < g->nnodes; i++) rerun[i] = drop[g->nodes[i].out->id];
+    if (pl->K > 0) hyfi_spatial_recompute_groups(g, seg, rerun, drop);
+}
+
+/* The activation estimate of each stage under each recompute mode
+ * (stage_act_mode) and the plan's own (stage_act_bytes), with the plan's
+ * segments and dropped tensors (rc_*). Per micro-batch in flight: the tensors
+ * kept (all without recompute), the saved ones; plus the values of the largest
+ * segment being recomputed, and the gradients of one micro-batch's backward
+ * (with layer segments: of the kept tensors and one segment's). Tiled stages:
+ * per tile. */
+static hyfi_status estimate_memory(hyfi_graph *g)
+{
+    hyfi_plan *pl = g->cc->pl;
+    const int S = pl->nstages, M = pl->nmb, nseg = pl->nlayers + S;
+    const hyfi_recompute own = g->plan_cfg.recompute;
+    pl->recompute = own;
+    pl->stage_act_mode = calloc((size_t)3 * S, sizeof(size_t));
+    pl->rc_seg = malloc((size_t)(g->nnodes ? g->nnodes : 1) * sizeof(int));
+    pl->rc_rerun = calloc((size_t)(g->nnodes ? g->nnodes : 1), 1);
+    pl->rc_drop = calloc((size_t)(g->ntensors ? g->ntensors : 1), 1);
+    size_t *kept = calloc((size_t)S, sizeof(size_t)), *kgrad = calloc((size_t)S, sizeof(size_t));
+    size_t *sdrop = calloc((size_t)S, sizeof(size_t)), *maxseg = calloc((size_t)S, sizeof(size_t));
+    size_t *segb = calloc((size_t)nseg, sizeof(size_t));
+    int *segs = malloc((size_t)(g->nnodes ? g->nnodes : 1) * sizeof(int));
+    unsigned char *rerun = calloc((size_t)(g->nnodes ? g->nnodes : 1), 1);
+    unsigned char *drop = calloc((size_t)(g->ntensors ? g->ntensors : 1), 1);
+    hyfi_status st = HYFI_OK;
+    if (!pl->stage_act_mode || !pl->rc_seg || !pl->rc_rerun || !pl->rc_drop || !kept || !kgrad ||
+        !sdrop || !maxseg || !segb || !segs || !rerun || !drop) {
+        st = hyfi_call_fail(g, HYFI_ERR_NOMEM, "out of memory building the plan");
+        goto done;
+    }
+    for (int i = 0; i < g->nnodes; i++) pl->stage_flops[g->nodes[i].stage] += hyfi_op_flops(&g->nodes[i]);
+    for (int i = 0; i < g->ntensors; i++) {
+        const hyfi_tensor *t = g->tensors[i];
+        const size_t b = t->numel * 4;
+        if (t->kind == T_PARAM) {
+            pl->stage_params[t->stage] += t->numel;
+            pl->stage_param_bytes[t->stage] += 3 * b;
+        } else if (t->kind == T_STATE) {
+            pl->stage_param_bytes[t->stage] += b;
+        }
+    }
+    for (int mode = HYFI_RECOMPUTE_NONE; mode <= HYFI_RECOMPUTE_LAYER; mode++) {
+        recompute_classify(g, (hyfi_recompute)mode, segs, rerun, drop);
+        memset(kept, 0, (size_t)S * sizeof *kept);
+        memset(kgrad, 0, (size_t)S * sizeof *kgrad);
+        memset(sdrop, 0, (size_t)S * sizeof *sdrop);
+        memset(maxseg, 0, (size_t)S * sizeof *maxseg);
+        memset(segb, 0, (size_t)nseg * sizeof *segb);
+        for (int i = 0; i < g->ntensors; i++) {
+            const hyfi_tensor *t = g->tensors[i];
+            if (t->kind != T_ACT && t->kind != T_SAVED) continue;
+            const size_t b = t->numel * 4, per_mb = t->batched ? b / (size_t)M : b;
+            if (drop[i]) {
+                segb[segs[t->producer]] += per_mb;
+                sdrop[t->stage] += per_mb;
+            } else {
+                kept[t->stage] += per_mb;
+                if (t->kind == T_ACT) kgrad[t->stage] += b / (size_t)M;
+            }
+        }
+        for (int i = 0; i < g->nnodes; i++) {
+            const int s = g->nodes[i].stage;
+            if (segb[segs[i]] > maxseg[s]) maxseg[s] = segb[segs[i]];
+        }
+        for (int s = 0; s < S; s++) {
+            const size_t grads = kgrad[s] + (mode == HYFI_RECOMPUTE_LAYER ? maxseg[s] : sdrop[s]);
+            pl->stage_act_mode[(size_t)mode * S + s] =
+                (kept[s] * (size_t)pl->inflight[s] + maxseg[s] + grads) /
+                (size_t)(s < pl->K ? pl->P : 1);
+        }
+        if (mode != (int)own) continue;
+        memcpy(pl->rc_seg, segs, (size_t)g->nnodes * sizeof *segs);
+        memcpy(pl->rc_rerun, rerun, (size_t)g->nnodes);
+        memcpy(pl->rc_drop, drop, (size_t)g->ntensors);
+        for (int s = 0; s < S; s++) pl->stage_act_bytes[s] = pl->stage_act_mode[(size_t)mode * S + s];
+    }
+done:
+    free(kept);
+    free(kgrad);
+    free(sdrop);
+    free(maxseg);
+    free(segb);
+    free(segs);
+    free(rerun);
+    free(drop);
+    return st;
 }
 
 hyfi_status hyfi_plan_build(hyfi_graph *g)
@@ -486,39 +609,8 @@ hyfi_status hyfi_plan_build(hyfi_graph *g)
     }
     if ((st = hyfi_spatial_plan(g)) != HYFI_OK) goto out;
 
-    /* estimates per stage */
-    {
-        size_t *per_mb = calloc((size_t)S, sizeof(size_t)), *grads = calloc((size_t)S, sizeof(size_t));
-        if (!per_mb || !grads) {
-            free(per_mb);
-            free(grads);
-            st = hyfi_call_fail(g, HYFI_ERR_NOMEM, "out of memory building the plan");
-            goto out;
-        }
-        for (int i = 0; i < g->nnodes; i++) {
-            pl->stage_flops[g->nodes[i].stage] += hyfi_op_flops(&g->nodes[i]);
-        }
-        for (int i = 0; i < g->ntensors; i++) {
-            const hyfi_tensor *t = g->tensors[i];
-            const size_t b = t->numel * 4;
-            if (t->kind == T_PARAM) {
-                pl->stage_params[t->stage] += t->numel;
-                pl->stage_param_bytes[t->stage] += 3 * b;
-            } else if (t->kind == T_STATE) {
-                pl->stage_param_bytes[t->stage] += b;
-            } else if (t->kind == T_ACT || t->kind == T_SAVED) {
-                per_mb[t->stage] += t->batched ? b / (size_t)M : b;
-                if (t->kind == T_ACT) grads[t->stage] += b / (size_t)M;
-            }
-        }
-        /* values and saved tensors of the micro-batches in flight, plus the
-         * gradients of one micro-batch's backward */
-        for (int s = 0; s < S; s++)
-            pl->stage_act_bytes[s] = (per_mb[s] * (size_t)pl->inflight[s] + grads[s]) /
-                                     (size_t)(s < pl->K ? pl->P : 1);
-        free(per_mb);
-        free(grads);
-    }
+    /* estimates per stage, under each recompute mode */
+    if ((st = estimate_memory(g)) != HYFI_OK) goto out;
     st = check_memory_limit(g);
 out:
     free(counts);

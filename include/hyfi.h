@@ -375,6 +375,23 @@ typedef enum hyfi_allreduce {
     HYFI_ALLREDUCE_TREE      /* binomial-tree reduce to replica 0, then broadcast back */
 } hyfi_allreduce;
 
+/* Re-materialisation (activation checkpointing, as GPipe / torchgpipe and
+ * DeepSpeed do): the forward of a segment keeps only what leaves it (tensors
+ * other segments read, the loss) and the saved tensors (batch-norm batch
+ * statistics, softmax probabilities); the activations inside it are dropped
+ * (their StarPU buffers invalidated) as soon as the segment's forward has run.
+ * The backward first re-runs the segment's forward from its kept inputs (batch
+ * norm normalising with the saved statistics, running statistics untouched),
+ * then its backward: the step is bitwise the one without recompute, for about
+ * one more forward of compute. */
+typedef enum hyfi_recompute {
+    HYFI_RECOMPUTE_NONE = 0, /* keep every activation until the stage's backward */
+    HYFI_RECOMPUTE_STAGE,    /* segment: a stage, per micro-batch (GPipe's re-materialisation) */
+    HYFI_RECOMPUTE_LAYER     /* segment: a layer (hyfi_layer_begin: a residual block, a cell),
+                                recomputed and back-propagated one at a time, its activations
+                                and their gradients dropped after its backward */
+} hyfi_recompute;
+
 typedef struct hyfi_plan_config {
     int stages;             /* layer partitions (MPI4DL's --split-size); <= 1: one */
     const int *balance;     /* layers per stage (`stages` entries, summing to the layer
@@ -419,6 +436,7 @@ typedef struct hyfi_plan_config {
     int bucket_kib;         /* gradients of a stage travel packed in buckets of up to this
                                many KiB (in the order the backward completes them); 0: 256;
                                < 0: one all-reduce per parameter */
+    hyfi_recompute recompute; /* re-materialisation (--recompute), with every form above */
 } hyfi_plan_config;
 
 /* Set the plan of a graph before hyfi_graph_compile (default: one stage, one
