@@ -93,9 +93,16 @@ static int emit_forward(emit_ctx *e, const node *nd, int training)
 {
     hyfi_opview v;
     whole_view(e, nd, &v);
-    v.batch_stats = training && !e->recompute;
-    if (e->recompute) /* batch norm: the micro-batch's saved statistics */
-        v.stat[0] = v.s[0], v.stat[1] = v.s[1];
+    v.batch_stats = training;
+    if (e->recompute && hyfi_op_batch_statistics(nd)) {
+        /* batch norm re-run: the training kernel on the same x gives the same y
+         * bit for bit; its statistics go to scratch handles */
+        const hyfi_plan *pl = e->g->cc->pl;
+        starpu_data_handle_t *sc = e->g->cc->rc_bn + ((size_t)(nd - e->g->nodes) * pl->nrep +
+                                                      (size_t)e->rep) * 4;
+        v.s[0] = sc[0], v.s[1] = sc[1], v.p[2] = sc[2], v.p[3] = sc[3];
+        v.scratch_stats = 1;
+    }
     return hyfi_op_forward(e, &v);
 }
 
@@ -437,6 +444,29 @@ static int build_programs(hyfi_graph *g)
     return rc;
 }
 
+/* Re-materialisation: the scratch statistics of the untiled batch norms
+ * that are re-run (hyfi_compiled.rc_bn), one set per replica on its place. */
+static int register_recompute(hyfi_graph *g)
+{
+    const hyfi_plan *pl = g->cc->pl;
+    if (!pl->recompute) return 0;
+    g->cc->rc_bn = calloc((size_t)g->nnodes * pl->nrep * 4, sizeof *g->cc->rc_bn);
+    if (!g->cc->rc_bn) return -1;
+    static const char *const sfx[4] = {".rerun_mean", ".rerun_var", ".rerun_rmean",
+                                       ".rerun_rvar"};
+    for (int i = 0; i < g->nnodes; i++) {
+        const node *nd = &g->nodes[i];
+        if (!pl->rc_rerun[i] || !hyfi_op_batch_statistics(nd) || hyfi_spatial_tiled(g, nd))
+            continue;
+        for (int r = 0; r < pl->nrep; r++)
+            for (int k = 0; k < 4; k++)
+                hyfi_reg(g, &g->cc->rc_bn[((size_t)i * pl->nrep + r) * 4 + k], NULL,
+                         (size_t)nd->out->dims[1], sizeof(float), hyfi_stage_rank(pl, r, nd->stage),
+                         HC_BNSTATS, HYFI_KEEP, nd->name, sfx[k], r, pl->nrep);
+    }
+    return g->cc->htab_oom ? -1 : 0;
+}
+
 /* Everything compile made: programs, handles (the table, then what held
  * them), the plan. */
 void hyfi_compiled_free(hyfi_graph *g)
@@ -444,6 +474,8 @@ void hyfi_compiled_free(hyfi_graph *g)
     if (!g->cc) return;
     hyfi_programs_free(g);
     hyfi_handles_unregister(g);
+    free(g->cc->rc_bn);
+    g->cc->rc_bn = NULL;
     hyfi_spatial_handles_free(g);
     hyfi_handles_free(g);
     hyfi_plan_free(g);
@@ -493,7 +525,8 @@ hyfi_status hyfi_graph_compile(hyfi_graph *g, hyfi_tensor *loss, const hyfi_trai
         hyfi_compiled_free(g);
         return s;
     }
-    if (g->cc->htab_oom || hyfi_spatial_register(g) || g->cc->htab_oom || hyfi_release_index(g)) {
+    if (g->cc->htab_oom || hyfi_spatial_register(g) || g->cc->htab_oom ||
+        register_recompute(g) || hyfi_release_index(g)) {
         hyfi_compiled_free(g);
         return hyfi_graph_fail(g, HYFI_ERR_NOMEM, "out of memory registering the tiles");
     }

@@ -304,6 +304,10 @@ typedef struct hyfi_compiled {
     int nhtab, caphtab, htab_oom;
     int *rel_first, *rel_idx; /* released entries by (stage, micro-batch): hyfi_release_index */
     struct hyfi_howner *howner; /* re-materialisation: handles and owners, sorted (program.c) */
+    /* re-materialisation: per untiled batch norm re-run and replica, 4 scratch
+     * handles (C floats) for the statistics its re-run computes again:
+     * [(node * nrep + rep) * 4 + k] (compile.c) */
+    starpu_data_handle_t *rc_bn;
     int nhowner;
     float *dloss_host;     /* constant 1/M per micro-batch: the seed of the backward pass */
     starpu_data_handle_t *dloss; /* M handles */

@@ -81,10 +81,7 @@ int hyfi_batchnorm_forward_train_cpu(float *y, float *mean, float *var, float *r
         double v = s2 / M - d * d;
         if (v < 0) v = 0;
         const double mu = k + d;
-        /* from the saved (float) variance, as the eval forward computes it: a
-         * forward re-run with the saved statistics (re-materialisation) gives
-         * the same y, bit for bit */
-        const double invstd = 1.0 / sqrt((double)(float)v + (double)a->eps);
+        const double invstd = 1.0 / sqrt(v + (double)a->eps);
         const double scale = gamma[c] * invstd;
         chan_affine(y, x, N, C, hw, c, (float)mu, (float)scale, beta[c]);
         mean[c] = (float)mu;

@@ -57,9 +57,7 @@ __global__ static void bn_forward_train_kernel(float *y, float *mean, float *var
     }
     const double v = bn_block_sum(ss, sh) / (double)m;
     const float muf = (float)mu;
-    // from the saved (float) variance, as the eval kernel: a forward re-run with
-    // the saved statistics (re-materialisation) gives the same y, bit for bit
-    const float scale = (float)((double)gamma[c] / sqrt((double)(float)v + (double)eps));
+    const float scale = (float)((double)gamma[c] / sqrt(v + (double)eps));
     const float shift = beta[c];
     for (int i = threadIdx.x; i < m; i += blockDim.x) {
         const int b = i / hw, j = i - b * hw;
@@ -83,7 +81,7 @@ __global__ static void bn_forward_eval_kernel(float *y, const float *x, const fl
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < count;
          i += (size_t)gridDim.x * blockDim.x) {
         const int c = (int)((i / (size_t)hw) % (size_t)c_total);
-        const float scale = (float)((double)gamma[c] / sqrt((double)run_var[c] + (double)eps));
+        const float scale = gamma[c] * rsqrtf(run_var[c] + eps);
         y[i] = (x[i] - run_mean[c]) * scale + beta[c];
     }
 }
