@@ -378,7 +378,8 @@ static int start_engine(run *r)
     hyfi_status st;
     hyfi_ctx_config cc = {.device = o->device, .ncpus = 0, .ncuda = -1, .mpi = -1,
                           .scheduler = NULL, .verbose = o->verbose, .trace_dir = o->trace,
-                          .watchdog_s = o->watchdog_s};
+                          .watchdog_s = o->watchdog_s, .mem_limit_mb = o->mem_limit_mb,
+                          .swap_dir = o->swap_dir, .swap_mb = o->swap_mb};
     if ((st = hyfi_ctx_create(&cc, &r->ctx)) != HYFI_OK) {
         lib_fail("starting the engine (hyfi_ctx_create)", st, NULL);
         return 1;
@@ -454,7 +455,7 @@ static int compile_model(run *r)
                              .slice = o->slice, .fused_layers = o->fused_layers,
                              .gems = o->gems, .replications = o->replications,
                              .data_parallel = o->data_parallel, .allreduce = o->allreduce,
-                             .bucket_kib = o->bucket_kib};
+                             .bucket_kib = o->bucket_kib, .recompute = o->recompute};
     if ((st = hyfi_graph_set_plan(r->g, &plan)) != HYFI_OK ||
         (st = hyfi_graph_compile(r->g, r->loss, &tc)) != HYFI_OK) {
         /* a mismatch between the ranks is the same message on every rank */

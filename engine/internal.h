@@ -264,6 +264,9 @@ struct hyfi_ctx {
     char trace_err_file[32]; /* and its file (hyfi_handles.tsv, ...) */
     int64_t agree_seq;    /* agreements between the ranks so far (agree.c: their tags) */
     struct hyfi_watchdog *wd; /* MPI runs with a watchdog (hyfi_ctx_config.watchdog_s) */
+    long mem_limit_mb;    /* StarPU's main-memory limit of this process (MB), 0: none */
+    int swap_node;        /* the out-of-core disk memory node (swap_dir), -1: none */
+    long swap_mb;         /* its size (MB) */
 };
 
 struct hyfi_graph {

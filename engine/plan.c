@@ -189,23 +189,35 @@ static double host_memory_bytes(void)
  * activations, their gradients and saved tensors of the micro-batches in
  * flight): an upper bound of what was measured (docs/results.md). *worst: the
  * first stage it holds. */
-static double place_bytes(const hyfi_plan *pl, int q)
+/* act: per stage, the activation estimate (stage_act_bytes, or another
+ * recompute mode's row of stage_act_mode). */
+static double place_bytes_with(const hyfi_plan *pl, int q, const size_t *act)
 {
     const int s = pl->place_stage[q];
-    return (double)pl->stage_act_bytes[s] +
+    return (double)act[s] +
            (q % pl->nplaces1 == pl->stage_place0[s] ? (double)pl->stage_param_bytes[s] : 0);
 }
 
-static double rank_need_bytes(const hyfi_plan *pl, int r, int *worst)
+static double place_bytes(const hyfi_plan *pl, int q)
+{
+    return place_bytes_with(pl, q, pl->stage_act_bytes);
+}
+
+static double rank_need_with(const hyfi_plan *pl, int r, const size_t *act, int *worst)
 {
     double need = 0;
     *worst = -1;
     for (int q = 0; q < pl->nplaces; q++) {
         if (pl->place_rank[q] != r) continue;
-        need += place_bytes(pl, q);
+        need += place_bytes_with(pl, q, act);
         if (*worst < 0 || pl->place_stage[q] < *worst) *worst = pl->place_stage[q];
     }
     return need;
+}
+
+static double rank_need_bytes(const hyfi_plan *pl, int r, int *worst)
+{
+    return rank_need_with(pl, r, pl->stage_act_bytes, worst);
 }
 
 #define MEMORY_FIXES                                                                        \
@@ -256,19 +268,50 @@ static hyfi_status check_memory_limit(hyfi_graph *g)
 {
     const hyfi_plan *pl = g->cc->pl;
     const int R = g->ctx->nranks;
-    const char *env = getenv("STARPU_LIMIT_CPU_MEM");
-    const long limit = env ? atol(env) : 0;
+    const long limit = g->ctx->mem_limit_mb;
     int worst;
     if (limit > 0) {
         for (int r = 0; r < R; r++) {
             const double need = rank_need_bytes(pl, r, &worst);
-            if (need / 1e6 > (double)limit)
-                return hyfi_call_fail(g, HYFI_ERR_NOMEM,
-                                      "the plan needs an estimated %.0f MB on rank %d (stage %d "
-                                      "and the others it holds), above StarPU's memory limit of "
-                                      "%ld MB per process (STARPU_LIMIT_CPU_MEM), under which it "
-                                      "would wait for memory forever; " MEMORY_FIXES,
-                                      need / 1e6, r, worst, limit);
+            const int wstage = worst;
+            if (need / 1e6 <= (double)limit) continue;
+            if (g->ctx->swap_node >= 0) {
+                /* out-of-core: StarPU evicts to the disk what is above the limit */
+                if (g->ctx->rank == r && g->ctx->verbose)
+                    fprintf(stderr, "hyfi: rank %d: the plan needs an estimated %.0f MB, above "
+                                    "the memory limit of %ld MB: StarPU will swap about %.0f MB "
+                                    "to disk (slower)\n",
+                            r, need / 1e6, limit, need / 1e6 - (double)limit);
+                continue;
+            }
+            /* the fixes, with their estimates for this rank (the message fits 512 bytes) */
+            char fixes[320] = "";
+            size_t n = 0;
+            static const char *const mode[] = {"none", "stage", "layer"};
+            for (int m = HYFI_RECOMPUTE_LAYER; m >= HYFI_RECOMPUTE_STAGE; m--) {
+                if (m == (int)pl->recompute) continue;
+                const double e = rank_need_with(pl, r, pl->stage_act_mode + (size_t)m * pl->nstages,
+                                                &worst);
+                n += (size_t)snprintf(fixes + n, n < sizeof fixes ? sizeof fixes - n : 0,
+                                      "--recompute %s %.0f; ", mode[m], e / 1e6);
+            }
+            double place = 0, place_layer = 0;
+            for (int q = 0; q < pl->nplaces; q++) {
+                const double b = place_bytes(pl, q),
+                             bl = place_bytes_with(pl, q, pl->stage_act_mode + 2 * (size_t)pl->nstages);
+                if (b > place) place = b;
+                if (bl > place_layer) place_layer = bl;
+            }
+            snprintf(fixes + n, n < sizeof fixes ? sizeof fixes - n : 0,
+                     "one place per rank (stages, tiles on more ranks) %.0f for the largest, "
+                     "%.0f with --recompute layer; --swap-dir DIR trains, ~%.0f swapped to disk",
+                     place / 1e6, place_layer / 1e6, need / 1e6 - (double)limit);
+            return hyfi_call_fail(g, HYFI_ERR_NOMEM,
+                                  "the plan needs an estimated %.0f MB on rank %d (stage %d on), "
+                                  "above the memory limit of %ld MB per process (--mem-limit-mb, "
+                                  "STARPU_LIMIT_CPU_MEM): StarPU would wait forever. Fixes, MB "
+                                  "on rank %d: %s",
+                                  need / 1e6, r, wstage, limit, r, fixes);
         }
         return HYFI_OK;
     }

@@ -149,6 +149,20 @@ typedef struct hyfi_ctx_config {
                              above the longest time a rank can wait for the others' work
                              (about one stage's share of a step). 0: off (the default);
                              hyfi-train: --watchdog, 120 s by default */
+    /* Memory of this process (each MPI rank: all its places together). */
+    int mem_limit_mb;     /* > 0: StarPU's limit on the data it allocates in main memory
+                             (STARPU_LIMIT_CPU_MEM, MB; set for this process, overriding
+                             the environment); hyfi_graph_compile refuses a plan whose
+                             estimate per rank is above it (StarPU would wait for memory
+                             forever), naming the fixes with their estimates, unless
+                             swap_dir is set. 0: STARPU_LIMIT_CPU_MEM if set, else none */
+    const char *swap_dir; /* non-NULL: out-of-core. A StarPU disk memory node in this
+                             folder (created if missing; unistd files): with a memory limit,
+                             StarPU evicts data above it to the disk instead of waiting
+                             (slower, not failing), and compile accepts plans above the
+                             limit. NULL: none */
+    int swap_mb;          /* the most StarPU puts in swap_dir (>= 16); 0: 90% of the free
+                             space of its file system */
 } hyfi_ctx_config;
 
 /* The default configuration, what cfg NULL means: device AUTO, ncpus -1 and
