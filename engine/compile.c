@@ -467,6 +467,34 @@ static int register_recompute(hyfi_graph *g)
     return g->cc->htab_oom ? -1 : 0;
 }
 
+/* Under a memory limit, a task whose buffers together do not fit could never
+ * run: StarPU would evict and wait forever, with or without disk swap. Every
+ * rank checks every rank's tasks of every program (the same decision). */
+static hyfi_status check_task_memory(hyfi_graph *g)
+{
+    const long limit = g->ctx->mem_limit_mb;
+    if (limit <= 0) return HYFI_OK;
+    const program *progs[] = {&g->cc->train_prog, &g->cc->infer_prog, &g->cc->fwd_train_prog};
+    const prog_task *worst = NULL;
+    size_t most = 0;
+    for (size_t p = 0; p < sizeof progs / sizeof *progs; p++)
+        for (int k = 0; k < progs[p]->n; k++) {
+            const prog_task *t = &progs[p]->t[k];
+            if (t->kind != PT_TASK) continue;
+            size_t b = 0;
+            for (int i = 0; i < t->nbuf; i++) b += starpu_data_get_size(t->buf[i].handle);
+            if (b > most) most = b, worst = t;
+        }
+    if (!worst || (double)most / 1e6 <= (double)limit) return HYFI_OK;
+    return hyfi_call_fail(g, HYFI_ERR_NOMEM,
+                          "task %s (rank %d) needs %.0f MB of buffers at once, above the memory "
+                          "limit of %ld MB per process (--mem-limit-mb, STARPU_LIMIT_CPU_MEM): it "
+                          "could never run, even with disk swap; raise the limit (to about twice "
+                          "that), or make the tensors smaller: tiles (--spatial-size, "
+                          "--num-spatial-parts), micro-batches (--parts), a smaller batch",
+                          worst->name, worst->rank, (double)most / 1e6, limit);
+}
+
 /* Everything compile made: programs, handles (the table, then what held
  * them), the plan. */
 void hyfi_compiled_free(hyfi_graph *g)
@@ -541,6 +569,10 @@ hyfi_status hyfi_graph_compile(hyfi_graph *g, hyfi_tensor *loss, const hyfi_trai
                                    "spatial parts or replicas",
                                    HYFI_MAX_TASK_BUFFERS);
         return hyfi_graph_fail(g, HYFI_ERR_NOMEM, "out of memory building the task programs");
+    }
+    if ((s = check_task_memory(g)) != HYFI_OK) {
+        hyfi_compiled_free(g);
+        return s;
     }
     hyfi_plan_predict_comm(g);
     if (g->ctx->trace_dir) hyfi_trace_note_plan(g);
