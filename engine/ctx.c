@@ -101,20 +101,9 @@ static hyfi_status ctx_create(hyfi_ctx **out, const hyfi_ctx_config *cfg_in)
         return hyfi_fail(HYFI_ERR_ARG, "hyfi_ctx_create: swap_mb %d needs swap_dir (where to "
                                        "swap)", cfg.swap_mb);
     }
-    /* StarPU reads its memory limit at initialisation */
-    if (cfg.mem_limit_mb > 0) {
-        char v[32];
-        snprintf(v, sizeof v, "%d", cfg.mem_limit_mb);
-        setenv("STARPU_LIMIT_CPU_MEM", v, 1);
-    }
-
     hyfi_ctx *ctx = calloc(1, sizeof *ctx);
     if (!ctx) return hyfi_fail(HYFI_ERR_NOMEM, "hyfi_ctx_create: out of memory");
     ctx->swap_node = -1;
-    {
-        const char *lim = getenv("STARPU_LIMIT_CPU_MEM");
-        ctx->mem_limit_mb = lim && atol(lim) > 0 ? atol(lim) : 0;
-    }
     ctx->mpi = cfg.mpi < 0 ? launched_by_mpiexec() : cfg.mpi;
     ctx->verbose = cfg.verbose;
     if (ctx->mpi) {
@@ -189,6 +178,27 @@ static hyfi_status ctx_create(hyfi_ctx **out, const hyfi_ctx_config *cfg_in)
             ctx->own_mpi = 1;
         }
     }
+    /* StarPU reads its memory limit at initialisation: set for it, then the
+     * environment as it was (a later context without a limit has none) */
+    char *env_limit = NULL;
+    if (cfg.mem_limit_mb > 0) {
+        const char *old = getenv("STARPU_LIMIT_CPU_MEM");
+        env_limit = strdup(old ? old : "");
+        if (!env_limit) {
+            if (ctx->own_mpi) MPI_Finalize();
+            free(ctx->trace_dir);
+            free(ctx);
+            return hyfi_fail(HYFI_ERR_NOMEM, "hyfi_ctx_create: out of memory");
+        }
+        char v[32];
+        snprintf(v, sizeof v, "%d", cfg.mem_limit_mb);
+        setenv("STARPU_LIMIT_CPU_MEM", v, 1);
+    }
+
+    {
+        const char *lim = getenv("STARPU_LIMIT_CPU_MEM");
+        ctx->mem_limit_mb = lim && atol(lim) > 0 ? atol(lim) : 0;
+    }
     if (ctx->mpi) {
         /* StarPU-MPI counts bytes per destination only when told so before
          * its initialisation (and prints the counts at shutdown). */
@@ -196,6 +206,12 @@ static hyfi_status ctx_create(hyfi_ctx **out, const hyfi_ctx_config *cfg_in)
         rc = starpu_mpi_init_conf(NULL, NULL, !ctx->own_mpi, MPI_COMM_WORLD, &conf);
     } else {
         rc = starpu_init(&conf);
+    }
+    if (env_limit) {
+        if (*env_limit) setenv("STARPU_LIMIT_CPU_MEM", env_limit, 1);
+        else unsetenv("STARPU_LIMIT_CPU_MEM");
+        free(env_limit);
+        env_limit = NULL;
     }
     if (rc != 0) {
         int mpi = ctx->mpi;
