@@ -734,10 +734,16 @@ size_t hyfi_plan_describe(const hyfi_graph *g, char *buf, size_t len)
                           __VA_ARGS__);                                                   \
         if (k_ > 0) n += (size_t)k_;                                                      \
     } while (0)
-    OUT("plan: %d stage%s x %d micro-batch%s of %d (schedule %s) on %d rank%s, %d layers\n",
+    OUT("plan: %d stage%s x %d micro-batch%s of %d (schedule %s) on %d rank%s, %d layers%s\n",
         pl->nstages, pl->nstages == 1 ? "" : "s", pl->nmb, pl->nmb == 1 ? "" : "es",
         pl->batch / pl->nmb, pl->schedule == HYFI_SCHEDULE_1F1B ? "1f1b" : "gpipe",
-        g->ctx->nranks, g->ctx->nranks == 1 ? "" : "s", pl->nlayers);
+        g->ctx->nranks, g->ctx->nranks == 1 ? "" : "s", pl->nlayers,
+        pl->recompute == HYFI_RECOMPUTE_STAGE   ? ", recompute per stage"
+        : pl->recompute == HYFI_RECOMPUTE_LAYER ? ", recompute per layer"
+                                                : "");
+    if (g->ctx->mem_limit_mb > 0)
+        OUT("  memory limit %ld MB per rank%s\n", g->ctx->mem_limit_mb,
+            g->ctx->swap_node >= 0 ? ", disk swap" : "");
     for (int s = 0; s < pl->nstages; s++) {
         hyfi_stage_info si;
         if (hyfi_plan_stage(g, s, &si) != HYFI_OK) break;
