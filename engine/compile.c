@@ -281,6 +281,28 @@ static void finish_tasks(emit_ctx *e, int from)
     }
 }
 
+/* Layer re-materialisation: the tasks of a backward event from `from` on get
+ * their place's fence as last buffer, R for the re-runs ([at[2k], at[2k+1]))
+ * and RW|COMMUTE for the others, so that StarPU starts a segment's re-run on a
+ * place only after the backward tasks emitted before it there: one segment's
+ * activations at a time, not every re-run as soon as its inputs exist. */
+static void add_fences(emit_ctx *e, int from, const int *at, int n)
+{
+    for (int k = from, j = 0; k < e->P->n; k++) {
+        prog_task *t = &e->P->t[k];
+        while (j < n && k >= at[2 * j + 1]) j++;
+        if (t->kind != PT_TASK) continue;
+        if (t->nbuf == HYFI_MAX_TASK_BUFFERS) {
+            e->P->overflow = 1;
+            continue;
+        }
+        const int rerun = j < n && k >= at[2 * j];
+        t->buf[t->nbuf].handle = e->g->cc->rc_fence[t->place];
+        t->buf[t->nbuf].mode = rerun ? STARPU_R : (STARPU_RW | STARPU_COMMUTE);
+        t->nbuf++;
+    }
+}
+
 /* Every rank reads the loss after a program: send each micro-batch's loss to
  * every rank inside the program, so that the program's final wait covers it. */
 static int emit_loss_bcast(hyfi_graph *g, program *P)
@@ -325,7 +347,7 @@ static int build_train(hyfi_graph *g, const int *first)
         t->gwritten = 0;
     }
     memset(g->loss->gw, 1, (size_t)g->loss->nh);
-    int rc = 0;
+    int rc = 0, rerun_cap = 0, *rerun_at = NULL; /* layer recompute: [from, to) of re-runs */
     for (int k = 0; k < pl->nevents && !rc; k++) {
         const hyfi_pipe_event *ev = &pl->events[k];
         const int s = ev->stage;
@@ -357,12 +379,24 @@ static int build_train(hyfi_graph *g, const int *first)
                 rc = emit_accumulate(e, t, t->gpart[k], nm);
             }
         }
+        int nre = 0;
         for (int i = first[s + 1] - 1; i >= first[s] && !rc; i--) {
             const node *nd = &g->nodes[i];
             const int tiled = hyfi_spatial_tiled(g, nd);
             /* re-materialisation: a segment's forward again before its backward */
-            if (pl->recompute && segment_end(g, first, i) == i + 1)
+            if (pl->recompute && segment_end(g, first, i) == i + 1) {
+                const int r0 = ec.P->n;
                 rc = rerun_segment(e, segment_begin(g, first, i), i + 1);
+                if (!rc && ec.P->n > r0 && g->cc->rc_fence) {
+                    if (nre == rerun_cap) {
+                        rerun_cap = rerun_cap ? 2 * rerun_cap : 16;
+                        int *nr = realloc(rerun_at, (size_t)rerun_cap * 2 * sizeof *nr);
+                        if (!nr) rc = -1;
+                        else rerun_at = nr;
+                    }
+                    if (!rc) rerun_at[2 * nre] = r0, rerun_at[2 * nre + 1] = ec.P->n, nre++;
+                }
+            }
             /* Only ops whose output received a gradient propagate one. */
             if (!rc && nd->out->requires_grad &&
                 (tiled ? nd->out->tl->gw[ev->mb * pl->P] : TGW(nd->out, ev->mb)))
@@ -377,10 +411,12 @@ static int build_train(hyfi_graph *g, const int *first)
             if (t->tl && t->tl->full && t->stage == s) rc = hyfi_spatial_gather_back(e, t);
         }
         finish_tasks(e, from);
+        if (!rc && g->cc->rc_fence) add_fences(e, from, rerun_at, nre);
         if (rc || pl->trivial) continue;
         /* Micro-batch m is done on stage s: release what the stage made for it. */
         rc = hyfi_emit_releases(g, ec.P, s, ev->mb);
     }
+    free(rerun_at);
     if (rc) return rc;
     /* Reading a released tensor after a train step is refused (run.c). */
     for (int i = 0; i < g->ntensors && !pl->trivial; i++) {
@@ -452,6 +488,18 @@ static int register_recompute(hyfi_graph *g)
     if (!pl->recompute) return 0;
     g->cc->rc_bn = calloc((size_t)g->nnodes * pl->nrep * 4, sizeof *g->cc->rc_bn);
     if (!g->cc->rc_bn) return -1;
+    if (pl->recompute == HYFI_RECOMPUTE_LAYER && !g->cc->tokens) {
+        g->cc->rc_fence = calloc((size_t)pl->nplaces, sizeof *g->cc->rc_fence);
+        if (!g->cc->rc_fence || hyfi_host_alloc(&g->cc->rc_fence_host, (size_t)pl->nplaces))
+            return -1;
+        memset(g->cc->rc_fence_host, 0, (size_t)pl->nplaces * sizeof(float));
+        for (int q = 0; q < pl->nplaces; q++) {
+            char nm[48];
+            snprintf(nm, sizeof nm, "place%d.recompute_fence", q);
+            hyfi_reg(g, &g->cc->rc_fence[q], g->cc->rc_fence_host + q, 1, sizeof(float),
+                     pl->place_rank[q], HC_PIPELINE, HYFI_KEEP, nm, "", 0, 1);
+        }
+    }
     static const char *const sfx[4] = {".rerun_mean", ".rerun_var", ".rerun_rmean",
                                        ".rerun_rvar"};
     for (int i = 0; i < g->nnodes; i++) {
@@ -504,6 +552,11 @@ void hyfi_compiled_free(hyfi_graph *g)
     hyfi_handles_unregister(g);
     free(g->cc->rc_bn);
     g->cc->rc_bn = NULL;
+    free(g->cc->rc_fence);
+    g->cc->rc_fence = NULL;
+    if (g->cc->rc_fence_host)
+        starpu_free_noflag(g->cc->rc_fence_host, (size_t)g->cc->pl->nplaces * sizeof(float));
+    g->cc->rc_fence_host = NULL;
     hyfi_spatial_handles_free(g);
     hyfi_handles_free(g);
     hyfi_plan_free(g);

@@ -14,8 +14,9 @@
  *     --recompute and --swap-dir; with swap_dir it compiles and trains to the
  *     same losses as without a limit; the environment is left as it was; a
  *     swap size under StarPU's minimum is refused.
- * One thread per kernel (HYFI_CPU_THREADS=1, set by meson), so runs are
- * comparable bit for bit. */
+ * One thread per kernel and no core lending (HYFI_CPU_THREADS=1,
+ * HYFI_LEND_MIN_BYTES=0, set here), so that round-off does not depend on timing
+ * and runs compare bit for bit. */
 #include "hyfi.h"
 #include "testutil.h"
 
@@ -274,6 +275,8 @@ static void memory_limit(void)
 
 int main(void)
 {
+    setenv("HYFI_CPU_THREADS", "1", 1);
+    setenv("HYFI_LEND_MIN_BYTES", "0", 1);
     hyfi_ctx_config cc = hyfi_ctx_config_default();
     cc.device = HYFI_DEVICE_CPU, cc.mpi = 0;
     hyfi_ctx *ctx;
