@@ -281,7 +281,7 @@ static void finish_tasks(emit_ctx *e, int from)
     }
 }
 
-/* Layer re-materialisation: the tasks of a backward event from `from` on get
+/* Re-materialisation: the tasks of a backward event from `from` on get
  * their place's fence as last buffer, R for the re-runs ([at[2k], at[2k+1]))
  * and RW|COMMUTE for the others, so that StarPU starts a segment's re-run on a
  * place only after the backward tasks emitted before it there: one segment's
@@ -488,7 +488,7 @@ static int register_recompute(hyfi_graph *g)
     if (!pl->recompute) return 0;
     g->cc->rc_bn = calloc((size_t)g->nnodes * pl->nrep * 4, sizeof *g->cc->rc_bn);
     if (!g->cc->rc_bn) return -1;
-    if (pl->recompute == HYFI_RECOMPUTE_LAYER && !g->cc->tokens) {
+    if (pl->recompute && !g->cc->tokens) {
         g->cc->rc_fence = calloc((size_t)pl->nplaces, sizeof *g->cc->rc_fence);
         if (!g->cc->rc_fence || hyfi_host_alloc(&g->cc->rc_fence_host, (size_t)pl->nplaces))
             return -1;

@@ -311,10 +311,10 @@ typedef struct hyfi_compiled {
      * handles (C floats) for the statistics its re-run computes again:
      * [(node * nrep + rep) * 4 + k] (compile.c) */
     starpu_data_handle_t *rc_bn;
-    /* layer re-materialisation without 1F1B tokens: per place a one-float fence
-     * that the backward tasks of a segment write (RW|COMMUTE) and the next
-     * segment's re-run reads (R), so that a segment is re-run only once the
-     * backward of the one after it is done there (compile.c) */
+    /* re-materialisation without 1F1B tokens: per place a one-float fence that
+     * the backward tasks write (RW|COMMUTE) and the re-runs read (R), so that a
+     * segment is re-run only once the backward emitted before it is done there
+     * (compile.c) */
     starpu_data_handle_t *rc_fence;
     float *rc_fence_host;
     int nhowner;
