@@ -153,9 +153,11 @@ static int emit_backward(emit_ctx *e, const node *nd)
  * the first backward task of a segment, the segment's dropped values are made
  * again by its re-run nodes (recompute forward: batch norm with the saved
  * statistics); with layer segments, once the segment's backward is emitted,
- * the values and gradients only it used are released, so that one segment's
- * activations are alive at a time. The tasks and their order within the
- * backward are those without recompute: the step is bitwise the same. */
+ * the values and gradients only it used are released; and (without 1F1B
+ * tokens) per-place fences keep StarPU from starting a re-run before the
+ * backward tasks emitted before it are done (add_fences), so that one
+ * segment's activations are alive at a time. The backward tasks and their
+ * order are those without recompute: the step is bitwise the same. */
 
 /* Release what node i made in micro-batch e->m's forward (its output, and
  * for tiled nodes their buffers), with the gradients when `grads`. */
@@ -164,9 +166,8 @@ static int drop_node(emit_ctx *e, int i, int grads)
     hyfi_graph *g = e->g;
     const node *nd = &g->nodes[i];
     if (hyfi_spatial_tiled(g, nd)) return hyfi_spatial_drop(e, nd, grads);
-    return hyfi_emit_drop(e, HV(nd->out)) || (grads && nd->out->gh && hyfi_emit_drop(e, HG(nd->out)))
-               ? -1
-               : 0;
+    if (hyfi_emit_drop(e, HV(nd->out))) return -1;
+    return grads && nd->out->gh ? hyfi_emit_drop(e, HG(nd->out)) : 0;
 }
 
 /* Nodes [a, b) of a segment: release the values they made and only the
@@ -347,7 +348,7 @@ static int build_train(hyfi_graph *g, const int *first)
         t->gwritten = 0;
     }
     memset(g->loss->gw, 1, (size_t)g->loss->nh);
-    int rc = 0, rerun_cap = 0, *rerun_at = NULL; /* layer recompute: [from, to) of re-runs */
+    int rc = 0, rerun_cap = 0, *rerun_at = NULL; /* recompute: [from, to) of the re-runs */
     for (int k = 0; k < pl->nevents && !rc; k++) {
         const hyfi_pipe_event *ev = &pl->events[k];
         const int s = ev->stage;
@@ -480,15 +481,16 @@ static int build_programs(hyfi_graph *g)
     return rc;
 }
 
-/* Re-materialisation: the scratch statistics of the untiled batch norms
- * that are re-run (hyfi_compiled.rc_bn), one set per replica on its place. */
+/* Re-materialisation: the places' fences (without 1F1B tokens) and the
+ * scratch statistics of the untiled batch norms that are re-run
+ * (hyfi_compiled.rc_bn), one set per replica on its place. */
 static int register_recompute(hyfi_graph *g)
 {
     const hyfi_plan *pl = g->cc->pl;
     if (!pl->recompute) return 0;
     g->cc->rc_bn = calloc((size_t)g->nnodes * pl->nrep * 4, sizeof *g->cc->rc_bn);
     if (!g->cc->rc_bn) return -1;
-    if (pl->recompute && !g->cc->tokens) {
+    if (!g->cc->tokens) {
         g->cc->rc_fence = calloc((size_t)pl->nplaces, sizeof *g->cc->rc_fence);
         if (!g->cc->rc_fence || hyfi_host_alloc(&g->cc->rc_fence_host, (size_t)pl->nplaces))
             return -1;

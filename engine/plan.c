@@ -298,7 +298,8 @@ static hyfi_status check_memory_limit(hyfi_graph *g)
             double place = 0, place_layer = 0;
             for (int q = 0; q < pl->nplaces; q++) {
                 const double b = place_bytes(pl, q),
-                             bl = place_bytes_with(pl, q, pl->stage_act_mode + 2 * (size_t)pl->nstages);
+                             bl = place_bytes_with(pl, q, pl->stage_act_mode +
+                                                              2 * (size_t)pl->nstages);
                 if (b > place) place = b;
                 if (bl > place_layer) place_layer = bl;
             }
@@ -401,7 +402,8 @@ static hyfi_status estimate_memory(hyfi_graph *g)
         st = hyfi_call_fail(g, HYFI_ERR_NOMEM, "out of memory building the plan");
         goto done;
     }
-    for (int i = 0; i < g->nnodes; i++) pl->stage_flops[g->nodes[i].stage] += hyfi_op_flops(&g->nodes[i]);
+    for (int i = 0; i < g->nnodes; i++)
+        pl->stage_flops[g->nodes[i].stage] += hyfi_op_flops(&g->nodes[i]);
     for (int i = 0; i < g->ntensors; i++) {
         const hyfi_tensor *t = g->tensors[i];
         const size_t b = t->numel * 4;
@@ -445,7 +447,8 @@ static hyfi_status estimate_memory(hyfi_graph *g)
         memcpy(pl->rc_seg, segs, (size_t)g->nnodes * sizeof *segs);
         memcpy(pl->rc_rerun, rerun, (size_t)g->nnodes);
         memcpy(pl->rc_drop, drop, (size_t)g->ntensors);
-        for (int s = 0; s < S; s++) pl->stage_act_bytes[s] = pl->stage_act_mode[(size_t)mode * S + s];
+        for (int s = 0; s < S; s++)
+            pl->stage_act_bytes[s] = pl->stage_act_mode[(size_t)mode * S + s];
     }
 done:
     free(kept);

@@ -578,7 +578,8 @@ static int do_check(const char *dir, int use_mpi)
             int rbad = run_plan(ctx, m, &p0, &base, NULL) != 0;
             if (!rbad) {
                 rbad += compare("loss (no recompute)", got.loss, base.loss, steps, 0, 0, &worst);
-                rbad += compare("grad (no recompute)", got.grad, base.grad, got.ngrad, 0, 0, &worst);
+                rbad += compare("grad (no recompute)", got.grad, base.grad, got.ngrad, 0, 0,
+                                &worst);
                 rbad += compare("weight (no recompute)", got.weight, base.weight, got.nweight, 0,
                                 0, &worst);
             }

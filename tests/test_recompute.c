@@ -55,10 +55,10 @@ static int build(hyfi_ctx *ctx, net *n, int batch, int hw)
     r = hyfi_batchnorm(g, "b1.bn2", r, (hyfi_batchnorm_params){0});
     h = hyfi_relu(g, "b1.relu", hyfi_add(g, "b1.add", r, h));
     hyfi_layer_begin(g, "block2");
-    hyfi_tensor *p = hyfi_maxpool(g, "b2.pool", h, (hyfi_pool_params){.kernel_h = 2, .kernel_w = 2,
-                                                                      .stride_h = 2, .stride_w = 2});
-    hyfi_tensor *q = hyfi_relu(g, "b2.relu", hyfi_batchnorm(g, "b2.bn", hyfi_conv2d(g, "b2.conv", p, c3),
-                                                             (hyfi_batchnorm_params){0}));
+    const hyfi_pool_params pool = {.kernel_h = 2, .kernel_w = 2, .stride_h = 2, .stride_w = 2};
+    hyfi_tensor *p = hyfi_maxpool(g, "b2.pool", h, pool);
+    hyfi_tensor *q = hyfi_conv2d(g, "b2.conv", p, c3);
+    q = hyfi_relu(g, "b2.relu", hyfi_batchnorm(g, "b2.bn", q, (hyfi_batchnorm_params){0}));
     hyfi_tensor *cat[2] = {p, q};
     h = hyfi_concat(g, "b2.cat", cat, 2);
     hyfi_layer_begin(g, "head");
