@@ -17,6 +17,8 @@
 #             blocked copies conv2d_cpu.c keeps per thread);
 #   layer400  the same limit with --recompute layer: fits, trains without swap, the
 #             same numbers, within the same bound.
+# Under AddressSanitizer (ASAN_OPTIONS set) resident memory holds the shadow and
+# the quarantine: the peaks are printed, not compared.
 # usage: recompute_memory.sh HYFI_TRAIN
 set -u
 train=${1:?usage: recompute_memory.sh HYFI_TRAIN}
@@ -70,8 +72,11 @@ run layer400 --mem-limit-mb 400 --recompute layer || fail "layer400 run: $(tail 
     >"$dir/small.log" 2>&1 || fail "the 32x32 run"
 
 python3 - "$dir" <<'PY' || fails=$((fails + 1))
-import json, re, sys
+import json, os, re, sys
 d = sys.argv[1]
+# resident memory includes AddressSanitizer's shadow and quarantine (freed
+# buffers held back): the peaks are printed, not compared
+asan = bool(os.environ.get("ASAN_OPTIONS"))
 def steps(name):
     return [(r["loss"], r["grad_norm"], r["weight_norm"]) for r in
             map(json.loads, open(f"{d}/{name}.json")) if "step" in r]
@@ -92,16 +97,17 @@ saved_est = act("base") - act("layer")
 saved = peak("base") - peak("layer")
 print("recompute layer: estimate %.0f MB (-%.0f), peak %.0f MB (-%.0f)" % (
     act("layer"), saved_est, peak("layer"), saved))
-if not (saved_est > 0 and saved > 0.5 * saved_est):
+if not (saved_est > 0 and (asan or saved > 0.5 * saved_est)):
     print("FAILED: recompute did not lower the peak by half the estimated saving"); bad += 1
 # limit + stated overhead: the process without data + oneDNN scratch per CPU worker
 largest = 4 * 16 * 256 * 256 * 4 / 2**20      # the stem's output, MB
 over = peak("small") + 2 * 4 * largest
 for name in ("swap", "layer400"):
     ok = peak(name) <= 400 + over
-    bad += not ok
+    bad += not ok and not asan
     print("%s: peak %.0f MB, limit 400 + overhead %.0f (process %.0f + 2 workers x 4 x %.0f): %s"
-          % (name, peak(name), over, peak("small"), largest, "ok" if ok else "OVER"))
+          % (name, peak(name), over, peak("small"), largest,
+             "sanitizer build: not compared" if asan else "ok" if ok else "OVER"))
 sys.exit(1 if bad else 0)
 PY
 [ "$fails" = 0 ] && echo "recompute_memory: ok"
