@@ -69,6 +69,9 @@ void train_usage(FILE *f)
         "                        MPI4DL's app 1), classes sorted by name; DIR/train and\n"
         "                        DIR/val (or DIR/test) when present are the train and test\n"
         "                        splits, else no test split; images decoded per batch\n"
+        "  --dataset slides      DIR/CLASS/*.png|*.tif|*.tiff|*.svs|... large images of one\n"
+        "                        size (the folder layout), each rank reading only its tiles'\n"
+        "                        regions (docs/user-guide.md, scripts/make_slides.py)\n"
         "  --datapath DIR        data directory; fashion-mnist defaults to\n"
         "                        " HYFI_FASHION_MNIST_DEFAULT_DIR " (Debian's\n"
         "                        dataset-fashion-mnist); mnist, cifar10 and folder need it;\n"
@@ -269,7 +272,7 @@ static int parse_run_flag(const char *flag, const char *val, train_options *o)
     } else if (!strcmp(flag, "--dataset")) {
         if (hyfi_data_kind_from_name(val, &o->dataset) != 0)
             return bad_usage("--dataset '%s' is not known; valid: synthetic, fashion-mnist, "
-                             "mnist, cifar10, folder", val);
+                             "mnist, cifar10, folder, slides", val);
     } else if (!strcmp(flag, "--datapath")) {
         if (!*val) return bad_usage("--datapath needs a directory");
         o->datapath = val;

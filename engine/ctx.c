@@ -70,8 +70,21 @@ hyfi_status hyfi_ctx_create(const hyfi_ctx_config *cfg, hyfi_ctx **out)
     if (atomic_exchange(&g_ctx_alive, 1))
         return hyfi_fail(HYFI_ERR_STATE, "hyfi_ctx_create: a context already exists in this "
                                          "process; destroy it first (one per process)");
+    /* Under mpiexec, the child that names this rank if it dies (sentinel.c):
+     * forked before MPI and StarPU start (no threads, no registered memory). */
+    const int mpi = cfg && cfg->mpi >= 0 ? cfg->mpi : launched_by_mpiexec();
+    int inited = 0;
+    if (mpi) MPI_Initialized(&inited);
+    if (mpi && !inited) hyfi_sentinel_start();
     const hyfi_status s = ctx_create(out, cfg);
-    if (s != HYFI_OK) atomic_store(&g_ctx_alive, 0);
+    if (s != HYFI_OK) {
+        hyfi_sentinel_stop();
+        atomic_store(&g_ctx_alive, 0);
+    } else if ((*out)->nranks > 1) {
+        hyfi_sentinel_arm((*out)->rank, (*out)->nranks);
+    } else {
+        hyfi_sentinel_stop();
+    }
     return s;
 }
 
@@ -371,6 +384,7 @@ void hyfi_ctx_destroy(hyfi_ctx *ctx)
     free(ctx->cuda_worker);
     free(ctx->cuda_mem);
     free(ctx);
+    hyfi_sentinel_stop();
     atomic_store(&g_ctx_alive, 0);
 }
 

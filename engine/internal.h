@@ -375,8 +375,14 @@ hyfi_status hyfi_io_write_atomic(hyfi_graph *g, const char *who, const char *pat
 hyfi_status hyfi_io_read_whole(hyfi_graph *g, const char *who, const char *path,
                                unsigned char **buf, size_t *len);
 /* Bring handle h (owned anywhere) to rank 0 into host (NULL on rank 0: fetched
- * but not copied; the caller then fails the save). Every rank calls it. */
-void hyfi_io_gather(hyfi_graph *g, starpu_data_handle_t h, void *host, size_t bytes);
+ * but not copied; the caller then fails the save). Every rank calls it, in the
+ * same order. The copies complete in hyfi_io_gather_wait: all the handles of a
+ * save are in flight at once (one blocking acquire each cost ~3 ms). */
+typedef struct hyfi_io_batch hyfi_io_batch;
+hyfi_io_batch *hyfi_io_batch_new(void); /* NULL: out of memory (gathers then block) */
+void hyfi_io_gather(hyfi_graph *g, hyfi_io_batch *b, starpu_data_handle_t h, void *host,
+                    size_t bytes);
+void hyfi_io_gather_wait(hyfi_graph *g, hyfi_io_batch *b); /* and frees b */
 /* The status of a collective call made common to every rank (hyfi_agree);
  * root_only: only rank 0's counts (saving). */
 hyfi_status hyfi_io_agree(hyfi_graph *g, hyfi_status st, int root_only);
@@ -393,6 +399,20 @@ static inline int hyfi_tensor_saved(const hyfi_tensor *t)
 /* init.c: FNV-1a, 64 bits: start from h = 0xcbf29ce484222325. */
 uint64_t hyfi_hash_bytes(uint64_t h, const void *p, size_t n);
 uint64_t hyfi_hash_str(uint64_t h, const char *s);
+/* A checksum of a byte stream at memory speed (files' checksums): FNV-1a on
+ * 8 independent lanes of 64-bit words (a 64-byte block gives each lane one
+ * word), then the lanes, the tail and the length through byte FNV-1a. Any
+ * change of one word is always detected (each step is a bijection). The same
+ * bytes give the same sum however they are split over _add calls. */
+typedef struct {
+    uint64_t lane[8];
+    unsigned char buf[64];
+    size_t nbuf;
+    uint64_t total;
+} hyfi_sum;
+void hyfi_sum_init(hyfi_sum *s);
+void hyfi_sum_add(hyfi_sum *s, const void *p, size_t n);
+uint64_t hyfi_sum_end(const hyfi_sum *s);
 
 /* watchdog.c: the watchdog of MPI runs (hyfi_ctx_config.watchdog_s). A rank
  * waits for the others between hyfi_wait_begin and hyfi_wait_end (nested
@@ -403,6 +423,15 @@ hyfi_status hyfi_watchdog_start(hyfi_ctx *ctx, int limit_s);
 void hyfi_watchdog_stop(hyfi_ctx *ctx);
 void hyfi_wait_begin(hyfi_ctx *ctx, const char *what);
 void hyfi_wait_end(hyfi_ctx *ctx);
+
+/* sentinel.c: the death notice of MPI runs (one per process). _start forks
+ * the child that prints the rank's line if the process dies without ending
+ * in order (before MPI is initialised); _arm gives it the rank; _quiet tells
+ * it that the process ends in order (exit() does too); _stop ends it. */
+void hyfi_sentinel_start(void);
+void hyfi_sentinel_arm(int rank, int nranks);
+void hyfi_sentinel_quiet(void);
+void hyfi_sentinel_stop(void);
 
 /* graph.c */
 void hyfi_tensor_free(hyfi_tensor *t);

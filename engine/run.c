@@ -206,6 +206,106 @@ hyfi_status hyfi_set_labels(hyfi_graph *g, hyfi_tensor *t, const int32_t *labels
     return HYFI_OK;
 }
 
+/* ------------------------------------------------------------ region input */
+/* The handles of an input tensor, in a fixed order (micro-batch, then the
+ * whole-batch view where untiled ops read it, then the tiles): region k of
+ * the tensor, its handle and its owning rank. Returns the number of handles. */
+static int input_handles(hyfi_graph *g, const hyfi_tensor *t, int k, hyfi_input_region *r,
+                         starpu_data_handle_t *h, int *owner)
+{
+    const int P = t->tl ? g->cc->pl->P : 0, whole = !t->tl || t->tl->full;
+    const int per_mb = whole + P, n = t->dims[0] / t->nh;
+    if (k < 0) return t->nh * per_mb;
+    const int m = k / per_mb, j = k % per_mb;
+    const int q = j - whole; /* tile, or -1: the whole images */
+    r->micro_batch = m;
+    r->first = m * n;
+    r->count = n;
+    r->channels = t->dims[1];
+    r->tile = q;
+    if (q < 0) {
+        r->y0 = r->x0 = 0;
+        r->h = t->dims[2];
+        r->w = t->dims[3];
+        *h = t->h[m];
+        *owner = hyfi_handle_owner(g, t, m);
+    } else {
+        const hyfi_tiles *tl = t->tl;
+        const int row = q / tl->cols, col = q % tl->cols;
+        r->y0 = tl->rcut[row];
+        r->x0 = tl->ccut[col];
+        r->h = tl->rcut[row + 1] - r->y0;
+        r->w = tl->ccut[col + 1] - r->x0;
+        *h = tl->h[m * P + q];
+        *owner = hyfi_tile_rank(g, tl, q, HYFI_REP(g->cc->pl, m));
+    }
+    return t->nh * per_mb;
+}
+
+static hyfi_status check_input(hyfi_graph *g, const hyfi_tensor *t, const char *who)
+{
+    hyfi_status s = need_compiled(g, who);
+    if (s != HYFI_OK) return s;
+    if (!t || t->g != g || t->kind != T_INPUT)
+        return hyfi_call_fail(g, HYFI_ERR_ARG, "%s: the tensor is NULL, from another graph or "
+                                               "not an input (hyfi_input)", who);
+    return HYFI_OK;
+}
+
+hyfi_status hyfi_input_regions(hyfi_graph *g, const hyfi_tensor *t, hyfi_input_region *out,
+                               int cap, int *count)
+{
+    hyfi_status s = check_input(g, t, "hyfi_input_regions");
+    if (s != HYFI_OK) return s;
+    if (!count || (cap > 0 && !out) || cap < 0)
+        return hyfi_call_fail(g, HYFI_ERR_ARG, "hyfi_input_regions: count is NULL, or cap %d "
+                                               "is negative or positive with out NULL", cap);
+    hyfi_input_region r;
+    starpu_data_handle_t h;
+    int owner, n = 0;
+    const int all = input_handles(g, t, -1, &r, &h, &owner);
+    for (int k = 0; k < all; k++) {
+        input_handles(g, t, k, &r, &h, &owner);
+        if (g->ctx->mpi && owner != g->ctx->rank) continue;
+        if (n < cap) out[n] = r;
+        n++;
+    }
+    *count = n;
+    return HYFI_OK;
+}
+
+hyfi_status hyfi_set_input_fn(hyfi_graph *g, hyfi_tensor *t, hyfi_input_fill_fn fill, void *user)
+{
+    hyfi_status s = check_input(g, t, "hyfi_set_input_fn");
+    if (s == HYFI_OK && !fill)
+        s = hyfi_call_fail(g, HYFI_ERR_ARG, "hyfi_set_input_fn: the fill function is NULL");
+    if (s != HYFI_OK) return g ? hyfi_io_agree(g, s, 0) : s;
+    hyfi_input_region r;
+    starpu_data_handle_t h;
+    int owner;
+    const int all = input_handles(g, t, -1, &r, &h, &owner);
+    for (int k = 0; k < all; k++) {
+        input_handles(g, t, k, &r, &h, &owner);
+        /* every rank flushes every handle (StarPU-MPI's cache is kept alike on all ranks);
+         * only the owner fills it, in place */
+        if (g->ctx->mpi) starpu_mpi_cache_flush(MPI_COMM_WORLD, h);
+        if (s != HYFI_OK || (g->ctx->mpi && owner != g->ctx->rank)) continue;
+        hyfi_wait_begin(g->ctx, "writing an input region (hyfi_set_input_fn)");
+        starpu_data_acquire(h, STARPU_W);
+        const int rc = fill(user, &r, (float *)starpu_vector_get_local_ptr(h));
+        starpu_data_release(h);
+        hyfi_wait_end(g->ctx);
+        if (rc != 0)
+            s = hyfi_call_fail(g, HYFI_ERR_DATA, "hyfi_set_input_fn: the fill function returned "
+                                                 "%d for \"%s\" micro-batch %d (images %d..%d, "
+                                                 "rows %d..%d, columns %d..%d); see its own "
+                                                 "message", rc, t->name, r.micro_batch, r.first,
+                               r.first + r.count - 1, r.y0, r.y0 + r.h - 1, r.x0,
+                               r.x0 + r.w - 1);
+    }
+    return hyfi_io_agree(g, s, 0);
+}
+
 /* The loss of the step: the mean of the micro-batches' losses, on every rank. */
 static float loss_value(hyfi_graph *g)
 {

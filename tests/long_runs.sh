@@ -165,6 +165,33 @@ bad "other classes" "saved from another model" --num-classes 7 --resume "$ck"
 bad missing "give a checkpoint folder or file" --resume "$dir/empty-folder-$$" --checkpoint-dir "$dir/e"
 mkdir -p "$dir/empty"
 bad empty "no checkpoint (step-N.safetensors) in it" --resume "$dir/empty"
+# A checkpoint of before the word checksum (no hyfi.checksum_kind: FNV-1a byte by
+# byte over the file) still loads, and is still checked.
+python3 - "$ck" "$dir/old.safetensors" "$dir/oldflip.safetensors" <<'PY'
+import json, struct, sys
+raw = open(sys.argv[1], "rb").read()
+n = struct.unpack("<Q", raw[:8])[0]
+h = json.loads(raw[8:8 + n])
+del h["__metadata__"]["hyfi.checksum_kind"]
+h["__metadata__"]["hyfi.checksum"] = "0" * 16
+def file(hdr):
+    j = json.dumps(hdr, separators=(",", ":")).encode()
+    j += b" " * (-len(j) % 8)
+    return struct.pack("<Q", len(j)) + j + raw[8 + n:]
+s = 0xCBF29CE484222325
+for b in file(h):
+    s = ((s ^ b) * 0x100000001B3) & 0xFFFFFFFFFFFFFFFF
+h["__metadata__"]["hyfi.checksum"] = "%016x" % s
+out = file(h)
+open(sys.argv[2], "wb").write(out)
+flip = bytearray(out)
+flip[-100] ^= 0x55
+open(sys.argv[3], "wb").write(flip)
+PY
+run "$dir/old.log" "$train" "${c[@]}" --steps 9 --resume "$dir/old.safetensors"
+[ $rc = 0 ] && grep -q "8 steps done" "$dir/old.log" ||
+    { fail "a checkpoint with the byte-wise checksum"; cat "$dir/old.log"; }
+bad "corrupt (byte-wise checksum)" "corrupt or truncated" --resume "$dir/oldflip.safetensors"
 
 # 7. --save / --load / --eval-only (Fashion-MNIST's test split)
 f=(--model cnn --dataset fashion-mnist --batch-size 64 --steps 30 --eval-batches 5

@@ -33,7 +33,12 @@
  *     beyond that). ResNet's after 3 steps; AmoebaNet's after 1 (3 for the
  *     traffic): its max pools and few-value batch norms turn one flipped kink
  *     into a 0.5% change of every gradient after it (seen at 128x128), and
- *     after 3 steps into visibly different losses (2e-5 at 64x64).
+ *     after 3 steps into visibly different losses (2e-5 at 64x64). Its
+ *     entries may be up to 5% outside: measured, K=2 P=2 vertical, 64x64, a
+ *     batch-norm output of 3.4e-7 in the first normal cell (the tiled forward
+ *     differs there by up to 4.9e-6, deeper by up to 9e-5) flips its ReLU,
+ *     and every gradient upstream of it (the stems) moves by ~4e-4 relative:
+ *     1.4% of the entries, 3.6e-4 norm-wise; the norm bound stays 1e-2.
  * On R > 1 ranks it also checks the traffic: the bytes each rank sends to each
  * other rank in steps 2 and 3 (StarPU-MPI's counts) equal twice the plan's
  * prediction per step, and for the ResNet (a chain of blocks) the prediction
@@ -597,10 +602,11 @@ static int do_check(const char *dir, int use_mpi)
             bad += got.ngrad != want.ngrad || got.nweight != want.nweight;
             if (!bad && pd->K) {
                 /* tiles: a few entries may sit at a kink (see the header) */
-                bad += compare_kinks("grad", got.grad, want.grad, got.ngrad, 1e-5, 1e-4, 5e-3,
+                const double frac = pd->model == 1 ? 5e-2 : 5e-3;
+                bad += compare_kinks("grad", got.grad, want.grad, got.ngrad, 1e-5, 1e-4, frac,
                                      1e-2, &worst_frac, &worst_norm);
                 bad += compare_kinks("weight", got.weight, want.weight, got.nweight, 1e-5, 1e-4,
-                                     5e-3, 1e-2, &worst_frac, &worst_norm);
+                                     frac, 1e-2, &worst_frac, &worst_norm);
             } else if (!bad) {
                 bad += compare("grad", got.grad, want.grad, got.ngrad, 1e-5 * k, 1e-4 * k, wg);
                 bad += compare("weight", got.weight, want.weight, got.nweight, 1e-5 * k, 1e-4 * k, ww);
