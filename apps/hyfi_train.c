@@ -50,6 +50,9 @@
 
 #include <errno.h>
 #include <inttypes.h>
+#ifdef __GLIBC__
+#include <malloc.h>
+#endif
 #include <math.h>
 #include <stdarg.h>
 #include <stdbool.h>
@@ -378,9 +381,17 @@ static int start_engine(run *r)
     const train_options *o = &r->o;
     char err[1024] = "";
     hyfi_status st;
+#ifdef __GLIBC__
+    /* Under a memory limit, buffers StarPU frees must leave the process: a fixed
+     * mmap threshold (glibc's rises to the size of the last freed buffer, after
+     * which freed activations stay in fragmented heaps: measured +260 MB resident
+     * at 256x256, docs/results.md). */
+    if (o->mem_limit_mb > 0) mallopt(M_MMAP_THRESHOLD, 256 * 1024);
+#endif
     hyfi_ctx_config cc = {.device = o->device, .ncpus = 0, .ncuda = -1, .mpi = -1,
                           .scheduler = NULL, .verbose = o->verbose, .trace_dir = o->trace,
-                          .watchdog_s = o->watchdog_s};
+                          .watchdog_s = o->watchdog_s, .mem_limit_mb = o->mem_limit_mb,
+                          .swap_dir = o->swap_dir, .swap_mb = o->swap_mb};
     if ((st = hyfi_ctx_create(&cc, &r->ctx)) != HYFI_OK) {
         lib_fail("starting the engine (hyfi_ctx_create)", st, NULL);
         return 1;
@@ -456,7 +467,7 @@ static int compile_model(run *r)
                              .slice = o->slice, .fused_layers = o->fused_layers,
                              .gems = o->gems, .replications = o->replications,
                              .data_parallel = o->data_parallel, .allreduce = o->allreduce,
-                             .bucket_kib = o->bucket_kib};
+                             .bucket_kib = o->bucket_kib, .recompute = o->recompute};
     if ((st = hyfi_graph_set_plan(r->g, &plan)) != HYFI_OK ||
         (st = hyfi_graph_compile(r->g, r->loss, &tc)) != HYFI_OK) {
         /* a mismatch between the ranks is the same message on every rank */
@@ -878,16 +889,17 @@ static void print_summary(const run *r)
     else printf("n/a median n/a (no steps after the %d warm-up steps)", WARMUP_STEPS);
     if (r->have_acc) printf(", test accuracy %.4f (%zu/%zu)\n", r->acc, r->correct, r->counted);
     else printf(", test accuracy n/a (%s)\n", r->test ? "no test images" : "no test split");
-    {
-        /* peak memory of this process (each rank: its places) */
-        struct rusage ru;
-        if (getrusage(RUSAGE_SELF, &ru) == 0)
-            fprintf(stderr, "hyfi-train: rank %d peak memory %.1f MB\n", hyfi_ctx_rank(r->ctx),
-                    (double)ru.ru_maxrss / 1024.0);
-    }
+    /* peak resident memory of this process (each rank: its places) */
+    struct rusage ru;
+    const int have_rss = getrusage(RUSAGE_SELF, &ru) == 0;
+    if (have_rss)
+        fprintf(stderr, "hyfi-train: rank %d peak memory %.1f MB\n", hyfi_ctx_rank(r->ctx),
+                (double)ru.ru_maxrss / 1024.0);
     FILE *mf = r->mf;
     if (mf) {
-        fputs("{\"summary\":true,\"mean_images_per_sec\":", mf);
+        fputs("{\"summary\":true,\"peak_memory_mb_rank0\":", mf);
+        json_num(mf, have_rss, have_rss ? (double)ru.ru_maxrss / 1024.0 : 0);
+        fputs(",\"mean_images_per_sec\":", mf);
         json_num(mf, r->nmeas > 0, r->mean);
         fputs(",\"median_images_per_sec\":", mf);
         json_num(mf, r->nmeas > 0, r->median);

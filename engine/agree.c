@@ -301,6 +301,7 @@ static void plan_text(const hyfi_plan_config *p, char *buf, size_t len)
     if (p->allreduce > HYFI_ALLREDUCE_AUTO && p->allreduce <= HYFI_ALLREDUCE_TREE)
         cat(buf, len, ", all-reduce %s", ar[p->allreduce]);
     if (p->bucket_kib) cat(buf, len, ", buckets %d KiB", p->bucket_kib);
+    if (p->recompute) cat(buf, len, ", recompute %d", (int)p->recompute);
 }
 
 hyfi_status hyfi_graph_agree(hyfi_graph *g, hyfi_status local, const char *local_msg,
@@ -342,7 +343,8 @@ hyfi_status hyfi_graph_agree(hyfi_graph *g, hyfi_status local, const char *local
                                     p->deterministic,  p->spatial_stages, p->spatial_parts,
                                     p->slice,          p->fused_layers,   p->gems,
                                     p->replications,   p->data_parallel,  p->allreduce,
-                                    p->bucket_kib,     p->balance != NULL};
+                                    p->bucket_kib,     p->balance != NULL,
+                                    p->recompute};
         ph = hyfi_hash_bytes(ph, fields, sizeof fields);
         if (p->balance && p->stages > 0)
             ph = hyfi_hash_bytes(ph, p->balance, (size_t)p->stages * sizeof *p->balance);

@@ -265,6 +265,9 @@ struct hyfi_ctx {
     char trace_err_file[32]; /* and its file (hyfi_handles.tsv, ...) */
     int64_t agree_seq;    /* agreements between the ranks so far (agree.c: their tags) */
     struct hyfi_watchdog *wd; /* MPI runs with a watchdog (hyfi_ctx_config.watchdog_s) */
+    long mem_limit_mb;    /* StarPU's main-memory limit of this process (MB), 0: none */
+    int swap_node;        /* the out-of-core disk memory node (swap_dir), -1: none */
+    long swap_mb;         /* its size (MB) */
 };
 
 struct hyfi_graph {
@@ -304,6 +307,18 @@ typedef struct hyfi_compiled {
     hyfi_hentry *htab;     /* the handle table (handles.c) */
     int nhtab, caphtab, htab_oom;
     int *rel_first, *rel_idx; /* released entries by (stage, micro-batch): hyfi_release_index */
+    struct hyfi_howner *howner; /* re-materialisation: handles and owners, sorted (program.c) */
+    /* re-materialisation: per untiled batch norm re-run and replica, 4 scratch
+     * handles (C floats) for the statistics its re-run computes again:
+     * [(node * nrep + rep) * 4 + k] (compile.c) */
+    starpu_data_handle_t *rc_bn;
+    /* re-materialisation without 1F1B tokens: per place a one-float fence that
+     * the backward tasks write (RW|COMMUTE) and the re-runs read (R), so that a
+     * segment is re-run only once the backward emitted before it is done there
+     * (compile.c) */
+    starpu_data_handle_t *rc_fence;
+    float *rc_fence_host;
+    int nhowner;
     float *dloss_host;     /* constant 1/M per micro-batch: the seed of the backward pass */
     starpu_data_handle_t *dloss; /* M handles */
     starpu_data_handle_t *tokens; /* 1F1B: per stage, inflight slots (1 float each) */
@@ -479,6 +494,17 @@ typedef struct hyfi_plan {
     /* estimates per stage */
     double *stage_flops;   /* forward FLOPs of the whole batch */
     size_t *stage_params, *stage_param_bytes, *stage_act_bytes;
+    /* the activation estimate of each stage under each recompute mode:
+     * [mode * nstages + s] (stage_act_bytes: the plan's own mode) */
+    size_t *stage_act_mode;
+    /* Re-materialisation (hyfi_plan_config.recompute): per node its segment
+     * (its stage, or its layer) and whether it is re-run before the segment's
+     * backward; per tensor (by id) whether its values are dropped after the
+     * segment's forward (an activation read only inside its segment, not the
+     * loss, not gathered whole). All zero without recompute. */
+    hyfi_recompute recompute;
+    int *rc_seg;
+    unsigned char *rc_rerun, *rc_drop;
     size_t *pred_bytes;    /* nranks x nranks: bytes from rank a to rank b per train step */
     size_t *pred_halo;     /* the part of pred_bytes that is halo strips (spatial) */
     size_t halo_volume;    /* halo bytes between tiles on different ranks per step, from
@@ -518,6 +544,11 @@ void hyfi_spatial_plan_free(hyfi_graph *g);    /* spatial_plan.c */
 size_t hyfi_spatial_halo_volume(const hyfi_graph *g);
 void hyfi_spatial_halo_counts(const hyfi_graph *g, int *groups, int *fused_ops, int *strips);
 int hyfi_spatial_tiled(const hyfi_graph *g, const node *nd);
+/* Re-materialisation of fused-halo groups (spatial_plan.c): a group is re-run
+ * whole, when its last output is dropped and its ops lie in one segment;
+ * else its last output is kept and none of its ops re-run. */
+void hyfi_spatial_recompute_groups(const hyfi_graph *g, const int *seg, unsigned char *rerun,
+                                   unsigned char *drop);
 /* Rank of tile t of a tensor's tiles. */
 int hyfi_tile_rank(const hyfi_graph *g, const hyfi_tiles *tl, int t, int rep);
 size_t hyfi_tile_numel(const hyfi_tensor *x, int t); /* one micro-batch */

@@ -149,6 +149,20 @@ typedef struct hyfi_ctx_config {
                              above the longest time a rank can wait for the others' work
                              (about one stage's share of a step). 0: off (the default);
                              hyfi-train: --watchdog, 120 s by default */
+    /* Memory of this process (each MPI rank: all its places together). */
+    int mem_limit_mb;     /* > 0: StarPU's limit on the data it allocates in main memory
+                             (STARPU_LIMIT_CPU_MEM, MB; set for this process, overriding
+                             the environment); hyfi_graph_compile refuses a plan whose
+                             estimate per rank is above it (StarPU would wait for memory
+                             forever), naming the fixes with their estimates, unless
+                             swap_dir is set. 0: STARPU_LIMIT_CPU_MEM if set, else none */
+    const char *swap_dir; /* non-NULL: out-of-core. A StarPU disk memory node in this
+                             folder (created if missing; unistd files): with a memory limit,
+                             StarPU evicts data above it to the disk instead of waiting
+                             (slower, not failing), and compile accepts plans above the
+                             limit. NULL: none */
+    int swap_mb;          /* the most StarPU puts in swap_dir (>= 16); 0: 90% of the free
+                             space of its file system */
 } hyfi_ctx_config;
 
 /* The default configuration, what cfg NULL means: device AUTO, ncpus -1 and
@@ -423,6 +437,23 @@ typedef enum hyfi_allreduce {
     HYFI_ALLREDUCE_TREE      /* binomial-tree reduce to replica 0, then broadcast back */
 } hyfi_allreduce;
 
+/* Re-materialisation (activation checkpointing, as GPipe / torchgpipe and
+ * DeepSpeed do): the forward of a segment keeps only what leaves it (tensors
+ * other segments read, the loss) and the saved tensors (batch-norm batch
+ * statistics, softmax probabilities); the activations inside it are dropped
+ * (their StarPU buffers invalidated) as soon as the segment's forward has run.
+ * The backward first re-runs the segment's forward from its kept inputs (batch
+ * norm normalising with the saved statistics, running statistics untouched),
+ * then its backward: the step is bitwise the one without recompute, for about
+ * one more forward of compute. */
+typedef enum hyfi_recompute {
+    HYFI_RECOMPUTE_NONE = 0, /* keep every activation until the stage's backward */
+    HYFI_RECOMPUTE_STAGE,    /* segment: a stage, per micro-batch (GPipe's re-materialisation) */
+    HYFI_RECOMPUTE_LAYER     /* segment: a layer (hyfi_layer_begin: a residual block, a cell),
+                                recomputed and back-propagated one at a time, its activations
+                                and their gradients dropped after its backward */
+} hyfi_recompute;
+
 typedef struct hyfi_plan_config {
     int stages;             /* layer partitions (MPI4DL's --split-size); <= 1: one */
     const int *balance;     /* layers per stage (`stages` entries, summing to the layer
@@ -467,6 +498,7 @@ typedef struct hyfi_plan_config {
     int bucket_kib;         /* gradients of a stage travel packed in buckets of up to this
                                many KiB (in the order the backward completes them); 0: 256;
                                < 0: one all-reduce per parameter */
+    hyfi_recompute recompute; /* re-materialisation (--recompute), with every form above */
 } hyfi_plan_config;
 
 /* Set the plan of a graph before hyfi_graph_compile (default: one stage, one

@@ -82,6 +82,7 @@ typedef struct {
     int times;         /* MASTER: pairs of copies */
     int dp;            /* data-parallel groups */
     hyfi_allreduce ar;
+    hyfi_recompute rc; /* re-materialisation: also bitwise against the plan without it */
 } plan_def;
 
 #define NMODELS 4
@@ -148,6 +149,22 @@ static const plan_def PLANS[] = {
      HYFI_GEMS_MAST, 0, 2, HYFI_ALLREDUCE_AUTO},
     {3, 2, 1, HYFI_SCHEDULE_GPIPE, 0, {0}, 1, 4, HYFI_SLICE_SQUARE, 0, 0, 2,
      HYFI_GEMS_MAST, 0, 2, HYFI_ALLREDUCE_RING},
+    /* re-materialisation: each also bitwise against the same plan without it
+     * (gradient sums in a fixed order: deterministic or at most 2 micro-batches) */
+    {0, 1, 1, HYFI_SCHEDULE_GPIPE, 0, {0}, 0, 0, HYFI_SLICE_SQUARE, 0, 0, 0,
+     HYFI_GEMS_NONE, 0, 0, HYFI_ALLREDUCE_AUTO, HYFI_RECOMPUTE_LAYER},               /* one place */
+    {0, 2, 4, HYFI_SCHEDULE_GPIPE, 1, {0}, 0, 0, HYFI_SLICE_SQUARE, 0, 0, 0,
+     HYFI_GEMS_NONE, 0, 0, HYFI_ALLREDUCE_AUTO, HYFI_RECOMPUTE_STAGE},
+    {0, 3, 2, HYFI_SCHEDULE_1F1B, 0, {0}, 0, 0, HYFI_SLICE_SQUARE, 0, 0, 0,
+     HYFI_GEMS_NONE, 0, 0, HYFI_ALLREDUCE_AUTO, HYFI_RECOMPUTE_LAYER},
+    {1, 2, 2, HYFI_SCHEDULE_GPIPE, 0, {0}, 0, 0, HYFI_SLICE_SQUARE, 0, 0, 0,
+     HYFI_GEMS_NONE, 0, 0, HYFI_ALLREDUCE_AUTO, HYFI_RECOMPUTE_LAYER},
+    {2, 3, 2, HYFI_SCHEDULE_1F1B, 0, {0}, 2, 4, HYFI_SLICE_HORIZONTAL, 0, 0, 0,
+     HYFI_GEMS_NONE, 0, 0, HYFI_ALLREDUCE_AUTO, HYFI_RECOMPUTE_LAYER},
+    {2, 2, 1, HYFI_SCHEDULE_GPIPE, 0, {0}, 1, 4, HYFI_SLICE_SQUARE, 0, 0, 2,
+     HYFI_GEMS_NONE, 0, 0, HYFI_ALLREDUCE_AUTO, HYFI_RECOMPUTE_STAGE},                /* fused */
+    {3, 2, 2, HYFI_SCHEDULE_1F1B, 0, {0}, 1, 2, HYFI_SLICE_VERTICAL, 0, 0, 0,
+     HYFI_GEMS_MAST, 0, 2, HYFI_ALLREDUCE_AUTO, HYFI_RECOMPUTE_LAYER},                /* all five */
 };
 #pragma GCC diagnostic pop
 #define NPLANS ((int)(sizeof PLANS / sizeof *PLANS))
@@ -508,7 +525,8 @@ static int do_check(const char *dir, int use_mpi)
                                  .spatial_stages = pd->K, .spatial_parts = pd->P,
                                  .slice = pd->slice, .fused_layers = pd->fused,
                                  .gems = pd->gems, .replications = pd->times,
-                                 .data_parallel = pd->dp, .allreduce = pd->ar};
+                                 .data_parallel = pd->dp, .allreduce = pd->ar,
+                                 .recompute = pd->rc};
         const int reps = plan_reps(pd);
         /* Bitwise where the gradient sums have a fixed order: deterministic
          * plans, and at most two micro-batches (a + b == b + a). */
@@ -531,9 +549,12 @@ static int do_check(const char *dir, int use_mpi)
                      pd->ar == HYFI_ALLREDUCE_RING   ? "ring"
                      : pd->ar == HYFI_ALLREDUCE_TREE ? "tree"
                                                      : "auto");
-        snprintf(what, sizeof what, "%s S=%d M=%d %s%s%s%s%s on %d rank%s%s", m->name,
+        snprintf(what, sizeof what, "%s S=%d M=%d %s%s%s%s%s%s on %d rank%s%s", m->name,
                  pd->stages, pd->parts, pd->schedule == HYFI_SCHEDULE_1F1B ? "1f1b" : "gpipe",
                  plan.balance ? " (balance given)" : "", pd->det ? " deterministic" : "", sp, rp,
+                 pd->rc == HYFI_RECOMPUTE_STAGE   ? " recompute stage"
+                 : pd->rc == HYFI_RECOMPUTE_LAYER ? " recompute layer"
+                                                  : "",
                  R, R > 1 ? "s" : "", use_mpi ? "" : " (no MPI)");
         if (filter && !strstr(what, filter)) continue;
         const int steps = pd->steps ? pd->steps : STEPS;
@@ -553,6 +574,26 @@ static int do_check(const char *dir, int use_mpi)
         }
         nplans++;
         int bad = 0;
+        if (pd->rc) {
+            /* re-materialisation: bitwise the same plan without it */
+            hyfi_plan_config p0 = plan;
+            p0.recompute = HYFI_RECOMPUTE_NONE;
+            run_result base = {.steps = steps};
+            double worst = 0;
+            int rbad = run_plan(ctx, m, &p0, &base, NULL) != 0;
+            if (!rbad) {
+                rbad += compare("loss (no recompute)", got.loss, base.loss, steps, 0, 0, &worst);
+                rbad += compare("grad (no recompute)", got.grad, base.grad, got.ngrad, 0, 0,
+                                &worst);
+                rbad += compare("weight (no recompute)", got.weight, base.weight, got.nweight, 0,
+                                0, &worst);
+            }
+            if (rank == 0)
+                printf("%s: against the plan without recompute: %s\n", what,
+                       rbad ? "MISMATCH" : "bitwise");
+            bad += rbad;
+            free_result(&base);
+        }
         if (!pd->traffic_only) {
             const double k = exact ? 0 : 1;
             double *wl = exact ? &worst_exact : &worst_loss, *wg = exact ? &worst_exact : &worst_grad;
