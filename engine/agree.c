@@ -366,3 +366,19 @@ hyfi_status hyfi_graph_agree(hyfi_graph *g, hyfi_status local, const char *local
     if (s == HYFI_ERR_MISMATCH) return hyfi_graph_fail(g, s, "%s", msg);
     return hyfi_call_fail(g, s, "%s", msg);
 }
+
+/* Make the status of a collective call common to every rank (hyfi_agree):
+ * root_only, only rank 0's counts (saving: rank 0 writes); else every rank's.
+ * A rank that failed keeps its message; the others get "rank k: <message>"
+ * of the lowest failing rank (just the message when all failed alike). Here,
+ * not in io.c, so that run.c (region input) can use it without a circle. */
+hyfi_status hyfi_io_agree(hyfi_graph *g, hyfi_status st, int root_only)
+{
+    hyfi_ctx *c = g->ctx;
+    if (!c->mpi || c->nranks < 2) return st;
+    if (root_only && c->rank != 0) st = HYFI_OK;
+    char own[512], out[512];
+    snprintf(own, sizeof own, "%s", st != HYFI_OK ? hyfi_last_error() : "");
+    const hyfi_status s = hyfi_agree(c, st, own, NULL, out, sizeof out);
+    return s == HYFI_OK ? HYFI_OK : hyfi_call_fail(g, s, "%s", out);
+}

@@ -384,7 +384,7 @@ hyfi_io_batch *hyfi_io_batch_new(void); /* NULL: out of memory (gathers then blo
 void hyfi_io_gather(hyfi_graph *g, hyfi_io_batch *b, starpu_data_handle_t h, void *host,
                     size_t bytes);
 void hyfi_io_gather_wait(hyfi_graph *g, hyfi_io_batch *b); /* and frees b */
-/* The status of a collective call made common to every rank (hyfi_agree);
+/* agree.c: the status of a collective call made common to every rank (hyfi_agree);
  * root_only: only rank 0's counts (saving). */
 hyfi_status hyfi_io_agree(hyfi_graph *g, hyfi_status st, int root_only);
 /* In MPI runs, at hyfi_graph_compile: the compile's local outcome, the graph's

@@ -52,22 +52,6 @@ static const char MAGIC[8] = {'H', 'Y', 'F', 'I', 'P', 'R', 'M', '1'};
 #define FNV_PRIME 0x100000001B3ull
 #define MAX_LINKS 40 /* symbolic links followed, as the kernel's MAXSYMLINKS */
 
-/* ------------------------------------------------- collective status (MPI) */
-/* Make the status of a collective call common to every rank (hyfi_agree):
- * root_only, only rank 0's counts (saving: rank 0 writes); else every rank's.
- * A rank that failed keeps its message; the others get "rank k: <message>"
- * of the lowest failing rank (just the message when all failed alike). */
-hyfi_status hyfi_io_agree(hyfi_graph *g, hyfi_status st, int root_only)
-{
-    hyfi_ctx *c = g->ctx;
-    if (!c->mpi || c->nranks < 2) return st;
-    if (root_only && c->rank != 0) st = HYFI_OK;
-    char own[512], out[512];
-    snprintf(own, sizeof own, "%s", st != HYFI_OK ? hyfi_last_error() : "");
-    const hyfi_status s = hyfi_agree(c, st, own, NULL, out, sizeof out);
-    return s == HYFI_OK ? HYFI_OK : hyfi_call_fail(g, s, "%s", out);
-}
-
 /* ------------------------------------------------------------------ saving */
 typedef struct {
     FILE *f;
