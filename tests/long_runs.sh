@@ -14,7 +14,9 @@
 #      other file; resuming from it gives the uninterrupted losses;
 #   6. clear errors for a truncated, corrupt, other-model or missing checkpoint;
 #   7. --save / --load / --eval-only round trip (safetensors, pure C): the
-#      loaded model evaluates to the trained model's test accuracy.
+#      loaded model evaluates to the trained model's test accuracy;
+#   8. a non-finite gradient on 2 ranks (--lr 500): non-zero exit naming the
+#      step and --lr, the newest checkpoint is the step before it, and it loads.
 # usage: long_runs.sh HYFI_TRAIN MPIEXEC SLOW_FSYNC_SO
 set -u
 train=${1:?usage: long_runs.sh HYFI_TRAIN MPIEXEC SLOW_FSYNC_SO}
@@ -205,6 +207,26 @@ b=$(grep -o "test accuracy [0-9.]* ([0-9/]*)" "$dir/e7.log")
 echo "--save then --load --eval-only: trained: $a; loaded: $b"
 [ -n "$a" ] && [ "$a" = "$b" ] || fail "the loaded model evaluates differently"
 bad "model file as checkpoint" "not a hyfi checkpoint" --resume "$dir/model.safetensors"
+
+# 8. a run that produces a non-finite gradient on 2 ranks (--lr 500): it stops
+# naming the step and --lr, non-zero, and the last checkpoint is the step before,
+# which loads
+run "$dir/nan.log" timeout 120 "$mpiexec" -n 2 "$train" --model resnet --depth 8 \
+    --image-size 16 --batch-size 8 --steps 30 --print-freq 100 --split-size 2 --lr 500 \
+    --divergence-ratio 0 --checkpoint-dir "$dir/nan" --checkpoint-every 1 --keep 2
+bad_step=$(sed -n 's/.*the run diverged at step \([0-9]*\); lower --lr (500 now).*/\1/p' \
+           "$dir/nan.log" | head -1)
+last=$(ls "$dir/nan" 2>/dev/null | sed -n 's/step-0*\([0-9]*\)\.safetensors/\1/p' | tail -1)
+if [ "$rc" = 0 ] || [ -z "$bad_step" ] || [ "$last" != $((bad_step - 1)) ]; then
+    fail "NaN on 2 ranks: exit $rc, diverged at step '${bad_step}', last checkpoint '${last}'"
+    grep -v "^Epoch\|^step" "$dir/nan.log" | tail -5
+else
+    echo "NaN on 2 ranks: exit $rc at step $bad_step, last checkpoint step $last"
+    run "$dir/nanr.log" "$mpiexec" -n 2 "$train" --model resnet --depth 8 --image-size 16 \
+        --batch-size 8 --steps "$last" --split-size 2 --lr 0.01 --checkpoint-dir "$dir/nan" --resume
+    grep -q "resumed from .*step-0*$last.safetensors" "$dir/nanr.log" ||
+        { fail "the last good checkpoint does not load"; tail -3 "$dir/nanr.log"; }
+fi
 
 [ "$fails" = 0 ] && echo "long_runs: ok"
 exit $((fails > 0))
