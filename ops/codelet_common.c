@@ -1,6 +1,8 @@
 /* Codelet support: failure reporting, per-CUDA-worker handles, footprints. */
 #include "codelet_common.h"
+#ifndef STARPU_SIMGRID
 #include "dnnl_common.h"
+#endif
 
 #include <pthread.h>
 #include <stdio.h>
@@ -134,9 +136,21 @@ int hyfi_ops_init(void) { return 0; }
 void hyfi_ops_fini(void) {}
 #endif
 
+#ifdef STARPU_SIMGRID
+void hyfi_ops_sim_nop(void *buffers[], void *cl_arg)
+{
+    (void)buffers;
+    (void)cl_arg;
+}
+#endif
+
 int hyfi_ops_cuda_devices(void)
 {
-#if HYFI_HAVE_CUDA
+#ifdef STARPU_SIMGRID
+    /* simulated GPUs: as many as STARPU_NCUDA asks for */
+    const char *e = getenv("STARPU_NCUDA");
+    return e && atoi(e) > 0 ? atoi(e) : 0;
+#elif HYFI_HAVE_CUDA
     int n = 0;
     if (cudaGetDeviceCount(&n) != cudaSuccess) return 0;
     return n;
@@ -150,7 +164,9 @@ static pthread_mutex_t g_core_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t g_core_cond = PTHREAD_COND_INITIALIZER;
 static int g_core_pool = 1, g_core_free = 1, g_core_per_worker = 1, g_core_lend;
 static size_t g_core_min_bytes = 1;
+#ifndef STARPU_SIMGRID
 static _Thread_local int t_threads; /* OpenMP threads last set on this worker */
+#endif
 
 void hyfi_ops_cores_init(int ncpu_workers, int per_worker, size_t lend_min_bytes)
 {
@@ -192,10 +208,12 @@ int hyfi_ops_cores_take(void)
         }
     }
     pthread_mutex_unlock(&g_core_lock);
+#ifndef STARPU_SIMGRID
     if (n != t_threads) {
         hyfi_cpu_set_threads(n);
         t_threads = n;
     }
+#endif
     return n;
 }
 

@@ -16,7 +16,7 @@ deps="${HYFI_DEPS:-/opt/hyfi-deps}"
 sudo=""; [ "$(id -u)" = 0 ] || sudo="sudo"
 log() { printf '[setup-simgrid] %s\n' "$*"; }
 
-pkgs=(build-essential pkg-config libsimgrid-dev simgrid libhwloc-dev xz-utils)
+pkgs=(build-essential pkg-config libsimgrid-dev xsltproc xz-utils)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p")
