@@ -72,6 +72,13 @@ static hyfi_status ctx_create(hyfi_ctx **out, const hyfi_ctx_config *cfg_in)
                                                "CUDA codelets; rebuild with nvcc and cuDNN, or "
                                                "use the CPU device");
 
+#ifdef STARPU_SIMGRID
+    {
+        char why[512];
+        if (hyfi_ops_sim_models(why, sizeof why))
+            return hyfi_fail(HYFI_ERR_ARG, "%s", why);
+    }
+#endif
     hyfi_ctx *ctx = calloc(1, sizeof *ctx);
     if (!ctx) return hyfi_fail(HYFI_ERR_NOMEM, "hyfi_ctx_create: out of memory");
 #ifdef STARPU_SIMGRID

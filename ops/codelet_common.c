@@ -4,6 +4,7 @@
 #include "dnnl_common.h"
 #endif
 
+#include <math.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -141,6 +142,87 @@ void hyfi_ops_sim_nop(void *buffers[], void *cl_arg)
 {
     (void)buffers;
     (void)cl_arg;
+}
+
+/* ----------------------------------------------- analytic models (simulation) */
+/* Every codelet with a model of its own. */
+static struct starpu_codelet *const g_sim_codelets[] = {
+    &hyfi_cl_conv2d_forward, &hyfi_cl_conv2d_backward_data, &hyfi_cl_conv2d_backward_weight,
+    &hyfi_cl_batchnorm_forward_train, &hyfi_cl_batchnorm_forward_eval,
+    &hyfi_cl_batchnorm_backward, &hyfi_cl_relu_forward, &hyfi_cl_relu_backward,
+    &hyfi_cl_add_forward, &hyfi_cl_accumulate, &hyfi_cl_fill, &hyfi_cl_maxpool_forward,
+    &hyfi_cl_maxpool_backward, &hyfi_cl_avgpool_forward, &hyfi_cl_avgpool_backward,
+    &hyfi_cl_gap_forward, &hyfi_cl_gap_backward, &hyfi_cl_concat_forward,
+    &hyfi_cl_concat_backward, &hyfi_cl_fc_forward, &hyfi_cl_fc_backward_data,
+    &hyfi_cl_fc_backward_weight, &hyfi_cl_xent_forward, &hyfi_cl_xent_backward,
+    &hyfi_cl_sgd_update, &hyfi_cl_copy_slice, &hyfi_cl_running_combine,
+    &hyfi_cl_tile_assemble, &hyfi_cl_tile_scatter, &hyfi_cl_bn_stats, &hyfi_cl_bn_combine,
+    &hyfi_cl_bn_bwd_stats, &hyfi_cl_bn_bwd_combine, &hyfi_cl_bn_bwd_apply,
+    &hyfi_cl_redux_zero, &hyfi_cl_redux_add,
+};
+#define SIM_NCL (sizeof g_sim_codelets / sizeof *g_sim_codelets)
+
+/* Coefficients per codelet and device kind (0 CPU, 1 CUDA): microseconds
+ * a + b * flops + c * bytes (the task's STARPU_FLOPS and the sum of its
+ * buffers' sizes). */
+typedef struct {
+    double a, b, c;
+    int set;
+} sim_coef;
+static sim_coef g_sim_coef[SIM_NCL][2];
+
+static double sim_cost(struct starpu_task *task, struct starpu_perfmodel_arch *arch,
+                       unsigned nimpl)
+{
+    (void)nimpl;
+    const int dev = arch->ndevices > 0 && arch->devices[0].type == STARPU_CUDA_WORKER ? 1 : 0;
+    for (size_t k = 0; k < SIM_NCL; k++) {
+        if (g_sim_codelets[k] != task->cl) continue;
+        const sim_coef *c = &g_sim_coef[k][dev];
+        if (!c->set) break;
+        double bytes = 0;
+        for (unsigned i = 0; i < STARPU_TASK_GET_NBUFFERS(task); i++)
+            bytes += (double)starpu_data_get_size(STARPU_TASK_GET_HANDLE(task, i));
+        const double flops = task->flops > 0 ? task->flops : 0;
+        return c->a + c->b * flops + c->c * bytes;
+    }
+    return NAN; /* no coefficients: StarPU stops the simulation naming the codelet */
+}
+
+int hyfi_ops_sim_models(char *err, size_t len)
+{
+    const char *path = getenv("HYFI_SIM_ANALYTIC");
+    if (!path || !*path) return 0;
+    FILE *f = fopen(path, "r");
+    if (!f) {
+        snprintf(err, len, "HYFI_SIM_ANALYTIC %s: cannot open it", path);
+        return -1;
+    }
+    char line[512];
+    int lineno = 0;
+    while (fgets(line, sizeof line, f)) {
+        lineno++;
+        char sym[128], dev[16];
+        double a, b, c;
+        if (line[0] == '#' || line[0] == '\n') continue;
+        if (sscanf(line, "%127s %15s %lf %lf %lf", sym, dev, &a, &b, &c) != 5 ||
+            (strcmp(dev, "cpu") && strcmp(dev, "cuda"))) {
+            snprintf(err, len, "HYFI_SIM_ANALYTIC %s line %d: expected 'SYMBOL cpu|cuda A B C' "
+                     "(microseconds = A + B * flops + C * bytes)", path, lineno);
+            fclose(f);
+            return -1;
+        }
+        size_t k = 0;
+        while (k < SIM_NCL && strcmp(g_sim_codelets[k]->model->symbol, sym)) k++;
+        if (k == SIM_NCL) continue; /* a codelet this hyfi does not have */
+        g_sim_coef[k][strcmp(dev, "cuda") == 0] = (sim_coef){a, b, c, 1};
+    }
+    fclose(f);
+    for (size_t k = 0; k < SIM_NCL; k++) {
+        g_sim_codelets[k]->model->type = STARPU_PER_ARCH;
+        g_sim_codelets[k]->model->arch_cost_function = sim_cost;
+    }
+    return 0;
 }
 #endif
 

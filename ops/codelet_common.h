@@ -142,6 +142,11 @@ int hyfi_ops_cores_busy(void);
         (void)cl_arg;                                                            \
     }
 void hyfi_ops_sim_nop(void *buffers[], void *cl_arg);
+/* HYFI_SIM_ANALYTIC=FILE (before starpu_init): every codelet's model becomes
+ * an analytic one, microseconds = A + B * flops + C * bytes with the
+ * coefficients of FILE's lines 'SYMBOL cpu|cuda A B C' (bench/fit_perfmodels.py
+ * fits them to calibrated models). 0, or -1 with the reason in err. */
+int hyfi_ops_sim_models(char *err, size_t len);
 #define HYFI_SIM_CUDA .cuda_funcs = {hyfi_ops_sim_nop}, .cuda_flags = {STARPU_CUDA_ASYNC},
 /* hyfi_ops_report(name, kernel call) of the hand-written codelet functions */
 #define HYFI_REPORT(name, call) ((void)(name), (void)sizeof(call)) /* call not evaluated */
