@@ -92,7 +92,10 @@ def lsq(rows, cols):
             if r != i:
                 q = A[r][i] / A[i][i]
                 A[r] = [a - q * b for a, b in zip(A[r], A[i])]
-    return {c: A[i][n] / A[i][i] for i, c in enumerate(cols)}
+    try:
+        return {c: A[i][n] / A[i][i] for i, c in enumerate(cols)}
+    except ZeroDivisionError:  # singular: e.g. all footprints of equal size
+        return None
 
 
 def pred(coef, x):

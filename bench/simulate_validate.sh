@@ -17,6 +17,9 @@
 #
 #   bench/simulate_validate.sh [--steps N] [--reps R] [--ranks '1 2 4']
 #                              [--configs 'pipeline spatial replicas five'] [--out DIR]
+#                              [--platform FILE] [--sim-only 1]
+# --sim-only 1 simulates again from the real runs and models already in DIR
+# (e.g. with another --platform, default platforms/epyc2.xml).
 # Each real run: the median images/s of N steps after 5 warm-up steps
 # (hyfi-train --metrics); the table gives the median over R repetitions.
 # 1 rank runs 2 CPU workers, more ranks 1 CPU worker each (STARPU_NCPU), in
@@ -24,8 +27,8 @@
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 steps=15 reps=2 ranks="1 2 4" configs="pipeline spatial replicas five"
-bdir="$root/build" out=""
-bench_opts="steps reps ranks configs out"
+bdir="$root/build" out="" platform="$root/platforms/epyc2.xml" sim_only=0
+bench_opts="steps reps ranks configs out platform sim_only"
 # shellcheck source=common.sh
 source "$root/bench/common.sh"
 bench_parse "$@"
@@ -73,7 +76,8 @@ sim_run() { # CONFIG RANKS MACHINE
   t0=$(date +%s.%N)
   # shellcheck disable=SC2046
   STARPU_PERF_MODEL_DIR="$sampling" STARPU_HOSTNAME="$m" STARPU_NCPU=$ncpu \
-    timeout 600 bash "$root/scripts/simulate.sh" -n "$n" $(cfg_args "$c") "${common[@]}" \
+    timeout 600 bash "$root/scripts/simulate.sh" -n "$n" --platform "$platform" \
+    $(cfg_args "$c") "${common[@]}" \
     --metrics "$log.metrics" >"$log.log" 2>&1 ||
     { echo "[bench] simulated $c on $n ($m) failed ($log.log)" >&2; return 0; }
   t1=$(date +%s.%N)
@@ -81,13 +85,18 @@ sim_run() { # CONFIG RANKS MACHINE
   tail -1 "$out/runs.jsonl" >&2
 }
 
-: >"$out/runs.jsonl"
-for ((r = 1; r <= reps; r++)); do
-  for c in $configs; do for n in $ranks; do real_run "$c" "$n" "$r"; done; done
-done
-for n in $ranks; do
-  python3 "$root/bench/merge_perfmodels.py" "$sampling" "epyc2-r$n" "$out/cal-r$n"/rank*
-done
+if [ "$sim_only" = 1 ]; then
+  grep '"kind":"real"' "$out/runs.jsonl" >"$out/runs.real" || true
+  mv "$out/runs.real" "$out/runs.jsonl"
+else
+  : >"$out/runs.jsonl"
+  for ((r = 1; r <= reps; r++)); do
+    for c in $configs; do for n in $ranks; do real_run "$c" "$n" "$r"; done; done
+  done
+  for n in $ranks; do
+    python3 "$root/bench/merge_perfmodels.py" "$sampling" "epyc2-r$n" "$out/cal-r$n"/rank*
+  done
+fi
 for c in $configs; do
   for n in $ranks; do
     sim_run "$c" "$n" "epyc2-r$n"
@@ -96,7 +105,7 @@ for c in $configs; do
 done
 
 {
-  echo "Simulation vs real runs, images/s ($reps real repetitions, $steps steps after 5 warm-up)"
+  echo "Simulation vs real runs, images/s ($reps real repetitions, $steps steps after 5 warm-up), platform $(basename "$platform")"
   echo
   bench_machine
   echo

@@ -10,7 +10,7 @@
 #                      its cluster's hosts must be named node-0, node-1, ...
 #     --build DIR      the simulation build (default build-sim)
 # Environment: STARPU_PERF_MODEL_DIR and STARPU_HOSTNAME (scripts/env-simgrid.sh:
-# the repository's perfmodels/, machine epyc2), STARPU_NCPU / STARPU_NCUDA (the
+# the repository's perfmodels/, machine epyc2-r1), STARPU_NCPU / STARPU_NCUDA (the
 # simulated workers of each rank), HYFI_SIM_VERBOSE=1 (SimGrid's own messages).
 # hyfi-train gets --divergence-ratio 0 and --watchdog 0: a simulation computes
 # nothing, its losses are garbage.
@@ -40,7 +40,7 @@ platform="$(cd "$(dirname "$platform")" && pwd)/$(basename "$platform")"
 filter() { if [ "${HYFI_SIM_VERBOSE:-0}" = 1 ]; then cat; else
   grep -v -e 'ker_lmm/WARNING' -e '^\[0\.000000\] \[' -e 'simgrid_update_xml' -e '^$' \
     -e 'MPI_Init_thread level' || true; fi; }
-cd "$work"
+
 set +e
 starpu_smpirun -platform "$platform" -hostfile "$work/hosts" "$prog" "$@" \
   --divergence-ratio 0 --watchdog 0 2> >(filter >&2)
