@@ -17,7 +17,12 @@
 #
 #   bench/simulate_validate.sh [--steps N] [--reps R] [--ranks '1 2 4']
 #                              [--configs 'pipeline spatial replicas five'] [--out DIR]
-#                              [--platform FILE] [--sim-only 1]
+#                              [--platform FILE] [--sim-only 1] [--lend 0|1] [--task-us X]
+# --lend 0 runs the real runs without core lending (HYFI_LEND_MIN_BYTES=0: each
+# CPU kernel on its worker's own core), which the simulation cannot model (a
+# kernel that borrows the idle worker's core is recorded with its shorter
+# time, while the simulation lets that worker run another task meanwhile).
+# --task-us X: HYFI_SIM_TASK_US in the simulations (runtime cost per task).
 # --sim-only 1 simulates again from the real runs and models already in DIR
 # (e.g. with another --platform, default platforms/epyc2.xml).
 # Each real run: the median images/s of N steps after 5 warm-up steps
@@ -27,8 +32,8 @@
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 steps=15 reps=2 ranks="1 2 4" configs="pipeline spatial replicas five"
-bdir="$root/build" out="" platform="$root/platforms/epyc2.xml" sim_only=0
-bench_opts="steps reps ranks configs out platform sim_only"
+bdir="$root/build" out="" platform="$root/platforms/epyc2.xml" sim_only=0 lend=1 task_us=0
+bench_opts="steps reps ranks configs out platform sim_only lend task_us"
 # shellcheck source=common.sh
 source "$root/bench/common.sh"
 bench_parse "$@"
@@ -62,7 +67,9 @@ real_run() { # CONFIG RANKS REP
     mpmd+=(-n 1 -env STARPU_PERF_MODEL_DIR "$out/cal-r$n/rank$k" "$train" $(cfg_args "$c")
            "${common[@]}" --metrics "$log.metrics")
   done
-  STARPU_HOSTNAME="epyc2-r$n" STARPU_CALIBRATE=1 \
+  local lendenv=()
+  [ "$lend" = 0 ] && lendenv=(HYFI_LEND_MIN_BYTES=0)
+  env "${lendenv[@]}" STARPU_HOSTNAME="epyc2-r$n" STARPU_CALIBRATE=1 \
     STARPU_NCPU=$ncpu STARPU_WORKERS_NOBIND=1 STARPU_MPI_NOBIND=1 \
     "$mpiexec" "${mpmd[@]}" >"$log.log" 2>&1 ||
     { echo "[bench] real $c on $n failed ($log.log)" >&2; return 1; }
@@ -75,7 +82,7 @@ sim_run() { # CONFIG RANKS MACHINE
   [ "$n" = 1 ] && ncpu=2
   t0=$(date +%s.%N)
   # shellcheck disable=SC2046
-  STARPU_PERF_MODEL_DIR="$sampling" STARPU_HOSTNAME="$m" STARPU_NCPU=$ncpu \
+  HYFI_SIM_TASK_US="$task_us" STARPU_PERF_MODEL_DIR="$sampling" STARPU_HOSTNAME="$m" STARPU_NCPU=$ncpu \
     timeout 600 bash "$root/scripts/simulate.sh" -n "$n" --platform "$platform" \
     $(cfg_args "$c") "${common[@]}" \
     --metrics "$log.metrics" >"$log.log" 2>&1 ||
@@ -105,7 +112,7 @@ for c in $configs; do
 done
 
 {
-  echo "Simulation vs real runs, images/s ($reps real repetitions, $steps steps after 5 warm-up), platform $(basename "$platform")"
+  echo "Simulation vs real runs, images/s ($reps real repetitions, $steps steps after 5 warm-up), platform $(basename "$platform"), core lending $lend, $task_us us per task in the simulation"
   echo
   bench_machine
   echo

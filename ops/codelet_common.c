@@ -170,29 +170,50 @@ typedef struct {
     int set;
 } sim_coef;
 static sim_coef g_sim_coef[SIM_NCL][2];
+/* The calibrated history of each codelet (its files, for STARPU_HOSTNAME),
+ * loaded at its first task: 0 not yet, 1 loaded, -1 none. */
+static struct starpu_perfmodel g_sim_hist[SIM_NCL];
+static int g_sim_hist_state[SIM_NCL];
+static double g_sim_task_us; /* HYFI_SIM_TASK_US: runtime cost per task */
 
+/* A task's duration: its footprint's calibrated mean where there is one, else
+ * the analytic model, plus the per-task cost; NAN (StarPU then stops the
+ * simulation naming the codelet) when neither knows it. */
 static double sim_cost(struct starpu_task *task, struct starpu_perfmodel_arch *arch,
                        unsigned nimpl)
 {
     (void)nimpl;
     const int dev = arch->ndevices > 0 && arch->devices[0].type == STARPU_CUDA_WORKER ? 1 : 0;
-    for (size_t k = 0; k < SIM_NCL; k++) {
-        if (g_sim_codelets[k] != task->cl) continue;
-        const sim_coef *c = &g_sim_coef[k][dev];
-        if (!c->set) break;
+    size_t k = 0;
+    while (k < SIM_NCL && g_sim_codelets[k] != task->cl) k++;
+    if (k == SIM_NCL) return NAN;
+    if (g_sim_hist_state[k] == 0) {
+        g_sim_hist[k].type = STARPU_HISTORY_BASED;
+        g_sim_hist_state[k] =
+            starpu_perfmodel_load_symbol(g_sim_codelets[k]->model->symbol, &g_sim_hist[k]) == 0
+                ? 1
+                : -1;
+    }
+    double t = NAN;
+    if (g_sim_hist_state[k] == 1)
+        t = starpu_perfmodel_history_based_expected_perf(&g_sim_hist[k], arch,
+                                                         hyfi_ops_footprint(task));
+    /* a footprint never measured: NAN, or 0 (StarPU's simulation answers 0,
+     * "assuming it can not work there") */
+    const sim_coef *c = &g_sim_coef[k][dev];
+    if (!(t > 0) && c->set) {
         double bytes = 0;
         for (unsigned i = 0; i < STARPU_TASK_GET_NBUFFERS(task); i++)
             bytes += (double)starpu_data_get_size(STARPU_TASK_GET_HANDLE(task, i));
         const double flops = task->flops > 0 ? task->flops : 0;
-        return c->a + c->b * flops + c->c * bytes;
+        t = c->a + c->b * flops + c->c * bytes;
     }
-    return NAN; /* no coefficients: StarPU stops the simulation naming the codelet */
+    return t > 0 ? t + g_sim_task_us : NAN;
 }
 
-int hyfi_ops_sim_models(char *err, size_t len)
+/* The coefficient lines of FILE into g_sim_coef. */
+static int sim_load(const char *path, char *err, size_t len)
 {
-    const char *path = getenv("HYFI_SIM_ANALYTIC");
-    if (!path || !*path) return 0;
     FILE *f = fopen(path, "r");
     if (!f) {
         snprintf(err, len, "HYFI_SIM_ANALYTIC %s: cannot open it", path);
@@ -218,6 +239,24 @@ int hyfi_ops_sim_models(char *err, size_t len)
         g_sim_coef[k][strcmp(dev, "cuda") == 0] = (sim_coef){a, b, c, 1};
     }
     fclose(f);
+    return 0;
+}
+
+int hyfi_ops_sim_models(char *err, size_t len)
+{
+    const char *path = getenv("HYFI_SIM_ANALYTIC");
+    const char *tus = getenv("HYFI_SIM_TASK_US");
+    if (tus && *tus) {
+        char *end;
+        g_sim_task_us = strtod(tus, &end);
+        if (*end || !(g_sim_task_us >= 0)) {
+            snprintf(err, len, "HYFI_SIM_TASK_US '%s': expected microseconds >= 0", tus);
+            return -1;
+        }
+    }
+    const int analytic = path && *path;
+    if (!analytic && g_sim_task_us == 0) return 0; /* StarPU's history models as they are */
+    if (analytic && sim_load(path, err, len)) return -1;
     for (size_t k = 0; k < SIM_NCL; k++) {
         g_sim_codelets[k]->model->type = STARPU_PER_ARCH;
         g_sim_codelets[k]->model->arch_cost_function = sim_cost;

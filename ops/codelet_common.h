@@ -142,10 +142,14 @@ int hyfi_ops_cores_busy(void);
         (void)cl_arg;                                                            \
     }
 void hyfi_ops_sim_nop(void *buffers[], void *cl_arg);
-/* HYFI_SIM_ANALYTIC=FILE (before starpu_init): every codelet's model becomes
- * an analytic one, microseconds = A + B * flops + C * bytes with the
- * coefficients of FILE's lines 'SYMBOL cpu|cuda A B C' (bench/fit_perfmodels.py
- * fits them to calibrated models). 0, or -1 with the reason in err. */
+/* Before starpu_init, in a simulation: HYFI_SIM_ANALYTIC=FILE gives every
+ * codelet an analytic model for the footprints its calibrated history lacks:
+ * microseconds = A + B * flops + C * bytes with the coefficients of FILE's
+ * lines 'SYMBOL cpu|cuda A B C' (bench/fit_perfmodels.py fits them);
+ * HYFI_SIM_TASK_US=X adds X microseconds to every task (the runtime's own
+ * cost per task, which history models of kernels leave out). Either makes
+ * the models per-arch cost functions (history first). 0, or -1 with the
+ * reason in err. */
 int hyfi_ops_sim_models(char *err, size_t len);
 #define HYFI_SIM_CUDA .cuda_funcs = {hyfi_ops_sim_nop}, .cuda_flags = {STARPU_CUDA_ASYNC},
 /* hyfi_ops_report(name, kernel call) of the hand-written codelet functions */
