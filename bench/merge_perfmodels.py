@@ -77,6 +77,8 @@ def main():
         for arch, (count_at, first, end) in sorted(sections.items(), key=lambda kv: -kv[1][1]):
             rows = []
             for h, (size, flops, s, s2, n) in merged[arch].items():
+                if n == 0:  # a footprint without a sample
+                    continue
                 mean = s / n
                 dev = math.sqrt(max(s2 / n - mean * mean, 0.0))
                 rows.append("%s\t%-15s\t%-15e\t%-15e\t%-15e\t%-15e\t%-15e\t%u" % (

@@ -23,6 +23,10 @@
 # kernel that borrows the idle worker's core is recorded with its shorter
 # time, while the simulation lets that worker run another task meanwhile).
 # --task-us X: HYFI_SIM_TASK_US in the simulations (runtime cost per task).
+# --keep-outliers 1: the calibration keeps every measurement
+# (STARPU_HISTORY_MAX_ERROR=1000000); by default StarPU drops those more than
+# 50% off a footprint's mean, so a machine shared with other jobs is
+# calibrated by its undisturbed kernel times.
 # --sim-only 1 simulates again from the real runs and models already in DIR
 # (e.g. with another --platform, default platforms/epyc2.xml).
 # Each real run: the median images/s of N steps after 5 warm-up steps
@@ -33,7 +37,8 @@ set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 steps=15 reps=2 ranks="1 2 4" configs="pipeline spatial replicas five"
 bdir="$root/build" out="" platform="$root/platforms/epyc2.xml" sim_only=0 lend=1 task_us=0
-bench_opts="steps reps ranks configs out platform sim_only lend task_us"
+keep_outliers=0
+bench_opts="steps reps ranks configs out platform sim_only lend task_us keep_outliers"
 # shellcheck source=common.sh
 source "$root/bench/common.sh"
 bench_parse "$@"
@@ -69,6 +74,7 @@ real_run() { # CONFIG RANKS REP
   done
   local lendenv=()
   [ "$lend" = 0 ] && lendenv=(HYFI_LEND_MIN_BYTES=0)
+  [ "$keep_outliers" = 1 ] && lendenv+=(STARPU_HISTORY_MAX_ERROR=1000000)
   env "${lendenv[@]}" STARPU_HOSTNAME="epyc2-r$n" STARPU_CALIBRATE=1 \
     STARPU_NCPU=$ncpu STARPU_WORKERS_NOBIND=1 STARPU_MPI_NOBIND=1 \
     "$mpiexec" "${mpmd[@]}" >"$log.log" 2>&1 ||
@@ -112,7 +118,7 @@ for c in $configs; do
 done
 
 {
-  echo "Simulation vs real runs, images/s ($reps real repetitions, $steps steps after 5 warm-up), platform $(basename "$platform"), core lending $lend, $task_us us per task in the simulation"
+  echo "Simulation vs real runs, images/s ($reps real repetitions, $steps steps after 5 warm-up), platform $(basename "$platform"), core lending $lend, outliers kept $keep_outliers, $task_us us per task in the simulation"
   echo
   bench_machine
   echo
