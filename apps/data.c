@@ -3,7 +3,7 @@
  * conversion + bilinear resize + normalisation), images and batches,
  * synthetic data, seeded shuffling and steps per epoch, and the dispatch of
  * hyfi_dataset_open to the loaders (data_idx.c, data_cifar.c,
- * data_folder.c). See data.h for the conventions and data_impl.h for the
+ * data_folder.c, data_slides.c). See data.h for the conventions and data_impl.h for the
  * module's files. No StarPU, no exit(). */
 #include "data_impl.h"
 
@@ -51,6 +51,7 @@ static const struct {
     {"mnist", HYFI_DATA_MNIST},
     {"cifar10", HYFI_DATA_CIFAR10},
     {"folder", HYFI_DATA_FOLDER},
+    {"slides", HYFI_DATA_SLIDES},
 };
 
 int hyfi_data_kind_from_name(const char *name, hyfi_data_kind *kind)
@@ -80,7 +81,8 @@ int hyfi_data_has_test_split(hyfi_data_kind kind, const char *dir)
 {
     switch (kind) {
     case HYFI_DATA_SYNTHETIC: return 0;
-    case HYFI_DATA_FOLDER: {
+    case HYFI_DATA_FOLDER:
+    case HYFI_DATA_SLIDES: {
         char *train = NULL, *test = NULL;
         if (!dir || hd_folder_layout(dir, &train, &test)) return 0;
         int has = test != NULL;
@@ -222,6 +224,12 @@ int hyfi_dataset_set_output(hyfi_dataset *ds, int channels, int height, int widt
                        "%s: output geometry %dx%dx%d is out of range; channels must be 1..%d and "
                        "height/width 1..%d",
                        ds->name, channels, height, width, HD_MAX_CHANNELS, HD_MAX_SIDE);
+    if (ds->kind == HYFI_DATA_SLIDES && (height != ds->h || width != ds->w))
+        return hd_fail(err, errlen, HYFI_DATA_ERR_UNSUPPORTED,
+                       "%s: the slides are %dx%d and are read region by region, not resized to "
+                       "%dx%d; leave --image-size out or make slides of that size "
+                       "(scripts/make_slides.py --size)",
+                       ds->name, ds->w, ds->h, width, height);
     if (!hd_channels_supported(ds->c, channels))
         return hd_fail(err, errlen, HYFI_DATA_ERR_UNSUPPORTED,
                        "%s: cannot convert %d-channel images to %d channels; supported: the same "
@@ -324,6 +332,8 @@ static void synth_fill(const hyfi_dataset *ds, size_t i, uint8_t *raw)
 static int image_into(const hyfi_dataset *ds, size_t i, float *out, hd_scratch *s, char *err,
                       size_t errlen)
 {
+    if (ds->kind == HYFI_DATA_SLIDES) /* normalised there */
+        return hd_slides_region(ds, i, 0, 0, ds->oh, ds->ow, out, err, errlen);
     if (ds->kind == HYFI_DATA_FOLDER) {
         int rc = hd_folder_image_into(ds, i, out, s, err, errlen);
         if (rc) return rc;
@@ -379,6 +389,29 @@ int hyfi_dataset_image_err(const hyfi_dataset *ds, size_t i, float *out, char *e
 int hyfi_dataset_image(const hyfi_dataset *ds, size_t i, float *out)
 {
     return hyfi_dataset_image_err(ds, i, out, NULL, 0);
+}
+
+int hyfi_dataset_region(const hyfi_dataset *ds, size_t i, int y0, int x0, int h, int w,
+                        float *out, char *err, size_t errlen)
+{
+    if (!ds || !out || i >= ds->n || h < 1 || w < 1 || y0 < 0 || x0 < 0 || y0 > ds->oh - h ||
+        x0 > ds->ow - w)
+        return hd_fail(err, errlen, HYFI_DATA_ERR_ARG, "region: %s: no image %zu or rows "
+                       "%d..%d, columns %d..%d outside its %dx%d", ds ? ds->name : "(null)", i,
+                       y0, y0 + h - 1, x0, x0 + w - 1, ds ? ds->ow : 0, ds ? ds->oh : 0);
+    if (ds->kind == HYFI_DATA_SLIDES)
+        return hd_slides_region(ds, i, y0, x0, h, w, out, err, errlen);
+    /* other kinds: the whole image, then the rectangle */
+    const size_t ohw = (size_t)ds->oh * ds->ow;
+    float *whole = malloc(ds->oc * ohw * sizeof *whole);
+    if (!whole) return hd_fail(err, errlen, HYFI_DATA_ERR_NOMEM, "%s: out of memory", ds->name);
+    int rc = hyfi_dataset_image_err(ds, i, whole, err, errlen);
+    for (int c = 0; rc == 0 && c < ds->oc; c++)
+        for (int y = 0; y < h; y++)
+            memcpy(out + ((size_t)c * h + y) * w, whole + c * ohw + (size_t)(y0 + y) * ds->ow + x0,
+                   (size_t)w * sizeof *out);
+    free(whole);
+    return rc;
 }
 
 int hd_batch_into(const hyfi_dataset *ds, const size_t *perm, size_t start, int B, float *x,
@@ -499,6 +532,8 @@ int hyfi_dataset_open(const hyfi_data_spec *spec, hyfi_dataset **out, char *err,
         return hyfi_dataset_load_cifar10(spec->dir, spec->split, out, err, errlen);
     case HYFI_DATA_FOLDER:
         return hyfi_dataset_load_folder(spec->dir, spec->split, out, err, errlen);
+    case HYFI_DATA_SLIDES:
+        return hyfi_dataset_load_slides(spec->dir, spec->split, out, err, errlen);
     }
     return hd_fail(err, errlen, HYFI_DATA_ERR_ARG, "open: unknown data set kind %d",
                    (int)spec->kind);

@@ -74,6 +74,19 @@
  *     abort) and their warnings are silenced, except libjpeg's corrupt-data
  *     ones (premature end, bad Huffman/arithmetic code, lost sync), which are
  *     errors: libjpeg would otherwise fill the rest of the image with grey.
+ *   - slides: large images (1,024^2 to whole-slide 100,000^2) for spatially
+ *     tiled training, in the folder layout above (class subfolders, optional
+ *     train/ + val/ or test/), taking .png, .tif/.tiff and the whole-slide
+ *     formats of OpenSlide (.svs, .ndpi, .vms, .vmu, .scn, .mrxs, .svslide,
+ *     .bif). Each image is read region by region (data_region.h: libpng row by
+ *     row, libtiff strips or tiles, OpenSlide level 0), never whole unless the
+ *     whole image is asked for: hyfi_dataset_region gives any rectangle.
+ *     Loading reads each file's header only. Every image of a split must have
+ *     the same size, which is the output size: slides are not resized
+ *     (set_output refuses another size). Channels and normalisation are the
+ *     folder kind's (grey or RGB, alpha dropped, ImageNet constants, 16-bit
+ *     samples x/65535), so a PNG gives bitwise the floats of the folder kind.
+ *     scripts/make_slides.py makes such a data set from real tissue images.
  *
  * Output geometry: hyfi_dataset_set_output() asks for another channel count
  * and/or image size; every later image/batch is converted on the fly:
@@ -149,7 +162,9 @@ typedef enum hyfi_data_kind {
     HYFI_DATA_FASHION_MNIST,
     HYFI_DATA_MNIST,
     HYFI_DATA_CIFAR10,
-    HYFI_DATA_FOLDER      /* folder of class folders of PNG/JPEG images */
+    HYFI_DATA_FOLDER,     /* folder of class folders of PNG/JPEG images */
+    HYFI_DATA_SLIDES      /* folder of class folders of large PNG/TIFF/whole-slide images,
+                             read region by region */
 } hyfi_data_kind;
 
 typedef enum hyfi_data_split {
@@ -160,7 +175,7 @@ typedef enum hyfi_data_split {
 /* Where Debian's dataset-fashion-mnist package puts the files. */
 #define HYFI_FASHION_MNIST_DEFAULT_DIR "/usr/share/datasets/fashion-mnist"
 
-/* "synthetic", "fashion-mnist", "mnist", "cifar10", "folder" <-> kind.
+/* "synthetic", "fashion-mnist", "mnist", "cifar10", "folder", "slides" <-> kind.
  * hyfi_data_kind_from_name returns 0 and sets *kind, or -1 for an unknown name. */
 int hyfi_data_kind_from_name(const char *name, hyfi_data_kind *kind);
 const char *hyfi_data_kind_name(hyfi_data_kind kind);
@@ -168,7 +183,7 @@ const char *hyfi_data_kind_name(hyfi_data_kind kind);
 const char *hyfi_data_default_dir(hyfi_data_kind kind);
 /* 1 when the kind has a test split in `dir` (NULL: the default directory):
  * fashion-mnist, mnist and cifar10 always (a missing file is an error of the
- * open), synthetic never, folder when dir has train/ and val/ or test/. */
+ * open), synthetic never, folder and slides when dir has train/ and val/ or test/. */
 int hyfi_data_has_test_split(hyfi_data_kind kind, const char *dir);
 
 /* ----------------------------------------------------------------- dataset */
@@ -184,6 +199,10 @@ int hyfi_dataset_load_cifar10(const char *dir, hyfi_data_split split, hyfi_datas
  * test split fails with HYFI_DATA_ERR_NOTFOUND when dir has no train/ + val/
  * (or test/) subfolders. */
 int hyfi_dataset_load_folder(const char *dir, hyfi_data_split split, hyfi_dataset **out,
+                             char *err, size_t errlen);
+/* A folder of class folders of large images read region by region (see the
+ * file comment); the test split as for hyfi_dataset_load_folder. */
+int hyfi_dataset_load_slides(const char *dir, hyfi_data_split split, hyfi_dataset **out,
                              char *err, size_t errlen);
 /* `count` synthetic images of channels x height x width with labels in
  * 0..num_classes-1, determined by `seed` (see the file comment). */
@@ -240,6 +259,13 @@ int32_t hyfi_dataset_label(const hyfi_dataset *ds, size_t i);
 int hyfi_dataset_image(const hyfi_dataset *ds, size_t i, float *out);
 int hyfi_dataset_image_err(const hyfi_dataset *ds, size_t i, float *out, char *err,
                            size_t errlen);
+
+/* Rows [y0, y0 + h) and columns [x0, x0 + w) of image i, normalised, at the
+ * output geometry: out (channels, h, w), equal to that part of
+ * hyfi_dataset_image's output. Slides read only that rectangle of the file;
+ * the other kinds make the whole image and copy the rectangle out. */
+int hyfi_dataset_region(const hyfi_dataset *ds, size_t i, int y0, int x0, int h, int w,
+                        float *out, char *err, size_t errlen);
 
 /* A batch: x (B, C, H, W) at the output geometry, y (B) labels (y may be
  * NULL); row r is image perm[(start + r) mod N] (perm NULL: the identity).

@@ -119,22 +119,26 @@ static int list_dir(const char *dir, int kind, strlist *names, char *err, size_t
     return 0;
 }
 
-static bool has_image_ext(const char *name)
+/* The file names a data set of `kind` takes: folder PNG/JPEG, slides PNG,
+ * TIFF and the whole-slide formats of OpenSlide (data_slides.c). */
+static bool has_image_ext(const char *name, hyfi_data_kind kind)
 {
     const char *dot = strrchr(name, '.');
+    if (kind == HYFI_DATA_SLIDES) return dot && hd_slides_ext(dot + 1);
     return dot && (strcasecmp(dot + 1, "png") == 0 || strcasecmp(dot + 1, "jpg") == 0 ||
                    strcasecmp(dot + 1, "jpeg") == 0);
 }
 
 /* Append the image files under dir to files: its own in name order, then
  * those of its subfolders in name order, recursively. */
-static int collect_images(const char *dir, int depth, strlist *files, char *err, size_t errlen)
+static int collect_images(const char *dir, int depth, hyfi_data_kind dkind, strlist *files,
+                          char *err, size_t errlen)
 {
     strlist names, subdirs = {0};
     int rc = list_dir(dir, PATH_NONE, &names, err, errlen);
     for (size_t k = 0; rc == 0 && k < names.n; k++) {
         int kind = path_kind2(dir, names.v[k]);
-        if (kind == PATH_FILE && has_image_ext(names.v[k]))
+        if (kind == PATH_FILE && has_image_ext(names.v[k], dkind))
             rc = sl_push(files, dir, names.v[k]);
         else if (kind == PATH_DIR)
             rc = sl_push(&subdirs, dir, names.v[k]);
@@ -146,7 +150,7 @@ static int collect_images(const char *dir, int depth, strlist *files, char *err,
                      "flatten the class folder",
                      dir, FOLDER_MAX_DEPTH);
     for (size_t k = 0; rc == 0 && k < subdirs.n; k++)
-        rc = collect_images(subdirs.v[k], depth + 1, files, err, errlen);
+        rc = collect_images(subdirs.v[k], depth + 1, dkind, files, err, errlen);
     sl_free(&names);
     sl_free(&subdirs);
     return rc;
@@ -188,6 +192,15 @@ int hd_folder_layout(const char *dir, char **train, char **test)
 
 int hyfi_dataset_load_folder(const char *dir, hyfi_data_split split, hyfi_dataset **out,
                              char *err, size_t errlen)
+{
+    return hd_load_folder_kind(dir, split, HYFI_DATA_FOLDER, out, err, errlen);
+}
+
+/* A folder (kind_ HYFI_DATA_FOLDER) or slides (HYFI_DATA_SLIDES) data set: the
+ * same layout; slides take other files and read their headers with the
+ * region readers (hd_slides_header). */
+int hd_load_folder_kind(const char *dir, hyfi_data_split split, hyfi_data_kind kind_,
+                        hyfi_dataset **out, char *err, size_t errlen)
 {
     if (!out) return hd_fail(err, errlen, HYFI_DATA_ERR_ARG, "folder: out is NULL");
     *out = NULL;
@@ -266,12 +279,12 @@ int hyfi_dataset_load_folder(const char *dir, hyfi_data_split split, hyfi_datase
             goto done;
         }
         snprintf(cdir, n, "%s/%s", split_dir, name);
-        rc = collect_images(cdir, 0, &files, err, errlen);
+        rc = collect_images(cdir, 0, kind_, &files, err, errlen);
         if (rc == 0 && files.n == before)
             rc = hd_fail(err, errlen, HYFI_DATA_ERR_FORMAT,
-                         "folder: %s: empty class folder: no .png, .jpg or .jpeg images in it or "
-                         "its subfolders; add images or remove the folder",
-                         cdir);
+                         "%s: %s: empty class folder: no %s in it or its subfolders; add images "
+                         "or remove the folder", hyfi_data_kind_name(kind_), cdir,
+                         kind_ == HYFI_DATA_SLIDES ? HD_SLIDES_EXTS : ".png, .jpg or .jpeg images");
         free(cdir);
         if (rc) goto done;
         if (files.n > lab_cap) {
@@ -293,7 +306,16 @@ int hyfi_dataset_load_folder(const char *dir, hyfi_data_split split, hyfi_datase
     size_t pool = 0;
     for (size_t i = 0; i < files.n; i++) {
         hd_img_info ii;
-        if ((rc = hd_image_read(files.v[i], true, &ii, &s, err, errlen))) goto done;
+        if (kind_ == HYFI_DATA_SLIDES) rc = hd_slides_header(files.v[i], &ii, err, errlen);
+        else rc = hd_image_read(files.v[i], true, &ii, &s, err, errlen);
+        if (rc) goto done;
+        if (kind_ == HYFI_DATA_SLIDES && i > 0 && (ii.h != h || ii.w != w)) {
+            rc = hd_fail(err, errlen, HYFI_DATA_ERR_FORMAT, "slides: %s is %dx%d but %s is "
+                         "%dx%d; slides are read region by region and not resized, so every "
+                         "image of a split must have the same size (scripts/make_slides.py "
+                         "--size N makes them so)", files.v[i], ii.w, ii.h, files.v[0], w, h);
+            goto done;
+        }
         if (ii.c > c) c = ii.c;
         if (i == 0) {
             h = ii.h;
@@ -307,7 +329,7 @@ int hyfi_dataset_load_folder(const char *dir, hyfi_data_split split, hyfi_datase
         mean[0] = hd_luma[0] * mean[0] + hd_luma[1] * mean[1] + hd_luma[2] * mean[2];
         std[0] = hd_luma[0] * std[0] + hd_luma[1] * std[1] + hd_luma[2] * std[2];
     }
-    if ((rc = hd_dataset_new(HYFI_DATA_FOLDER, split, files.n, c, h, w, (int)classes.n, mean,
+    if ((rc = hd_dataset_new(kind_, split, files.n, c, h, w, (int)classes.n, mean,
                              std, &ds, err, errlen)))
         goto done;
     ds->paths = malloc(pool);

@@ -32,7 +32,8 @@ void hd_scratch_free(hd_scratch *s)
 int hd_scratch_init(hd_scratch *s, const hyfi_dataset *ds)
 {
     memset(s, 0, sizeof *s);
-    if (ds->kind == HYFI_DATA_FOLDER) return 0; /* sizes vary: grown on demand */
+    if (ds->kind == HYFI_DATA_FOLDER || ds->kind == HYFI_DATA_SLIDES)
+        return 0; /* folder: sizes vary, grown on demand; slides: read region by region */
     size_t chw = (size_t)ds->c * ds->h * ds->w, ohw = (size_t)ds->oc * ds->h * ds->w;
     s->raw = malloc(chw ? chw : 1);
     s->a = malloc(chw * sizeof(float));

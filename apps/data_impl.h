@@ -11,6 +11,10 @@
  *   data_image.c     PNG/JPEG decoding, scratch buffers, a folder image at
  *                    the output geometry
  *   data_folder.c    image-folder data sets: directory listing, layout, loader
+ *                    (also of slides data sets, which share the layout)
+ *   data_slides.c    slides data sets: large PNG/TIFF/whole-slide images read
+ *                    region by region (data_region.c's readers)
+ *   data_region.c    the region readers (data_region.h)
  *   data_prefetch.c  the prefetch thread */
 #ifndef HYFI_APPS_DATA_IMPL_H
 #define HYFI_APPS_DATA_IMPL_H
@@ -110,6 +114,22 @@ int hd_folder_image_into(const hyfi_dataset *ds, size_t i, float *out, hd_scratc
  * no test split. *train and *test (or NULL) are malloc'd; dir loses trailing
  * slashes. */
 int hd_folder_layout(const char *dir, char **train, char **test);
+
+/* ------------------------------------------------------------ slides */
+/* The file extensions of slides data sets (case-insensitive), for messages. */
+#define HD_SLIDES_EXTS ".png, .tif, .tiff, .svs, .ndpi, .vms, .vmu, .scn, .mrxs, .svslide or " \
+                       ".bif files"
+/* True when ext (without the dot) is one of them. */
+bool hd_slides_ext(const char *ext);
+/* A slide's geometry (ii->w, h, c; nc and bps unset). */
+int hd_slides_header(const char *path, hd_img_info *ii, char *err, size_t errlen);
+/* Folder-layout loader of kind HYFI_DATA_FOLDER or HYFI_DATA_SLIDES (data_folder.c). */
+int hd_load_folder_kind(const char *dir, hyfi_data_split split, hyfi_data_kind kind,
+                        hyfi_dataset **out, char *err, size_t errlen);
+/* Rows [y0, y0 + h), columns [x0, x0 + w) of slide i, normalised, at the
+ * output channels: out (oc, h, w). */
+int hd_slides_region(const hyfi_dataset *ds, size_t i, int y0, int x0, int h, int w, float *out,
+                     char *err, size_t errlen);
 
 /* --------------------------------------------------------------- batches */
 /* Rows of a batch (see hyfi_dataset_batch) with the caller's scratch. */

@@ -44,11 +44,15 @@
 #include "data.h"
 #include "models.h"
 #include "train_options.h"
+#include "train_regions.h"
 
 #include <hyfi.h>
 
 #include <errno.h>
 #include <inttypes.h>
+#ifdef __GLIBC__
+#include <malloc.h>
+#endif
 #include <math.h>
 #include <stdarg.h>
 #include <stdbool.h>
@@ -264,6 +268,7 @@ typedef struct run {
     hyfi_graph *g;
     hyfi_tensor *tx, *ty, *tlogits, *loss;
     hyfi_prefetch *pf;
+    train_regions *tr;          /* slides: batches read region by region instead of pf */
     FILE *mf;                   /* --metrics, on rank 0 */
     double *rates;              /* (total) images/s of each step */
     float *logits_buf;          /* (B, K) */
@@ -376,9 +381,17 @@ static int start_engine(run *r)
     const train_options *o = &r->o;
     char err[1024] = "";
     hyfi_status st;
+#ifdef __GLIBC__
+    /* Under a memory limit, buffers StarPU frees must leave the process: a fixed
+     * mmap threshold (glibc's rises to the size of the last freed buffer, after
+     * which freed activations stay in fragmented heaps: measured +260 MB resident
+     * at 256x256, docs/results.md). */
+    if (o->mem_limit_mb > 0) mallopt(M_MMAP_THRESHOLD, 256 * 1024);
+#endif
     hyfi_ctx_config cc = {.device = o->device, .ncpus = 0, .ncuda = -1, .mpi = -1,
                           .scheduler = NULL, .verbose = o->verbose, .trace_dir = o->trace,
-                          .watchdog_s = o->watchdog_s};
+                          .watchdog_s = o->watchdog_s, .mem_limit_mb = o->mem_limit_mb,
+                          .swap_dir = o->swap_dir, .swap_mb = o->swap_mb};
     if ((st = hyfi_ctx_create(&cc, &r->ctx)) != HYFI_OK) {
         lib_fail("starting the engine (hyfi_ctx_create)", st, NULL);
         return 1;
@@ -454,7 +467,7 @@ static int compile_model(run *r)
                              .slice = o->slice, .fused_layers = o->fused_layers,
                              .gems = o->gems, .replications = o->replications,
                              .data_parallel = o->data_parallel, .allreduce = o->allreduce,
-                             .bucket_kib = o->bucket_kib};
+                             .bucket_kib = o->bucket_kib, .recompute = o->recompute};
     if ((st = hyfi_graph_set_plan(r->g, &plan)) != HYFI_OK ||
         (st = hyfi_graph_compile(r->g, r->loss, &tc)) != HYFI_OK) {
         /* a mismatch between the ranks is the same message on every rank */
@@ -685,6 +698,17 @@ static bool stop_now(run *r)
     return any;
 }
 
+/* The batch's images into the input: prefetched whole images, or (slides)
+ * each rank's own regions read from the files now (apps/train_regions.c). */
+static hyfi_status set_batch(run *r, const hyfi_batch *b)
+{
+    if (!r->tr) return hyfi_set_input(r->g, r->tx, b->x, (size_t)r->B * r->numel);
+    const hyfi_status st = train_regions_set_input(r->tr, r->g, r->tx);
+    if (st != HYFI_OK && train_regions_error(r->tr)[0])
+        report(false, "%s", train_regions_error(r->tr));
+    return st;
+}
+
 /* Training: --steps steps (or whole epochs) on prefetched, shuffled batches,
  * from step r->first (resumed) on. */
 static int train_loop(run *r)
@@ -705,14 +729,17 @@ static int train_loop(run *r)
     hyfi_prefetch_config pc = {.batch = B, .seed = o->seed, .shuffle = 1,
                                .first_step = (uint64_t)r->first,
                                .num_steps = (uint64_t)(total - r->first)};
-    if (hyfi_prefetch_start(r->train, &pc, &r->pf, err, sizeof err)) {
+    if (o->dataset == HYFI_DATA_SLIDES
+            ? train_regions_new(r->train, B, o->seed, 1, &r->tr, err, sizeof err)
+            : hyfi_prefetch_start(r->train, &pc, &r->pf, err, sizeof err)) {
         report(false, "%s", err);
         return 1;
     }
     double t_prev = now_s();
     for (long long s = r->first; s < total; s++) {
         hyfi_batch b;
-        int prc = hyfi_prefetch_next(r->pf, &b);
+        int prc = r->tr ? train_regions_next(r->tr, (uint64_t)s, &b)
+                        : hyfi_prefetch_next(r->pf, &b);
         if (prc) {
             report(false, "preparing batch %lld failed: %s: %s", s + 1,
                    hyfi_data_status_name(prc), hyfi_prefetch_error(r->pf));
@@ -723,7 +750,7 @@ static int train_loop(run *r)
             lib_fail("hyfi_set_lr", st, g);
             return 1;
         }
-        if ((st = hyfi_set_input(g, r->tx, b.x, (size_t)B * r->numel)) != HYFI_OK ||
+        if ((st = set_batch(r, &b)) != HYFI_OK ||
             (st = hyfi_set_labels(g, r->ty, b.y, (size_t)B)) != HYFI_OK) {
             lib_fail("copying a batch in", st, g);
             return 1;
@@ -758,6 +785,8 @@ static int train_loop(run *r)
     }
     hyfi_prefetch_stop(r->pf);
     r->pf = NULL;
+    train_regions_free(r->tr);
+    r->tr = NULL;
     if (o->checkpoint_dir && r->saved_at != r->done && write_checkpoint(r, r->done)) return 1;
     if (r->stopped && r->lead) {
         char where[4200];
@@ -807,20 +836,22 @@ static int evaluate(run *r)
         return 1;
     }
     hyfi_prefetch_config ec = {.batch = B, .shuffle = 0, .num_steps = nb};
-    if (hyfi_prefetch_start(r->test, &ec, &r->pf, err, sizeof err)) {
+    if (r->o.dataset == HYFI_DATA_SLIDES
+            ? train_regions_new(r->test, B, 0, 0, &r->tr, err, sizeof err)
+            : hyfi_prefetch_start(r->test, &ec, &r->pf, err, sizeof err)) {
         report(false, "%s", err);
         return 1;
     }
     double t0 = now_s();
     for (size_t k = 0; k < nb; k++) {
         hyfi_batch b;
-        int prc = hyfi_prefetch_next(r->pf, &b);
+        int prc = r->tr ? train_regions_next(r->tr, k, &b) : hyfi_prefetch_next(r->pf, &b);
         if (prc) {
             report(false, "preparing test batch %zu failed: %s: %s", k + 1,
                    hyfi_data_status_name(prc), hyfi_prefetch_error(r->pf));
             return 1;
         }
-        if ((st = hyfi_set_input(r->g, r->tx, b.x, (size_t)B * r->numel)) != HYFI_OK ||
+        if ((st = set_batch(r, &b)) != HYFI_OK ||
             (st = hyfi_set_labels(r->g, r->ty, b.y, (size_t)B)) != HYFI_OK ||
             (st = hyfi_infer(r->g, NULL)) != HYFI_OK ||
             (st = hyfi_tensor_read(r->g, r->tlogits, r->logits_buf, (size_t)B * (size_t)K)) !=
@@ -841,6 +872,8 @@ static int evaluate(run *r)
     }
     hyfi_prefetch_stop(r->pf);
     r->pf = NULL;
+    train_regions_free(r->tr);
+    r->tr = NULL;
     r->have_acc = r->counted > 0;
     r->acc = r->have_acc ? (double)r->correct / (double)r->counted : 0;
     printf("eval: %zu batches, %zu images in %.2f s\n", nb, r->counted, now_s() - t0);
@@ -856,16 +889,17 @@ static void print_summary(const run *r)
     else printf("n/a median n/a (no steps after the %d warm-up steps)", WARMUP_STEPS);
     if (r->have_acc) printf(", test accuracy %.4f (%zu/%zu)\n", r->acc, r->correct, r->counted);
     else printf(", test accuracy n/a (%s)\n", r->test ? "no test images" : "no test split");
-    {
-        /* peak memory of this process (each rank: its places) */
-        struct rusage ru;
-        if (getrusage(RUSAGE_SELF, &ru) == 0)
-            fprintf(stderr, "hyfi-train: rank %d peak memory %.1f MB\n", hyfi_ctx_rank(r->ctx),
-                    (double)ru.ru_maxrss / 1024.0);
-    }
+    /* peak resident memory of this process (each rank: its places) */
+    struct rusage ru;
+    const int have_rss = getrusage(RUSAGE_SELF, &ru) == 0;
+    if (have_rss)
+        fprintf(stderr, "hyfi-train: rank %d peak memory %.1f MB\n", hyfi_ctx_rank(r->ctx),
+                (double)ru.ru_maxrss / 1024.0);
     FILE *mf = r->mf;
     if (mf) {
-        fputs("{\"summary\":true,\"mean_images_per_sec\":", mf);
+        fputs("{\"summary\":true,\"peak_memory_mb_rank0\":", mf);
+        json_num(mf, have_rss, have_rss ? (double)ru.ru_maxrss / 1024.0 : 0);
+        fputs(",\"mean_images_per_sec\":", mf);
         json_num(mf, r->nmeas > 0, r->mean);
         fputs(",\"median_images_per_sec\":", mf);
         json_num(mf, r->nmeas > 0, r->median);
@@ -882,6 +916,7 @@ static int finish(run *r, int rc)
     const train_options *o = &r->o;
     hyfi_status st;
     hyfi_prefetch_stop(r->pf);
+    train_regions_free(r->tr);
     if (r->mf && fclose(r->mf) != 0 && rc == 0) {
         fprintf(stderr, "hyfi-train: --metrics %s: write failed: %s\n", o->metrics,
                 strerror(errno));

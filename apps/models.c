@@ -478,13 +478,15 @@ typedef struct {
 } amoeba_edge;
 
 /* The genotype (ten (state, op) pairs: node k = pair 2k-4 + pair 2k-3) and
- * the states concatenated into the cell output. */
+ * the states concatenated into the cell output: TensorFlow's amoeba_net_d
+ * (hiddenstate_indices [1, 1, 1, 0, 0, 0, 2, 2, 1, 5] for the normal cell),
+ * as torchgpipe and MPI4DL have it; state 0 is reduce1(prev), 1 reduce2(prev_prev). */
 static const amoeba_edge NORMAL_OPS[10] = {
-    {0, OP_CONV_1X1},     {0, OP_MAX_POOL_3X3}, /* node 2 */
-    {0, OP_NONE},         {1, OP_CONV_1X7_7X1}, /* node 3 */
-    {1, OP_CONV_1X1},     {1, OP_CONV_1X7_7X1}, /* node 4 */
+    {1, OP_CONV_1X1},     {1, OP_MAX_POOL_3X3}, /* node 2 */
+    {1, OP_NONE},         {0, OP_CONV_1X7_7X1}, /* node 3 */
+    {0, OP_CONV_1X1},     {0, OP_CONV_1X7_7X1}, /* node 4 */
     {2, OP_MAX_POOL_3X3}, {2, OP_NONE},         /* node 5 */
-    {0, OP_AVG_POOL_3X3}, {5, OP_CONV_1X1},     /* node 6 */
+    {1, OP_AVG_POOL_3X3}, {5, OP_CONV_1X1},     /* node 6 */
 };
 static const int NORMAL_CONCAT[] = {0, 3, 4, 6};
 static const amoeba_edge REDUCTION_OPS[10] = {

@@ -76,9 +76,9 @@
  *   the width each, concatenated, bn) when the previous cell was a reduction,
  *   else relu-conv1x1-bn when its width differs, else as is. These two are
  *   states 0 and 1; each of five nodes adds two ops applied to earlier states:
- *     normal:    2 = conv1x1(0) + maxpool3x3(0)      3 = id(0) + conv1x7_7x1(1)
- *                4 = conv1x1(1) + conv1x7_7x1(1)      5 = maxpool3x3(2) + id(2)
- *                6 = avgpool3x3(0) + conv1x1(5)       output: concat(0, 3, 4, 6)
+ *     normal:    2 = conv1x1(1) + maxpool3x3(1)      3 = id(1) + conv1x7_7x1(0)
+ *                4 = conv1x1(0) + conv1x7_7x1(0)      5 = maxpool3x3(2) + id(2)
+ *                6 = avgpool3x3(1) + conv1x1(5)       output: concat(0, 3, 4, 6)
  *     reduction: 2 = maxpool2x2/2(0) + maxpool3x3/2(0) 3 = id(2) + conv3x3/2(1)
  *                4 = conv1x7_7x1(2) + maxpool3x3(2)    5 = id(3) + maxpool2x2/2(1)
  *                6 = avgpool3x3(2) + conv1x1(3)        output: concat(4, 5, 6)
@@ -90,10 +90,8 @@
  *   not count the padding. The AmoebaNet-D genotype has no separable
  *   convolutions (those belong to AmoebaNet-A/B).
  *   Differences from torchgpipe's code, none of which changes a parameter
- *   count: the normal cell's ops on states 0 and 1 are swapped (TensorFlow's
- *   genotype, which torchgpipe and MPI4DL follow, reads 1 where hyfi reads 0
- *   and back: conv1x1(1) + maxpool3x3(1), id(1) + conv1x7_7x1(0), ...);
- *   maxpool3x3 is a max pool (torchgpipe builds an average pool there,
+ *   count (the cells' wiring is TensorFlow's genotype, as torchgpipe's and
+ *   MPI4DL's): maxpool3x3 is a max pool (torchgpipe builds an average pool there,
  *   a known slip); the factorized reduction applies both 1x1/2 convs to the
  *   same pixels (MPI4DL's variant: hyfi has no slicing op for torchgpipe's
  *   one-pixel shift); maxpool2x2/2 pads a side of odd length by one (ceil

@@ -69,6 +69,9 @@ void train_usage(FILE *f)
         "                        MPI4DL's app 1), classes sorted by name; DIR/train and\n"
         "                        DIR/val (or DIR/test) when present are the train and test\n"
         "                        splits, else no test split; images decoded per batch\n"
+        "  --dataset slides      DIR/CLASS/*.png|*.tif|*.tiff|*.svs|... large images of one\n"
+        "                        size (the folder layout), each rank reading only its tiles'\n"
+        "                        regions (docs/user-guide.md, scripts/make_slides.py)\n"
         "  --datapath DIR        data directory; fashion-mnist defaults to\n"
         "                        " HYFI_FASHION_MNIST_DEFAULT_DIR " (Debian's\n"
         "                        dataset-fashion-mnist); mnist, cifar10 and folder need it;\n"
@@ -93,9 +96,10 @@ void train_usage(FILE *f)
         "                        about [1000]\n"
         "  --metrics FILE        write JSON lines: per step {\"step\",\"loss\",\"images_per_sec\",\n"
         "                        \"grad_norm\",\"weight_norm\"},\n"
-        "                        then {\"summary\":true,\"mean_images_per_sec\",\n"
-        "                        \"median_images_per_sec\",\"test_accuracy\"} (null where not\n"
-        "                        applicable)\n"
+        "                        then {\"summary\":true,\"peak_memory_mb_rank0\",\n"
+        "                        \"mean_images_per_sec\",\"median_images_per_sec\",\n"
+        "                        \"test_accuracy\"} (null where not applicable); every rank\n"
+        "                        prints its peak resident memory on stderr\n"
         "\n"
         "Parallelism (run under mpiexec for several ranks; every plan also runs in one\n"
         "process, its places sharing the process's workers):\n"
@@ -131,6 +135,18 @@ void train_usage(FILE *f)
         "                        tree below 64 KiB per gradient, ring above [auto]\n"
         "  --bucket-kib K        gradients travel packed in buckets of up to K KiB; -1: one\n"
         "                        all-reduce per parameter [256]\n"
+        "  --recompute R         none | stage | layer: re-materialisation (activation\n"
+        "                        checkpointing): keep only what leaves each segment (a\n"
+        "                        stage, or a layer: a residual block, a cell) in the\n"
+        "                        forward and re-run the segment before its backward;\n"
+        "                        bitwise the same step, about one more forward [none]\n"
+        "  --mem-limit-mb N      StarPU's memory limit per rank (STARPU_LIMIT_CPU_MEM); a\n"
+        "                        plan whose estimate is above it is refused with the fixes\n"
+        "                        and their estimates, unless --swap-dir is given [none]\n"
+        "  --swap-dir DIR        out-of-core: StarPU evicts data above the limit to files in\n"
+        "                        DIR (a disk memory node) instead of refusing; slower, not\n"
+        "                        failing\n"
+        "  --swap-mb N           the most StarPU puts in DIR [90%% of its free space]\n"
         "  With replicas, --batch-size is per replica (as in MPI4DL): a step trains on\n"
         "  batch-size x replicas images, replica k on the k-th slice, and images/s counts\n"
         "  them all. The step equals the one-place step with --batch-size B x replicas\n"
@@ -256,7 +272,7 @@ static int parse_run_flag(const char *flag, const char *val, train_options *o)
     } else if (!strcmp(flag, "--dataset")) {
         if (hyfi_data_kind_from_name(val, &o->dataset) != 0)
             return bad_usage("--dataset '%s' is not known; valid: synthetic, fashion-mnist, "
-                             "mnist, cifar10, folder", val);
+                             "mnist, cifar10, folder, slides", val);
     } else if (!strcmp(flag, "--datapath")) {
         if (!*val) return bad_usage("--datapath needs a directory");
         o->datapath = val;
@@ -386,6 +402,18 @@ static int parse_plan_flag(const char *flag, const char *val, train_options *o)
         o->trace = val;
     } else if (!strcmp(flag, "--watchdog")) {
         rc = parse_int(flag, val, 0, 1 << 24, &o->watchdog_s);
+    } else if (!strcmp(flag, "--recompute")) {
+        if (!strcmp(val, "none")) o->recompute = HYFI_RECOMPUTE_NONE;
+        else if (!strcmp(val, "stage")) o->recompute = HYFI_RECOMPUTE_STAGE;
+        else if (!strcmp(val, "layer")) o->recompute = HYFI_RECOMPUTE_LAYER;
+        else return bad_usage("--recompute '%s' is not known; valid: none, stage, layer", val);
+    } else if (!strcmp(flag, "--mem-limit-mb")) {
+        rc = parse_int(flag, val, 1, 1 << 30, &o->mem_limit_mb);
+    } else if (!strcmp(flag, "--swap-mb")) {
+        rc = parse_int(flag, val, 16, 1 << 30, &o->swap_mb);
+    } else if (!strcmp(flag, "--swap-dir")) {
+        if (!*val) return bad_usage("--swap-dir needs a folder");
+        o->swap_dir = val;
     } else if (!strcmp(flag, "--bucket-kib")) {
         rc = parse_int(flag, val, -1, 1 << 20, &o->bucket_kib);
     } else if (!strcmp(flag, "--allreduce")) {
@@ -428,7 +456,8 @@ static int parse_flag(int argc, char **argv, int *i, train_options *o)
         "--schedule", "--spatial-size", "--num-spatial-parts", "--slice-method",
         "--fused-layers", "--gems", "--replications", "--times", "--data-parallel",
         "--allreduce", "--bucket-kib", "--trace", "--watchdog", "--checkpoint-dir",
-        "--checkpoint-every", "--keep", "--save", "--load", "--stop-at-step"};
+        "--checkpoint-every", "--keep", "--save", "--load", "--stop-at-step", "--recompute",
+        "--mem-limit-mb", "--swap-dir", "--swap-mb"};
     bool known = false;
     for (size_t k = 0; k < sizeof KNOWN / sizeof KNOWN[0]; k++) known |= !strcmp(flag, KNOWN[k]);
     if (!known) return bad_usage("unknown flag '%s'", flag);
@@ -464,6 +493,8 @@ static int check_options(train_options *o)
     if (o->eval_only && !o->load_path && !o->resume)
         return bad_usage("--eval-only evaluates a saved model: give it with --load FILE (or "
                          "--resume)");
+    if (o->swap_mb && !o->swap_dir)
+        return bad_usage("--swap-mb %d needs --swap-dir DIR (where to swap)", o->swap_mb);
     if (o->replications > 1 && o->gems != HYFI_GEMS_MASTER)
         return bad_usage("--replications %d needs --gems master (MAST has one pair of copies)",
                          o->replications);

@@ -47,6 +47,10 @@ typedef struct train_options {
     int data_parallel;         /* --data-parallel */
     hyfi_allreduce allreduce;  /* --allreduce */
     int bucket_kib;            /* --bucket-kib */
+    hyfi_recompute recompute;  /* --recompute none|stage|layer */
+    int mem_limit_mb;          /* --mem-limit-mb: StarPU's memory per rank; 0: none */
+    const char *swap_dir;      /* --swap-dir DIR: StarPU's out-of-core disk swap; NULL: none */
+    int swap_mb;               /* --swap-mb: its size; 0: 90% of the free space there */
     const char *trace;         /* --trace DIR */
     int watchdog_s;            /* --watchdog, HYFI_WATCHDOG_S; 0: off */
     /* long runs */

@@ -284,8 +284,7 @@ def resnet(depth, version, style, classes, channels):
 # BatchNorm2d) triples for the convolutions (parameters at 1, 2, 4, 5, ...),
 # a FactorizedReduce for `none` with stride 2, a pool or an identity.
 # Where this twin differs from torchgpipe (none of it changes a name or a
-# shape): the differences apps/models.h lists (normal cells' states 0 and 1
-# swapped in NORMAL_OPS, a max pool for max_pool_3x3, FactorizedReduce's two
+# shape): the differences apps/models.h lists (a max pool for max_pool_3x3, FactorizedReduce's two
 # convolutions on the same pixels, ceil-padded 2x2 max pools, a global average
 # pool in classify), and the ReLU that starts an op is
 # computed once per state by the cell (the op's slot 0 is an nn.Identity), as
@@ -374,9 +373,11 @@ def make_op(name, c, stride):
     return Operation(name, m)
 
 
-NORMAL_OPS = [(0, "conv_1x1"), (0, "max_pool_3x3"), (0, "none"), (1, "conv_1x7_7x1"),
-              (1, "conv_1x1"), (1, "conv_1x7_7x1"), (2, "max_pool_3x3"), (2, "none"),
-              (0, "avg_pool_3x3"), (5, "conv_1x1")]
+# (state, op) pairs as torchgpipe's genotype.py (TensorFlow's amoeba_net_d);
+# state 0 is reduce1(prev), state 1 reduce2(prev_prev).
+NORMAL_OPS = [(1, "conv_1x1"), (1, "max_pool_3x3"), (1, "none"), (0, "conv_1x7_7x1"),
+              (0, "conv_1x1"), (0, "conv_1x7_7x1"), (2, "max_pool_3x3"), (2, "none"),
+              (1, "avg_pool_3x3"), (5, "conv_1x1")]
 NORMAL_CONCAT = [0, 3, 4, 6]
 REDUCTION_OPS = [(0, "max_pool_2x2"), (0, "max_pool_3x3"), (2, "none"), (1, "conv_3x3"),
                  (2, "conv_1x7_7x1"), (2, "max_pool_3x3"), (3, "none"), (1, "max_pool_2x2"),

@@ -303,6 +303,7 @@ static void plan_text(const hyfi_plan_config *p, char *buf, size_t len)
     if (p->allreduce > HYFI_ALLREDUCE_AUTO && p->allreduce <= HYFI_ALLREDUCE_TREE)
         cat(buf, len, ", all-reduce %s", ar[p->allreduce]);
     if (p->bucket_kib) cat(buf, len, ", buckets %d KiB", p->bucket_kib);
+    if (p->recompute) cat(buf, len, ", recompute %d", (int)p->recompute);
 }
 
 hyfi_status hyfi_graph_agree(hyfi_graph *g, hyfi_status local, const char *local_msg,
@@ -344,7 +345,8 @@ hyfi_status hyfi_graph_agree(hyfi_graph *g, hyfi_status local, const char *local
                                     p->deterministic,  p->spatial_stages, p->spatial_parts,
                                     p->slice,          p->fused_layers,   p->gems,
                                     p->replications,   p->data_parallel,  p->allreduce,
-                                    p->bucket_kib,     p->balance != NULL};
+                                    p->bucket_kib,     p->balance != NULL,
+                                    p->recompute};
         ph = hyfi_hash_bytes(ph, fields, sizeof fields);
         if (p->balance && p->stages > 0)
             ph = hyfi_hash_bytes(ph, p->balance, (size_t)p->stages * sizeof *p->balance);
@@ -365,4 +367,20 @@ hyfi_status hyfi_graph_agree(hyfi_graph *g, hyfi_status local, const char *local
     if (s == HYFI_OK || local != HYFI_OK) return s;
     if (s == HYFI_ERR_MISMATCH) return hyfi_graph_fail(g, s, "%s", msg);
     return hyfi_call_fail(g, s, "%s", msg);
+}
+
+/* Make the status of a collective call common to every rank (hyfi_agree):
+ * root_only, only rank 0's counts (saving: rank 0 writes); else every rank's.
+ * A rank that failed keeps its message; the others get "rank k: <message>"
+ * of the lowest failing rank (just the message when all failed alike). Here,
+ * not in io.c, so that run.c (region input) can use it without a circle. */
+hyfi_status hyfi_io_agree(hyfi_graph *g, hyfi_status st, int root_only)
+{
+    hyfi_ctx *c = g->ctx;
+    if (!c->mpi || c->nranks < 2) return st;
+    if (root_only && c->rank != 0) st = HYFI_OK;
+    char own[512], out[512];
+    snprintf(own, sizeof own, "%s", st != HYFI_OK ? hyfi_last_error() : "");
+    const hyfi_status s = hyfi_agree(c, st, own, NULL, out, sizeof out);
+    return s == HYFI_OK ? HYFI_OK : hyfi_call_fail(g, s, "%s", out);
 }

@@ -94,6 +94,15 @@ static int emit_forward(emit_ctx *e, const node *nd, int training)
     hyfi_opview v;
     whole_view(e, nd, &v);
     v.batch_stats = training;
+    if (e->recompute && hyfi_op_batch_statistics(nd)) {
+        /* batch norm re-run: the training kernel on the same x gives the same y
+         * bit for bit; its statistics go to scratch handles */
+        const hyfi_plan *pl = e->g->cc->pl;
+        starpu_data_handle_t *sc = e->g->cc->rc_bn + ((size_t)(nd - e->g->nodes) * pl->nrep +
+                                                      (size_t)e->rep) * 4;
+        v.s[0] = sc[0], v.s[1] = sc[1], v.p[2] = sc[2], v.p[3] = sc[3];
+        v.scratch_stats = 1;
+    }
     return hyfi_op_forward(e, &v);
 }
 
@@ -134,6 +143,87 @@ static int emit_backward(emit_ctx *e, const node *nd)
     return hyfi_op_backward_params(e, &v);
 }
 
+/* ------------------------------------------------- re-materialisation
+ *
+ * With hyfi_plan_config.recompute, a stage's nodes fall into segments (the
+ * stage, or each layer: rc_seg) and the plan marks the activations read only
+ * inside their segment (rc_drop) and the nodes that make them (rc_rerun).
+ * Forward event: after each segment's forward, its dropped values are
+ * released (invalidated: StarPU frees their buffers). Backward event: before
+ * the first backward task of a segment, the segment's dropped values are made
+ * again by its re-run nodes (recompute forward: batch norm with the saved
+ * statistics); with layer segments, once the segment's backward is emitted,
+ * the values and gradients only it used are released; and (without 1F1B
+ * tokens) per-place fences keep StarPU from starting a re-run before the
+ * backward tasks emitted before it are done (add_fences), so that one
+ * segment's activations are alive at a time. The backward tasks and their
+ * order are those without recompute: the step is bitwise the same. */
+
+/* Release what node i made in micro-batch e->m's forward (its output, and
+ * for tiled nodes their buffers), with the gradients when `grads`. */
+static int drop_node(emit_ctx *e, int i, int grads)
+{
+    hyfi_graph *g = e->g;
+    const node *nd = &g->nodes[i];
+    if (hyfi_spatial_tiled(g, nd)) return hyfi_spatial_drop(e, nd, grads);
+    if (hyfi_emit_drop(e, HV(nd->out))) return -1;
+    return grads && nd->out->gh ? hyfi_emit_drop(e, HG(nd->out)) : 0;
+}
+
+/* Nodes [a, b) of a segment: release the values they made and only the
+ * segment reads (and their gradients). */
+static int drop_segment(emit_ctx *e, int a, int b, int grads)
+{
+    const hyfi_plan *pl = e->g->cc->pl;
+    for (int i = a; i < b; i++)
+        if (pl->rc_rerun[i] && drop_node(e, i, grads)) return -1;
+    return 0;
+}
+
+/* The recompute forward of nodes [a, b) of a segment of stage e->stage. */
+static int rerun_segment(emit_ctx *e, int a, int b)
+{
+    hyfi_graph *g = e->g;
+    const hyfi_plan *pl = g->cc->pl;
+    const int from = e->P->n;
+    e->recompute = 1;
+    int rc = 0;
+    for (int i = a; i < b && !rc; i++) {
+        const node *nd = &g->nodes[i];
+        if (!pl->rc_rerun[i]) continue;
+        rc = hyfi_spatial_tiled(g, nd) ? hyfi_spatial_forward(e, nd, 1) : emit_forward(e, nd, 1);
+    }
+    e->recompute = 0;
+    /* their names: <op>.rfwd... instead of <op>.fwd... */
+    for (int k = from; k < e->P->n; k++) {
+        char *nm = e->P->t[k].name, *f = strstr(nm, ".fwd");
+        if (!f) continue;
+        char rest[64];
+        snprintf(rest, sizeof rest, "%s", f + 1);
+        snprintf(f, sizeof e->P->t[k].name - (size_t)(f - nm), ".r%s", rest);
+    }
+    return rc;
+}
+
+/* End of node i's segment: [i, segment_end). */
+static int segment_end(const hyfi_graph *g, const int *first, int i)
+{
+    const hyfi_plan *pl = g->cc->pl;
+    const int s = g->nodes[i].stage;
+    int b = i + 1;
+    while (b < first[s + 1] && pl->rc_seg[b] == pl->rc_seg[i]) b++;
+    return b;
+}
+
+static int segment_begin(const hyfi_graph *g, const int *first, int i)
+{
+    const hyfi_plan *pl = g->cc->pl;
+    const int s = g->nodes[i].stage;
+    int a = i;
+    while (a > first[s] && pl->rc_seg[a - 1] == pl->rc_seg[i]) a--;
+    return a;
+}
+
 /* The forward of stage e->stage for micro-batch e->m: the tiled tensors it
  * reads whole are gathered first, then its ops in order. */
 static int emit_stage_forward(emit_ctx *e, const int *first, int training)
@@ -144,10 +234,15 @@ static int emit_stage_forward(emit_ctx *e, const int *first, int training)
         hyfi_tensor *t = g->tensors[i];
         if (t->tl && t->tl->full && t->stage == s && hyfi_spatial_gather(e, t)) return -1;
     }
+    const int drop = training && e->P == &g->cc->train_prog && g->cc->pl->recompute;
     for (int i = first[s]; i < first[s + 1]; i++) {
         const node *nd = &g->nodes[i];
         if (hyfi_spatial_tiled(g, nd) ? hyfi_spatial_forward(e, nd, training)
                                       : emit_forward(e, nd, training))
+            return -1;
+        /* re-materialisation: the end of a segment drops what only it reads */
+        if (drop && segment_end(g, first, i) == i + 1 &&
+            drop_segment(e, segment_begin(g, first, i), i + 1, 0))
             return -1;
     }
     return 0;
@@ -184,6 +279,28 @@ static void finish_tasks(emit_ctx *e, int from)
             t->buf[t->nbuf].mode = e->token_mode;
             t->nbuf++;
         }
+    }
+}
+
+/* Re-materialisation: the tasks of a backward event from `from` on get
+ * their place's fence as last buffer, R for the re-runs ([at[2k], at[2k+1]))
+ * and RW|COMMUTE for the others, so that StarPU starts a segment's re-run on a
+ * place only after the backward tasks emitted before it there: one segment's
+ * activations at a time, not every re-run as soon as its inputs exist. */
+static void add_fences(emit_ctx *e, int from, const int *at, int n)
+{
+    for (int k = from, j = 0; k < e->P->n; k++) {
+        prog_task *t = &e->P->t[k];
+        while (j < n && k >= at[2 * j + 1]) j++;
+        if (t->kind != PT_TASK) continue;
+        if (t->nbuf == HYFI_MAX_TASK_BUFFERS) {
+            e->P->overflow = 1;
+            continue;
+        }
+        const int rerun = j < n && k >= at[2 * j];
+        t->buf[t->nbuf].handle = e->g->cc->rc_fence[t->place];
+        t->buf[t->nbuf].mode = rerun ? STARPU_R : (STARPU_RW | STARPU_COMMUTE);
+        t->nbuf++;
     }
 }
 
@@ -231,7 +348,7 @@ static int build_train(hyfi_graph *g, const int *first)
         t->gwritten = 0;
     }
     memset(g->loss->gw, 1, (size_t)g->loss->nh);
-    int rc = 0;
+    int rc = 0, rerun_cap = 0, *rerun_at = NULL; /* recompute: [from, to) of the re-runs */
     for (int k = 0; k < pl->nevents && !rc; k++) {
         const hyfi_pipe_event *ev = &pl->events[k];
         const int s = ev->stage;
@@ -263,14 +380,31 @@ static int build_train(hyfi_graph *g, const int *first)
                 rc = emit_accumulate(e, t, t->gpart[k], nm);
             }
         }
+        int nre = 0;
         for (int i = first[s + 1] - 1; i >= first[s] && !rc; i--) {
             const node *nd = &g->nodes[i];
             const int tiled = hyfi_spatial_tiled(g, nd);
+            /* re-materialisation: a segment's forward again before its backward */
+            if (pl->recompute && segment_end(g, first, i) == i + 1) {
+                const int r0 = ec.P->n;
+                rc = rerun_segment(e, segment_begin(g, first, i), i + 1);
+                if (!rc && ec.P->n > r0 && g->cc->rc_fence) {
+                    if (nre == rerun_cap) {
+                        rerun_cap = rerun_cap ? 2 * rerun_cap : 16;
+                        int *nr = realloc(rerun_at, (size_t)rerun_cap * 2 * sizeof *nr);
+                        if (!nr) rc = -1;
+                        else rerun_at = nr;
+                    }
+                    if (!rc) rerun_at[2 * nre] = r0, rerun_at[2 * nre + 1] = ec.P->n, nre++;
+                }
+            }
             /* Only ops whose output received a gradient propagate one. */
-            if (!nd->out->requires_grad ||
-                !(tiled ? nd->out->tl->gw[ev->mb * pl->P] : TGW(nd->out, ev->mb)))
-                continue;
-            rc = tiled ? hyfi_spatial_backward(e, nd) : emit_backward(e, nd);
+            if (!rc && nd->out->requires_grad &&
+                (tiled ? nd->out->tl->gw[ev->mb * pl->P] : TGW(nd->out, ev->mb)))
+                rc = tiled ? hyfi_spatial_backward(e, nd) : emit_backward(e, nd);
+            /* layer segments: what only the segment used, dropped after its backward */
+            if (!rc && pl->recompute == HYFI_RECOMPUTE_LAYER && segment_begin(g, first, i) == i)
+                rc = drop_segment(e, i, segment_end(g, first, i), 1);
         }
         /* Tiled tensors this stage gathered: their gradient back to the tiles. */
         for (int i = 0; i < g->ntensors && !rc; i++) {
@@ -278,10 +412,12 @@ static int build_train(hyfi_graph *g, const int *first)
             if (t->tl && t->tl->full && t->stage == s) rc = hyfi_spatial_gather_back(e, t);
         }
         finish_tasks(e, from);
+        if (!rc && g->cc->rc_fence) add_fences(e, from, rerun_at, nre);
         if (rc || pl->trivial) continue;
         /* Micro-batch m is done on stage s: release what the stage made for it. */
         rc = hyfi_emit_releases(g, ec.P, s, ev->mb);
     }
+    free(rerun_at);
     if (rc) return rc;
     /* Reading a released tensor after a train step is refused (run.c). */
     for (int i = 0; i < g->ntensors && !pl->trivial; i++) {
@@ -289,6 +425,9 @@ static int build_train(hyfi_graph *g, const int *first)
         t->released = hyfi_release_stage(g, t) != HYFI_KEEP ||
                       (t->tl && hyfi_tiles_release_stage(t) != HYFI_KEEP);
     }
+    /* layer segments drop their values after their backward, even in a trivial plan */
+    for (int i = 0; i < g->ntensors && pl->recompute == HYFI_RECOMPUTE_LAYER; i++)
+        if (pl->rc_drop[i]) g->tensors[i]->released = 1;
     program *P = ec.P;
     if (hyfi_spatial_param_sums(e)) return -1;
     if (hyfi_emit_state_combine(g, P) || hyfi_emit_allreduce(g, P)) return -1;
@@ -342,6 +481,70 @@ static int build_programs(hyfi_graph *g)
     return rc;
 }
 
+/* Re-materialisation: the places' fences (without 1F1B tokens) and the
+ * scratch statistics of the untiled batch norms that are re-run
+ * (hyfi_compiled.rc_bn), one set per replica on its place. */
+static int register_recompute(hyfi_graph *g)
+{
+    const hyfi_plan *pl = g->cc->pl;
+    if (!pl->recompute) return 0;
+    g->cc->rc_bn = calloc((size_t)g->nnodes * pl->nrep * 4, sizeof *g->cc->rc_bn);
+    if (!g->cc->rc_bn) return -1;
+    if (!g->cc->tokens) {
+        g->cc->rc_fence = calloc((size_t)pl->nplaces, sizeof *g->cc->rc_fence);
+        if (!g->cc->rc_fence || hyfi_host_alloc(&g->cc->rc_fence_host, (size_t)pl->nplaces))
+            return -1;
+        memset(g->cc->rc_fence_host, 0, (size_t)pl->nplaces * sizeof(float));
+        for (int q = 0; q < pl->nplaces; q++) {
+            char nm[48];
+            snprintf(nm, sizeof nm, "place%d.recompute_fence", q);
+            hyfi_reg(g, &g->cc->rc_fence[q], g->cc->rc_fence_host + q, 1, sizeof(float),
+                     pl->place_rank[q], HC_PIPELINE, HYFI_KEEP, nm, "", 0, 1);
+        }
+    }
+    static const char *const sfx[4] = {".rerun_mean", ".rerun_var", ".rerun_rmean",
+                                       ".rerun_rvar"};
+    for (int i = 0; i < g->nnodes; i++) {
+        const node *nd = &g->nodes[i];
+        if (!pl->rc_rerun[i] || !hyfi_op_batch_statistics(nd) || hyfi_spatial_tiled(g, nd))
+            continue;
+        for (int r = 0; r < pl->nrep; r++)
+            for (int k = 0; k < 4; k++)
+                hyfi_reg(g, &g->cc->rc_bn[((size_t)i * pl->nrep + r) * 4 + k], NULL,
+                         (size_t)nd->out->dims[1], sizeof(float), hyfi_stage_rank(pl, r, nd->stage),
+                         HC_BNSTATS, HYFI_KEEP, nd->name, sfx[k], r, pl->nrep);
+    }
+    return g->cc->htab_oom ? -1 : 0;
+}
+
+/* Under a memory limit, a task whose buffers together do not fit could never
+ * run: StarPU would evict and wait forever, with or without disk swap. Every
+ * rank checks every rank's tasks of every program (the same decision). */
+static hyfi_status check_task_memory(hyfi_graph *g)
+{
+    const long limit = g->ctx->mem_limit_mb;
+    if (limit <= 0) return HYFI_OK;
+    const program *progs[] = {&g->cc->train_prog, &g->cc->infer_prog, &g->cc->fwd_train_prog};
+    const prog_task *worst = NULL;
+    size_t most = 0;
+    for (size_t p = 0; p < sizeof progs / sizeof *progs; p++)
+        for (int k = 0; k < progs[p]->n; k++) {
+            const prog_task *t = &progs[p]->t[k];
+            if (t->kind != PT_TASK) continue;
+            size_t b = 0;
+            for (int i = 0; i < t->nbuf; i++) b += starpu_data_get_size(t->buf[i].handle);
+            if (b > most) most = b, worst = t;
+        }
+    if (!worst || (double)most / 1e6 <= (double)limit) return HYFI_OK;
+    return hyfi_call_fail(g, HYFI_ERR_NOMEM,
+                          "task %s (rank %d) needs %.0f MB of buffers at once, above the memory "
+                          "limit of %ld MB per process (--mem-limit-mb, STARPU_LIMIT_CPU_MEM): it "
+                          "could never run, even with disk swap; raise the limit (to about twice "
+                          "that), or make the tensors smaller: tiles (--spatial-size, "
+                          "--num-spatial-parts), micro-batches (--parts), a smaller batch",
+                          worst->name, worst->rank, (double)most / 1e6, limit);
+}
+
 /* Everything compile made: programs, handles (the table, then what held
  * them), the plan. */
 void hyfi_compiled_free(hyfi_graph *g)
@@ -349,6 +552,13 @@ void hyfi_compiled_free(hyfi_graph *g)
     if (!g->cc) return;
     hyfi_programs_free(g);
     hyfi_handles_unregister(g);
+    free(g->cc->rc_bn);
+    g->cc->rc_bn = NULL;
+    free(g->cc->rc_fence);
+    g->cc->rc_fence = NULL;
+    if (g->cc->rc_fence_host)
+        starpu_free_noflag(g->cc->rc_fence_host, (size_t)g->cc->pl->nplaces * sizeof(float));
+    g->cc->rc_fence_host = NULL;
     hyfi_spatial_handles_free(g);
     hyfi_handles_free(g);
     hyfi_plan_free(g);
@@ -398,7 +608,8 @@ hyfi_status hyfi_graph_compile(hyfi_graph *g, hyfi_tensor *loss, const hyfi_trai
         hyfi_compiled_free(g);
         return s;
     }
-    if (g->cc->htab_oom || hyfi_spatial_register(g) || g->cc->htab_oom || hyfi_release_index(g)) {
+    if (g->cc->htab_oom || hyfi_spatial_register(g) || g->cc->htab_oom ||
+        register_recompute(g) || hyfi_release_index(g)) {
         hyfi_compiled_free(g);
         return hyfi_graph_fail(g, HYFI_ERR_NOMEM, "out of memory registering the tiles");
     }
@@ -413,6 +624,10 @@ hyfi_status hyfi_graph_compile(hyfi_graph *g, hyfi_tensor *loss, const hyfi_trai
                                    "spatial parts or replicas",
                                    HYFI_MAX_TASK_BUFFERS);
         return hyfi_graph_fail(g, HYFI_ERR_NOMEM, "out of memory building the task programs");
+    }
+    if ((s = check_task_memory(g)) != HYFI_OK) {
+        hyfi_compiled_free(g);
+        return s;
     }
     hyfi_plan_predict_comm(g);
     if (g->ctx->trace_dir) hyfi_trace_note_plan(g);

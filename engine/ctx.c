@@ -9,6 +9,7 @@
 #include <errno.h>
 #include <stdatomic.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <starpu_mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -45,6 +46,31 @@ hyfi_ctx_config hyfi_ctx_config_default(void)
 
 static hyfi_status ctx_create(hyfi_ctx **out, const hyfi_ctx_config *cfg_in);
 
+/* Out-of-core: the swap folder exists (created if missing) and is writable;
+ * *mb: the size StarPU may put there (swap_mb, or 90% of the free space). */
+static hyfi_status swap_check(const hyfi_ctx_config *cfg, long *mb)
+{
+    const char *dir = cfg->swap_dir;
+    if (!*dir) return hyfi_fail(HYFI_ERR_ARG, "hyfi_ctx_create: swap_dir is empty; give a folder");
+    if (mkdir(dir, 0777) && errno != EEXIST)
+        return hyfi_fail(HYFI_ERR_IO, "swap folder %s: cannot create it (%s); give a writable "
+                                      "folder", dir, strerror(errno));
+    if (access(dir, W_OK | X_OK))
+        return hyfi_fail(HYFI_ERR_IO, "swap folder %s: not writable (%s); give a writable folder",
+                         dir, strerror(errno));
+    struct statvfs fs;
+    const double avail = statvfs(dir, &fs) == 0 ? (double)fs.f_bavail * (double)fs.f_frsize : 0;
+    if (cfg->swap_mb < 0 || (cfg->swap_mb > 0 && cfg->swap_mb < 16))
+        return hyfi_fail(HYFI_ERR_ARG, "hyfi_ctx_create: swap_mb %d: StarPU's disk swap takes at "
+                                       "least 16 MB (0: 90%% of the free space)", cfg->swap_mb);
+    *mb = cfg->swap_mb > 0 ? cfg->swap_mb : (long)(0.9 * avail / (1 << 20));
+    if (*mb < 16)
+        return hyfi_fail(HYFI_ERR_IO, "swap folder %s: %.0f MB free, StarPU's disk swap needs at "
+                                      "least 16 MB; free some space or give another folder", dir,
+                         avail / (1 << 20));
+    return HYFI_OK;
+}
+
 hyfi_status hyfi_ctx_create(const hyfi_ctx_config *cfg, hyfi_ctx **out)
 {
     if (!out) return hyfi_fail(HYFI_ERR_ARG, "hyfi_ctx_create: ctx pointer is NULL");
@@ -52,8 +78,25 @@ hyfi_status hyfi_ctx_create(const hyfi_ctx_config *cfg, hyfi_ctx **out)
     if (atomic_exchange(&g_ctx_alive, 1))
         return hyfi_fail(HYFI_ERR_STATE, "hyfi_ctx_create: a context already exists in this "
                                          "process; destroy it first (one per process)");
+    /* Under mpiexec, the child that names this rank if it dies (sentinel.c):
+     * forked before MPI and StarPU start (no threads, no registered memory). */
+#ifdef STARPU_SIMGRID
+    const int mpi = 0; /* a simulation: no sentinel (its child would watch the simulator) */
+#else
+    const int mpi = cfg && cfg->mpi >= 0 ? cfg->mpi : launched_by_mpiexec();
+#endif
+    int inited = 0;
+    if (mpi) MPI_Initialized(&inited);
+    if (mpi && !inited) hyfi_sentinel_start();
     const hyfi_status s = ctx_create(out, cfg);
-    if (s != HYFI_OK) atomic_store(&g_ctx_alive, 0);
+    if (s != HYFI_OK) {
+        hyfi_sentinel_stop();
+        atomic_store(&g_ctx_alive, 0);
+    } else if ((*out)->nranks > 1) {
+        hyfi_sentinel_arm((*out)->rank, (*out)->nranks);
+    } else {
+        hyfi_sentinel_stop();
+    }
     return s;
 }
 
@@ -72,6 +115,17 @@ static hyfi_status ctx_create(hyfi_ctx **out, const hyfi_ctx_config *cfg_in)
                                                "CUDA codelets; rebuild with nvcc and cuDNN, or "
                                                "use the CPU device");
 
+    if (cfg.mem_limit_mb < 0)
+        return hyfi_fail(HYFI_ERR_ARG, "hyfi_ctx_create: mem_limit_mb %d must be >= 0 (0: none)",
+                         cfg.mem_limit_mb);
+    long swap_mb = 0;
+    if (cfg.swap_dir) {
+        hyfi_status ss = swap_check(&cfg, &swap_mb);
+        if (ss != HYFI_OK) return ss;
+    } else if (cfg.swap_mb) {
+        return hyfi_fail(HYFI_ERR_ARG, "hyfi_ctx_create: swap_mb %d needs swap_dir (where to "
+                                       "swap)", cfg.swap_mb);
+    }
 #ifdef STARPU_SIMGRID
     {
         char why[512];
@@ -81,6 +135,7 @@ static hyfi_status ctx_create(hyfi_ctx **out, const hyfi_ctx_config *cfg_in)
 #endif
     hyfi_ctx *ctx = calloc(1, sizeof *ctx);
     if (!ctx) return hyfi_fail(HYFI_ERR_NOMEM, "hyfi_ctx_create: out of memory");
+    ctx->swap_node = -1;
 #ifdef STARPU_SIMGRID
     /* Simulation: every rank is an SMPI process (starpu_smpirun), with no
      * launcher environment to look at. */
@@ -161,6 +216,27 @@ static hyfi_status ctx_create(hyfi_ctx **out, const hyfi_ctx_config *cfg_in)
             ctx->own_mpi = 1;
         }
     }
+    /* StarPU reads its memory limit at initialisation: set for it, then the
+     * environment as it was (a later context without a limit has none) */
+    char *env_limit = NULL;
+    if (cfg.mem_limit_mb > 0) {
+        const char *old = getenv("STARPU_LIMIT_CPU_MEM");
+        env_limit = strdup(old ? old : "");
+        if (!env_limit) {
+            if (ctx->own_mpi) MPI_Finalize();
+            free(ctx->trace_dir);
+            free(ctx);
+            return hyfi_fail(HYFI_ERR_NOMEM, "hyfi_ctx_create: out of memory");
+        }
+        char v[32];
+        snprintf(v, sizeof v, "%d", cfg.mem_limit_mb);
+        setenv("STARPU_LIMIT_CPU_MEM", v, 1);
+    }
+
+    {
+        const char *lim = getenv("STARPU_LIMIT_CPU_MEM");
+        ctx->mem_limit_mb = lim && atol(lim) > 0 ? atol(lim) : 0;
+    }
     if (ctx->mpi) {
         /* StarPU-MPI counts bytes per destination only when told so before
          * its initialisation (and prints the counts at shutdown). */
@@ -168,6 +244,12 @@ static hyfi_status ctx_create(hyfi_ctx **out, const hyfi_ctx_config *cfg_in)
         rc = starpu_mpi_init_conf(NULL, NULL, !ctx->own_mpi, MPI_COMM_WORLD, &conf);
     } else {
         rc = starpu_init(&conf);
+    }
+    if (env_limit) {
+        if (*env_limit) setenv("STARPU_LIMIT_CPU_MEM", env_limit, 1);
+        else unsetenv("STARPU_LIMIT_CPU_MEM");
+        free(env_limit);
+        env_limit = NULL;
     }
     if (rc != 0) {
         int mpi = ctx->mpi;
@@ -185,6 +267,24 @@ static hyfi_status ctx_create(hyfi_ctx **out, const hyfi_ctx_config *cfg_in)
                              cfg.device == HYFI_DEVICE_CUDA ? "cuda" : "cpu/auto", cfg.ncpus);
         return hyfi_fail(HYFI_ERR_RUNTIME, "StarPU%s initialisation failed (%d: %s)",
                          mpi ? "-MPI" : "", rc, strerror(-rc));
+    }
+    if (cfg.swap_dir) {
+        /* a disk memory node: StarPU evicts data there when main memory is at the limit
+         * (it measures the disk's bandwidth first: a few 16 MB writes) */
+        ctx->swap_mb = swap_mb;
+        ctx->swap_node = starpu_disk_register(&starpu_disk_unistd_ops, (void *)cfg.swap_dir,
+                                              (starpu_ssize_t)swap_mb << 20);
+        if (ctx->swap_node < 0) {
+            const int code = ctx->swap_node;
+            if (ctx->mpi) starpu_mpi_shutdown();
+            else starpu_shutdown();
+            if (ctx->own_mpi) MPI_Finalize();
+            free(ctx->trace_dir);
+            free(ctx);
+            return hyfi_fail(HYFI_ERR_IO, "swap folder %s: StarPU could not register it as a disk "
+                                          "memory node (%d); give another folder",
+                             cfg.swap_dir, code);
+        }
     }
     ctx->ncpu = (int)starpu_cpu_worker_get_count();
     ctx->ncuda = (int)starpu_cuda_worker_get_count();
@@ -311,6 +411,7 @@ void hyfi_ctx_destroy(hyfi_ctx *ctx)
     free(ctx->cuda_worker);
     free(ctx->cuda_mem);
     free(ctx);
+    hyfi_sentinel_stop();
     atomic_store(&g_ctx_alive, 0);
 }
 

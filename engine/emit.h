@@ -15,6 +15,10 @@ typedef struct emit_ctx_s {
     int place;                           /* the event's default place */
     int prio;
     enum starpu_data_access_mode token_mode; /* 1F1B: R for forwards, RW|COMMUTE backwards */
+    /* Re-materialisation: the forward being emitted re-runs a segment before its
+     * backward (batch norm normalises with the saved batch statistics and
+     * computes no statistics, running ones untouched) */
+    int recompute;
 } emit_ctx;
 
 #define TASK(cl, nm, args)                                                                  \
@@ -68,6 +72,13 @@ void hyfi_task_name(char *out, size_t len, const node *nd, const char *pass, con
 int hyfi_grad_sum_mode(emit_ctx *e, starpu_data_handle_t h, unsigned char *written, size_t numel,
                        const char *name, enum starpu_data_access_mode *mode, int *acc);
 int hyfi_emit_release(program *P, starpu_data_handle_t h, int owner);
+/* Re-materialisation: drop the contents of registered handle h (NULL: none)
+ * now, a release by its owner (found in the handle table). */
+int hyfi_emit_drop(emit_ctx *e, starpu_data_handle_t h);
+/* spatial.c: drop what tiled node nd made in micro-batch e->m's forward (its
+ * output's tiles, its assembled buffers and halo strips; a fused-halo group's
+ * buffers with its last op), with their gradients when `grads`. */
+int hyfi_spatial_drop(emit_ctx *e, const node *nd, int grads);
 
 /* spatial.c: tasks of tiled stages (see there). */
 int hyfi_spatial_forward(emit_ctx *e, const node *nd, int training);

@@ -236,6 +236,9 @@ hyfi_status hyfi_register_tensors(hyfi_graph *g)
         switch (t->kind) {
         case T_INPUT:
         case T_LABELS:
+            /* a tiled input that no untiled op reads lives in its tiles only: no host
+             * copy of the whole batch (16,384^2 RGB is 3 GiB an image) */
+            if (t->tl && !t->tl->full) own = 0;
             if (own) {
                 if (hyfi_host_alloc(&t->host, t->numel)) goto oom;
                 memset(t->host, 0, t->numel * 4);

@@ -18,6 +18,54 @@ uint64_t hyfi_hash_bytes(uint64_t h, const void *p, size_t n)
     return h;
 }
 
+#define FNV_PRIME UINT64_C(0x100000001b3)
+#define FNV_BASIS UINT64_C(0xcbf29ce484222325)
+
+void hyfi_sum_init(hyfi_sum *s)
+{
+    memset(s, 0, sizeof *s);
+    for (int k = 0; k < 8; k++) s->lane[k] = FNV_BASIS + (uint64_t)k;
+}
+
+static void sum_blocks(hyfi_sum *s, const unsigned char *b, size_t nblocks)
+{
+    uint64_t l[8];
+    memcpy(l, s->lane, sizeof l);
+    for (size_t i = 0; i < nblocks; i++, b += 64)
+        for (int k = 0; k < 8; k++) {
+            uint64_t w;
+            memcpy(&w, b + 8 * k, sizeof w); /* little-endian files: native order here */
+            l[k] = (l[k] ^ w) * FNV_PRIME;
+        }
+    memcpy(s->lane, l, sizeof l);
+}
+
+void hyfi_sum_add(hyfi_sum *s, const void *p, size_t n)
+{
+    const unsigned char *b = p;
+    s->total += n;
+    if (s->nbuf) {
+        const size_t take = n < 64 - s->nbuf ? n : 64 - s->nbuf;
+        memcpy(s->buf + s->nbuf, b, take);
+        s->nbuf += take, b += take, n -= take;
+        if (s->nbuf < 64) return;
+        sum_blocks(s, s->buf, 1);
+        s->nbuf = 0;
+    }
+    sum_blocks(s, b, n / 64);
+    b += n / 64 * 64;
+    n %= 64;
+    memcpy(s->buf, b, n);
+    s->nbuf = n;
+}
+
+uint64_t hyfi_sum_end(const hyfi_sum *s)
+{
+    uint64_t h = hyfi_hash_bytes(FNV_BASIS, s->lane, sizeof s->lane);
+    h = hyfi_hash_bytes(h, s->buf, s->nbuf);
+    return hyfi_hash_bytes(h, &s->total, sizeof s->total);
+}
+
 uint64_t hyfi_hash_str(uint64_t h, const char *s)
 {
     /* the terminating zero too: "ab","c" and "a","bc" differ */

@@ -243,6 +243,7 @@ typedef struct {
     prog_task *t;
     int n, cap;
     int overflow; /* a task was given more than HYFI_MAX_TASK_BUFFERS buffers */
+    unsigned char *skip; /* MPI: 1 where this rank need not submit task i (run.c), or NULL */
 } program;
 
 struct hyfi_ctx {
@@ -264,6 +265,9 @@ struct hyfi_ctx {
     char trace_err_file[32]; /* and its file (hyfi_handles.tsv, ...) */
     int64_t agree_seq;    /* agreements between the ranks so far (agree.c: their tags) */
     struct hyfi_watchdog *wd; /* MPI runs with a watchdog (hyfi_ctx_config.watchdog_s) */
+    long mem_limit_mb;    /* StarPU's main-memory limit of this process (MB), 0: none */
+    int swap_node;        /* the out-of-core disk memory node (swap_dir), -1: none */
+    long swap_mb;         /* its size (MB) */
 };
 
 struct hyfi_graph {
@@ -303,6 +307,18 @@ typedef struct hyfi_compiled {
     hyfi_hentry *htab;     /* the handle table (handles.c) */
     int nhtab, caphtab, htab_oom;
     int *rel_first, *rel_idx; /* released entries by (stage, micro-batch): hyfi_release_index */
+    struct hyfi_howner *howner; /* re-materialisation: handles and owners, sorted (program.c) */
+    /* re-materialisation: per untiled batch norm re-run and replica, 4 scratch
+     * handles (C floats) for the statistics its re-run computes again:
+     * [(node * nrep + rep) * 4 + k] (compile.c) */
+    starpu_data_handle_t *rc_bn;
+    /* re-materialisation without 1F1B tokens: per place a one-float fence that
+     * the backward tasks write (RW|COMMUTE) and the re-runs read (R), so that a
+     * segment is re-run only once the backward emitted before it is done there
+     * (compile.c) */
+    starpu_data_handle_t *rc_fence;
+    float *rc_fence_host;
+    int nhowner;
     float *dloss_host;     /* constant 1/M per micro-batch: the seed of the backward pass */
     starpu_data_handle_t *dloss; /* M handles */
     starpu_data_handle_t *tokens; /* 1F1B: per stage, inflight slots (1 float each) */
@@ -360,9 +376,15 @@ hyfi_status hyfi_io_write_atomic(hyfi_graph *g, const char *who, const char *pat
 hyfi_status hyfi_io_read_whole(hyfi_graph *g, const char *who, const char *path,
                                unsigned char **buf, size_t *len);
 /* Bring handle h (owned anywhere) to rank 0 into host (NULL on rank 0: fetched
- * but not copied; the caller then fails the save). Every rank calls it. */
-void hyfi_io_gather(hyfi_graph *g, starpu_data_handle_t h, void *host, size_t bytes);
-/* The status of a collective call made common to every rank (hyfi_agree);
+ * but not copied; the caller then fails the save). Every rank calls it, in the
+ * same order. The copies complete in hyfi_io_gather_wait: all the handles of a
+ * save are in flight at once (one blocking acquire each cost ~3 ms). */
+typedef struct hyfi_io_batch hyfi_io_batch;
+hyfi_io_batch *hyfi_io_batch_new(void); /* NULL: out of memory (gathers then block) */
+void hyfi_io_gather(hyfi_graph *g, hyfi_io_batch *b, starpu_data_handle_t h, void *host,
+                    size_t bytes);
+void hyfi_io_gather_wait(hyfi_graph *g, hyfi_io_batch *b); /* and frees b */
+/* agree.c: the status of a collective call made common to every rank (hyfi_agree);
  * root_only: only rank 0's counts (saving). */
 hyfi_status hyfi_io_agree(hyfi_graph *g, hyfi_status st, int root_only);
 /* In MPI runs, at hyfi_graph_compile: the compile's local outcome, the graph's
@@ -378,6 +400,20 @@ static inline int hyfi_tensor_saved(const hyfi_tensor *t)
 /* init.c: FNV-1a, 64 bits: start from h = 0xcbf29ce484222325. */
 uint64_t hyfi_hash_bytes(uint64_t h, const void *p, size_t n);
 uint64_t hyfi_hash_str(uint64_t h, const char *s);
+/* A checksum of a byte stream at memory speed (files' checksums): FNV-1a on
+ * 8 independent lanes of 64-bit words (a 64-byte block gives each lane one
+ * word), then the lanes, the tail and the length through byte FNV-1a. Any
+ * change of one word is always detected (each step is a bijection). The same
+ * bytes give the same sum however they are split over _add calls. */
+typedef struct {
+    uint64_t lane[8];
+    unsigned char buf[64];
+    size_t nbuf;
+    uint64_t total;
+} hyfi_sum;
+void hyfi_sum_init(hyfi_sum *s);
+void hyfi_sum_add(hyfi_sum *s, const void *p, size_t n);
+uint64_t hyfi_sum_end(const hyfi_sum *s);
 
 /* watchdog.c: the watchdog of MPI runs (hyfi_ctx_config.watchdog_s). A rank
  * waits for the others between hyfi_wait_begin and hyfi_wait_end (nested
@@ -388,6 +424,15 @@ hyfi_status hyfi_watchdog_start(hyfi_ctx *ctx, int limit_s);
 void hyfi_watchdog_stop(hyfi_ctx *ctx);
 void hyfi_wait_begin(hyfi_ctx *ctx, const char *what);
 void hyfi_wait_end(hyfi_ctx *ctx);
+
+/* sentinel.c: the death notice of MPI runs (one per process). _start forks
+ * the child that prints the rank's line if the process dies without ending
+ * in order (before MPI is initialised); _arm gives it the rank; _quiet tells
+ * it that the process ends in order (exit() does too); _stop ends it. */
+void hyfi_sentinel_start(void);
+void hyfi_sentinel_arm(int rank, int nranks);
+void hyfi_sentinel_quiet(void);
+void hyfi_sentinel_stop(void);
 
 /* graph.c */
 void hyfi_tensor_free(hyfi_tensor *t);
@@ -449,6 +494,17 @@ typedef struct hyfi_plan {
     /* estimates per stage */
     double *stage_flops;   /* forward FLOPs of the whole batch */
     size_t *stage_params, *stage_param_bytes, *stage_act_bytes;
+    /* the activation estimate of each stage under each recompute mode:
+     * [mode * nstages + s] (stage_act_bytes: the plan's own mode) */
+    size_t *stage_act_mode;
+    /* Re-materialisation (hyfi_plan_config.recompute): per node its segment
+     * (its stage, or its layer) and whether it is re-run before the segment's
+     * backward; per tensor (by id) whether its values are dropped after the
+     * segment's forward (an activation read only inside its segment, not the
+     * loss, not gathered whole). All zero without recompute. */
+    hyfi_recompute recompute;
+    int *rc_seg;
+    unsigned char *rc_rerun, *rc_drop;
     size_t *pred_bytes;    /* nranks x nranks: bytes from rank a to rank b per train step */
     size_t *pred_halo;     /* the part of pred_bytes that is halo strips (spatial) */
     size_t halo_volume;    /* halo bytes between tiles on different ranks per step, from
@@ -488,6 +544,11 @@ void hyfi_spatial_plan_free(hyfi_graph *g);    /* spatial_plan.c */
 size_t hyfi_spatial_halo_volume(const hyfi_graph *g);
 void hyfi_spatial_halo_counts(const hyfi_graph *g, int *groups, int *fused_ops, int *strips);
 int hyfi_spatial_tiled(const hyfi_graph *g, const node *nd);
+/* Re-materialisation of fused-halo groups (spatial_plan.c): a group is re-run
+ * whole, when its last output is dropped and its ops lie in one segment;
+ * else its last output is kept and none of its ops re-run. */
+void hyfi_spatial_recompute_groups(const hyfi_graph *g, const int *seg, unsigned char *rerun,
+                                   unsigned char *drop);
 /* Rank of tile t of a tensor's tiles. */
 int hyfi_tile_rank(const hyfi_graph *g, const hyfi_tiles *tl, int t, int rep);
 size_t hyfi_tile_numel(const hyfi_tensor *x, int t); /* one micro-batch */

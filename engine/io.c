@@ -38,6 +38,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <signal.h>
 #include <starpu_mpi.h>
 #include <stdio.h>
@@ -50,22 +51,6 @@ static const char MAGIC[8] = {'H', 'Y', 'F', 'I', 'P', 'R', 'M', '1'};
 #define FNV_INIT 0xCBF29CE484222325ull
 #define FNV_PRIME 0x100000001B3ull
 #define MAX_LINKS 40 /* symbolic links followed, as the kernel's MAXSYMLINKS */
-
-/* ------------------------------------------------- collective status (MPI) */
-/* Make the status of a collective call common to every rank (hyfi_agree):
- * root_only, only rank 0's counts (saving: rank 0 writes); else every rank's.
- * A rank that failed keeps its message; the others get "rank k: <message>"
- * of the lowest failing rank (just the message when all failed alike). */
-hyfi_status hyfi_io_agree(hyfi_graph *g, hyfi_status st, int root_only)
-{
-    hyfi_ctx *c = g->ctx;
-    if (!c->mpi || c->nranks < 2) return st;
-    if (root_only && c->rank != 0) st = HYFI_OK;
-    char own[512], out[512];
-    snprintf(own, sizeof own, "%s", st != HYFI_OK ? hyfi_last_error() : "");
-    const hyfi_status s = hyfi_agree(c, st, own, NULL, out, sizeof out);
-    return s == HYFI_OK ? HYFI_OK : hyfi_call_fail(g, s, "%s", out);
-}
 
 /* ------------------------------------------------------------------ saving */
 typedef struct {
@@ -315,10 +300,79 @@ hyfi_status hyfi_io_write_atomic(hyfi_graph *g, const char *who, const char *pat
     return st;
 }
 
-void hyfi_io_gather(hyfi_graph *g, starpu_data_handle_t h, void *host, size_t bytes)
+struct hyfi_io_batch {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    size_t pending;
+};
+
+typedef struct {
+    hyfi_io_batch *b;
+    starpu_data_handle_t h;
+    void *host;
+    size_t bytes;
+} gather_item;
+
+hyfi_io_batch *hyfi_io_batch_new(void)
 {
-    if (host || g->ctx->rank != 0) hyfi_handle_read(g, h, 0, host, bytes);
-    else if (g->ctx->mpi) starpu_mpi_get_data_on_node_detached(MPI_COMM_WORLD, h, 0, NULL, NULL);
+    hyfi_io_batch *b = calloc(1, sizeof *b);
+    if (!b) return NULL;
+    pthread_mutex_init(&b->mu, NULL);
+    pthread_cond_init(&b->cv, NULL);
+    return b;
+}
+
+/* StarPU calls it once the handle is readable here: copy, release, count down. */
+static void gather_done(void *arg)
+{
+    gather_item *it = arg;
+    memcpy(it->host, (void *)starpu_vector_get_local_ptr(it->h), it->bytes);
+    starpu_data_release(it->h);
+    pthread_mutex_lock(&it->b->mu);
+    if (--it->b->pending == 0) pthread_cond_signal(&it->b->cv);
+    pthread_mutex_unlock(&it->b->mu);
+    free(it);
+}
+
+void hyfi_io_gather(hyfi_graph *g, hyfi_io_batch *b, starpu_data_handle_t h, void *host,
+                    size_t bytes)
+{
+    gather_item *it = b && host && g->ctx->rank == 0 ? malloc(sizeof *it) : NULL;
+    if (!it) { /* another rank's part, rank 0 out of memory, or no batch: one at a time */
+        if (host || g->ctx->rank != 0) {
+            hyfi_handle_read(g, h, 0, host, bytes);
+        } else if (g->ctx->mpi) {
+            starpu_mpi_get_data_on_node_detached(MPI_COMM_WORLD, h, 0, NULL, NULL);
+            starpu_mpi_cache_flush(MPI_COMM_WORLD, h);
+        }
+        return;
+    }
+    if (g->ctx->mpi) starpu_mpi_get_data_on_node_detached(MPI_COMM_WORLD, h, 0, NULL, NULL);
+    *it = (gather_item){.b = b, .h = h, .host = host, .bytes = bytes};
+    pthread_mutex_lock(&b->mu);
+    b->pending++;
+    pthread_mutex_unlock(&b->mu);
+    if (starpu_data_acquire_cb(h, STARPU_R, gather_done, it) != 0) {
+        /* not taken: do it here (the handle is valid; this cannot happen in practice) */
+        starpu_data_acquire(h, STARPU_R);
+        gather_done(it);
+    }
+    /* As hyfi_handle_read: no received copy stays behind (its invalidation
+     * comes after the read just submitted, in the handle's order). */
+    if (g->ctx->mpi) starpu_mpi_cache_flush(MPI_COMM_WORLD, h);
+}
+
+void hyfi_io_gather_wait(hyfi_graph *g, hyfi_io_batch *b)
+{
+    if (!b) return;
+    hyfi_wait_begin(g->ctx, "gathering tensors to rank 0 (saving a checkpoint or model)");
+    pthread_mutex_lock(&b->mu);
+    while (b->pending) pthread_cond_wait(&b->cv, &b->mu);
+    pthread_mutex_unlock(&b->mu);
+    hyfi_wait_end(g->ctx);
+    pthread_cond_destroy(&b->cv);
+    pthread_mutex_destroy(&b->mu);
+    free(b);
 }
 
 hyfi_status hyfi_save_params(hyfi_graph *g, const char *path)
@@ -337,11 +391,14 @@ hyfi_status hyfi_save_params(hyfi_graph *g, const char *path)
         if (!hyfi_tensor_saved(t)) continue;
         if (!(vals[i] = malloc(t->numel * sizeof(float)))) oom = 1;
     }
+    hyfi_io_batch *batch = hyfi_io_batch_new();
     for (int i = 0; i < g->ntensors; i++) {
         hyfi_tensor *t = g->tensors[i];
         if (hyfi_tensor_saved(t))
-            hyfi_io_gather(g, t->h[0], root && !oom ? vals[i] : NULL, t->numel * sizeof(float));
+            hyfi_io_gather(g, batch, t->h[0], root && !oom ? vals[i] : NULL,
+                           t->numel * sizeof(float));
     }
+    hyfi_io_gather_wait(g, batch);
     hyfi_status st = HYFI_OK;
     if (oom) st = hyfi_call_fail(g, HYFI_ERR_NOMEM, "hyfi_save_params: out of memory");
     else if (root) {

@@ -262,7 +262,9 @@ int hyfi_op_forward(emit_ctx *e, const hyfi_opview *v)
     case OP_BATCHNORM:
         if (v->batch_stats) {
             PUSH(&hyfi_cl_batchnorm_forward_train, "fwd", a);
-            W(v->y), W(v->s[0]), W(v->s[1]), RW(v->p[2]), RW(v->p[3]);
+            W(v->y), W(v->s[0]), W(v->s[1]);
+            hyfi_prog_buf(P, v->p[2], v->scratch_stats ? STARPU_W : STARPU_RW);
+            hyfi_prog_buf(P, v->p[3], v->scratch_stats ? STARPU_W : STARPU_RW);
             R(v->x[0]), R(v->p[0]), R(v->p[1]);
         } else {
             PUSH(&hyfi_cl_batchnorm_forward_eval, "fwd", a);

@@ -48,6 +48,10 @@ typedef struct hyfi_opview {
     /* batch norm forward: 1 computes the batch statistics into s[] (and the
      * running ones); 0 normalises with stat[] (running or given statistics) */
     int batch_stats;
+    /* with batch_stats: s[] and p[2], p[3] are scratch handles the task only
+     * writes (re-materialisation: the same kernel on the same x gives the same
+     * y; the saved and running statistics stay untouched) */
+    int scratch_stats;
     starpu_data_handle_t stat[2];
     starpu_data_handle_t dy;
     hyfi_gout dx[HYFI_OP_MAX_IN];

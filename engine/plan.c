@@ -88,6 +88,11 @@ hyfi_status hyfi_graph_set_plan(hyfi_graph *g, const hyfi_plan_config *p)
         return hyfi_call_fail(g, HYFI_ERR_ARG, "hyfi_graph_set_plan: unknown all-reduce %d; use "
                                                "HYFI_ALLREDUCE_AUTO, _RING or _TREE",
                               (int)p->allreduce);
+    if (p->recompute != HYFI_RECOMPUTE_NONE && p->recompute != HYFI_RECOMPUTE_STAGE &&
+        p->recompute != HYFI_RECOMPUTE_LAYER)
+        return hyfi_call_fail(g, HYFI_ERR_ARG, "hyfi_graph_set_plan: unknown recompute mode %d; "
+                                               "use HYFI_RECOMPUTE_NONE, _STAGE or _LAYER",
+                              (int)p->recompute);
     if (p->replications > 1 && p->gems != HYFI_GEMS_MASTER)
         return hyfi_call_fail(g, HYFI_ERR_ARG, "hyfi_graph_set_plan: %d replications need GEMS "
                                                "MASTER (--gems master); MAST has one pair of "
@@ -133,6 +138,10 @@ void hyfi_plan_free(hyfi_graph *g)
     free(pl->stage_params);
     free(pl->stage_param_bytes);
     free(pl->stage_act_bytes);
+    free(pl->stage_act_mode);
+    free(pl->rc_seg);
+    free(pl->rc_rerun);
+    free(pl->rc_drop);
     free(pl->pred_bytes);
     free(pl);
     g->cc->pl = NULL;
@@ -180,23 +189,35 @@ static double host_memory_bytes(void)
  * activations, their gradients and saved tensors of the micro-batches in
  * flight): an upper bound of what was measured (docs/results.md). *worst: the
  * first stage it holds. */
-static double place_bytes(const hyfi_plan *pl, int q)
+/* act: per stage, the activation estimate (stage_act_bytes, or another
+ * recompute mode's row of stage_act_mode). */
+static double place_bytes_with(const hyfi_plan *pl, int q, const size_t *act)
 {
     const int s = pl->place_stage[q];
-    return (double)pl->stage_act_bytes[s] +
+    return (double)act[s] +
            (q % pl->nplaces1 == pl->stage_place0[s] ? (double)pl->stage_param_bytes[s] : 0);
 }
 
-static double rank_need_bytes(const hyfi_plan *pl, int r, int *worst)
+static double place_bytes(const hyfi_plan *pl, int q)
+{
+    return place_bytes_with(pl, q, pl->stage_act_bytes);
+}
+
+static double rank_need_with(const hyfi_plan *pl, int r, const size_t *act, int *worst)
 {
     double need = 0;
     *worst = -1;
     for (int q = 0; q < pl->nplaces; q++) {
         if (pl->place_rank[q] != r) continue;
-        need += place_bytes(pl, q);
+        need += place_bytes_with(pl, q, act);
         if (*worst < 0 || pl->place_stage[q] < *worst) *worst = pl->place_stage[q];
     }
     return need;
+}
+
+static double rank_need_bytes(const hyfi_plan *pl, int r, int *worst)
+{
+    return rank_need_with(pl, r, pl->stage_act_bytes, worst);
 }
 
 #define MEMORY_FIXES                                                                        \
@@ -247,19 +268,51 @@ static hyfi_status check_memory_limit(hyfi_graph *g)
 {
     const hyfi_plan *pl = g->cc->pl;
     const int R = g->ctx->nranks;
-    const char *env = getenv("STARPU_LIMIT_CPU_MEM");
-    const long limit = env ? atol(env) : 0;
+    const long limit = g->ctx->mem_limit_mb;
     int worst;
     if (limit > 0) {
         for (int r = 0; r < R; r++) {
             const double need = rank_need_bytes(pl, r, &worst);
-            if (need / 1e6 > (double)limit)
-                return hyfi_call_fail(g, HYFI_ERR_NOMEM,
-                                      "the plan needs an estimated %.0f MB on rank %d (stage %d "
-                                      "and the others it holds), above StarPU's memory limit of "
-                                      "%ld MB per process (STARPU_LIMIT_CPU_MEM), under which it "
-                                      "would wait for memory forever; " MEMORY_FIXES,
-                                      need / 1e6, r, worst, limit);
+            const int wstage = worst;
+            if (need / 1e6 <= (double)limit) continue;
+            if (g->ctx->swap_node >= 0) {
+                /* out-of-core: StarPU evicts to the disk what is above the limit */
+                if (g->ctx->rank == r && g->ctx->verbose)
+                    fprintf(stderr, "hyfi: rank %d: the plan needs an estimated %.0f MB, above "
+                                    "the memory limit of %ld MB: StarPU will swap about %.0f MB "
+                                    "to disk (slower)\n",
+                            r, need / 1e6, limit, need / 1e6 - (double)limit);
+                continue;
+            }
+            /* the fixes, with their estimates for this rank (the message fits 512 bytes) */
+            char fixes[320] = "";
+            size_t n = 0;
+            static const char *const mode[] = {"none", "stage", "layer"};
+            for (int m = HYFI_RECOMPUTE_LAYER; m >= HYFI_RECOMPUTE_STAGE; m--) {
+                if (m == (int)pl->recompute) continue;
+                const double e = rank_need_with(pl, r, pl->stage_act_mode + (size_t)m * pl->nstages,
+                                                &worst);
+                n += (size_t)snprintf(fixes + n, n < sizeof fixes ? sizeof fixes - n : 0,
+                                      "--recompute %s %.0f; ", mode[m], e / 1e6);
+            }
+            double place = 0, place_layer = 0;
+            for (int q = 0; q < pl->nplaces; q++) {
+                const double b = place_bytes(pl, q),
+                             bl = place_bytes_with(pl, q, pl->stage_act_mode +
+                                                              2 * (size_t)pl->nstages);
+                if (b > place) place = b;
+                if (bl > place_layer) place_layer = bl;
+            }
+            snprintf(fixes + n, n < sizeof fixes ? sizeof fixes - n : 0,
+                     "one place per rank (stages, tiles on more ranks) %.0f for the largest, "
+                     "%.0f with --recompute layer; --swap-dir DIR trains, ~%.0f swapped to disk",
+                     place / 1e6, place_layer / 1e6, need / 1e6 - (double)limit);
+            return hyfi_call_fail(g, HYFI_ERR_NOMEM,
+                                  "the plan needs an estimated %.0f MB on rank %d (stage %d on), "
+                                  "above the memory limit of %ld MB per process (--mem-limit-mb, "
+                                  "STARPU_LIMIT_CPU_MEM): StarPU would wait forever. Fixes, MB "
+                                  "on rank %d: %s",
+                                  need / 1e6, r, wstage, limit, r, fixes);
         }
         return HYFI_OK;
     }
@@ -291,6 +344,122 @@ static hyfi_status check_memory_limit(hyfi_graph *g)
         }
     }
     return HYFI_OK;
+}
+
+/* Re-materialisation under `mode`: each node's segment (its stage, or its
+ * layer), the tensors dropped after their segment's forward (activations
+ * only its own segment reads; not the loss, not a tiled tensor gathered
+ * whole) and the nodes re-run before the segment's backward (those that make
+ * them; fused-halo groups whole or not at all). */
+static void recompute_classify(const hyfi_graph *g, hyfi_recompute mode, int *seg,
+                               unsigned char *rerun, unsigned char *drop)
+{
+    const hyfi_plan *pl = g->cc->pl;
+    for (int i = 0; i < g->nnodes; i++)
+        seg[i] = mode == HYFI_RECOMPUTE_LAYER ? pl->layer_of_node[i] : g->nodes[i].stage;
+    for (int i = 0; i < g->ntensors; i++) {
+        const hyfi_tensor *t = g->tensors[i];
+        drop[i] = mode != HYFI_RECOMPUTE_NONE && t->kind == T_ACT && t != g->loss &&
+                  t->producer >= 0 && !(t->tl && t->tl->full);
+    }
+    for (int i = 0; i < g->nnodes; i++) {
+        const node *nd = &g->nodes[i];
+        for (int k = 0; k < nd->nin; k++) {
+            const hyfi_tensor *x = nd->in[k];
+            if (x->producer >= 0 && seg[x->producer] != seg[i]) drop[x->id] = 0;
+        }
+    }
+    for (int i = 0; i < g->nnodes; i++) rerun[i] = drop[g->nodes[i].out->id];
+    if (pl->K > 0) hyfi_spatial_recompute_groups(g, seg, rerun, drop);
+}
+
+/* The activation estimate of each stage under each recompute mode
+ * (stage_act_mode) and the plan's own (stage_act_bytes), with the plan's
+ * segments and dropped tensors (rc_*). Per micro-batch in flight: the tensors
+ * kept (all without recompute), the saved ones; plus the values of the largest
+ * segment being recomputed, and the gradients of one micro-batch's backward
+ * (with layer segments: of the kept tensors and one segment's). Tiled stages:
+ * per tile. */
+static hyfi_status estimate_memory(hyfi_graph *g)
+{
+    hyfi_plan *pl = g->cc->pl;
+    const int S = pl->nstages, M = pl->nmb, nseg = pl->nlayers + S;
+    const hyfi_recompute own = g->plan_cfg.recompute;
+    pl->recompute = own;
+    pl->stage_act_mode = calloc((size_t)3 * S, sizeof(size_t));
+    pl->rc_seg = malloc((size_t)(g->nnodes ? g->nnodes : 1) * sizeof(int));
+    pl->rc_rerun = calloc((size_t)(g->nnodes ? g->nnodes : 1), 1);
+    pl->rc_drop = calloc((size_t)(g->ntensors ? g->ntensors : 1), 1);
+    size_t *kept = calloc((size_t)S, sizeof(size_t)), *kgrad = calloc((size_t)S, sizeof(size_t));
+    size_t *sdrop = calloc((size_t)S, sizeof(size_t)), *maxseg = calloc((size_t)S, sizeof(size_t));
+    size_t *segb = calloc((size_t)nseg, sizeof(size_t));
+    int *segs = malloc((size_t)(g->nnodes ? g->nnodes : 1) * sizeof(int));
+    unsigned char *rerun = calloc((size_t)(g->nnodes ? g->nnodes : 1), 1);
+    unsigned char *drop = calloc((size_t)(g->ntensors ? g->ntensors : 1), 1);
+    hyfi_status st = HYFI_OK;
+    if (!pl->stage_act_mode || !pl->rc_seg || !pl->rc_rerun || !pl->rc_drop || !kept || !kgrad ||
+        !sdrop || !maxseg || !segb || !segs || !rerun || !drop) {
+        st = hyfi_call_fail(g, HYFI_ERR_NOMEM, "out of memory building the plan");
+        goto done;
+    }
+    for (int i = 0; i < g->nnodes; i++)
+        pl->stage_flops[g->nodes[i].stage] += hyfi_op_flops(&g->nodes[i]);
+    for (int i = 0; i < g->ntensors; i++) {
+        const hyfi_tensor *t = g->tensors[i];
+        const size_t b = t->numel * 4;
+        if (t->kind == T_PARAM) {
+            pl->stage_params[t->stage] += t->numel;
+            pl->stage_param_bytes[t->stage] += 3 * b;
+        } else if (t->kind == T_STATE) {
+            pl->stage_param_bytes[t->stage] += b;
+        }
+    }
+    for (int mode = HYFI_RECOMPUTE_NONE; mode <= HYFI_RECOMPUTE_LAYER; mode++) {
+        recompute_classify(g, (hyfi_recompute)mode, segs, rerun, drop);
+        memset(kept, 0, (size_t)S * sizeof *kept);
+        memset(kgrad, 0, (size_t)S * sizeof *kgrad);
+        memset(sdrop, 0, (size_t)S * sizeof *sdrop);
+        memset(maxseg, 0, (size_t)S * sizeof *maxseg);
+        memset(segb, 0, (size_t)nseg * sizeof *segb);
+        for (int i = 0; i < g->ntensors; i++) {
+            const hyfi_tensor *t = g->tensors[i];
+            if (t->kind != T_ACT && t->kind != T_SAVED) continue;
+            const size_t b = t->numel * 4, per_mb = t->batched ? b / (size_t)M : b;
+            if (drop[i]) {
+                segb[segs[t->producer]] += per_mb;
+                sdrop[t->stage] += per_mb;
+            } else {
+                kept[t->stage] += per_mb;
+                if (t->kind == T_ACT) kgrad[t->stage] += b / (size_t)M;
+            }
+        }
+        for (int i = 0; i < g->nnodes; i++) {
+            const int s = g->nodes[i].stage;
+            if (segb[segs[i]] > maxseg[s]) maxseg[s] = segb[segs[i]];
+        }
+        for (int s = 0; s < S; s++) {
+            const size_t grads = kgrad[s] + (mode == HYFI_RECOMPUTE_LAYER ? maxseg[s] : sdrop[s]);
+            pl->stage_act_mode[(size_t)mode * S + s] =
+                (kept[s] * (size_t)pl->inflight[s] + maxseg[s] + grads) /
+                (size_t)(s < pl->K ? pl->P : 1);
+        }
+        if (mode != (int)own) continue;
+        memcpy(pl->rc_seg, segs, (size_t)g->nnodes * sizeof *segs);
+        memcpy(pl->rc_rerun, rerun, (size_t)g->nnodes);
+        memcpy(pl->rc_drop, drop, (size_t)g->ntensors);
+        for (int s = 0; s < S; s++)
+            pl->stage_act_bytes[s] = pl->stage_act_mode[(size_t)mode * S + s];
+    }
+done:
+    free(kept);
+    free(kgrad);
+    free(sdrop);
+    free(maxseg);
+    free(segb);
+    free(segs);
+    free(rerun);
+    free(drop);
+    return st;
 }
 
 hyfi_status hyfi_plan_build(hyfi_graph *g)
@@ -486,39 +655,8 @@ hyfi_status hyfi_plan_build(hyfi_graph *g)
     }
     if ((st = hyfi_spatial_plan(g)) != HYFI_OK) goto out;
 
-    /* estimates per stage */
-    {
-        size_t *per_mb = calloc((size_t)S, sizeof(size_t)), *grads = calloc((size_t)S, sizeof(size_t));
-        if (!per_mb || !grads) {
-            free(per_mb);
-            free(grads);
-            st = hyfi_call_fail(g, HYFI_ERR_NOMEM, "out of memory building the plan");
-            goto out;
-        }
-        for (int i = 0; i < g->nnodes; i++) {
-            pl->stage_flops[g->nodes[i].stage] += hyfi_op_flops(&g->nodes[i]);
-        }
-        for (int i = 0; i < g->ntensors; i++) {
-            const hyfi_tensor *t = g->tensors[i];
-            const size_t b = t->numel * 4;
-            if (t->kind == T_PARAM) {
-                pl->stage_params[t->stage] += t->numel;
-                pl->stage_param_bytes[t->stage] += 3 * b;
-            } else if (t->kind == T_STATE) {
-                pl->stage_param_bytes[t->stage] += b;
-            } else if (t->kind == T_ACT || t->kind == T_SAVED) {
-                per_mb[t->stage] += t->batched ? b / (size_t)M : b;
-                if (t->kind == T_ACT) grads[t->stage] += b / (size_t)M;
-            }
-        }
-        /* values and saved tensors of the micro-batches in flight, plus the
-         * gradients of one micro-batch's backward */
-        for (int s = 0; s < S; s++)
-            pl->stage_act_bytes[s] = (per_mb[s] * (size_t)pl->inflight[s] + grads[s]) /
-                                     (size_t)(s < pl->K ? pl->P : 1);
-        free(per_mb);
-        free(grads);
-    }
+    /* estimates per stage, under each recompute mode */
+    if ((st = estimate_memory(g)) != HYFI_OK) goto out;
     st = check_memory_limit(g);
 out:
     free(counts);
@@ -599,10 +737,16 @@ size_t hyfi_plan_describe(const hyfi_graph *g, char *buf, size_t len)
                           __VA_ARGS__);                                                   \
         if (k_ > 0) n += (size_t)k_;                                                      \
     } while (0)
-    OUT("plan: %d stage%s x %d micro-batch%s of %d (schedule %s) on %d rank%s, %d layers\n",
+    OUT("plan: %d stage%s x %d micro-batch%s of %d (schedule %s) on %d rank%s, %d layers%s\n",
         pl->nstages, pl->nstages == 1 ? "" : "s", pl->nmb, pl->nmb == 1 ? "" : "es",
         pl->batch / pl->nmb, pl->schedule == HYFI_SCHEDULE_1F1B ? "1f1b" : "gpipe",
-        g->ctx->nranks, g->ctx->nranks == 1 ? "" : "s", pl->nlayers);
+        g->ctx->nranks, g->ctx->nranks == 1 ? "" : "s", pl->nlayers,
+        pl->recompute == HYFI_RECOMPUTE_STAGE   ? ", recompute per stage"
+        : pl->recompute == HYFI_RECOMPUTE_LAYER ? ", recompute per layer"
+                                                : "");
+    if (g->ctx->mem_limit_mb > 0)
+        OUT("  memory limit %ld MB per rank%s\n", g->ctx->mem_limit_mb,
+            g->ctx->swap_node >= 0 ? ", disk swap" : "");
     for (int s = 0; s < pl->nstages; s++) {
         hyfi_stage_info si;
         if (hyfi_plan_stage(g, s, &si) != HYFI_OK) break;

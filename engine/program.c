@@ -4,6 +4,7 @@
  * over micro-batches. Calls nothing else in the engine. */
 #include "emit.h"
 
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -53,6 +54,12 @@ void hyfi_programs_free(hyfi_graph *g)
     free(g->cc->train_prog.t);
     free(g->cc->infer_prog.t);
     free(g->cc->fwd_train_prog.t);
+    free(g->cc->train_prog.skip);
+    free(g->cc->infer_prog.skip);
+    free(g->cc->fwd_train_prog.skip);
+    free(g->cc->howner);
+    g->cc->howner = NULL;
+    g->cc->nhowner = 0;
     memset(&g->cc->fwd_train_prog, 0, sizeof g->cc->fwd_train_prog);
     memset(&g->cc->train_prog, 0, sizeof g->cc->train_prog);
     memset(&g->cc->infer_prog, 0, sizeof g->cc->infer_prog);
@@ -102,6 +109,39 @@ int hyfi_emit_release(program *P, starpu_data_handle_t h, int owner)
     P->t[P->n - 1].rank = owner;
     hyfi_prog_buf(P, h, STARPU_W);
     return 0;
+}
+
+struct hyfi_howner {
+    starpu_data_handle_t h;
+    int owner;
+};
+
+static int howner_cmp(const void *a, const void *b)
+{
+    const uintptr_t x = (uintptr_t)((const struct hyfi_howner *)a)->h,
+                    y = (uintptr_t)((const struct hyfi_howner *)b)->h;
+    return x < y ? -1 : x > y;
+}
+
+int hyfi_emit_drop(emit_ctx *e, starpu_data_handle_t h)
+{
+    hyfi_compiled *cc = e->g->cc;
+    if (!h) return 0;
+    if (!cc->howner) {
+        cc->howner = malloc((size_t)(cc->nhtab ? cc->nhtab : 1) * sizeof *cc->howner);
+        if (!cc->howner) return -1;
+        cc->nhowner = 0;
+        for (int i = 0; i < cc->nhtab; i++)
+            if (*cc->htab[i].slot)
+                cc->howner[cc->nhowner++] =
+                    (struct hyfi_howner){*cc->htab[i].slot, cc->htab[i].owner};
+        qsort(cc->howner, (size_t)cc->nhowner, sizeof *cc->howner, howner_cmp);
+    }
+    const struct hyfi_howner key = {h, 0};
+    const struct hyfi_howner *f =
+        bsearch(&key, cc->howner, (size_t)cc->nhowner, sizeof *cc->howner, howner_cmp);
+    if (!f) return -1; /* every handle a program uses is in the table */
+    return hyfi_emit_release(e->P, h, f->owner);
 }
 
 int hyfi_clamp_prio(int p)

@@ -2,15 +2,95 @@
 #include "internal.h"
 
 #include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
 #include <starpu_mpi.h>
 #include <stdio.h>
 #include <string.h>
 
-/* Submit a program. Single process: starpu_task_insert. MPI: every rank
- * submits every task with starpu_mpi_task_insert; the task runs on its place's
- * rank (STARPU_EXECUTE_ON_NODE) and StarPU-MPI moves the data it reads from, or
- * writes back to, the ranks that own it. */
+/* Submit a program. Single process: starpu_task_insert. MPI: each rank
+ * submits with starpu_mpi_task_insert the tasks that concern it (see
+ * mark_skips); a task runs on its place's rank (STARPU_EXECUTE_ON_NODE) and
+ * StarPU-MPI moves the data it reads from, or writes back to, the ranks that
+ * own it. */
 static hyfi_status program_run(hyfi_graph *g, program *p);
+
+/* An open-addressing set of handles. */
+typedef struct {
+    starpu_data_handle_t *slot;
+    size_t mask;
+} handle_set;
+
+static size_t hs_at(const handle_set *s, starpu_data_handle_t h)
+{
+    size_t i = (size_t)(((uintptr_t)h >> 4) * UINT64_C(0x9E3779B97F4A7C15)) & s->mask;
+    while (s->slot[i] && s->slot[i] != h) i = (i + 1) & s->mask;
+    return i;
+}
+
+/* Which tasks of the graph's programs this rank need not submit (StarPU-MPI's
+ * sequential task flow does not need every rank to see every task). A rank
+ * submits a task that runs on it, or that accesses a handle it owns (it sends
+ * the data, or receives what is written back), or a handle that some task
+ * running on it accesses in any of the graph's programs (it may hold a
+ * received copy in StarPU-MPI's cache, which a write elsewhere must
+ * invalidate; the programs repeat, so "any" covers the steps before and
+ * after). Every other task moves no data to or from this rank and changes
+ * nothing it holds. Copies received outside the programs (tensor reads,
+ * gathers, the loss's broadcast) are flushed after use (hyfi_handle_read), so
+ * no stale copy stays behind. The submission cost per rank then follows its
+ * own share of the graph, not the whole graph. HYFI_SUBMIT_ALL=1 submits
+ * everything, as before. */
+static int mark_skips(hyfi_graph *g)
+{
+    const int me = g->ctx->rank;
+    program *ps[3] = {&g->cc->train_prog, &g->cc->infer_prog, &g->cc->fwd_train_prog};
+    size_t nb = 0;
+    for (int k = 0; k < 3; k++)
+        for (int i = 0; i < ps[k]->n; i++) nb += (size_t)ps[k]->t[i].nbuf;
+    handle_set s = {0};
+    size_t cap = 16;
+    while (cap < 2 * nb + 2) cap <<= 1;
+    if (!(s.slot = calloc(cap, sizeof *s.slot))) return -1;
+    s.mask = cap - 1;
+    for (int k = 0; k < 3; k++)
+        for (int i = 0; i < ps[k]->n; i++) {
+            const prog_task *t = &ps[k]->t[i];
+            if (t->kind != PT_TASK || t->rank != me) continue;
+            for (int b = 0; b < t->nbuf; b++)
+                s.slot[hs_at(&s, t->buf[b].handle)] = t->buf[b].handle;
+        }
+    int rc = 0;
+    for (int k = 0; k < 3 && !rc; k++) {
+        program *p = ps[k];
+        free(p->skip);
+        if (!(p->skip = calloc((size_t)p->n + 1, 1))) {
+            rc = -1;
+            break;
+        }
+        for (int i = 0; i < p->n; i++) {
+            const prog_task *t = &p->t[i];
+            if (t->kind != PT_TASK || t->rank == me) continue;
+            int mine = 0;
+            for (int b = 0; b < t->nbuf && !mine; b++) {
+                starpu_data_handle_t h = t->buf[b].handle;
+                mine = starpu_mpi_data_get_rank(h) == me || s.slot[hs_at(&s, h)] == h;
+            }
+            p->skip[i] = (unsigned char)!mine;
+        }
+    }
+    free(s.slot);
+    if (rc)
+        for (int k = 0; k < 3; k++) free(ps[k]->skip), ps[k]->skip = NULL;
+    if (!rc && g->ctx->verbose) {
+        int n = 0, sub = 0;
+        for (int i = 0; i < ps[0]->n; i++)
+            if (ps[0]->t[i].kind == PT_TASK) n++, sub += !ps[0]->skip[i];
+        fprintf(stderr, "hyfi: rank %d submits %d of the %d tasks of a training step\n", me,
+                sub, n);
+    }
+    return rc;
+}
 
 hyfi_status hyfi_program_run(hyfi_graph *g, program *p)
 {
@@ -26,8 +106,14 @@ static hyfi_status program_run(hyfi_graph *g, program *p)
 {
     const int mpi = g->ctx->mpi, me = g->ctx->rank;
     if (g->ctx->trace_dir) hyfi_trace_mark_program(g->ctx);
+    if (mpi && !p->skip) {
+        const char *all = getenv("HYFI_SUBMIT_ALL");
+        if (!(all && *all && strcmp(all, "0")) && mark_skips(g))
+            return hyfi_call_fail(g, HYFI_ERR_NOMEM, "out of memory preparing a program");
+    }
     for (int i = 0; i < p->n; i++) {
         prog_task *t = &p->t[i];
+        if (p->skip && p->skip[i]) continue;
         if (t->kind == PT_BCAST) {
             if (mpi) starpu_mpi_get_data_on_all_nodes_detached(MPI_COMM_WORLD, t->buf[0].handle);
             continue;
@@ -107,13 +193,17 @@ void hyfi_handle_read(hyfi_graph *g, starpu_data_handle_t h, int root, void *hos
         if (root < 0) starpu_mpi_get_data_on_all_nodes_detached(MPI_COMM_WORLD, h);
         else starpu_mpi_get_data_on_node_detached(MPI_COMM_WORLD, h, root, NULL, NULL);
     }
-    if (root >= 0 && root != me) return;
-    hyfi_wait_begin(g->ctx, "reading a tensor from its rank (the loss, hyfi_tensor_read, "
-                            "hyfi_save_params)");
-    starpu_data_acquire(h, STARPU_R);
-    memcpy(host, (void *)starpu_vector_get_local_ptr(h), bytes);
-    starpu_data_release(h);
-    hyfi_wait_end(g->ctx);
+    if (root < 0 || root == me) {
+        hyfi_wait_begin(g->ctx, "reading a tensor from its rank (the loss, hyfi_tensor_read, "
+                                "hyfi_save_params)");
+        starpu_data_acquire(h, STARPU_R);
+        memcpy(host, (void *)starpu_vector_get_local_ptr(h), bytes);
+        starpu_data_release(h);
+        hyfi_wait_end(g->ctx);
+    }
+    /* No received copy stays behind: the ranks that do not write h may not
+     * see the tasks that do (mark_skips) */
+    if (g->ctx->mpi) starpu_mpi_cache_flush(MPI_COMM_WORLD, h);
 }
 
 void hyfi_handle_write(hyfi_graph *g, starpu_data_handle_t h, int owner, const void *host,
@@ -204,6 +294,106 @@ hyfi_status hyfi_set_labels(hyfi_graph *g, hyfi_tensor *t, const int32_t *labels
     }
     if ((s = write_batch(g, t, labels, sizeof(int32_t))) != HYFI_OK) return s;
     return HYFI_OK;
+}
+
+/* ------------------------------------------------------------ region input */
+/* The handles of an input tensor, in a fixed order (micro-batch, then the
+ * whole-batch view where untiled ops read it, then the tiles): region k of
+ * the tensor, its handle and its owning rank. Returns the number of handles. */
+static int input_handles(hyfi_graph *g, const hyfi_tensor *t, int k, hyfi_input_region *r,
+                         starpu_data_handle_t *h, int *owner)
+{
+    const int P = t->tl ? g->cc->pl->P : 0, whole = !t->tl || t->tl->full;
+    const int per_mb = whole + P, n = t->dims[0] / t->nh;
+    if (k < 0) return t->nh * per_mb;
+    const int m = k / per_mb, j = k % per_mb;
+    const int q = j - whole; /* tile, or -1: the whole images */
+    r->micro_batch = m;
+    r->first = m * n;
+    r->count = n;
+    r->channels = t->dims[1];
+    r->tile = q;
+    if (q < 0) {
+        r->y0 = r->x0 = 0;
+        r->h = t->dims[2];
+        r->w = t->dims[3];
+        *h = t->h[m];
+        *owner = hyfi_handle_owner(g, t, m);
+    } else {
+        const hyfi_tiles *tl = t->tl;
+        const int row = q / tl->cols, col = q % tl->cols;
+        r->y0 = tl->rcut[row];
+        r->x0 = tl->ccut[col];
+        r->h = tl->rcut[row + 1] - r->y0;
+        r->w = tl->ccut[col + 1] - r->x0;
+        *h = tl->h[m * P + q];
+        *owner = hyfi_tile_rank(g, tl, q, HYFI_REP(g->cc->pl, m));
+    }
+    return t->nh * per_mb;
+}
+
+static hyfi_status check_input(hyfi_graph *g, const hyfi_tensor *t, const char *who)
+{
+    hyfi_status s = need_compiled(g, who);
+    if (s != HYFI_OK) return s;
+    if (!t || t->g != g || t->kind != T_INPUT)
+        return hyfi_call_fail(g, HYFI_ERR_ARG, "%s: the tensor is NULL, from another graph or "
+                                               "not an input (hyfi_input)", who);
+    return HYFI_OK;
+}
+
+hyfi_status hyfi_input_regions(hyfi_graph *g, const hyfi_tensor *t, hyfi_input_region *out,
+                               int cap, int *count)
+{
+    hyfi_status s = check_input(g, t, "hyfi_input_regions");
+    if (s != HYFI_OK) return s;
+    if (!count || (cap > 0 && !out) || cap < 0)
+        return hyfi_call_fail(g, HYFI_ERR_ARG, "hyfi_input_regions: count is NULL, or cap %d "
+                                               "is negative or positive with out NULL", cap);
+    hyfi_input_region r;
+    starpu_data_handle_t h;
+    int owner, n = 0;
+    const int all = input_handles(g, t, -1, &r, &h, &owner);
+    for (int k = 0; k < all; k++) {
+        input_handles(g, t, k, &r, &h, &owner);
+        if (g->ctx->mpi && owner != g->ctx->rank) continue;
+        if (n < cap) out[n] = r;
+        n++;
+    }
+    *count = n;
+    return HYFI_OK;
+}
+
+hyfi_status hyfi_set_input_fn(hyfi_graph *g, hyfi_tensor *t, hyfi_input_fill_fn fill, void *user)
+{
+    hyfi_status s = check_input(g, t, "hyfi_set_input_fn");
+    if (s == HYFI_OK && !fill)
+        s = hyfi_call_fail(g, HYFI_ERR_ARG, "hyfi_set_input_fn: the fill function is NULL");
+    if (s != HYFI_OK) return g ? hyfi_io_agree(g, s, 0) : s;
+    hyfi_input_region r;
+    starpu_data_handle_t h;
+    int owner;
+    const int all = input_handles(g, t, -1, &r, &h, &owner);
+    for (int k = 0; k < all; k++) {
+        input_handles(g, t, k, &r, &h, &owner);
+        /* every rank flushes every handle (StarPU-MPI's cache is kept alike on all ranks);
+         * only the owner fills it, in place */
+        if (g->ctx->mpi) starpu_mpi_cache_flush(MPI_COMM_WORLD, h);
+        if (s != HYFI_OK || (g->ctx->mpi && owner != g->ctx->rank)) continue;
+        hyfi_wait_begin(g->ctx, "writing an input region (hyfi_set_input_fn)");
+        starpu_data_acquire(h, STARPU_W);
+        const int rc = fill(user, &r, (float *)starpu_vector_get_local_ptr(h));
+        starpu_data_release(h);
+        hyfi_wait_end(g->ctx);
+        if (rc != 0)
+            s = hyfi_call_fail(g, HYFI_ERR_DATA, "hyfi_set_input_fn: the fill function returned "
+                                                 "%d for \"%s\" micro-batch %d (images %d..%d, "
+                                                 "rows %d..%d, columns %d..%d); see its own "
+                                                 "message", rc, t->name, r.micro_batch, r.first,
+                               r.first + r.count - 1, r.y0, r.y0 + r.h - 1, r.x0,
+                               r.x0 + r.w - 1);
+    }
+    return hyfi_io_agree(g, s, 0);
 }
 
 /* The loss of the step: the mean of the micro-batches' losses, on every rank. */

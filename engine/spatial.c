@@ -71,12 +71,14 @@ static int bn_tiles_forward(emit_ctx *e, const node *nd)
     const int Pt = e->g->cc->pl->P;
     double count[HYFI_MAX_TILES] = {0};
     hyfi_opview v = {0};
-    for (int q = 0; q < Pt; q++) {
+    /* re-materialising: the saved statistics are the step's */
+    for (int q = 0; q < Pt && !e->recompute; q++) {
         tile_view(e, nd, q, NULL, 1, &v);
         count[q] = (double)v.a.u.bn.n * v.a.u.bn.h * v.a.u.bn.w;
         if (hyfi_bn_part_stats(e, &v, tn->part[e->m * Pt + q])) return -1;
     }
-    if (hyfi_bn_combine(e, nd, count, Pt, v.s[0], v.s[1], v.p[2], v.p[3], tn->part + e->m * Pt))
+    if (!e->recompute &&
+        hyfi_bn_combine(e, nd, count, Pt, v.s[0], v.s[1], v.p[2], v.p[3], tn->part + e->m * Pt))
         return -1;
     for (int q = 0; q < Pt; q++) {
         tile_view(e, nd, q, NULL, 1, &v);
@@ -157,6 +159,51 @@ int hyfi_spatial_backward(emit_ctx *e, const node *nd)
         tile_view(e, nd, q, tn->use_buf[q] ? tn->buf[e->m * Pt + q] : NULL, 1, &v);
         if (hyfi_op_backward_params(e, &v)) return -1;
     }
+    return 0;
+}
+
+/* Re-materialisation: the handles of node nd's forward in micro-batch e->m. */
+static int drop_tiles(emit_ctx *e, const hyfi_tensor *x, int grads)
+{
+    const int Pt = e->g->cc->pl->P;
+    for (int q = 0; q < Pt; q++)
+        if (hyfi_emit_drop(e, TILE(x, q)) || (grads && hyfi_emit_drop(e, TGRAD(x, q)))) return -1;
+    return 0;
+}
+
+static int drop_window(emit_ctx *e, const hyfi_tnode *tn, int grads)
+{
+    const int Pt = e->g->cc->pl->P;
+    if (!tn->windowed) return 0;
+    for (int q = 0; q < Pt; q++) {
+        if (!tn->use_buf[q]) continue;
+        const size_t k = (size_t)e->m * Pt + q;
+        if (hyfi_emit_drop(e, tn->buf[k]) || (grads && hyfi_emit_drop(e, tn->dbuf[k]))) return -1;
+        for (int j = 1; j < tn->npieces[q]; j++)
+            if (hyfi_emit_drop(e, tn->strip[k * NP + j]) ||
+                (grads && hyfi_emit_drop(e, tn->dstrip[k * NP + j])))
+                return -1;
+    }
+    return 0;
+}
+
+int hyfi_spatial_drop(emit_ctx *e, const node *nd, int grads)
+{
+    const hyfi_tnode *tn = nd->tn;
+    const hyfi_fgroup *fg = tn ? tn->fg : NULL;
+    if (!fg) return drop_tiles(e, nd->out, grads) || (tn && drop_window(e, tn, grads)) ? -1 : 0;
+    /* a fused group: everything with its last op (the group is re-run whole) */
+    if (tn->fg_pos != fg->n - 1) return 0;
+    if (drop_tiles(e, nd->out, grads) || drop_window(e, fg->op[0]->tn, grads)) return -1;
+    const starpu_data_handle_t *val[] = {fg->val, fg->pbuf, fg->xo},
+                               *grad[] = {fg->grad, fg->dpbuf, fg->dyo, fg->dxo};
+    for (int j = 0; j < fg->n; j++)
+        for (int q = 0; q < e->g->cc->pl->P; q++) {
+            for (size_t k = 0; k < sizeof val / sizeof *val; k++)
+                if (hyfi_emit_drop(e, val[k][FGK(j, q)])) return -1;
+            for (size_t k = 0; k < sizeof grad / sizeof *grad && grads; k++)
+                if (hyfi_emit_drop(e, grad[k][FGK(j, q)])) return -1;
+        }
     return 0;
 }
 

@@ -123,7 +123,9 @@ int hyfi_sp_fused_forward(emit_ctx *e, const hyfi_fgroup *fg, int training)
     for (int j = 0; j < fg->n; j++) {
         const node *nd = fg->op[j];
         const int n = nd->out->dims[0] / e->M, Ci = nd->in[0]->dims[1];
-        if (hyfi_op_batch_statistics(nd) && training && fused_bn_stats(e, fg, j)) return -1;
+        /* re-materialising: the saved statistics are the step's */
+        if (hyfi_op_batch_statistics(nd) && training && !e->recompute && fused_bn_stats(e, fg, j))
+            return -1;
         for (int q = 0; q < Pt; q++) {
             if (j == 0) {
                 starpu_data_handle_t in;

@@ -372,10 +372,28 @@ size_t hyfi_spatial_halo_volume(const hyfi_graph *g)
                 const size_t s = (size_t)(x->dims[0] / pl->nrep) * x->dims[1] * tn->piece[q][k].h *
                                  tn->piece[q][k].w * sizeof(float);
                 b += x->requires_grad ? 2 * s : s;
+                if (pl->rc_rerun && pl->rc_rerun[i]) b += s; /* exchanged again: recompute */
             }
         }
     }
     return b;
+}
+
+void hyfi_spatial_recompute_groups(const hyfi_graph *g, const int *seg, unsigned char *rerun,
+                                   unsigned char *drop)
+{
+    for (int i = 0; i < g->nnodes; i++) {
+        const hyfi_tnode *tn = g->nodes[i].tn;
+        if (!tn || !tn->fg || tn->fg_pos != 0) continue;
+        const hyfi_fgroup *fg = tn->fg;
+        const node *last = fg->op[fg->n - 1];
+        int whole = drop[last->out->id];
+        for (int j = 0; j < fg->n; j++) whole &= seg[fg->op[j] - g->nodes] == seg[i];
+        for (int j = 0; j < fg->n; j++) {
+            rerun[fg->op[j] - g->nodes] = (unsigned char)whole;
+            drop[fg->op[j]->out->id] = (unsigned char)whole;
+        }
+    }
 }
 
 /* The tile geometry, fused groups and per-op tile data of the plan. */

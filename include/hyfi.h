@@ -149,6 +149,20 @@ typedef struct hyfi_ctx_config {
                              above the longest time a rank can wait for the others' work
                              (about one stage's share of a step). 0: off (the default);
                              hyfi-train: --watchdog, 120 s by default */
+    /* Memory of this process (each MPI rank: all its places together). */
+    int mem_limit_mb;     /* > 0: StarPU's limit on the data it allocates in main memory
+                             (STARPU_LIMIT_CPU_MEM, MB; set for this process, overriding
+                             the environment); hyfi_graph_compile refuses a plan whose
+                             estimate per rank is above it (StarPU would wait for memory
+                             forever), naming the fixes with their estimates, unless
+                             swap_dir is set. 0: STARPU_LIMIT_CPU_MEM if set, else none */
+    const char *swap_dir; /* non-NULL: out-of-core. A StarPU disk memory node in this
+                             folder (created if missing; unistd files): with a memory limit,
+                             StarPU evicts data above it to the disk instead of waiting
+                             (slower, not failing), and compile accepts plans above the
+                             limit. NULL: none */
+    int swap_mb;          /* the most StarPU puts in swap_dir (>= 16); 0: 90% of the free
+                             space of its file system */
 } hyfi_ctx_config;
 
 /* The default configuration, what cfg NULL means: device AUTO, ncpus -1 and
@@ -301,6 +315,54 @@ hyfi_status hyfi_set_lr(hyfi_graph *g, float lr);
 hyfi_status hyfi_set_input(hyfi_graph *g, hyfi_tensor *t, const float *data, size_t count);
 hyfi_status hyfi_set_labels(hyfi_graph *g, hyfi_tensor *t, const int32_t *labels, size_t count);
 
+/* ------------------------------------------------------------ region input */
+/* Inputs too large for one rank (8,192^2 to 100,000^2-pixel images): instead
+ * of the whole batch on every rank (hyfi_set_input), each rank writes only the
+ * regions it owns, read straight from the files by the caller.
+ *
+ * An input's data lives in handles, one per micro-batch, and, where the plan
+ * tiles the input's stage spatially, one per (micro-batch, tile); each handle
+ * is owned by one rank. A region names one handle's part of the batch:
+ * images [first, first + count) of the whole batch (the graph's batch rows,
+ * every replica's included), all `channels`, rows [y0, y0 + h) and columns
+ * [x0, x0 + w) of each image. A tile's region is exactly its own pixels: the
+ * halos that its convolutions and pools need from the neighbouring tiles are
+ * exchanged by the engine (tasks between the tiles' places), so no rank
+ * reads another's pixels. An untiled input has whole-image regions (tile -1),
+ * one per micro-batch; a tiled input read by an untiled op as well has both.
+ *
+ * Normalised floats in a region's buffer are laid out (count, channels, h, w)
+ * and must equal the corresponding part of what hyfi_set_input would get. */
+typedef struct hyfi_input_region {
+    int micro_batch;   /* the handle's micro-batch (of every replica: 0..parts x replicas-1) */
+    int first, count;  /* images [first, first + count) of the batch */
+    int channels;      /* every channel of the input */
+    int y0, x0, h, w;  /* rows [y0, y0 + h), columns [x0, x0 + w) */
+    int tile;          /* tile index (row-major over the tile grid), -1: whole images */
+} hyfi_input_region;
+
+/* After compile: the regions of input t that THIS rank owns (without MPI:
+ * all of them), in the order hyfi_set_input_fn fills them. Writes up to cap
+ * of them to out (out may be NULL with cap 0) and their number to *count, so
+ * a caller can ask for the count first. The list is the same for every call
+ * of a compiled graph (a reader may open its files and plan its reads once). */
+hyfi_status hyfi_input_regions(hyfi_graph *g, const hyfi_tensor *t, hyfi_input_region *out,
+                               int cap, int *count);
+
+/* Fill one region: write its (count, channels, h, w) floats to out (the
+ * handle's own memory: nothing is copied afterwards) and return 0, or return
+ * non-zero for a failure (e.g. a file that cannot be read; the fill function
+ * reports its own message). */
+typedef int (*hyfi_input_fill_fn)(void *user, const hyfi_input_region *r, float *out);
+
+/* Write input t region by region: collective (every rank calls it, like
+ * hyfi_set_input, in place of it); calls fill once per region this rank owns
+ * (hyfi_input_regions), in that order, on the calling thread. After a fill
+ * fails, no more are called. Every rank returns the same status:
+ * HYFI_ERR_DATA, naming the tensor and the region, when fill failed on some
+ * rank; HYFI_ERR_ARG for a NULL fill or a tensor that is no input. */
+hyfi_status hyfi_set_input_fn(hyfi_graph *g, hyfi_tensor *t, hyfi_input_fill_fn fill, void *user);
+
 /* One training step: forward (batch-norm in training mode), backward, SGD
  * update, as StarPU tasks; waits for them. *loss (may be NULL) gets the loss.
  * HYFI_ERR_DATA when the loss, a gradient or an updated weight is not finite
@@ -375,6 +437,23 @@ typedef enum hyfi_allreduce {
     HYFI_ALLREDUCE_TREE      /* binomial-tree reduce to replica 0, then broadcast back */
 } hyfi_allreduce;
 
+/* Re-materialisation (activation checkpointing, as GPipe / torchgpipe and
+ * DeepSpeed do): the forward of a segment keeps only what leaves it (tensors
+ * other segments read, the loss) and the saved tensors (batch-norm batch
+ * statistics, softmax probabilities); the activations inside it are dropped
+ * (their StarPU buffers invalidated) as soon as the segment's forward has run.
+ * The backward first re-runs the segment's forward from its kept inputs (batch
+ * norm normalising with the saved statistics, running statistics untouched),
+ * then its backward: the step is bitwise the one without recompute, for about
+ * one more forward of compute. */
+typedef enum hyfi_recompute {
+    HYFI_RECOMPUTE_NONE = 0, /* keep every activation until the stage's backward */
+    HYFI_RECOMPUTE_STAGE,    /* segment: a stage, per micro-batch (GPipe's re-materialisation) */
+    HYFI_RECOMPUTE_LAYER     /* segment: a layer (hyfi_layer_begin: a residual block, a cell),
+                                recomputed and back-propagated one at a time, its activations
+                                and their gradients dropped after its backward */
+} hyfi_recompute;
+
 typedef struct hyfi_plan_config {
     int stages;             /* layer partitions (MPI4DL's --split-size); <= 1: one */
     const int *balance;     /* layers per stage (`stages` entries, summing to the layer
@@ -419,6 +498,7 @@ typedef struct hyfi_plan_config {
     int bucket_kib;         /* gradients of a stage travel packed in buckets of up to this
                                many KiB (in the order the backward completes them); 0: 256;
                                < 0: one all-reduce per parameter */
+    hyfi_recompute recompute; /* re-materialisation (--recompute), with every form above */
 } hyfi_plan_config;
 
 /* Set the plan of a graph before hyfi_graph_compile (default: one stage, one
@@ -556,7 +636,7 @@ hyfi_status hyfi_load_params(hyfi_graph *g, const char *path);
 /* Checkpoints and exported models are safetensors files (a little-endian
  * u64 header length, a JSON header naming each tensor's dtype, shape and byte
  * range, then the raw tensors), written atomically as hyfi_save_params does,
- * with an FNV-1a checksum over the whole file in the header's metadata
+ * with a 64-bit FNV-1a checksum over the whole file in the header's metadata
  * ("hyfi.checksum"); a file that carries one is checked before anything in it
  * is used. Every call is collective in MPI runs (the same status everywhere).
  * Files are logical: they hold each tensor once (replica 0's), whatever the

@@ -17,6 +17,7 @@ log() { printf '[setup] %s\n' "$*"; }
 pkgs=(build-essential meson ninja-build pkg-config curl ca-certificates xz-utils
       libmpich-dev mpich libhwloc-dev hwloc libfxt-dev fxt-tools libnuma-dev
       libdnnl-dev libopenblas-dev zlib1g-dev libpng-dev libjpeg-dev
+      libtiff-dev libopenslide-dev openslide-tools python3-numpy python3-pil
       dataset-fashion-mnist python3 ${HYFI_SETUP_EXTRA:-})
 
 missing=()
@@ -119,6 +120,26 @@ else
   [ -n "$img" ] || { echo "setup: python3-skimage has no data/ihc.png" >&2; exit 1; }
   $sudo mkdir -p "$data"
   $sudo cp "$img" "$data/ihc.png"
+  rm -rf "$tmp"
+fi
+# A real whole-slide image for the OpenSlide reader's test: small.svs (16x16
+# pixels of the Aperio slide CMU-1, LGPL-2.1) from the source distribution of
+# openslide-python, fetched with pip; only that file is kept. Optional: the
+# test (data_region) runs without it.
+if [ -f "$data/small.svs" ]; then
+  log "OpenSlide test slide present in $data"
+else
+  log "fetching the OpenSlide test slide (openslide-python's tests/fixtures/small.svs)"
+  tmp="$(mktemp -d)"
+  if python3 -m pip download -q --no-deps --no-binary :all: -d "$tmp" \
+       openslide-python==1.3.1 >/dev/null 2>&1 &&
+     tar -xzf "$tmp"/openslide-python-1.3.1.tar.gz -C "$tmp" \
+       openslide-python-1.3.1/tests/fixtures/small.svs; then
+    $sudo mkdir -p "$data"
+    $sudo cp "$tmp/openslide-python-1.3.1/tests/fixtures/small.svs" "$data/small.svs"
+  else
+    echo "setup: warning: could not fetch small.svs with pip; data_region skips that part" >&2
+  fi
   rm -rf "$tmp"
 fi
 # ------------------------------------------------------------------ PyTorch

@@ -14,7 +14,9 @@
 #      other file; resuming from it gives the uninterrupted losses;
 #   6. clear errors for a truncated, corrupt, other-model or missing checkpoint;
 #   7. --save / --load / --eval-only round trip (safetensors, pure C): the
-#      loaded model evaluates to the trained model's test accuracy.
+#      loaded model evaluates to the trained model's test accuracy;
+#   8. a non-finite gradient on 2 ranks (--lr 500): non-zero exit naming the
+#      step and --lr, the newest checkpoint is the step before it, and it loads.
 # usage: long_runs.sh HYFI_TRAIN MPIEXEC SLOW_FSYNC_SO
 set -u
 train=${1:?usage: long_runs.sh HYFI_TRAIN MPIEXEC SLOW_FSYNC_SO}
@@ -165,6 +167,33 @@ bad "other classes" "saved from another model" --num-classes 7 --resume "$ck"
 bad missing "give a checkpoint folder or file" --resume "$dir/empty-folder-$$" --checkpoint-dir "$dir/e"
 mkdir -p "$dir/empty"
 bad empty "no checkpoint (step-N.safetensors) in it" --resume "$dir/empty"
+# A checkpoint of before the word checksum (no hyfi.checksum_kind: FNV-1a byte by
+# byte over the file) still loads, and is still checked.
+python3 - "$ck" "$dir/old.safetensors" "$dir/oldflip.safetensors" <<'PY'
+import json, struct, sys
+raw = open(sys.argv[1], "rb").read()
+n = struct.unpack("<Q", raw[:8])[0]
+h = json.loads(raw[8:8 + n])
+del h["__metadata__"]["hyfi.checksum_kind"]
+h["__metadata__"]["hyfi.checksum"] = "0" * 16
+def file(hdr):
+    j = json.dumps(hdr, separators=(",", ":")).encode()
+    j += b" " * (-len(j) % 8)
+    return struct.pack("<Q", len(j)) + j + raw[8 + n:]
+s = 0xCBF29CE484222325
+for b in file(h):
+    s = ((s ^ b) * 0x100000001B3) & 0xFFFFFFFFFFFFFFFF
+h["__metadata__"]["hyfi.checksum"] = "%016x" % s
+out = file(h)
+open(sys.argv[2], "wb").write(out)
+flip = bytearray(out)
+flip[-100] ^= 0x55
+open(sys.argv[3], "wb").write(flip)
+PY
+run "$dir/old.log" "$train" "${c[@]}" --steps 9 --resume "$dir/old.safetensors"
+[ $rc = 0 ] && grep -q "8 steps done" "$dir/old.log" ||
+    { fail "a checkpoint with the byte-wise checksum"; cat "$dir/old.log"; }
+bad "corrupt (byte-wise checksum)" "corrupt or truncated" --resume "$dir/oldflip.safetensors"
 
 # 7. --save / --load / --eval-only (Fashion-MNIST's test split)
 f=(--model cnn --dataset fashion-mnist --batch-size 64 --steps 30 --eval-batches 5
@@ -178,6 +207,26 @@ b=$(grep -o "test accuracy [0-9.]* ([0-9/]*)" "$dir/e7.log")
 echo "--save then --load --eval-only: trained: $a; loaded: $b"
 [ -n "$a" ] && [ "$a" = "$b" ] || fail "the loaded model evaluates differently"
 bad "model file as checkpoint" "not a hyfi checkpoint" --resume "$dir/model.safetensors"
+
+# 8. a run that produces a non-finite gradient on 2 ranks (--lr 500): it stops
+# naming the step and --lr, non-zero, and the last checkpoint is the step before,
+# which loads
+run "$dir/nan.log" timeout 120 "$mpiexec" -n 2 "$train" --model resnet --depth 8 \
+    --image-size 16 --batch-size 8 --steps 30 --print-freq 100 --split-size 2 --lr 500 \
+    --divergence-ratio 0 --checkpoint-dir "$dir/nan" --checkpoint-every 1 --keep 2
+bad_step=$(sed -n 's/.*the run diverged at step \([0-9]*\); lower --lr (500 now).*/\1/p' \
+           "$dir/nan.log" | head -1)
+last=$(ls "$dir/nan" 2>/dev/null | sed -n 's/step-0*\([0-9]*\)\.safetensors/\1/p' | tail -1)
+if [ "$rc" = 0 ] || [ -z "$bad_step" ] || [ "$last" != $((bad_step - 1)) ]; then
+    fail "NaN on 2 ranks: exit $rc, diverged at step '${bad_step}', last checkpoint '${last}'"
+    grep -v "^Epoch\|^step" "$dir/nan.log" | tail -5
+else
+    echo "NaN on 2 ranks: exit $rc at step $bad_step, last checkpoint step $last"
+    run "$dir/nanr.log" "$mpiexec" -n 2 "$train" --model resnet --depth 8 --image-size 16 \
+        --batch-size 8 --steps "$last" --split-size 2 --lr 0.01 --checkpoint-dir "$dir/nan" --resume
+    grep -q "resumed from .*step-0*$last.safetensors" "$dir/nanr.log" ||
+        { fail "the last good checkpoint does not load"; tail -3 "$dir/nanr.log"; }
+fi
 
 [ "$fails" = 0 ] && echo "long_runs: ok"
 exit $((fails > 0))

@@ -33,7 +33,12 @@
  *     beyond that). ResNet's after 3 steps; AmoebaNet's after 1 (3 for the
  *     traffic): its max pools and few-value batch norms turn one flipped kink
  *     into a 0.5% change of every gradient after it (seen at 128x128), and
- *     after 3 steps into visibly different losses (2e-5 at 64x64).
+ *     after 3 steps into visibly different losses (2e-5 at 64x64). Its
+ *     entries may be up to 5% outside: measured, K=2 P=2 vertical, 64x64, a
+ *     batch-norm output of 3.4e-7 in the first normal cell (the tiled forward
+ *     differs there by up to 4.9e-6, deeper by up to 9e-5) flips its ReLU,
+ *     and every gradient upstream of it (the stems) moves by ~4e-4 relative:
+ *     1.4% of the entries, 3.6e-4 norm-wise; the norm bound stays 1e-2.
  * On R > 1 ranks it also checks the traffic: the bytes each rank sends to each
  * other rank in steps 2 and 3 (StarPU-MPI's counts) equal twice the plan's
  * prediction per step, and for the ResNet (a chain of blocks) the prediction
@@ -77,6 +82,7 @@ typedef struct {
     int times;         /* MASTER: pairs of copies */
     int dp;            /* data-parallel groups */
     hyfi_allreduce ar;
+    hyfi_recompute rc; /* re-materialisation: also bitwise against the plan without it */
 } plan_def;
 
 #define NMODELS 4
@@ -143,6 +149,22 @@ static const plan_def PLANS[] = {
      HYFI_GEMS_MAST, 0, 2, HYFI_ALLREDUCE_AUTO},
     {3, 2, 1, HYFI_SCHEDULE_GPIPE, 0, {0}, 1, 4, HYFI_SLICE_SQUARE, 0, 0, 2,
      HYFI_GEMS_MAST, 0, 2, HYFI_ALLREDUCE_RING},
+    /* re-materialisation: each also bitwise against the same plan without it
+     * (gradient sums in a fixed order: deterministic or at most 2 micro-batches) */
+    {0, 1, 1, HYFI_SCHEDULE_GPIPE, 0, {0}, 0, 0, HYFI_SLICE_SQUARE, 0, 0, 0,
+     HYFI_GEMS_NONE, 0, 0, HYFI_ALLREDUCE_AUTO, HYFI_RECOMPUTE_LAYER},               /* one place */
+    {0, 2, 4, HYFI_SCHEDULE_GPIPE, 1, {0}, 0, 0, HYFI_SLICE_SQUARE, 0, 0, 0,
+     HYFI_GEMS_NONE, 0, 0, HYFI_ALLREDUCE_AUTO, HYFI_RECOMPUTE_STAGE},
+    {0, 3, 2, HYFI_SCHEDULE_1F1B, 0, {0}, 0, 0, HYFI_SLICE_SQUARE, 0, 0, 0,
+     HYFI_GEMS_NONE, 0, 0, HYFI_ALLREDUCE_AUTO, HYFI_RECOMPUTE_LAYER},
+    {1, 2, 2, HYFI_SCHEDULE_GPIPE, 0, {0}, 0, 0, HYFI_SLICE_SQUARE, 0, 0, 0,
+     HYFI_GEMS_NONE, 0, 0, HYFI_ALLREDUCE_AUTO, HYFI_RECOMPUTE_LAYER},
+    {2, 3, 2, HYFI_SCHEDULE_1F1B, 0, {0}, 2, 4, HYFI_SLICE_HORIZONTAL, 0, 0, 0,
+     HYFI_GEMS_NONE, 0, 0, HYFI_ALLREDUCE_AUTO, HYFI_RECOMPUTE_LAYER},
+    {2, 2, 1, HYFI_SCHEDULE_GPIPE, 0, {0}, 1, 4, HYFI_SLICE_SQUARE, 0, 0, 2,
+     HYFI_GEMS_NONE, 0, 0, HYFI_ALLREDUCE_AUTO, HYFI_RECOMPUTE_STAGE},                /* fused */
+    {3, 2, 2, HYFI_SCHEDULE_1F1B, 0, {0}, 1, 2, HYFI_SLICE_VERTICAL, 0, 0, 0,
+     HYFI_GEMS_MAST, 0, 2, HYFI_ALLREDUCE_AUTO, HYFI_RECOMPUTE_LAYER},                /* all five */
 };
 #pragma GCC diagnostic pop
 #define NPLANS ((int)(sizeof PLANS / sizeof *PLANS))
@@ -503,7 +525,8 @@ static int do_check(const char *dir, int use_mpi)
                                  .spatial_stages = pd->K, .spatial_parts = pd->P,
                                  .slice = pd->slice, .fused_layers = pd->fused,
                                  .gems = pd->gems, .replications = pd->times,
-                                 .data_parallel = pd->dp, .allreduce = pd->ar};
+                                 .data_parallel = pd->dp, .allreduce = pd->ar,
+                                 .recompute = pd->rc};
         const int reps = plan_reps(pd);
         /* Bitwise where the gradient sums have a fixed order: deterministic
          * plans, and at most two micro-batches (a + b == b + a). */
@@ -526,9 +549,12 @@ static int do_check(const char *dir, int use_mpi)
                      pd->ar == HYFI_ALLREDUCE_RING   ? "ring"
                      : pd->ar == HYFI_ALLREDUCE_TREE ? "tree"
                                                      : "auto");
-        snprintf(what, sizeof what, "%s S=%d M=%d %s%s%s%s%s on %d rank%s%s", m->name,
+        snprintf(what, sizeof what, "%s S=%d M=%d %s%s%s%s%s%s on %d rank%s%s", m->name,
                  pd->stages, pd->parts, pd->schedule == HYFI_SCHEDULE_1F1B ? "1f1b" : "gpipe",
                  plan.balance ? " (balance given)" : "", pd->det ? " deterministic" : "", sp, rp,
+                 pd->rc == HYFI_RECOMPUTE_STAGE   ? " recompute stage"
+                 : pd->rc == HYFI_RECOMPUTE_LAYER ? " recompute layer"
+                                                  : "",
                  R, R > 1 ? "s" : "", use_mpi ? "" : " (no MPI)");
         if (filter && !strstr(what, filter)) continue;
         const int steps = pd->steps ? pd->steps : STEPS;
@@ -548,6 +574,26 @@ static int do_check(const char *dir, int use_mpi)
         }
         nplans++;
         int bad = 0;
+        if (pd->rc) {
+            /* re-materialisation: bitwise the same plan without it */
+            hyfi_plan_config p0 = plan;
+            p0.recompute = HYFI_RECOMPUTE_NONE;
+            run_result base = {.steps = steps};
+            double worst = 0;
+            int rbad = run_plan(ctx, m, &p0, &base, NULL) != 0;
+            if (!rbad) {
+                rbad += compare("loss (no recompute)", got.loss, base.loss, steps, 0, 0, &worst);
+                rbad += compare("grad (no recompute)", got.grad, base.grad, got.ngrad, 0, 0,
+                                &worst);
+                rbad += compare("weight (no recompute)", got.weight, base.weight, got.nweight, 0,
+                                0, &worst);
+            }
+            if (rank == 0)
+                printf("%s: against the plan without recompute: %s\n", what,
+                       rbad ? "MISMATCH" : "bitwise");
+            bad += rbad;
+            free_result(&base);
+        }
         if (!pd->traffic_only) {
             const double k = exact ? 0 : 1;
             double *wl = exact ? &worst_exact : &worst_loss, *wg = exact ? &worst_exact : &worst_grad;
@@ -556,10 +602,11 @@ static int do_check(const char *dir, int use_mpi)
             bad += got.ngrad != want.ngrad || got.nweight != want.nweight;
             if (!bad && pd->K) {
                 /* tiles: a few entries may sit at a kink (see the header) */
-                bad += compare_kinks("grad", got.grad, want.grad, got.ngrad, 1e-5, 1e-4, 5e-3,
+                const double frac = pd->model == 1 ? 5e-2 : 5e-3;
+                bad += compare_kinks("grad", got.grad, want.grad, got.ngrad, 1e-5, 1e-4, frac,
                                      1e-2, &worst_frac, &worst_norm);
                 bad += compare_kinks("weight", got.weight, want.weight, got.nweight, 1e-5, 1e-4,
-                                     5e-3, 1e-2, &worst_frac, &worst_norm);
+                                     frac, 1e-2, &worst_frac, &worst_norm);
             } else if (!bad) {
                 bad += compare("grad", got.grad, want.grad, got.ngrad, 1e-5 * k, 1e-4 * k, wg);
                 bad += compare("weight", got.weight, want.weight, got.nweight, 1e-5 * k, 1e-4 * k, ww);

@@ -1,0 +1,184 @@
+#!/usr/bin/env bash
+# Very-high-resolution training under a fixed memory budget per place: which
+# image sizes train at all, their peak memory per rank and seconds per image,
+# for hyfi untiled, tiled, tiled + re-materialisation, tiled + re-materialisation
+# + disk swap, and PyTorch untiled with and without torch.utils.checkpoint under
+# the same budget, side by side in one run.
+#
+#   bench/highres.sh [options]
+#
+# Data: real tissue mosaics of each size (scripts/make_slides.py, tiled TIFF,
+# 2 classes x 1 slide), made once into the output folder; every run trains
+# --steps steps of batch 1 on them (hyfi: --dataset slides, each rank reading
+# only its tiles; PyTorch: the same files decoded whole).
+#
+# Configurations (hyfi: 2 stages, stage 0 = every layer but the head, so that
+# the activation gathered for the head stage is small):
+#   untiled        1 rank, the budget as StarPU's memory limit (--mem-limit-mb)
+#   tiled          stage 0 in --tiles square tiles: tiles + 1 places on
+#                  min(--ranks, tiles + 1) ranks, each rank's limit the budget
+#                  times the places it holds
+#   tiled-rc       the same with --recompute layer
+#   tiled-rc-swap  the same with --swap-dir (StarPU's disk swap in the output
+#                  folder, --swap-mb of it per rank)
+#   torch          PyTorch (Debian's python3-torch) untiled, the same model;
+#                  the budget counts its memory above the model's (resident
+#                  memory minus that after building the model and optimizer):
+#                  a run above it is stopped, and that is its result
+#   torch-ckpt     the same with torch.utils.checkpoint per block / cell
+# A refusal (hyfi compiles a plan above the limit into an error naming the
+# fixes) or a run stopped over the budget is a result: the table says which.
+#
+# Options:
+#   --models LIST   resnet50, amoebanet (AmoebaNet-D, --amoeba 'L F') [resnet50,amoebanet]
+#   --amoeba 'L F'  AmoebaNet-D layers and filters [6 64]
+#   --sizes LIST    image sides [1024,2048,4096,8192]
+#   --tiles P       tiles of stage 0 (a square number) [16]
+#   --ranks R       ranks at most [16]
+#   --budget-mb M   memory budget per place in MB [1024]
+#   --swap-mb S     disk swap per rank in MB [8192]
+#   --steps N       steps per run (seconds per image from the last) [2]
+#   --timeout S     seconds a run may take [5400]
+#   --kinds LIST    configurations to run [untiled,tiled,tiled-rc,tiled-rc-swap,torch,torch-ckpt]
+#   --quick 1       sizes 512,1024, tiles 4, ranks 5 (about half an hour here)
+#   --build DIR     [build]       --out DIR  [build/bench-highres]
+#   -h, --help      this text
+set -euo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+models="resnet50,amoebanet" amoeba="6 64" sizes="1024,2048,4096,8192" tiles=16 ranks=16
+budget_mb=1024 swap_mb=8192 steps=2 timeout=5400 quick=0
+kinds="untiled,tiled,tiled-rc,tiled-rc-swap,torch,torch-ckpt" bdir="$root/build" out=""
+# shellcheck source=common.sh
+source "$root/bench/common.sh"
+bench_opts="models amoeba sizes tiles ranks budget_mb swap_mb steps timeout kinds quick out"
+bench_parse "$@"
+if [ "$quick" = 1 ]; then sizes="512,1024" tiles=4 ranks=5; fi
+bench_setup bench-highres
+IFS=, read -r -a mlist <<<"$models"
+IFS=, read -r -a slist <<<"$sizes"
+IFS=, read -r -a klist <<<"$kinds"
+tpy=/usr/bin/python3 # Debian's python3-torch
+start=$(date +%s)
+
+model_flags() { # model -> hyfi-train flags
+  case "$1" in
+    resnet50) echo "--model resnet --depth 50" ;;
+    amoebanet) read -r l f <<<"$amoeba"; echo "--model amoebanet --num-layers $l --num-filters $f" ;;
+    *) echo "highres.sh: unknown model '$1' (resnet50, amoebanet)" >&2; exit 2 ;;
+  esac
+}
+
+slides() { # size -> folder of 2 classes x 1 tiled-TIFF mosaic
+  local d="$out/slides-$1"
+  if [ ! -f "$d/.done" ]; then
+    rm -rf "$d"
+    "$tpy" "$root/scripts/make_slides.py" --out "$d" --size "$1" --per-class 1 \
+      --format tiff-tiled --level 1 >"$out/slides-$1.log" 2>&1 ||
+      { echo "[bench] making $1^2 slides failed (log $out/slides-$1.log)" >&2; exit 1; }
+    touch "$d/.done"
+  fi
+  echo "$d"
+}
+
+# One configuration: appends a JSON line to runs.jsonl.
+run_cfg() { # kind model size
+  local kind=$1 model=$2 size=$3 log="$out/$1.$2.$3" data
+  data=$(slides "$size")
+  local -a mf
+  read -r -a mf <<<"$(model_flags "$model")"
+  local layers
+  layers=$("$train" --dry-run "${mf[@]}" --image-size "$size" --batch-size 1 2>/dev/null |
+           sed -n 's/^layers: \([0-9]*\).*/\1/p')
+  local places=$((tiles + 1)) nr per
+  nr=$(( places < ranks ? places : ranks ))
+  per=$(( (places + nr - 1) / nr ))
+  # --watchdog 0: the head's rank waits legitimately long for a swapping stage 0
+  local args=("${mf[@]}" --dataset slides --datapath "$data" --batch-size 1 --num-classes 2
+              --steps "$steps" --print-freq 1 --metrics "$log.metrics" --watchdog 0)
+  local tile=(--split-size 2 --balance "$((layers - 1)),1" --spatial-size 1
+              --num-spatial-parts "$tiles" --slice-method square)
+  local t0 rc=0
+  t0=$(date +%s.%N)
+  rm -f "$log.metrics"
+  case "$kind" in
+    untiled)
+      timeout -k 10 "$timeout" "$train" "${args[@]}" --mem-limit-mb "$budget_mb" \
+        >"$log.log" 2>&1 || rc=$? ;;
+    tiled|tiled-rc|tiled-rc-swap)
+      local extra=()
+      [ "$kind" = tiled ] || extra+=(--recompute layer)
+      if [ "$kind" = tiled-rc-swap ]; then
+        rm -rf "$out/swap"; mkdir -p "$out/swap"
+        extra+=(--swap-dir "$out/swap" --swap-mb "$swap_mb")
+      fi
+      STARPU_NCPU=1 STARPU_WORKERS_NOBIND=1 STARPU_MPI_NOBIND=1 HYFI_CPU_THREADS=1 \
+        timeout -k 10 "$timeout" "$mpiexec" -n "$nr" "$train" "${args[@]}" "${tile[@]}" \
+        --mem-limit-mb $((budget_mb * per)) "${extra[@]}" >"$log.log" 2>&1 || rc=$? ;;
+    torch|torch-ckpt)
+      local ck=()
+      [ "$kind" = torch ] || ck=(--checkpoint)
+      timeout -k 10 "$timeout" "$tpy" "$root/bench/torch_highres.py" "${mf[@]}" \
+        --datapath "$data" --steps "$steps" --budget-mb "$budget_mb" "${ck[@]}" \
+        --metrics "$log.metrics" >"$log.log" 2>&1 || rc=$? ;;
+  esac
+  python3 - "$kind" "$model" "$size" "$log" "$rc" "$t0" "$nr" "$per" <<'PY' >>"$out/runs.jsonl"
+import json, re, sys, time
+kind, model, size, log, rc, t0, nr, per = sys.argv[1:9]
+text = open(log + ".log", errors="replace").read()
+steps = []
+try:
+    for line in open(log + ".metrics"):
+        r = json.loads(line)
+        if "step" in r and r.get("images_per_sec"):
+            steps.append(r)
+except OSError:
+    pass
+peaks = [float(x) for x in re.findall(r"peak memory ([\d.]+) MB", text)]
+if kind.startswith("torch"):
+    m = re.search(r"peak above the model ([\d.]+) MB", text)
+    peaks = [float(m.group(1))] if m else peaks
+status = "ran" if rc == "0" and steps else (
+    "refused" if "refused" in text or "exceeds" in text or "above" in text and rc == "1"
+    else "over budget" if "over the budget" in text
+    else "timeout" if rc in ("124", "137") else "failed (exit %s)" % rc)
+why = ""
+if status != "ran":
+    lines = [l for l in text.splitlines() if l.strip()]
+    why = lines[-1][:300] if lines else ""
+print(json.dumps({"kind": kind, "model": model, "size": int(size), "status": status,
+                  "ranks": int(nr) if kind.startswith("tiled") else 1,
+                  "places_per_rank": int(per) if kind.startswith("tiled") else 1,
+                  "s_per_image": 1 / steps[-1]["images_per_sec"] if steps else None,
+                  "loss": steps[-1]["loss"] if steps else None,
+                  "peak_mb": peaks, "wall_s": time.time() - float(t0), "why": why}))
+PY
+  tail -1 "$out/runs.jsonl" >&2
+}
+
+: >"$out/runs.jsonl"
+for m in "${mlist[@]}"; do
+  for s in "${slist[@]}"; do
+    for k in "${klist[@]}"; do run_cfg "$k" "$m" "$s"; done
+  done
+done
+{
+  echo "Very-high-resolution training: budget $budget_mb MB per place, batch 1, $steps steps, stage 0 in $tiles tiles (square) on up to $ranks ranks"
+  echo
+  bench_machine
+  echo "- hyfi: StarPU's memory limit per rank = budget x places on the rank; peak = resident memory per rank (max over ranks); PyTorch: memory above the model's, stopped when over the budget"
+  echo
+  python3 - "$out/runs.jsonl" <<'PY'
+import json, sys
+runs = [json.loads(l) for l in open(sys.argv[1])]
+print("| model | image | config | ranks | result | s/image | peak MB per rank (max) | note |")
+print("|---|---|---|---|---|---|---|---|")
+for r in runs:
+    print("| %s | %d² | %s | %d | %s | %s | %s | %s |" % (
+        r["model"], r["size"], r["kind"], r["ranks"], r["status"],
+        "%.1f" % r["s_per_image"] if r["s_per_image"] else "–",
+        "%.0f" % max(r["peak_mb"]) if r["peak_mb"] else "–",
+        r["why"].replace("|", "/")[:160] if r["status"] != "ran" else ""))
+PY
+  echo
+  echo "total bench time $(( $(date +%s) - start )) s; runs in $out/runs.jsonl"
+} | tee "$out/table.md"
