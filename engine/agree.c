@@ -20,6 +20,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#undef SEED /* SimGrid's mpi.h (simulation build) defines it */
+
 #define AGREE_TAG_BASE (INT64_C(1) << 60)
 
 typedef struct {

@@ -2,7 +2,9 @@
  * per-worker set-up (oneDNN threads on CPU workers, cuDNN/cuBLAS handles on
  * CUDA workers). One context per process. */
 #include "internal.h"
+#ifndef STARPU_SIMGRID
 #include "dnnl_common.h"
+#endif
 
 #include <errno.h>
 #include <stdatomic.h>
@@ -17,6 +19,7 @@
 /* 1 while a context exists (claimed atomically: one per process). */
 static atomic_int g_ctx_alive;
 
+#ifndef STARPU_SIMGRID
 static int launched_by_mpiexec(void)
 {
     static const char *vars[] = {"PMI_RANK", "PMI_SIZE", "PMIX_RANK", "OMPI_COMM_WORLD_SIZE",
@@ -25,10 +28,15 @@ static int launched_by_mpiexec(void)
         if (getenv(vars[i])) return 1;
     return 0;
 }
+#endif
 
 static void set_worker_threads(void *arg)
 {
+#ifdef STARPU_SIMGRID
+    (void)arg; /* a simulation runs no kernel */
+#else
     hyfi_cpu_set_threads(*(int *)arg);
+#endif
 }
 
 hyfi_ctx_config hyfi_ctx_config_default(void)
@@ -72,7 +80,11 @@ hyfi_status hyfi_ctx_create(const hyfi_ctx_config *cfg, hyfi_ctx **out)
                                          "process; destroy it first (one per process)");
     /* Under mpiexec, the child that names this rank if it dies (sentinel.c):
      * forked before MPI and StarPU start (no threads, no registered memory). */
+#ifdef STARPU_SIMGRID
+    const int mpi = 0; /* a simulation: no sentinel (its child would watch the simulator) */
+#else
     const int mpi = cfg && cfg->mpi >= 0 ? cfg->mpi : launched_by_mpiexec();
+#endif
     int inited = 0;
     if (mpi) MPI_Initialized(&inited);
     if (mpi && !inited) hyfi_sentinel_start();
@@ -98,7 +110,7 @@ static hyfi_status ctx_create(hyfi_ctx **out, const hyfi_ctx_config *cfg_in)
         cfg.device != HYFI_DEVICE_CUDA)
         return hyfi_fail(HYFI_ERR_ARG, "hyfi_ctx_create: unknown device %d; use "
                                        "HYFI_DEVICE_AUTO, _CPU or _CUDA", (int)cfg.device);
-    if (cfg.device == HYFI_DEVICE_CUDA && !HYFI_HAVE_CUDA)
+    if (cfg.device == HYFI_DEVICE_CUDA && !HYFI_HAVE_CUDA && !HYFI_SIMULATION)
         return hyfi_fail(HYFI_ERR_UNSUPPORTED, "CUDA requested but this hyfi was built without "
                                                "CUDA codelets; rebuild with nvcc and cuDNN, or "
                                                "use the CPU device");
@@ -114,10 +126,23 @@ static hyfi_status ctx_create(hyfi_ctx **out, const hyfi_ctx_config *cfg_in)
         return hyfi_fail(HYFI_ERR_ARG, "hyfi_ctx_create: swap_mb %d needs swap_dir (where to "
                                        "swap)", cfg.swap_mb);
     }
+#ifdef STARPU_SIMGRID
+    {
+        char why[512];
+        if (hyfi_ops_sim_models(why, sizeof why))
+            return hyfi_fail(HYFI_ERR_ARG, "%s", why);
+    }
+#endif
     hyfi_ctx *ctx = calloc(1, sizeof *ctx);
     if (!ctx) return hyfi_fail(HYFI_ERR_NOMEM, "hyfi_ctx_create: out of memory");
     ctx->swap_node = -1;
+#ifdef STARPU_SIMGRID
+    /* Simulation: every rank is an SMPI process (starpu_smpirun), with no
+     * launcher environment to look at. */
+    ctx->mpi = cfg.mpi < 0 ? 1 : cfg.mpi;
+#else
     ctx->mpi = cfg.mpi < 0 ? launched_by_mpiexec() : cfg.mpi;
+#endif
     ctx->verbose = cfg.verbose;
     if (ctx->mpi) {
         /* A previous MPI context's hyfi_ctx_destroy (or the program) finalised
@@ -338,7 +363,9 @@ static hyfi_status ctx_create(hyfi_ctx **out, const hyfi_ctx_config *cfg_in)
     /* A peer that stops or dies leaves the other ranks waiting forever in
      * StarPU-MPI: a watchdog thread ends the job instead (watchdog.c). */
     hyfi_status ws = HYFI_OK;
-    if (ctx->mpi && ctx->nranks > 1 && cfg.watchdog_s > 0 &&
+    /* Not in a simulation: simulated ranks cannot hang on a peer, and its
+     * thread would call MPI outside SMPI's ranks. */
+    if (ctx->mpi && ctx->nranks > 1 && cfg.watchdog_s > 0 && !HYFI_SIMULATION &&
         (ws = hyfi_watchdog_start(ctx, cfg.watchdog_s)) != HYFI_OK) {
         char why[512];
         snprintf(why, sizeof why, "%s", hyfi_last_error());

@@ -1,7 +1,10 @@
 /* Codelet support: failure reporting, per-CUDA-worker handles, footprints. */
 #include "codelet_common.h"
+#ifndef STARPU_SIMGRID
 #include "dnnl_common.h"
+#endif
 
+#include <math.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -134,9 +137,141 @@ int hyfi_ops_init(void) { return 0; }
 void hyfi_ops_fini(void) {}
 #endif
 
+#ifdef STARPU_SIMGRID
+void hyfi_ops_sim_nop(void *buffers[], void *cl_arg)
+{
+    (void)buffers;
+    (void)cl_arg;
+}
+
+/* ----------------------------------------------- analytic models (simulation) */
+/* Every codelet with a model of its own. */
+static struct starpu_codelet *const g_sim_codelets[] = {
+    &hyfi_cl_conv2d_forward, &hyfi_cl_conv2d_backward_data, &hyfi_cl_conv2d_backward_weight,
+    &hyfi_cl_batchnorm_forward_train, &hyfi_cl_batchnorm_forward_eval,
+    &hyfi_cl_batchnorm_backward, &hyfi_cl_relu_forward, &hyfi_cl_relu_backward,
+    &hyfi_cl_add_forward, &hyfi_cl_accumulate, &hyfi_cl_fill, &hyfi_cl_maxpool_forward,
+    &hyfi_cl_maxpool_backward, &hyfi_cl_avgpool_forward, &hyfi_cl_avgpool_backward,
+    &hyfi_cl_gap_forward, &hyfi_cl_gap_backward, &hyfi_cl_concat_forward,
+    &hyfi_cl_concat_backward, &hyfi_cl_fc_forward, &hyfi_cl_fc_backward_data,
+    &hyfi_cl_fc_backward_weight, &hyfi_cl_xent_forward, &hyfi_cl_xent_backward,
+    &hyfi_cl_sgd_update, &hyfi_cl_copy_slice, &hyfi_cl_running_combine,
+    &hyfi_cl_tile_assemble, &hyfi_cl_tile_scatter, &hyfi_cl_bn_stats, &hyfi_cl_bn_combine,
+    &hyfi_cl_bn_bwd_stats, &hyfi_cl_bn_bwd_combine, &hyfi_cl_bn_bwd_apply,
+    &hyfi_cl_redux_zero, &hyfi_cl_redux_add,
+};
+#define SIM_NCL (sizeof g_sim_codelets / sizeof *g_sim_codelets)
+
+/* Coefficients per codelet and device kind (0 CPU, 1 CUDA): microseconds
+ * a + b * flops + c * bytes (the task's STARPU_FLOPS and the sum of its
+ * buffers' sizes). */
+typedef struct {
+    double a, b, c;
+    int set;
+} sim_coef;
+static sim_coef g_sim_coef[SIM_NCL][2];
+/* The calibrated history of each codelet (its files, for STARPU_HOSTNAME),
+ * loaded at its first task: 0 not yet, 1 loaded, -1 none. */
+static struct starpu_perfmodel g_sim_hist[SIM_NCL];
+static int g_sim_hist_state[SIM_NCL];
+static double g_sim_task_us; /* HYFI_SIM_TASK_US: runtime cost per task */
+
+/* A task's duration: its footprint's calibrated mean where there is one, else
+ * the analytic model, plus the per-task cost; NAN (StarPU then stops the
+ * simulation naming the codelet) when neither knows it. */
+static double sim_cost(struct starpu_task *task, struct starpu_perfmodel_arch *arch,
+                       unsigned nimpl)
+{
+    (void)nimpl;
+    const int dev = arch->ndevices > 0 && arch->devices[0].type == STARPU_CUDA_WORKER ? 1 : 0;
+    size_t k = 0;
+    while (k < SIM_NCL && g_sim_codelets[k] != task->cl) k++;
+    if (k == SIM_NCL) return NAN;
+    if (g_sim_hist_state[k] == 0) {
+        g_sim_hist[k].type = STARPU_HISTORY_BASED;
+        g_sim_hist_state[k] =
+            starpu_perfmodel_load_symbol(g_sim_codelets[k]->model->symbol, &g_sim_hist[k]) == 0
+                ? 1
+                : -1;
+    }
+    double t = NAN;
+    if (g_sim_hist_state[k] == 1)
+        t = starpu_perfmodel_history_based_expected_perf(&g_sim_hist[k], arch,
+                                                         hyfi_ops_footprint(task));
+    /* a footprint never measured: NAN, or 0 (StarPU's simulation answers 0,
+     * "assuming it can not work there") */
+    const sim_coef *c = &g_sim_coef[k][dev];
+    if (!(t > 0) && c->set) {
+        double bytes = 0;
+        for (unsigned i = 0; i < STARPU_TASK_GET_NBUFFERS(task); i++)
+            bytes += (double)starpu_data_get_size(STARPU_TASK_GET_HANDLE(task, i));
+        const double flops = task->flops > 0 ? task->flops : 0;
+        t = c->a + c->b * flops + c->c * bytes;
+    }
+    return t > 0 ? t + g_sim_task_us : NAN;
+}
+
+/* The coefficient lines of FILE into g_sim_coef. */
+static int sim_load(const char *path, char *err, size_t len)
+{
+    FILE *f = fopen(path, "r");
+    if (!f) {
+        snprintf(err, len, "HYFI_SIM_ANALYTIC %s: cannot open it", path);
+        return -1;
+    }
+    char line[512];
+    int lineno = 0;
+    while (fgets(line, sizeof line, f)) {
+        lineno++;
+        char sym[128], dev[16];
+        double a, b, c;
+        if (line[0] == '#' || line[0] == '\n') continue;
+        if (sscanf(line, "%127s %15s %lf %lf %lf", sym, dev, &a, &b, &c) != 5 ||
+            (strcmp(dev, "cpu") && strcmp(dev, "cuda"))) {
+            snprintf(err, len, "HYFI_SIM_ANALYTIC %s line %d: expected 'SYMBOL cpu|cuda A B C' "
+                     "(microseconds = A + B * flops + C * bytes)", path, lineno);
+            fclose(f);
+            return -1;
+        }
+        size_t k = 0;
+        while (k < SIM_NCL && strcmp(g_sim_codelets[k]->model->symbol, sym)) k++;
+        if (k == SIM_NCL) continue; /* a codelet this hyfi does not have */
+        g_sim_coef[k][strcmp(dev, "cuda") == 0] = (sim_coef){a, b, c, 1};
+    }
+    fclose(f);
+    return 0;
+}
+
+int hyfi_ops_sim_models(char *err, size_t len)
+{
+    const char *path = getenv("HYFI_SIM_ANALYTIC");
+    const char *tus = getenv("HYFI_SIM_TASK_US");
+    if (tus && *tus) {
+        char *end;
+        g_sim_task_us = strtod(tus, &end);
+        if (*end || !(g_sim_task_us >= 0)) {
+            snprintf(err, len, "HYFI_SIM_TASK_US '%s': expected microseconds >= 0", tus);
+            return -1;
+        }
+    }
+    const int analytic = path && *path;
+    if (!analytic && g_sim_task_us == 0) return 0; /* StarPU's history models as they are */
+    if (analytic && sim_load(path, err, len)) return -1;
+    for (size_t k = 0; k < SIM_NCL; k++) {
+        g_sim_codelets[k]->model->type = STARPU_PER_ARCH;
+        g_sim_codelets[k]->model->arch_cost_function = sim_cost;
+    }
+    return 0;
+}
+#endif
+
 int hyfi_ops_cuda_devices(void)
 {
-#if HYFI_HAVE_CUDA
+#ifdef STARPU_SIMGRID
+    /* simulated GPUs: as many as STARPU_NCUDA asks for */
+    const char *e = getenv("STARPU_NCUDA");
+    return e && atoi(e) > 0 ? atoi(e) : 0;
+#elif HYFI_HAVE_CUDA
     int n = 0;
     if (cudaGetDeviceCount(&n) != cudaSuccess) return 0;
     return n;
@@ -150,7 +285,9 @@ static pthread_mutex_t g_core_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t g_core_cond = PTHREAD_COND_INITIALIZER;
 static int g_core_pool = 1, g_core_free = 1, g_core_per_worker = 1, g_core_lend;
 static size_t g_core_min_bytes = 1;
+#ifndef STARPU_SIMGRID
 static _Thread_local int t_threads; /* OpenMP threads last set on this worker */
+#endif
 
 void hyfi_ops_cores_init(int ncpu_workers, int per_worker, size_t lend_min_bytes)
 {
@@ -192,10 +329,12 @@ int hyfi_ops_cores_take(void)
         }
     }
     pthread_mutex_unlock(&g_core_lock);
+#ifndef STARPU_SIMGRID
     if (n != t_threads) {
         hyfi_cpu_set_threads(n);
         t_threads = n;
     }
+#endif
     return n;
 }
 

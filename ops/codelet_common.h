@@ -125,6 +125,37 @@ int hyfi_ops_cores_busy(void);
         .symbol = "hyfi_" #op,                                                   \
         .footprint = hyfi_ops_footprint,                                         \
     };                                                                           \
+    HYFI_CODELET_CPU_FUNC_(op, sig, __VA_ARGS__)                                 \
+    HYFI_CODELET_CUDA_FUNC_(op, sig, __VA_ARGS__)
+
+#ifdef STARPU_SIMGRID
+/* Simulation build (StarPU on SimGrid, docs/simulation.md): StarPU never
+ * calls a codelet's functions, it takes each task's duration from the
+ * codelet's performance model. So no kernel is compiled in (no oneDNN, no
+ * CUDA): the CPU function is empty and its address also stands for the CUDA
+ * implementation (HYFI_SIM_CUDA), so that simulated GPUs (STARPU_NCUDA) may
+ * run every codelet. */
+#define HYFI_CODELET_CPU_FUNC_(op, sig, ...)                                      \
+    static void op##_cpu_func(void *buffers[], void *cl_arg)                     \
+    {                                                                            \
+        (void)buffers;                                                           \
+        (void)cl_arg;                                                            \
+    }
+void hyfi_ops_sim_nop(void *buffers[], void *cl_arg);
+/* Before starpu_init, in a simulation: HYFI_SIM_ANALYTIC=FILE gives every
+ * codelet an analytic model for the footprints its calibrated history lacks:
+ * microseconds = A + B * flops + C * bytes with the coefficients of FILE's
+ * lines 'SYMBOL cpu|cuda A B C' (bench/fit_perfmodels.py fits them);
+ * HYFI_SIM_TASK_US=X adds X microseconds to every task (the runtime's own
+ * cost per task, which history models of kernels leave out). Either makes
+ * the models per-arch cost functions (history first). 0, or -1 with the
+ * reason in err. */
+int hyfi_ops_sim_models(char *err, size_t len);
+#define HYFI_SIM_CUDA .cuda_funcs = {hyfi_ops_sim_nop}, .cuda_flags = {STARPU_CUDA_ASYNC},
+/* hyfi_ops_report(name, kernel call) of the hand-written codelet functions */
+#define HYFI_REPORT(name, call) ((void)(name), (void)sizeof(call)) /* call not evaluated */
+#else
+#define HYFI_CODELET_CPU_FUNC_(op, sig, ...)                                      \
     static void op##_cpu_func(void *buffers[], void *cl_arg)                     \
     {                                                                            \
         const hyfi_task_args *t = cl_arg;                                        \
@@ -133,10 +164,15 @@ int hyfi_ops_cores_busy(void);
         const int cores_ = hyfi_ops_cores_take();                                \
         hyfi_ops_report(#op, hyfi_##op##_cpu(__VA_ARGS__));                      \
         hyfi_ops_cores_give(cores_);                                             \
-    }                                                                            \
-    HYFI_CODELET_CUDA_FUNC_(op, sig, __VA_ARGS__)
+    }
+#define HYFI_SIM_CUDA
+#define HYFI_REPORT(name, call) hyfi_ops_report(name, call)
+#endif
 
-#if HYFI_HAVE_CUDA
+#ifdef STARPU_SIMGRID
+#define HYFI_CODELET_CUDA_FUNC_(op, sig, ...)
+#define HYFI_CODELET_CUDA_FIELDS_(op) HYFI_SIM_CUDA
+#elif HYFI_HAVE_CUDA
 #define HYFI_CODELET_CUDA_FUNC_(op, sig, ...)                                     \
     static void op##_cuda_func(void *buffers[], void *cl_arg)                    \
     {                                                                            \

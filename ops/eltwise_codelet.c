@@ -18,15 +18,15 @@ HYFI_CODELET(fill, "w", HYFI_F(0), t->u.elt.value, t->u.elt.count)
 static void redux_zero_cpu(void *buffers[], void *cl_arg)
 {
     (void)cl_arg;
-    hyfi_ops_report("redux_zero", hyfi_fill_cpu(HYFI_F(0), 0.0f, STARPU_VECTOR_GET_NX(buffers[0])));
+    HYFI_REPORT("redux_zero", hyfi_fill_cpu(HYFI_F(0), 0.0f, STARPU_VECTOR_GET_NX(buffers[0])));
 }
 
 static void redux_add_cpu(void *buffers[], void *cl_arg)
 {
     (void)cl_arg;
     const int cores = hyfi_ops_cores_take();
-    hyfi_ops_report("redux_add", hyfi_accumulate_cpu(HYFI_F(0), HYFI_F(1),
-                                                     STARPU_VECTOR_GET_NX(buffers[0]), 1));
+    HYFI_REPORT("redux_add", hyfi_accumulate_cpu(HYFI_F(0), HYFI_F(1),
+                                                 STARPU_VECTOR_GET_NX(buffers[0]), 1));
     hyfi_ops_cores_give(cores);
 }
 
@@ -46,8 +46,19 @@ static void redux_add_cuda(void *buffers[], void *cl_arg)
 }
 #define HYFI_REDUX_CUDA(f) .cuda_funcs = {f}, .cuda_flags = {STARPU_CUDA_ASYNC},
 #else
-#define HYFI_REDUX_CUDA(f)
+#define HYFI_REDUX_CUDA(f) HYFI_SIM_CUDA
 #endif
+
+/* History-based models of their own: a simulation (docs/simulation.md) takes
+ * every task's duration from its codelet's model. */
+static struct starpu_perfmodel redux_zero_model = {
+    .type = STARPU_HISTORY_BASED,
+    .symbol = "hyfi_redux_zero",
+};
+static struct starpu_perfmodel redux_add_model = {
+    .type = STARPU_HISTORY_BASED,
+    .symbol = "hyfi_redux_add",
+};
 
 struct starpu_codelet hyfi_cl_redux_zero = {
     .cpu_funcs = {redux_zero_cpu},
@@ -55,6 +66,7 @@ struct starpu_codelet hyfi_cl_redux_zero = {
     HYFI_REDUX_CUDA(redux_zero_cuda)
     .nbuffers = 1,
     .modes = {STARPU_W},
+    .model = &redux_zero_model,
     .name = "hyfi_redux_zero",
 };
 
@@ -64,5 +76,6 @@ struct starpu_codelet hyfi_cl_redux_add = {
     HYFI_REDUX_CUDA(redux_add_cuda)
     .nbuffers = 2,
     .modes = {STARPU_RW | STARPU_COMMUTE, STARPU_R},
+    .model = &redux_add_model,
     .name = "hyfi_redux_add",
 };

@@ -20,8 +20,8 @@ static void running_combine_cpu_func(void *buffers[], void *cl_arg)
         return;
     const float *r[HYFI_RCOMB_MAX];
     for (int k = 1; k < t->u.rcomb.nrep && k <= HYFI_RCOMB_MAX; k++) r[k - 1] = HYFI_F(1 + k);
-    hyfi_ops_report("running_combine",
-                    hyfi_running_combine_cpu(HYFI_F(0), HYFI_F(1), r, &t->u.rcomb));
+    HYFI_REPORT("running_combine",
+                hyfi_running_combine_cpu(HYFI_F(0), HYFI_F(1), r, &t->u.rcomb));
 }
 
 #if HYFI_HAVE_CUDA
@@ -43,6 +43,8 @@ struct starpu_codelet hyfi_cl_running_combine = {
 #if HYFI_HAVE_CUDA
     .cuda_funcs = {running_combine_cuda_func},
     .cuda_flags = {STARPU_CUDA_ASYNC},
+#else
+    HYFI_SIM_CUDA
 #endif
     .nbuffers = STARPU_VARIABLE_NBUFFERS,
     .model = &running_combine_model,

@@ -31,6 +31,7 @@
     struct starpu_codelet hyfi_cl_##op = {                                       \
         .cpu_funcs = {op##_cpu_func},                                            \
         .cpu_funcs_name = {#op "_cpu_func"},                                     \
+        HYFI_SIM_CUDA                                                            \
         .nbuffers = STARPU_VARIABLE_NBUFFERS,                                    \
         .model = &op##_model,                                                    \
         .name = "hyfi_" #op,                                                     \
@@ -44,7 +45,7 @@
 #define ON_CPU(name, call)                                                        \
     do {                                                                         \
         const int cores_ = hyfi_ops_cores_take();                                \
-        hyfi_ops_report(name, call);                                             \
+        HYFI_REPORT(name, call);                                                 \
         hyfi_ops_cores_give(cores_);                                             \
     } while (0)
 

@@ -1,0 +1,83 @@
+#!/usr/bin/env bash
+# Build a second StarPU 1.4, for simulation: StarPU on SimGrid (Debian's
+# libsimgrid-dev, SimGrid 3.32) with StarPU-MPI over SimGrid's SMPI, into its
+# own prefix $HYFI_DEPS/starpu-simgrid (the real StarPU of scripts/setup.sh in
+# $HYFI_DEPS/starpu is left alone). Idempotent: a finished build is kept.
+# Then: `source scripts/env-simgrid.sh` and
+# `bash scripts/build.sh build-sim -Dsimulation=true` (docs/simulation.md).
+#
+# Same source as scripts/setup.sh: Debian's source package of StarPU (newest
+# 1.4.x of sid, else trixie), fetched with apt-get source from the archive
+# this machine already uses.
+#
+# Environment: HYFI_DEPS (default /opt/hyfi-deps), HYFI_SKIP_APT=1 (no apt).
+set -euo pipefail
+deps="${HYFI_DEPS:-/opt/hyfi-deps}"
+sudo=""; [ "$(id -u)" = 0 ] || sudo="sudo"
+log() { printf '[setup-simgrid] %s\n' "$*"; }
+
+pkgs=(build-essential pkg-config libsimgrid-dev xsltproc xz-utils)
+missing=()
+for p in "${pkgs[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p")
+done
+if [ "${HYFI_SKIP_APT:-0}" != 1 ] && [ ${#missing[@]} -gt 0 ]; then
+  log "installing Debian packages: ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null ||
+    { $sudo apt-get update -qq &&
+      $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null; }
+fi
+sg_ver=$(pkg-config --modversion simgrid 2>/dev/null || true)
+[ -n "$sg_ver" ] || { echo "setup-simgrid: SimGrid not found (pkg-config simgrid); install libsimgrid-dev" >&2; exit 1; }
+case "$sg_ver" in
+  3.17*|3.22*|4.*) log "warning: SimGrid $sg_ver is outside StarPU's tested range (3.11-3.36, not 3.17 or 3.22)" ;;
+esac
+
+prefix="$deps/starpu-simgrid"
+# Bump when the configure options below change: an older build is then rebuilt.
+recipe="simgrid-recipe-1"
+if [ -f "$prefix/.hyfi-complete" ] && grep -q "$recipe" "$prefix/.hyfi-complete"; then
+  log "StarPU (SimGrid) present in $prefix ($(cat "$prefix/.hyfi-complete"))"
+  exit 0
+fi
+rm -rf "$prefix"
+work="$(mktemp -d)"; trap 'rm -rf "$work"' EXIT
+srcfile=/etc/apt/sources.list.d/hyfi-src.sources
+if [ ! -f "$srcfile" ]; then
+  uri=$(awk '/^URIs:/{print $2; exit}' /etc/apt/sources.list.d/*.sources 2>/dev/null || true)
+  [ -n "$uri" ] || uri=$(awk '$1=="deb"{for(i=2;i<=NF;i++) if($i ~ /^[a-z]+:\/\//){print $i; exit}}' /etc/apt/sources.list)
+  [ -n "$uri" ] || { echo "setup-simgrid: cannot find the Debian archive address in /etc/apt/sources.list*" >&2; exit 1; }
+  printf 'Types: deb-src\nURIs: %s\nSuites: sid trixie\nComponents: main\nSigned-By: /usr/share/keyrings/debian-archive-keyring.gpg\n' "$uri" | $sudo tee "$srcfile" >/dev/null
+  $sudo apt-get update -qq
+fi
+ver=$(apt-cache showsrc starpu 2>/dev/null | awk '/^Version:/{print $2}' | grep '^1\.4\.' | sort -V | tail -1)
+[ -n "$ver" ] || { echo "setup-simgrid: no StarPU 1.4 source package found (apt-cache showsrc starpu)" >&2; exit 1; }
+upstream="${ver%-*}"; upstream="${upstream#*:}"
+log "building StarPU $upstream on SimGrid $sg_ver into $prefix"
+(cd "$work" && apt-get source --download-only -qq "starpu=$ver" >/dev/null)
+tarball=$(ls "$work"/starpu_"$upstream".orig.tar.* | head -1)
+tar -xf "$tarball" -C "$work"
+src=$(find "$work" -maxdepth 1 -type d -name "starpu-*" | head -1)
+# --enable-simgrid with --enable-mpi: StarPU-MPI on SMPI (configure finds
+# smpicc/smpicxx/smpirun and needs --disable-shared: every simulated rank is
+# a thread of one process). No CUDA (configure refuses it with SimGrid:
+# simulated GPUs come from STARPU_NCUDA and the performance models), no FxT
+# (it would need a static -fPIC libfxt). maxcpus 64: otherwise this host's core
+# count caps the simulated nodes' CPU workers.
+t0=$(date +%s)
+(cd "$src" && ./configure -q --prefix="$prefix" --enable-simgrid --enable-mpi \
+    --disable-shared --enable-static --with-pic --disable-cuda --without-fxt \
+    --enable-maxcpus=64 --enable-maxnumanodes=4 --enable-maxbuffers=16 \
+    --disable-opencl --disable-hip --disable-fortran --disable-build-doc \
+    --disable-build-examples --disable-build-tests --disable-starpufft --disable-socl \
+    --disable-openmp --disable-starpupy --disable-glpk --disable-hdf5 --disable-leveldb \
+    --disable-mlr --disable-valgrind --enable-blas-lib=none >"$work/configure.log" 2>&1) \
+  || { tail -40 "$work/configure.log" >&2; echo "setup-simgrid: StarPU configure failed" >&2; exit 1; }
+t1=$(date +%s)
+(cd "$src" && make -s -j"$(nproc)" >"$work/make.log" 2>&1 && make -s install >>"$work/make.log" 2>&1) \
+  || { tail -40 "$work/make.log" >&2; echo "setup-simgrid: StarPU build failed" >&2; exit 1; }
+t2=$(date +%s)
+echo "$ver simgrid-$sg_ver $recipe" > "$prefix/.hyfi-complete"
+log "StarPU $ver (SimGrid $sg_ver) installed in $prefix: configure $((t1 - t0)) s, build $((t2 - t1)) s"
+log "use: source scripts/env-simgrid.sh"
