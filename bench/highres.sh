@@ -97,7 +97,13 @@ run_cfg() { # kind model size
               --steps "$steps" --print-freq 1 --metrics "$log.metrics" --watchdog 0)
   local tile=(--split-size 2 --balance "$((layers - 1)),1" --spatial-size 1
               --num-spatial-parts "$tiles" --slice-method square)
-  local t0 rc=0
+  local t0 rc=0 mem_mb
+  mem_mb=$(awk '/^MemTotal/ { print int($2 / 1024) }' /proc/meminfo)
+  if [[ $kind == tiled* ]] && (( nr * budget_mb * per * 13 / 10 > mem_mb )); then
+    # each process holds its own memory besides StarPU's data (see docs/results.md)
+    echo "[bench] warning: $nr ranks x $((budget_mb * per)) MB of data (+30%) exceed this" \
+         "host's $mem_mb MB: the kernel may kill a rank; use fewer --ranks" >&2
+  fi
   t0=$(date +%s.%N)
   rm -f "$log.metrics"
   case "$kind" in
