@@ -43,22 +43,10 @@ if [ -f "$prefix/.hyfi-complete" ] && grep -q "$recipe" "$prefix/.hyfi-complete"
 fi
 rm -rf "$prefix"
 work="$(mktemp -d)"; trap 'rm -rf "$work"' EXIT
-srcfile=/etc/apt/sources.list.d/hyfi-src.sources
-if [ ! -f "$srcfile" ]; then
-  uri=$(awk '/^URIs:/{print $2; exit}' /etc/apt/sources.list.d/*.sources 2>/dev/null || true)
-  [ -n "$uri" ] || uri=$(awk '$1=="deb"{for(i=2;i<=NF;i++) if($i ~ /^[a-z]+:\/\//){print $i; exit}}' /etc/apt/sources.list)
-  [ -n "$uri" ] || { echo "setup-simgrid: cannot find the Debian archive address in /etc/apt/sources.list*" >&2; exit 1; }
-  printf 'Types: deb-src\nURIs: %s\nSuites: sid trixie\nComponents: main\nSigned-By: /usr/share/keyrings/debian-archive-keyring.gpg\n' "$uri" | $sudo tee "$srcfile" >/dev/null
-  $sudo apt-get update -qq
-fi
-ver=$(apt-cache showsrc starpu 2>/dev/null | awk '/^Version:/{print $2}' | grep '^1\.4\.' | sort -V | tail -1)
-[ -n "$ver" ] || { echo "setup-simgrid: no StarPU 1.4 source package found (apt-cache showsrc starpu)" >&2; exit 1; }
-upstream="${ver%-*}"; upstream="${upstream#*:}"
+# shellcheck source=starpu-source.sh
+source "$(dirname "${BASH_SOURCE[0]}")/starpu-source.sh"
+starpu_source "$work"
 log "building StarPU $upstream on SimGrid $sg_ver into $prefix"
-(cd "$work" && apt-get source --download-only -qq "starpu=$ver" >/dev/null)
-tarball=$(ls "$work"/starpu_"$upstream".orig.tar.* | head -1)
-tar -xf "$tarball" -C "$work"
-src=$(find "$work" -maxdepth 1 -type d -name "starpu-*" | head -1)
 # --enable-simgrid with --enable-mpi: StarPU-MPI on SMPI (configure finds
 # smpicc/smpicxx/smpirun and needs --disable-shared: every simulated rank is
 # a thread of one process). No CUDA (configure refuses it with SimGrid:

@@ -49,23 +49,9 @@ else
   rm -rf "$starpu_prefix"
   log "building StarPU 1.4 from Debian's source package"
   work="$(mktemp -d)"; trap 'rm -rf "$work"' EXIT
-  # Source entries for trixie and sid, from the archive this machine already uses.
-  srcfile=/etc/apt/sources.list.d/hyfi-src.sources
-  if [ ! -f "$srcfile" ]; then
-    uri=$(awk '/^URIs:/{print $2; exit}' /etc/apt/sources.list.d/*.sources 2>/dev/null || true)
-    [ -n "$uri" ] || uri=$(awk '$1=="deb"{for(i=2;i<=NF;i++) if($i ~ /^[a-z]+:\/\//){print $i; exit}}' /etc/apt/sources.list)
-    [ -n "$uri" ] || { echo "setup: cannot find the Debian archive address in /etc/apt/sources.list*" >&2; exit 1; }
-    printf 'Types: deb-src\nURIs: %s\nSuites: sid trixie\nComponents: main\nSigned-By: /usr/share/keyrings/debian-archive-keyring.gpg\n' "$uri" | $sudo tee "$srcfile" >/dev/null
-    $sudo apt-get update -qq
-  fi
-  # Newest 1.4.x among the source versions apt knows.
-  ver=$(apt-cache showsrc starpu 2>/dev/null | awk '/^Version:/{print $2}' | grep '^1\.4\.' | sort -V | tail -1)
-  [ -n "$ver" ] || { echo "setup: no StarPU 1.4 source package found (apt-cache showsrc starpu)" >&2; exit 1; }
-  upstream="${ver%-*}"; upstream="${upstream#*:}"
-  (cd "$work" && apt-get source --download-only -qq "starpu=$ver" >/dev/null)
-  tarball=$(ls "$work"/starpu_"$upstream".orig.tar.* | head -1)
-  tar -xf "$tarball" -C "$work"
-  src=$(find "$work" -maxdepth 1 -type d -name "starpu-*" | head -1)
+  # shellcheck source=starpu-source.sh
+  source "$(dirname "${BASH_SOURCE[0]}")/starpu-source.sh"
+  starpu_source "$work"
   # CUDA 13 removed cudaDeviceProp.computeMode; ask the attribute instead where the old line remains.
   drv="$src/src/drivers/cuda/driver_cuda.c"
   if grep -q 'props\[devid\]\.computeMode' "$drv"; then
