@@ -48,31 +48,29 @@
 #define SUM_KIND_PATTERN "\"" SUM_KIND_KEY "\":\"" SUM_KIND "\""
 #define NAME_LEN (HYFI_NAME_MAX + 64)
 
-/* The 16 hex digits of "hyfi.checksum" in a file's header (hlen bytes of
- * JSON after the 8-byte length), or NULL when it has none. */
-static char *checksum_digits(unsigned char *file, size_t hlen)
+/* Where `pattern`, followed by `tail` more bytes, starts in a file's header
+ * (hlen bytes of JSON after the 8-byte length), or NULL. */
+static char *header_find(unsigned char *file, size_t hlen, const char *pattern, size_t tail)
 {
     const char *h = (const char *)file + 8;
-    const size_t pl = strlen(CHECKSUM_PATTERN);
-    for (size_t p = 0; p + pl + 16 <= hlen; p++)
-        if (!memcmp(h + p, CHECKSUM_PATTERN, pl)) return (char *)file + 8 + p + pl;
+    const size_t pl = strlen(pattern);
+    for (size_t p = 0; p + pl + tail <= hlen; p++)
+        if (!memcmp(h + p, pattern, pl)) return (char *)file + 8 + p;
     return NULL;
 }
 
-/* Whether the header (hlen bytes of JSON after the length) names hyfi_sum. */
-static int sum_kind_words(const unsigned char *file, size_t hlen)
+/* The 16 hex digits of "hyfi.checksum" in a file's header, or NULL when it has none. */
+static char *checksum_digits(unsigned char *file, size_t hlen)
 {
-    const char *h = (const char *)file + 8;
-    const size_t pl = strlen(SUM_KIND_PATTERN);
-    for (size_t p = 0; p + pl <= hlen; p++)
-        if (!memcmp(h + p, SUM_KIND_PATTERN, pl)) return 1;
-    return 0;
+    char *at = header_find(file, hlen, CHECKSUM_PATTERN, 16);
+    return at ? at + strlen(CHECKSUM_PATTERN) : NULL;
 }
 
 /* The file's checksum, as written in its header's kind. */
-static uint64_t file_sum(const unsigned char *file, size_t len, size_t hlen)
+static uint64_t file_sum(unsigned char *file, size_t len, size_t hlen)
 {
-    if (!sum_kind_words(file, hlen)) return hyfi_hash_bytes(FNV_INIT, file, len);
+    /* hyfi_sum where the header names it */
+    if (!header_find(file, hlen, SUM_KIND_PATTERN, 0)) return hyfi_hash_bytes(FNV_INIT, file, len);
     hyfi_sum s;
     hyfi_sum_init(&s);
     hyfi_sum_add(&s, file, len);
