@@ -18,13 +18,8 @@ set -u
 test_bin=${1:?usage: data_region.sh TEST_DATA_REGION REGION_RSS}
 rss_bin=${2:?usage: data_region.sh TEST_DATA_REGION REGION_RSS}
 deps="${HYFI_DEPS:-/opt/hyfi-deps}"
-src="$deps/data/ihc.png"
-[ -f "$src" ] || { echo "skip: no $src (bash scripts/setup.sh fetches it)"; exit 77; }
-py=""
-for p in "${HYFI_PYTHON:-}" "${HYFI_TORCH_PYTHON:-}" python3 /usr/bin/python3; do
-  [ -n "$p" ] && "$p" -c 'import numpy, PIL' 2>/dev/null && { py=$p; break; }
-done
-[ -n "$py" ] || { echo "skip: no python3 with numpy and Pillow (python3-numpy, python3-pil)"; exit 77; }
+# shellcheck source=slides_python.sh
+source "$(dirname "$0")/slides_python.sh"
 root="${HYFI_SOURCE_DIR:-$(cd "$(dirname "$0")/.." && pwd)}"
 dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT

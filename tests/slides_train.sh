@@ -11,13 +11,8 @@
 set -u
 train=${1:?usage: slides_train.sh HYFI_TRAIN MPIEXEC}
 mpiexec=${2:?usage: slides_train.sh HYFI_TRAIN MPIEXEC}
-src="${HYFI_DEPS:-/opt/hyfi-deps}/data/ihc.png"
-[ -f "$src" ] || { echo "skip: no $src (bash scripts/setup.sh fetches it)"; exit 77; }
-py=""
-for p in "${HYFI_PYTHON:-}" "${HYFI_TORCH_PYTHON:-}" python3 /usr/bin/python3; do
-  [ -n "$p" ] && "$p" -c 'import numpy, PIL' 2>/dev/null && { py=$p; break; }
-done
-[ -n "$py" ] || { echo "skip: no python3 with numpy and Pillow"; exit 77; }
+# shellcheck source=slides_python.sh
+source "$(dirname "$0")/slides_python.sh"
 root="${HYFI_SOURCE_DIR:-$(cd "$(dirname "$0")/.." && pwd)}"
 export HYFI_CPU_THREADS=1 HYFI_LEND_MIN_BYTES=0
 dir=$(mktemp -d)
