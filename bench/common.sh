@@ -56,3 +56,25 @@ bench_machine() {
   echo "- machine: $(nproc) cores, $(awk -F': ' '/^model name/{print $2; exit}' /proc/cpuinfo); $(uname -srm)"
   echo "- date: $(date -u '+%Y-%m-%d %H:%M UTC'); git $(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo '?')"
 }
+
+# bench_slides SIZE: the folder ($out/slides-SIZE) of 2 classes x 1 real tissue
+# mosaic of SIZE^2 as tiled TIFF (scripts/make_slides.py, with Debian's python3:
+# numpy and Pillow), made once.
+bench_slides() {
+  local d="$out/slides-$1"
+  if [ ! -f "$d/.done" ]; then
+    rm -rf "$d"
+    /usr/bin/python3 "$root/scripts/make_slides.py" --out "$d" --size "$1" --per-class 1 \
+      --format tiff-tiled --level 1 >"$out/slides-$1.log" 2>&1 ||
+      { echo "[bench] making $1^2 slides failed (log $out/slides-$1.log)" >&2; exit 1; }
+    touch "$d/.done"
+  fi
+  echo "$d"
+}
+
+# bench_layers SIZE MODEL-FLAGS...: the model's layer count (--balance units).
+bench_layers() {
+  local size=$1; shift
+  "$train" --dry-run "$@" --image-size "$size" --batch-size 1 2>/dev/null |
+    sed -n 's/^layers: \([0-9]*\).*/\1/p'
+}

@@ -68,27 +68,14 @@ model_flags() { # model -> hyfi-train flags
   esac
 }
 
-slides() { # size -> folder of 2 classes x 1 tiled-TIFF mosaic
-  local d="$out/slides-$1"
-  if [ ! -f "$d/.done" ]; then
-    rm -rf "$d"
-    "$tpy" "$root/scripts/make_slides.py" --out "$d" --size "$1" --per-class 1 \
-      --format tiff-tiled --level 1 >"$out/slides-$1.log" 2>&1 ||
-      { echo "[bench] making $1^2 slides failed (log $out/slides-$1.log)" >&2; exit 1; }
-    touch "$d/.done"
-  fi
-  echo "$d"
-}
-
 # One configuration: appends a JSON line to runs.jsonl.
 run_cfg() { # kind model size
   local kind=$1 model=$2 size=$3 log="$out/$1.$2.$3" data
-  data=$(slides "$size")
+  data=$(bench_slides "$size")
   local -a mf
   read -r -a mf <<<"$(model_flags "$model")"
   local layers
-  layers=$("$train" --dry-run "${mf[@]}" --image-size "$size" --batch-size 1 2>/dev/null |
-           sed -n 's/^layers: \([0-9]*\).*/\1/p')
+  layers=$(bench_layers "$size" "${mf[@]}")
   local places=$((tiles + 1)) nr per
   nr=$(( places < ranks ? places : ranks ))
   per=$(( (places + nr - 1) / nr ))

@@ -30,17 +30,10 @@ bench_opts="model size tiles ranks recompute out"
 bench_parse "$@"
 bench_setup bench-highres-exact
 tpy=/usr/bin/python3
-data="$out/slides-$size"
-if [ ! -f "$data/.done" ]; then
-  rm -rf "$data"
-  "$tpy" "$root/scripts/make_slides.py" --out "$data" --size "$size" --per-class 1 \
-    --format tiff-tiled --level 1 >/dev/null
-  touch "$data/.done"
-fi
+data=$(bench_slides "$size")
 # shellcheck disable=SC2206
 mf=($model)
-layers=$("$train" --dry-run "${mf[@]}" --image-size "$size" --batch-size 1 2>/dev/null |
-         sed -n 's/^layers: \([0-9]*\).*/\1/p')
+layers=$(bench_layers "$size" "${mf[@]}")
 common=("${mf[@]}" --dataset slides --datapath "$data" --batch-size 1 --num-classes 2
         --print-freq 1 --watchdog 0 --momentum 0.9 --weight-decay 5e-4)
 export HYFI_CPU_THREADS=1 HYFI_LEND_MIN_BYTES=0
