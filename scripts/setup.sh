@@ -18,7 +18,7 @@ pkgs=(build-essential meson ninja-build pkg-config curl ca-certificates xz-utils
       libmpich-dev mpich libhwloc-dev hwloc libfxt-dev fxt-tools libnuma-dev
       libdnnl-dev libopenblas-dev zlib1g-dev libpng-dev libjpeg-dev
       libtiff-dev libopenslide-dev openslide-tools python3-numpy python3-pil
-      dataset-fashion-mnist python3 ${HYFI_SETUP_EXTRA:-})
+      dataset-fashion-mnist python3 python3-matplotlib ${HYFI_SETUP_EXTRA:-})
 
 missing=()
 for p in "${pkgs[@]}"; do
