@@ -53,9 +53,9 @@ void hyfi_handles_free(hyfi_graph *g)
         t->nmh = NULL;
         free(t->mh);
         t->mh = NULL;
-        if (t->host) starpu_free_noflag(t->host, copies * t->numel * 4);
-        if (t->ghost) starpu_free_noflag(t->ghost, copies * t->numel * 4);
-        if (t->mhost) starpu_free_noflag(t->mhost, copies * t->numel * 4);
+        hyfi_host_free(t->host, copies * t->numel);
+        hyfi_host_free(t->ghost, copies * t->numel);
+        hyfi_host_free(t->mhost, copies * t->numel);
         t->host = t->ghost = t->mhost = NULL;
     }
     for (int b = 0; b < g->cc->nbuckets; b++) {
@@ -69,22 +69,55 @@ void hyfi_handles_free(hyfi_graph *g)
     g->cc->nbuckets = 0;
     free(g->cc->dloss);
     g->cc->dloss = NULL;
-    if (g->cc->dloss_host) starpu_free_noflag(g->cc->dloss_host, (size_t)M * sizeof(float));
+    hyfi_host_free(g->cc->dloss_host, (size_t)M);
     g->cc->dloss_host = NULL;
     free(g->cc->health);
     g->cc->health = NULL;
     g->cc->nhealth = 0;
     free(g->cc->tokens);
     g->cc->tokens = NULL;
-    if (g->cc->token_host) starpu_free_noflag(g->cc->token_host,
-                                              (size_t)g->cc->ntokens * sizeof(float));
+    hyfi_host_free(g->cc->token_host, (size_t)g->cc->ntokens);
     g->cc->token_host = NULL;
     g->cc->ntokens = 0;
 }
 
+/* Host memory that StarPU manages (pinned when there are GPUs). In a
+ * simulation build it is folded (STARPU_MALLOC_SIMULATION_FOLDED): SimGrid
+ * maps one shared file page range over the whole buffer, so it costs no real
+ * memory and reads back garbage. Nothing in a simulation needs the values:
+ * no kernel runs, and what hyfi writes here (initial parameters, data, the
+ * loss seed) is only read back as losses, health sums and checkpoints,
+ * which a simulation does not compute anyway (docs/simulation.md). */
+#ifdef STARPU_SIMGRID
+#define HOST_FLAGS (STARPU_MALLOC_PINNED | STARPU_MALLOC_SIMULATION_FOLDED)
+#else
+#define HOST_FLAGS STARPU_MALLOC_PINNED
+#endif
+
 int hyfi_host_alloc(float **p, size_t n)
 {
-    return starpu_malloc((void **)p, (n ? n : 1) * sizeof(float)) == 0 ? 0 : -1;
+    return starpu_malloc_flags((void **)p, (n ? n : 1) * sizeof(float), HOST_FLAGS) == 0 ? 0
+                                                                                         : -1;
+}
+
+void hyfi_host_free(float *p, size_t n)
+{
+    if (p) starpu_free_flags(p, (n ? n : 1) * sizeof(float), HOST_FLAGS);
+}
+
+/* Simulation: what StarPU allocates in main memory by itself (copies of
+ * data registered without a home, StarPU-MPI's receive buffers) is folded
+ * too; without this each simulated rank held about what the real rank holds.
+ * Called before the first registration (the flags apply to later
+ * allocations). */
+static void fold_starpu_ram(void)
+{
+#ifdef STARPU_SIMGRID
+    for (unsigned nd = 0; nd < starpu_memory_nodes_get_count(); nd++)
+        if (starpu_node_get_kind(nd) == STARPU_CPU_RAM)
+            starpu_malloc_on_node_set_default_flags(nd, STARPU_MALLOC_PINNED | STARPU_MALLOC_COUNT |
+                                                            STARPU_MALLOC_SIMULATION_FOLDED);
+#endif
 }
 
 
@@ -214,6 +247,7 @@ hyfi_status hyfi_register_tensors(hyfi_graph *g)
 {
     const hyfi_plan *pl = g->cc->pl;
     const int M = pl->nmb, me = g->ctx->rank, NR = pl->nrep;
+    fold_starpu_ram();
     for (int i = 0; i < g->ntensors; i++) {
         hyfi_tensor *t = g->tensors[i];
         const int per_mb = t->kind == T_INPUT || t->kind == T_LABELS || t->kind == T_ACT ||
