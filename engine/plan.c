@@ -227,15 +227,16 @@ static double rank_need_bytes(const hyfi_plan *pl, int r, int *worst)
 /* This rank's places on its GPUs against their memory: StarPU moves data
  * that does not fit back to host memory between tasks, so a plan above a
  * GPU's memory runs (slowly) and is not refused; say so once. Places pinned
- * to a CUDA worker count on its GPU; with CUDA workers only, the others are
- * spread over the GPUs. */
+ * to a CUDA worker count on its GPU; with CUDA workers only (and in a
+ * simulation, where the data of the places on simulated GPUs is what
+ * matters), the others are spread over the GPUs. */
 static void warn_gpu_memory(const hyfi_graph *g)
 {
     const hyfi_plan *pl = g->cc->pl;
     const int ncuda = g->ctx->ncuda;
     if (ncuda <= 0) return;
     double spread = 0;
-    for (int q = 0; q < pl->nplaces && g->ctx->ncpu == 0; q++)
+    for (int q = 0; q < pl->nplaces && (g->ctx->ncpu == 0 || HYFI_SIMULATION); q++)
         if (pl->place_rank[q] == g->ctx->rank && pl->place_worker[q] < 0)
             spread += place_bytes(pl, q);
     for (int k = 0; k < ncuda; k++) {
@@ -255,13 +256,39 @@ static void warn_gpu_memory(const hyfi_graph *g)
     }
 }
 
+/* A simulation (docs/simulation.md): every rank is a simulated node of its
+ * own (scripts/simulate.sh), and this host's memory says nothing about it
+ * (hyfi's host buffers and StarPU's copies in main memory are folded, see
+ * handles.c: they cost this host no memory). With simulated GPUs the places'
+ * data lives on them: warn_gpu_memory compared it with their memory. Without,
+ * each rank against the simulated node's main memory, where StarPU knows it
+ * (STARPU_LIMIT_CPU_MEM is handled with the real build's limit). */
+static hyfi_status check_simulated_memory(hyfi_graph *g)
+{
+    if (g->ctx->ncuda > 0) return HYFI_OK;
+    const starpu_ssize_t ram = starpu_memory_get_total(STARPU_MAIN_RAM);
+    if (ram <= 0) return HYFI_OK;
+    for (int r = 0; r < g->ctx->nranks; r++) {
+        int worst;
+        const double need = rank_need_bytes(g->cc->pl, r, &worst);
+        if (need > (double)ram)
+            return hyfi_call_fail(g, HYFI_ERR_NOMEM,
+                                  "the plan needs an estimated %.1f GB of memory on simulated "
+                                  "rank %d (from stage %d on), more than its simulated node's "
+                                  "%.1f GB (machine STARPU_HOSTNAME's description); "
+                                  MEMORY_FIXES, need / 1e9, r, worst, (double)ram / 1e9);
+    }
+    return HYFI_OK;
+}
+
 /* Refuse, at compile, a plan whose places cannot fit, instead of a run that
  * waits for memory forever or is killed:
  *   - under StarPU's per-process limit (STARPU_LIMIT_CPU_MEM, MB), each rank
  *     against the limit;
  *   - without it, the ranks of each node together against the node's
  *     physical memory. Ranks are taken to be placed on nodes in blocks of
- *     MPI_LOCALNRANKS (mpiexec's default), on nodes like this one.
+ *     MPI_LOCALNRANKS (mpiexec's default), on nodes like this one;
+ *   - in a simulation, against the simulated devices (check_simulated_memory).
  * Every rank decides the same (the plan and the nodes are the same
  * everywhere), so that all fail together. */
 static hyfi_status check_memory_limit(hyfi_graph *g)
@@ -317,6 +344,7 @@ static hyfi_status check_memory_limit(hyfi_graph *g)
         return HYFI_OK;
     }
     warn_gpu_memory(g);
+    if (HYFI_SIMULATION) return check_simulated_memory(g);
     const double phys = host_memory_bytes();
     if (phys <= 0) return HYFI_OK;
     int per_node = g->ctx->local_ranks > 0 ? g->ctx->local_ranks : R;
