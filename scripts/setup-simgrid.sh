@@ -36,7 +36,7 @@ esac
 
 prefix="$deps/starpu-simgrid"
 # Bump when the configure options below change: an older build is then rebuilt.
-recipe="simgrid-recipe-1"
+recipe="simgrid-recipe-2"
 if [ -f "$prefix/.hyfi-complete" ] && grep -q "$recipe" "$prefix/.hyfi-complete"; then
   log "StarPU (SimGrid) present in $prefix ($(cat "$prefix/.hyfi-complete"))"
   exit 0
@@ -52,11 +52,14 @@ log "building StarPU $upstream on SimGrid $sg_ver into $prefix"
 # a thread of one process). No CUDA (configure refuses it with SimGrid:
 # simulated GPUs come from STARPU_NCUDA and the performance models), no FxT
 # (it would need a static -fPIC libfxt). maxcpus 64: otherwise this host's core
-# count caps the simulated nodes' CPU workers.
+# count caps the simulated nodes' CPU workers. maxnodes 8 (RAM, up to 4
+# GPUs, a disk): every data handle holds a per-memory-node table of
+# per-memory-node requests, so the default 32 made each simulated rank hold
+# ~3x the memory (docs/simulation.md, "Memory per simulated rank").
 t0=$(date +%s)
 (cd "$src" && ./configure -q --prefix="$prefix" --enable-simgrid --enable-mpi \
     --disable-shared --enable-static --with-pic --disable-cuda --without-fxt \
-    --enable-maxcpus=64 --enable-maxnumanodes=4 --enable-maxbuffers=16 \
+    --enable-maxcpus=64 --enable-maxnumanodes=4 --enable-maxbuffers=16 --enable-maxnodes=8 \
     --disable-opencl --disable-hip --disable-fortran --disable-build-doc \
     --disable-build-examples --disable-build-tests --disable-starpufft --disable-socl \
     --disable-openmp --disable-starpupy --disable-glpk --disable-hdf5 --disable-leveldb \
