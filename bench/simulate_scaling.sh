@@ -1,0 +1,219 @@
+#!/usr/bin/env bash
+# The scaling study in simulation (StarPU + SimGrid, docs/simulation.md):
+# Hy-Fi-style plans of ResNet and AmoebaNet-D on Lassen-like nodes of 4
+# simulated V100 (platforms/lassen.xml: 512 nodes, 2,048 GPUs; analytic V100
+# models perfmodels/analytic-v100.txt), one simulated rank per node, one
+# place per GPU. A *unit* of U GPUs holds one model replica pair:
+#   U=4   2 vertical tiles of stage 0 + 2 more stages   (SP + LP)
+#   U=8   4 square tiles of stage 0 + 4 more stages
+#   U=32  16 square tiles of stage 0 + 16 more stages
+# each with 2 micro-batches of 1 image (PP) and a GEMS MAST mirrored copy
+# (2 replicas on the same GPUs); --data-parallel D units (DP) make
+# GPUs = U x D. Weak scaling: the work per GPU is the same for every D, so
+# the efficiency of a run is its images/s per GPU over that of the smallest
+# run of the same model, image size and unit. Layer parallelism alone (LP):
+# the model in N = GPUs stages, the same global batch, one micro-batch, no
+# tiles or replicas (only where N <= the model's layers); the speedup is the
+# plan's images/s over LP's at the same GPU count.
+#
+#   bench/simulate_scaling.sh [--quick] [--models 'resnet amoebanet']
+#       [--sizes '1024 2048'] [--units '4 8 32'] [--dps '1 2 3 6'] [--steps 4]
+#       [--max-gpus 2048] [--limit-mb 5000] [--timeout 900] [--out DIR]
+#       [--plot FILE.png] [--lp 1]
+# --quick: ResNet-56 at 1,024^2, unit 4, D = 1, 2, 3 (4-12 GPUs) and LP at
+# the same counts: a few minutes on 2 cores.
+# Each run: hyfi-train --steps N (-v), images/s = the median of the
+# simulated steps 2..N (step 1 includes the start); memory = the peak private
+# memory (RssAnon) of the whole simulation (bench/memwatch.py), which is
+# killed past --limit-mb and recorded so; a run past --timeout s is
+# recorded as such; SimGrid's "deadlock detected" likewise. Writes
+# $out/runs.jsonl, $out/table.md and the plot $out/simulate_scaling.png (or
+# --plot FILE, e.g. docs/simulate_scaling.png; Debian's python3-matplotlib).
+# Needs the simulation build (build-sim, docs/simulation.md).
+set -euo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+models="resnet amoebanet" sizes="1024 2048" units="4 8 32" dps="1 2 3 6" steps=4
+max_gpus=2048 limit_mb=5000 timeout=900 out="" plot="" lp=1 quick=0
+bdir="$root/build-sim"
+bench_opts="models sizes units dps steps max_gpus limit_mb timeout out plot lp quick"
+# shellcheck source=common.sh
+source "$root/bench/common.sh"
+args=()
+for a in "$@"; do [ "$a" = --quick ] && args+=(--quick 1) || args+=("$a"); done
+bench_parse "${args[@]+"${args[@]}"}"
+if [ "$quick" = 1 ]; then
+  models=resnet sizes=1024 units=4 dps="1 2 3"
+fi
+out="${out:-$bdir/bench-simulate-scaling}"
+mkdir -p "$out"
+out="$(cd "$out" && pwd)"
+plot="${plot:-$out/simulate_scaling.png}"
+py=/usr/bin/python3
+# shellcheck source=../scripts/env-simgrid.sh
+source "$root/scripts/env-simgrid.sh"
+[ -f "$bdir/apps/hyfi-train.so" ] ||
+  { echo "[bench] no simulation build ($bdir/apps/hyfi-train.so): see docs/simulation.md" >&2; exit 2; }
+export HYFI_SIM_ANALYTIC="$root/perfmodels/analytic-v100.txt" STARPU_HOSTNAME=lassen \
+  STARPU_NCUDA=4 STARPU_NCPU=4
+platform="$root/platforms/lassen.xml"
+
+model_args() { # MODEL
+  case "$1" in
+    resnet) echo "--model resnet --depth 56" ;;
+    amoebanet) echo "--model amoebanet --num-layers 18 --num-filters 416" ;;
+  esac
+}
+model_layers() { case "$1" in resnet) echo 29 ;; amoebanet) echo 20 ;; esac; }
+unit_args() { # U: tiles, slicing and stages of one unit
+  case "$1" in
+    4) echo "--spatial-size 1 --num-spatial-parts 2 --slice-method vertical --split-size 3" ;;
+    8) echo "--spatial-size 1 --num-spatial-parts 4 --slice-method square --split-size 5" ;;
+    32) echo "--spatial-size 1 --num-spatial-parts 16 --slice-method square --split-size 17" ;;
+  esac
+}
+
+# run TAG RANKS ARGS...: one simulation, its record appended to runs.jsonl
+run() {
+  local tag=$1 n=$2; shift 2
+  local log="$out/$tag.log" mem="$out/$tag.mem" rc=0
+  echo "[bench] $tag: $n ranks: $*" >&2
+  timeout "$timeout" "$py" "$root/bench/memwatch.py" --limit-mb "$limit_mb" --json "$mem" -- \
+    bash "$root/scripts/simulate.sh" -n "$n" --platform "$platform" --build "$bdir" "$@" \
+    --dataset synthetic --num-classes 10 --steps "$steps" --print-freq 1 -v \
+    --cfg=smpi/shared-malloc-blocksize:67108864 >"$log" 2>&1 || rc=$?
+  "$py" - "$log" "$mem" "$rc" "$tag" "$n" "$timeout" >>"$out/runs.jsonl" <<'PY'
+import json, os, re, statistics, sys
+log, mem, rc, tag, n, tmo = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4], int(sys.argv[5]), sys.argv[6]
+text = open(log, errors="replace").read()
+m = json.load(open(mem)) if os.path.exists(mem) and os.path.getsize(mem) else {}
+steps = {int(a): float(b) for a, b in re.findall(r"^step (\d+) loss \S+ images/s ([0-9.]+)", text, re.M)}
+later = [v for k, v in sorted(steps.items()) if k >= 2]
+tasks = [int(x) for x in re.findall(r"submits (\d+) of the \d+ tasks", text)]
+total = re.findall(r"submits \d+ of the (\d+) tasks", text)
+gpu_warn = "on CUDA device" in text
+if "eadlock" in text:
+    outcome = "deadlock after step %d" % max(steps) if steps else "deadlock before step 1"
+elif m.get("killed_over_limit"):
+    outcome = "stopped: over the memory limit"
+elif rc in (124, 137) or (rc == 143):
+    outcome = "stopped: over %s s" % tmo
+elif "summary:" not in text:
+    err = [l for l in text.splitlines() if "failed" in l or "rror" in l]
+    outcome = "failed: " + (err[0][:160] if err else "rc %d" % rc)
+else:
+    outcome = "ok"
+print(json.dumps({"tag": tag, "ranks": n, "steps": len(steps),
+                  "ips": statistics.median(later) if later else None,
+                  "ips_step1": steps.get(1), "tasks_max": max(tasks) if tasks else None,
+                  "tasks_min": min(tasks) if tasks else None,
+                  "tasks_total": int(total[0]) if total else None,
+                  "wall_s": m.get("wall_s"), "anon_mb": m.get("anon_mb"), "rss_mb": m.get("rss_mb"),
+                  "gpu_mem_warning": gpu_warn, "outcome": outcome}))
+PY
+  tail -1 "$out/runs.jsonl" >&2
+}
+
+: >"$out/runs.jsonl"
+: >"$out/configs.jsonl"
+for model in $models; do
+  for size in $sizes; do
+    for u in $units; do
+      # the units that fit: ResNet-56 at 2,048^2 and AmoebaNet need 8 GPUs or more
+      if [ "$u" = 4 ] && { [ "$model" = amoebanet ] || [ "$size" -gt 1024 ]; }; then continue; fi
+      for d in $dps; do
+        gpus=$((u * d)) ranks=$((u * d / 4))
+        [ "$gpus" -le "$max_gpus" ] || continue
+        tag="$model.$size.u$u.d$d"
+        # shellcheck disable=SC2046
+        run "$tag" "$ranks" $(model_args "$model") --image-size "$size" --batch-size 2 --parts 2 \
+          $(unit_args "$u") --gems mast --data-parallel "$d"
+        echo "{\"tag\":\"$tag\",\"kind\":\"hybrid\",\"model\":\"$model\",\"size\":$size,\"unit\":$u,\"dp\":$d,\"gpus\":$gpus}" >>"$out/configs.jsonl"
+      done
+    done
+  done
+done
+if [ "$lp" = 1 ]; then
+  # LP alone at the GPU counts above (N stages, the same global batch)
+  "$py" - "$out/configs.jsonl" <<'PY' | while read -r model size gpus batch; do
+import json, sys
+seen = set()
+for l in open(sys.argv[1]):
+    c = json.loads(l)
+    if c["kind"] != "hybrid":
+        continue
+    k = (c["model"], c["size"], c["gpus"])
+    if k not in seen:
+        seen.add(k)
+        print(c["model"], c["size"], c["gpus"], 4 * c["dp"])
+PY
+    [ "$gpus" -le "$(model_layers "$model")" ] || continue
+    tag="$model.$size.lp$gpus"
+    # shellcheck disable=SC2046
+    run "$tag" $((gpus / 4)) $(model_args "$model") --image-size "$size" --batch-size "$batch" \
+      --parts 1 --split-size "$gpus" </dev/null
+    echo "{\"tag\":\"$tag\",\"kind\":\"lp\",\"model\":\"$model\",\"size\":$size,\"gpus\":$gpus}" >>"$out/configs.jsonl"
+  done
+fi
+
+{
+  echo "Simulated scaling (platforms/lassen.xml, 4 simulated V100 per rank, analytic V100 models, $steps steps; images/s: median of steps 2..$steps)"
+  echo
+  bench_machine
+  echo
+  "$py" - "$out/configs.jsonl" "$out/runs.jsonl" "$plot" <<'PY'
+import json, sys
+cfg = {c["tag"]: c for c in map(json.loads, open(sys.argv[1]))}
+runs = {r["tag"]: r for r in map(json.loads, open(sys.argv[2]))}
+rows = [(cfg[t], runs[t]) for t in cfg if t in runs]
+def lp_of(c):
+    return runs.get("%s.%d.lp%d" % (c["model"], c["size"], c["gpus"]))
+base = {}
+for c, r in rows:
+    if c["kind"] == "hybrid" and r["ips"]:
+        k = (c["model"], c["size"], c["unit"])
+        if k not in base or c["gpus"] < base[k][0]:
+            base[k] = (c["gpus"], r["ips"])
+names = {"resnet": "ResNet-56", "amoebanet": "AmoebaNet-D (18, 416)"}
+print("| model | image | GPUs | ranks | plan | tasks/rank/step (max) | simulated img/s | weak-scaling eff. | LP alone img/s | speedup over LP | wall s | peak memory MB (per rank) | outcome |")
+print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+curves = {}
+for c, r in sorted(rows, key=lambda x: (x[0]["model"], x[0]["size"], x[0]["kind"], x[0].get("unit", 0), x[0]["gpus"])):
+    if c["kind"] == "hybrid":
+        plan = "unit %d (SP+LP+PP+GEMS) x DP %d" % (c["unit"], c["dp"])
+        b = base.get((c["model"], c["size"], c["unit"]))
+        eff = r["ips"] / c["gpus"] / (b[1] / b[0]) if r["ips"] and b else None
+        lp = lp_of(c)
+        lpi = lp["ips"] if lp else None
+        sp = r["ips"] / lpi if r["ips"] and lpi else None
+        if eff is not None:
+            curves.setdefault((c["model"], c["size"], c["unit"]), []).append((c["gpus"], eff, r["ips"]))
+    else:
+        plan = "LP alone: %d stages" % c["gpus"]
+        eff = lpi = sp = None
+    f = lambda v, fmt: (fmt % v) if v is not None else "-"
+    mem = "%s (%s)" % (f(r["anon_mb"], "%.0f"), f(r["anon_mb"] / r["ranks"] if r["anon_mb"] else None, "%.0f"))
+    print("| %s | %d² | %d | %d | %s | %s | %s | %s | %s | %s | %s | %s | %s%s |" % (
+        names[c["model"]], c["size"], c["gpus"], r["ranks"], plan, f(r["tasks_max"], "%d"),
+        f(r["ips"], "%.2f"), f(eff, "%.3f"), f(lpi, "%.2f"), f(sp, "%.2fx"),
+        f(r["wall_s"], "%.0f"), mem, r["outcome"], "; GPU memory exceeded (warned)" if r["gpu_mem_warning"] else ""))
+png = sys.argv[3] if len(sys.argv) > 3 else ""
+if png and curves:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    fig, ax = plt.subplots(1, 2, figsize=(11, 4.2))
+    for (m, s, u), pts in sorted(curves.items()):
+        pts.sort()
+        lab = "%s %d² unit %d" % (names[m], s, u)
+        ax[0].plot([p[0] for p in pts], [p[1] for p in pts], "o-", label=lab)
+        ax[1].plot([p[0] for p in pts], [p[2] for p in pts], "o-", label=lab)
+    ax[0].set_xscale("log", base=2); ax[1].set_xscale("log", base=2); ax[1].set_yscale("log")
+    ax[0].set_xlabel("simulated V100 GPUs"); ax[1].set_xlabel("simulated V100 GPUs")
+    ax[0].set_ylabel("weak-scaling efficiency"); ax[1].set_ylabel("simulated images/s")
+    ax[0].set_ylim(0, 1.1); ax[0].grid(True, alpha=.3); ax[1].grid(True, alpha=.3)
+    ax[0].legend(fontsize=7); ax[0].set_title("efficiency (per GPU, vs the unit's smallest run)", fontsize=9)
+    ax[1].set_title("throughput", fontsize=9)
+    fig.tight_layout(); fig.savefig(png, dpi=110)
+PY
+} | tee "$out/table.md"
+echo "[bench] $out/table.md, $plot" >&2
