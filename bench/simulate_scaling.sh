@@ -19,9 +19,10 @@
 #   bench/simulate_scaling.sh [--quick] [--models 'resnet amoebanet']
 #       [--sizes '1024 2048'] [--units '4 8 32'] [--dps '1 2 3 6'] [--steps 4]
 #       [--max-gpus 2048] [--limit-mb 5000] [--timeout 900] [--out DIR]
-#       [--plot FILE.png] [--lp 1]
+#       [--plot FILE.png] [--lp 1] [--report-only 1]
 # --quick: ResNet-56 at 1,024^2, unit 4, D = 1, 2, 3 (4-12 GPUs) and LP at
-# the same counts: a few minutes on 2 cores.
+# the same counts, 3 steps: about 2.5 minutes of CPU time (more on a loaded
+# machine).
 # Each run: hyfi-train --steps N (-v), images/s = the median of the
 # simulated steps 2..N (step 1 includes the start); memory = the peak private
 # memory (RssAnon) of the whole simulation (bench/memwatch.py), which is
@@ -29,20 +30,22 @@
 # recorded as such; SimGrid's "deadlock detected" likewise. Writes
 # $out/runs.jsonl, $out/table.md and the plot $out/simulate_scaling.png (or
 # --plot FILE, e.g. docs/simulate_scaling.png; Debian's python3-matplotlib).
+# --report-only 1 makes the table and plot again from DIR's records (e.g.
+# several studies' runs.jsonl and configs.jsonl concatenated).
 # Needs the simulation build (build-sim, docs/simulation.md).
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 models="resnet amoebanet" sizes="1024 2048" units="4 8 32" dps="1 2 3 6" steps=4
-max_gpus=2048 limit_mb=5000 timeout=900 out="" plot="" lp=1 quick=0
+max_gpus=2048 limit_mb=5000 timeout=900 out="" plot="" lp=1 quick=0 report_only=0
 bdir="$root/build-sim"
-bench_opts="models sizes units dps steps max_gpus limit_mb timeout out plot lp quick"
+bench_opts="models sizes units dps steps max_gpus limit_mb timeout out plot lp quick report_only"
 # shellcheck source=common.sh
 source "$root/bench/common.sh"
 args=()
 for a in "$@"; do [ "$a" = --quick ] && args+=(--quick 1) || args+=("$a"); done
 bench_parse "${args[@]+"${args[@]}"}"
 if [ "$quick" = 1 ]; then
-  models=resnet sizes=1024 units=4 dps="1 2 3"
+  models=resnet sizes=1024 units=4 dps="1 2 3" steps=3
 fi
 out="${out:-$bdir/bench-simulate-scaling}"
 mkdir -p "$out"
@@ -113,8 +116,8 @@ PY
   tail -1 "$out/runs.jsonl" >&2
 }
 
-: >"$out/runs.jsonl"
-: >"$out/configs.jsonl"
+[ "$report_only" = 1 ] && models="" lp=0
+[ "$report_only" = 1 ] || { : >"$out/runs.jsonl"; : >"$out/configs.jsonl"; }
 for model in $models; do
   for size in $sizes; do
     for u in $units; do
@@ -176,7 +179,7 @@ for c, r in rows:
 names = {"resnet": "ResNet-56", "amoebanet": "AmoebaNet-D (18, 416)"}
 print("| model | image | GPUs | ranks | plan | tasks/rank/step (max) | simulated img/s | weak-scaling eff. | LP alone img/s | speedup over LP | wall s | peak memory MB (per rank) | outcome |")
 print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
-curves = {}
+curves, lps = {}, {}
 for c, r in sorted(rows, key=lambda x: (x[0]["model"], x[0]["size"], x[0]["kind"], x[0].get("unit", 0), x[0]["gpus"])):
     if c["kind"] == "hybrid":
         plan = "unit %d (SP+LP+PP+GEMS) x DP %d" % (c["unit"], c["dp"])
@@ -190,6 +193,8 @@ for c, r in sorted(rows, key=lambda x: (x[0]["model"], x[0]["size"], x[0]["kind"
     else:
         plan = "LP alone: %d stages" % c["gpus"]
         eff = lpi = sp = None
+        if r["ips"]:
+            lps.setdefault((c["model"], c["size"]), []).append((c["gpus"], r["ips"]))
     f = lambda v, fmt: (fmt % v) if v is not None else "-"
     mem = "%s (%s)" % (f(r["anon_mb"], "%.0f"), f(r["anon_mb"] / r["ranks"] if r["anon_mb"] else None, "%.0f"))
     print("| %s | %d² | %d | %d | %s | %s | %s | %s | %s | %s | %s | %s | %s%s |" % (
@@ -207,6 +212,11 @@ if png and curves:
         lab = "%s %d² unit %d" % (names[m], s, u)
         ax[0].plot([p[0] for p in pts], [p[1] for p in pts], "o-", label=lab)
         ax[1].plot([p[0] for p in pts], [p[2] for p in pts], "o-", label=lab)
+    for (m, s), pts in sorted(lps.items()):
+        pts.sort()
+        ax[1].plot([p[0] for p in pts], [p[1] for p in pts], "x--",
+                   label="%s %d² LP alone" % (names[m], s))
+    ax[1].legend(fontsize=7)
     ax[0].set_xscale("log", base=2); ax[1].set_xscale("log", base=2); ax[1].set_yscale("log")
     ax[0].set_xlabel("simulated V100 GPUs"); ax[1].set_xlabel("simulated V100 GPUs")
     ax[0].set_ylabel("weak-scaling efficiency"); ax[1].set_ylabel("simulated images/s")
