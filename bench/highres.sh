@@ -127,6 +127,8 @@ try:
 except OSError:
     pass
 peaks = [float(x) for x in re.findall(r"peak memory ([\d.]+) MB", text)]
+bounds = [float(x) for x in re.findall(r"the stated bound ([\d.]+) MB", text)]
+above = len(re.findall(r"peak memory [\d.]+ MB, ABOVE", text))
 if kind.startswith("torch"):
     m = re.search(r"peak above the model ([\d.]+) MB", text)
     peaks = [float(m.group(1))] if m else peaks
@@ -143,7 +145,8 @@ print(json.dumps({"kind": kind, "model": model, "size": int(size), "status": sta
                   "places_per_rank": int(per) if kind.startswith("tiled") else 1,
                   "s_per_image": 1 / steps[-1]["images_per_sec"] if steps else None,
                   "loss": steps[-1]["loss"] if steps else None,
-                  "peak_mb": peaks, "wall_s": time.time() - float(t0), "why": why}))
+                  "peak_mb": peaks, "bound_mb": bounds, "ranks_above_bound": above,
+                  "wall_s": time.time() - float(t0), "why": why}))
 PY
   tail -1 "$out/runs.jsonl" >&2
 }
@@ -163,13 +166,16 @@ done
   python3 - "$out/runs.jsonl" <<'PY'
 import json, sys
 runs = [json.loads(l) for l in open(sys.argv[1])]
-print("| model | image | config | ranks | result | s/image | peak MB per rank (max) | note |")
-print("|---|---|---|---|---|---|---|---|")
+print("| model | image | config | ranks | result | s/image | peak MB per rank (max) "
+      "| stated bound MB (max) | ranks above it | note |")
+print("|---|---|---|---|---|---|---|---|---|---|")
 for r in runs:
-    print("| %s | %d² | %s | %d | %s | %s | %s | %s |" % (
+    b = r.get("bound_mb") or []
+    print("| %s | %d² | %s | %d | %s | %s | %s | %s | %s | %s |" % (
         r["model"], r["size"], r["kind"], r["ranks"], r["status"],
         "%.1f" % r["s_per_image"] if r["s_per_image"] else "–",
         "%.0f" % max(r["peak_mb"]) if r["peak_mb"] else "–",
+        "%.0f" % max(b) if b else "–", r.get("ranks_above_bound", 0) if b else "–",
         r["why"].replace("|", "/")[:160] if r["status"] != "ran" else ""))
 PY
   echo
