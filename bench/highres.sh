@@ -41,16 +41,19 @@
 #   --timeout S     seconds a run may take [5400]
 #   --kinds LIST    configurations to run [untiled,tiled,tiled-rc,tiled-rc-swap,torch,torch-ckpt]
 #   --quick 1       sizes 512,1024, tiles 4, ranks 5 (about half an hour here)
+#   --plot FILE     also draw seconds per image against pixels (log-log, with a
+#                   line growing linearly in pixels through the largest run's
+#                   point) for the configurations that ran, as a PNG [none]
 #   --build DIR     [build]       --out DIR  [build/bench-highres]
 #   -h, --help      this text
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 models="resnet50,amoebanet" amoeba="6 64" sizes="1024,2048,4096,8192" tiles=16 ranks=16
-budget_mb=1024 swap_mb=8192 steps=2 timeout=5400 quick=0
+budget_mb=1024 swap_mb=8192 steps=2 timeout=5400 quick=0 plot=""
 kinds="untiled,tiled,tiled-rc,tiled-rc-swap,torch,torch-ckpt" bdir="$root/build" out=""
 # shellcheck source=common.sh
 source "$root/bench/common.sh"
-bench_opts="models amoeba sizes tiles ranks budget_mb swap_mb steps timeout kinds quick out"
+bench_opts="models amoeba sizes tiles ranks budget_mb swap_mb steps timeout kinds quick out plot"
 bench_parse "$@"
 if [ "$quick" = 1 ]; then sizes="512,1024" tiles=4 ranks=5; fi
 bench_setup bench-highres
@@ -181,3 +184,39 @@ PY
   echo
   echo "total bench time $(( $(date +%s) - start )) s; runs in $out/runs.jsonl"
 } | tee "$out/table.md"
+if [ -n "$plot" ]; then
+  "$tpy" - "$out/runs.jsonl" "$plot" "$budget_mb" <<'PY'
+import collections, json, sys
+try:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+except ImportError:
+    sys.exit("highres.sh: no matplotlib for --plot (Debian's python3-matplotlib, scripts/setup.sh)")
+runs = [json.loads(l) for l in open(sys.argv[1])]
+series = collections.defaultdict(list)
+for r in runs:
+    if r["status"] == "ran" and r["s_per_image"]:
+        series[(r["model"], r["kind"], r["ranks"])].append((r["size"] ** 2, r["s_per_image"]))
+fig, ax = plt.subplots(figsize=(6.4, 4.4))
+for (model, kind, ranks), pts in sorted(series.items()):
+    pts.sort()
+    x, y = [p[0] / 1e6 for p in pts], [p[1] for p in pts]
+    line, = ax.loglog(x, y, "o-", label="%s, %s, %d ranks" % (model, kind, ranks))
+    if len(pts) > 1:
+        ax.loglog([x[0], x[-1]], [y[-1] * x[0] / x[-1], y[-1]], ":", color=line.get_color(),
+                  label="linear in pixels through %.0f²" % pts[-1][0] ** 0.5)
+    for xi, yi, (px, _) in zip(x, y, pts):
+        ax.annotate("%d²" % round(px ** 0.5), (xi, yi), textcoords="offset points",
+                    xytext=(4, -10), fontsize=7)
+ax.set_xlabel("pixels per image (millions)")
+ax.set_ylabel("seconds per image")
+ax.set_title("hyfi under %s MB per place: seconds per image vs image size" % sys.argv[3],
+             fontsize=9)
+ax.grid(True, which="both", alpha=0.3)
+ax.legend(fontsize=7)
+fig.tight_layout()
+fig.savefig(sys.argv[2], dpi=110)
+print("plot: " + sys.argv[2])
+PY
+fi
