@@ -81,17 +81,20 @@ void hyfi_handles_free(hyfi_graph *g)
     g->cc->ntokens = 0;
 }
 
-/* Host memory that StarPU manages (pinned when there are GPUs). In a
- * simulation build it is folded (STARPU_MALLOC_SIMULATION_FOLDED): SimGrid
- * maps one shared file page range over the whole buffer, so it costs no real
+/* Host copies hyfi registers as a handle's home (parameters, gradients and
+ * momentum of their owner, whole inputs, small bookkeeping tensors) are counted
+ * in StarPU's memory use (STARPU_MALLOC_COUNT): under a limit, StarPU evicts
+ * other data for them, so the limit covers them as the plan's estimate does.
+ * In a simulation build they are folded (STARPU_MALLOC_SIMULATION_FOLDED):
+ * SimGrid maps one shared file over the whole buffer, so it costs no real
  * memory and reads back garbage. Nothing in a simulation needs the values:
  * no kernel runs, and what hyfi writes here (initial parameters, data, the
- * loss seed) is only read back as losses, health sums and checkpoints,
- * which a simulation does not compute anyway (docs/simulation.md). */
+ * loss seed) is only read back as losses, health sums and checkpoints, which
+ * a simulation does not compute anyway (docs/simulation.md). */
 #ifdef STARPU_SIMGRID
-#define HOST_FLAGS (STARPU_MALLOC_PINNED | STARPU_MALLOC_SIMULATION_FOLDED)
+#define HOST_FLAGS (STARPU_MALLOC_PINNED | STARPU_MALLOC_COUNT | STARPU_MALLOC_SIMULATION_FOLDED)
 #else
-#define HOST_FLAGS STARPU_MALLOC_PINNED
+#define HOST_FLAGS (STARPU_MALLOC_PINNED | STARPU_MALLOC_COUNT)
 #endif
 
 int hyfi_host_alloc(float **p, size_t n)
