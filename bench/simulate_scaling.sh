@@ -27,7 +27,9 @@
 # simulated steps 2..N (step 1 includes the start); memory = the peak private
 # memory (RssAnon) of the whole simulation (bench/memwatch.py), which is
 # killed past --limit-mb and recorded so; a run past --timeout s is
-# recorded as such; SimGrid's "deadlock detected" likewise. Writes
+# recorded as such; SimGrid's "deadlock detected" likewise (such a run's
+# images/s are those of the steps it finished; it gets no efficiency or
+# speedup). Writes
 # $out/runs.jsonl, $out/table.md and the plot $out/simulate_scaling.png (or
 # --plot FILE, e.g. docs/simulate_scaling.png; Debian's python3-matplotlib).
 # --report-only 1 makes the table and plot again from DIR's records (e.g.
@@ -172,7 +174,7 @@ def lp_of(c):
     return runs.get("%s.%d.lp%d" % (c["model"], c["size"], c["gpus"]))
 base = {}
 for c, r in rows:
-    if c["kind"] == "hybrid" and r["ips"]:
+    if c["kind"] == "hybrid" and r["ips"] and r["outcome"] == "ok":
         k = (c["model"], c["size"], c["unit"])
         if k not in base or c["gpus"] < base[k][0]:
             base[k] = (c["gpus"], r["ips"])
@@ -184,16 +186,17 @@ for c, r in sorted(rows, key=lambda x: (x[0]["model"], x[0]["size"], x[0]["kind"
     if c["kind"] == "hybrid":
         plan = "unit %d (SP+LP+PP+GEMS) x DP %d" % (c["unit"], c["dp"])
         b = base.get((c["model"], c["size"], c["unit"]))
-        eff = r["ips"] / c["gpus"] / (b[1] / b[0]) if r["ips"] and b else None
+        ok = r["outcome"] == "ok"  # a run cut short has no efficiency or speedup
+        eff = r["ips"] / c["gpus"] / (b[1] / b[0]) if ok and r["ips"] and b else None
         lp = lp_of(c)
-        lpi = lp["ips"] if lp else None
-        sp = r["ips"] / lpi if r["ips"] and lpi else None
+        lpi = lp["ips"] if lp and lp["outcome"] == "ok" else None
+        sp = r["ips"] / lpi if ok and r["ips"] and lpi else None
         if eff is not None:
             curves.setdefault((c["model"], c["size"], c["unit"]), []).append((c["gpus"], eff, r["ips"]))
     else:
         plan = "LP alone: %d stages" % c["gpus"]
         eff = lpi = sp = None
-        if r["ips"]:
+        if r["ips"] and r["outcome"] == "ok":
             lps.setdefault((c["model"], c["size"]), []).append((c["gpus"], r["ips"]))
     f = lambda v, fmt: (fmt % v) if v is not None else "-"
     mem = "%s (%s)" % (f(r["anon_mb"], "%.0f"), f(r["anon_mb"] / r["ranks"] if r["anon_mb"] else None, "%.0f"))
