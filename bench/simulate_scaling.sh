@@ -104,7 +104,8 @@ elif m.get("killed_over_limit"):
 elif rc in (124, 137) or (rc == 143):
     outcome = "stopped: over %s s" % tmo
 elif "summary:" not in text:
-    err = [l for l in text.splitlines() if "failed" in l or "rror" in l]
+    keys = ("does not have a perfmodel", "failed (HYFI_", "error:", "Error", "failed with code")
+    err = [l.strip() for k in keys for l in text.splitlines() if k in l]
     outcome = "failed: " + (err[0][:160] if err else "rc %d" % rc)
 else:
     outcome = "ok"
