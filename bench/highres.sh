@@ -41,16 +41,19 @@
 #   --timeout S     seconds a run may take [5400]
 #   --kinds LIST    configurations to run [untiled,tiled,tiled-rc,tiled-rc-swap,torch,torch-ckpt]
 #   --quick 1       sizes 512,1024, tiles 4, ranks 5 (about half an hour here)
+#   --plot FILE     also draw seconds per image against pixels (log-log, with a
+#                   line growing linearly in pixels through the largest run's
+#                   point) for the configurations that ran, as a PNG [none]
 #   --build DIR     [build]       --out DIR  [build/bench-highres]
 #   -h, --help      this text
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 models="resnet50,amoebanet" amoeba="6 64" sizes="1024,2048,4096,8192" tiles=16 ranks=16
-budget_mb=1024 swap_mb=8192 steps=2 timeout=5400 quick=0
+budget_mb=1024 swap_mb=8192 steps=2 timeout=5400 quick=0 plot=""
 kinds="untiled,tiled,tiled-rc,tiled-rc-swap,torch,torch-ckpt" bdir="$root/build" out=""
 # shellcheck source=common.sh
 source "$root/bench/common.sh"
-bench_opts="models amoeba sizes tiles ranks budget_mb swap_mb steps timeout kinds quick out"
+bench_opts="models amoeba sizes tiles ranks budget_mb swap_mb steps timeout kinds quick out plot"
 bench_parse "$@"
 if [ "$quick" = 1 ]; then sizes="512,1024" tiles=4 ranks=5; fi
 bench_setup bench-highres
@@ -127,6 +130,8 @@ try:
 except OSError:
     pass
 peaks = [float(x) for x in re.findall(r"peak memory ([\d.]+) MB", text)]
+bounds = [float(x) for x in re.findall(r"the stated bound ([\d.]+) MB", text)]
+above = len(re.findall(r"peak memory [\d.]+ MB, ABOVE", text))
 if kind.startswith("torch"):
     m = re.search(r"peak above the model ([\d.]+) MB", text)
     peaks = [float(m.group(1))] if m else peaks
@@ -143,7 +148,8 @@ print(json.dumps({"kind": kind, "model": model, "size": int(size), "status": sta
                   "places_per_rank": int(per) if kind.startswith("tiled") else 1,
                   "s_per_image": 1 / steps[-1]["images_per_sec"] if steps else None,
                   "loss": steps[-1]["loss"] if steps else None,
-                  "peak_mb": peaks, "wall_s": time.time() - float(t0), "why": why}))
+                  "peak_mb": peaks, "bound_mb": bounds, "ranks_above_bound": above,
+                  "wall_s": time.time() - float(t0), "why": why}))
 PY
   tail -1 "$out/runs.jsonl" >&2
 }
@@ -163,15 +169,54 @@ done
   python3 - "$out/runs.jsonl" <<'PY'
 import json, sys
 runs = [json.loads(l) for l in open(sys.argv[1])]
-print("| model | image | config | ranks | result | s/image | peak MB per rank (max) | note |")
-print("|---|---|---|---|---|---|---|---|")
+print("| model | image | config | ranks | result | s/image | peak MB per rank (max) "
+      "| stated bound MB (max) | ranks above it | note |")
+print("|---|---|---|---|---|---|---|---|---|---|")
 for r in runs:
-    print("| %s | %d² | %s | %d | %s | %s | %s | %s |" % (
+    b = r.get("bound_mb") or []
+    print("| %s | %d² | %s | %d | %s | %s | %s | %s | %s | %s |" % (
         r["model"], r["size"], r["kind"], r["ranks"], r["status"],
         "%.1f" % r["s_per_image"] if r["s_per_image"] else "–",
         "%.0f" % max(r["peak_mb"]) if r["peak_mb"] else "–",
+        "%.0f" % max(b) if b else "–", r.get("ranks_above_bound", 0) if b else "–",
         r["why"].replace("|", "/")[:160] if r["status"] != "ran" else ""))
 PY
   echo
   echo "total bench time $(( $(date +%s) - start )) s; runs in $out/runs.jsonl"
 } | tee "$out/table.md"
+if [ -n "$plot" ]; then
+  "$tpy" - "$out/runs.jsonl" "$plot" "$budget_mb" <<'PY'
+import collections, json, sys
+try:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+except ImportError:
+    sys.exit("highres.sh: no matplotlib for --plot (Debian's python3-matplotlib, scripts/setup.sh)")
+runs = [json.loads(l) for l in open(sys.argv[1])]
+series = collections.defaultdict(list)
+for r in runs:
+    if r["status"] == "ran" and r["s_per_image"]:
+        series[(r["model"], r["kind"], r["ranks"])].append((r["size"] ** 2, r["s_per_image"]))
+fig, ax = plt.subplots(figsize=(6.4, 4.4))
+for (model, kind, ranks), pts in sorted(series.items()):
+    pts.sort()
+    x, y = [p[0] / 1e6 for p in pts], [p[1] for p in pts]
+    line, = ax.loglog(x, y, "o-", label="%s, %s, %d ranks" % (model, kind, ranks))
+    if len(pts) > 1:
+        ax.loglog([x[0], x[-1]], [y[-1] * x[0] / x[-1], y[-1]], ":", color=line.get_color(),
+                  label="linear in pixels through %.0f²" % pts[-1][0] ** 0.5)
+    for xi, yi, (px, _) in zip(x, y, pts):
+        ax.annotate("%d²" % round(px ** 0.5), (xi, yi), textcoords="offset points",
+                    xytext=(4, -10), fontsize=7)
+ax.set_xlabel("pixels per image (millions)")
+ax.set_ylabel("seconds per image")
+ax.set_title("hyfi under %s MB per place: seconds per image vs image size" % sys.argv[3],
+             fontsize=9)
+ax.grid(True, which="both", alpha=0.3)
+ax.legend(fontsize=7)
+fig.tight_layout()
+fig.savefig(sys.argv[2], dpi=110)
+print("plot: " + sys.argv[2])
+PY
+fi

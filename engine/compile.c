@@ -556,8 +556,7 @@ void hyfi_compiled_free(hyfi_graph *g)
     g->cc->rc_bn = NULL;
     free(g->cc->rc_fence);
     g->cc->rc_fence = NULL;
-    if (g->cc->rc_fence_host)
-        starpu_free_noflag(g->cc->rc_fence_host, (size_t)g->cc->pl->nplaces * sizeof(float));
+    if (g->cc->rc_fence_host) hyfi_host_free(g->cc->rc_fence_host, (size_t)g->cc->pl->nplaces);
     g->cc->rc_fence_host = NULL;
     hyfi_spatial_handles_free(g);
     hyfi_handles_free(g);

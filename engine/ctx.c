@@ -71,6 +71,23 @@ static hyfi_status swap_check(const hyfi_ctx_config *cfg, long *mb)
     return HYFI_OK;
 }
 
+/* A "Vm...:" line of /proc/self/status in MB (1,048,576 bytes), 0 if none. */
+static double status_mb(const char *key)
+{
+    FILE *f = fopen("/proc/self/status", "r");
+    if (!f) return 0;
+    char line[256];
+    double mb = 0;
+    const size_t n = strlen(key);
+    while (fgets(line, sizeof line, f))
+        if (!strncmp(line, key, n)) {
+            mb = strtod(line + n, NULL) / 1024.0; /* kB */
+            break;
+        }
+    fclose(f);
+    return mb;
+}
+
 hyfi_status hyfi_ctx_create(const hyfi_ctx_config *cfg, hyfi_ctx **out)
 {
     if (!out) return hyfi_fail(HYFI_ERR_ARG, "hyfi_ctx_create: ctx pointer is NULL");
@@ -286,6 +303,7 @@ static hyfi_status ctx_create(hyfi_ctx **out, const hyfi_ctx_config *cfg_in)
                              cfg.swap_dir, code);
         }
     }
+    ctx->start_rss_mb = status_mb("VmRSS:");
     ctx->ncpu = (int)starpu_cpu_worker_get_count();
     ctx->ncuda = (int)starpu_cuda_worker_get_count();
     /* the CUDA workers and their memory, for the plan (which calls no StarPU) */
@@ -416,6 +434,24 @@ void hyfi_ctx_destroy(hyfi_ctx *ctx)
 }
 
 int hyfi_ctx_rank(const hyfi_ctx *ctx) { return ctx ? ctx->rank : 0; }
+
+hyfi_status hyfi_memory_stats_get(const hyfi_ctx *ctx, const hyfi_graph *g,
+                                  hyfi_memory_stats *out)
+{
+    if (!ctx || !out) return hyfi_fail(HYFI_ERR_ARG, "hyfi_memory_stats_get: ctx or out is NULL");
+    memset(out, 0, sizeof *out);
+    out->peak_mb = status_mb("VmHWM:");
+    out->start_mb = ctx->start_rss_mb;
+#ifndef STARPU_SIMGRID
+    out->scratch_mb = (double)hyfi_cpu_scratch_bytes(1) / 1048576.0;
+#endif
+    out->limit_mb = (double)ctx->mem_limit_mb;
+    out->data_mb = g ? hyfi_plan_rank_bytes(g, ctx->rank) / 1048576.0 : 0;
+    const double data = out->limit_mb > 0 ? out->limit_mb : out->data_mb;
+    out->runtime_mb = 32 + 0.03 * data;
+    out->bound_mb = data + out->start_mb + out->scratch_mb + out->runtime_mb;
+    return HYFI_OK;
+}
 int hyfi_ctx_nranks(const hyfi_ctx *ctx) { return ctx ? ctx->nranks : 1; }
 int hyfi_ctx_ncpu_workers(const hyfi_ctx *ctx) { return ctx ? ctx->ncpu : 0; }
 int hyfi_ctx_ncuda_workers(const hyfi_ctx *ctx) { return ctx ? ctx->ncuda : 0; }

@@ -40,6 +40,8 @@ int hyfi_prog_push(program *p, prog_kind kind, struct starpu_codelet *cl, const 
 void hyfi_prog_buf(program *p, starpu_data_handle_t h, enum starpu_data_access_mode mode);
 void hyfi_unreg(starpu_data_handle_t *h);
 int hyfi_host_alloc(float **p, size_t n);
+/* Free what hyfi_host_alloc gave (the same n). NULL is fine. */
+void hyfi_host_free(float *p, size_t n);
 /* Register a vector handle: home in host memory (ptr) on the owning rank,
  * lazy elsewhere or when ptr is NULL; known to StarPU-MPI in MPI runs; entered
  * in the handle table with its owner, category and lifetime (released after

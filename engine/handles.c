@@ -53,9 +53,9 @@ void hyfi_handles_free(hyfi_graph *g)
         t->nmh = NULL;
         free(t->mh);
         t->mh = NULL;
-        if (t->host) starpu_free_noflag(t->host, copies * t->numel * 4);
-        if (t->ghost) starpu_free_noflag(t->ghost, copies * t->numel * 4);
-        if (t->mhost) starpu_free_noflag(t->mhost, copies * t->numel * 4);
+        hyfi_host_free(t->host, copies * t->numel);
+        hyfi_host_free(t->ghost, copies * t->numel);
+        hyfi_host_free(t->mhost, copies * t->numel);
         t->host = t->ghost = t->mhost = NULL;
     }
     for (int b = 0; b < g->cc->nbuckets; b++) {
@@ -69,22 +69,35 @@ void hyfi_handles_free(hyfi_graph *g)
     g->cc->nbuckets = 0;
     free(g->cc->dloss);
     g->cc->dloss = NULL;
-    if (g->cc->dloss_host) starpu_free_noflag(g->cc->dloss_host, (size_t)M * sizeof(float));
+    hyfi_host_free(g->cc->dloss_host, (size_t)M);
     g->cc->dloss_host = NULL;
     free(g->cc->health);
     g->cc->health = NULL;
     g->cc->nhealth = 0;
     free(g->cc->tokens);
     g->cc->tokens = NULL;
-    if (g->cc->token_host) starpu_free_noflag(g->cc->token_host,
-                                              (size_t)g->cc->ntokens * sizeof(float));
+    hyfi_host_free(g->cc->token_host, (size_t)g->cc->ntokens);
     g->cc->token_host = NULL;
     g->cc->ntokens = 0;
 }
 
+/* Host copies hyfi registers as a handle's home (parameters, gradients and
+ * momentum of their owner, whole inputs, small bookkeeping tensors) are counted
+ * in StarPU's memory use (STARPU_MALLOC_COUNT): under a limit, StarPU evicts
+ * other data for them, so the limit covers them as the plan's estimate does. */
 int hyfi_host_alloc(float **p, size_t n)
 {
-    return starpu_malloc((void **)p, (n ? n : 1) * sizeof(float)) == 0 ? 0 : -1;
+    return starpu_malloc_flags((void **)p, (n ? n : 1) * sizeof(float),
+                               STARPU_MALLOC_PINNED | STARPU_MALLOC_COUNT) == 0
+               ? 0
+               : -1;
+}
+
+void hyfi_host_free(float *p, size_t n)
+{
+    if (p)
+        starpu_free_flags(p, (n ? n : 1) * sizeof(float),
+                          STARPU_MALLOC_PINNED | STARPU_MALLOC_COUNT);
 }
 
 

@@ -193,6 +193,8 @@ typedef struct {
 extern const char *const hyfi_op_names[OP_COUNT];
 /* Forward FLOPs of an op for its whole batch (multiply-add = 2). */
 double hyfi_op_flops(const node *nd);
+/* The plan's memory estimate for rank r (bytes; 0 before compile). */
+double hyfi_plan_rank_bytes(const hyfi_graph *g, int r);
 /* The op reads a window of its input (conv, pools other than the global one). */
 int hyfi_op_windowed(const node *nd);
 /* The op normalises with statistics of the whole batch (batch norm). */
@@ -268,6 +270,7 @@ struct hyfi_ctx {
     long mem_limit_mb;    /* StarPU's main-memory limit of this process (MB), 0: none */
     int swap_node;        /* the out-of-core disk memory node (swap_dir), -1: none */
     long swap_mb;         /* its size (MB) */
+    double start_rss_mb;  /* resident memory once StarPU was initialised */
 };
 
 struct hyfi_graph {

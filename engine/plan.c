@@ -705,6 +705,13 @@ hyfi_status hyfi_plan_stage(const hyfi_graph *g, int s, hyfi_stage_info *info)
     return HYFI_OK;
 }
 
+double hyfi_plan_rank_bytes(const hyfi_graph *g, int r)
+{
+    if (!g || !g->cc || !g->cc->pl) return 0;
+    int worst;
+    return rank_need_bytes(g->cc->pl, r, &worst);
+}
+
 size_t hyfi_plan_step_bytes(const hyfi_graph *g, int from, int to)
 {
     if (!g || !g->cc || !g->cc->pl) return 0;

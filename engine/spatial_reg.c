@@ -30,9 +30,7 @@ void hyfi_spatial_handles_free(hyfi_graph *g)
         FREE(fg->val), FREE(fg->grad), FREE(fg->pbuf), FREE(fg->dpbuf);
         FREE(fg->xo), FREE(fg->dyo), FREE(fg->dxo);
         for (int j = 0; j < fg->n; j++) {
-            if (fg->ztot_host[j])
-                starpu_free_noflag(fg->ztot_host[j],
-                                   2 * (size_t)fg->op[j]->out->dims[1] * sizeof(float));
+            hyfi_host_free(fg->ztot_host[j], 2 * (size_t)fg->op[j]->out->dims[1]);
             fg->ztot_host[j] = NULL;
         }
     }

@@ -536,6 +536,30 @@ size_t hyfi_plan_halo_volume(const hyfi_graph *g);
 /* The plan as text (one line per stage), snprintf-style: returns the length it
  * needs, writes at most len bytes. */
 size_t hyfi_plan_describe(const hyfi_graph *g, char *buf, size_t len);
+/* This process's memory against the bound the plan states, in MB of 2^20 bytes
+ * (as StarPU's limits). The bound is the sum of
+ *   - StarPU's data: limit_mb under a limit (which StarPU holds, with swap),
+ *     else the plan's estimate data_mb;
+ *   - the process as it was once the context was made (start_mb: the program,
+ *     StarPU, MPI);
+ *   - the kernels' scratch outside StarPU's data (scratch_mb: oneDNN's layout
+ *     copies and scratchpads, per CPU worker about 5 x the largest activation
+ *     tile it computes; measured);
+ *   - a stated allowance for the rest (runtime_mb = 32 + 3% of the data: the
+ *     graph, oneDNN's generated code, StarPU's task and data records, the
+ *     heap's slack; docs/results.md measures it). */
+typedef struct hyfi_memory_stats {
+    double peak_mb;    /* resident memory at most so far (the kernel's high-water mark) */
+    double start_mb;   /* resident memory when hyfi_ctx_create returned */
+    double scratch_mb; /* the kernels' scratch at most so far (all CPU workers) */
+    double limit_mb;   /* StarPU's memory limit of this process, 0: none */
+    double data_mb;    /* the plan's estimate of this rank's data; 0 without graph */
+    double runtime_mb; /* the allowance for the rest */
+    double bound_mb;   /* the sum above */
+} hyfi_memory_stats;
+/* g: a compiled graph for data_mb, or NULL. */
+hyfi_status hyfi_memory_stats_get(const hyfi_ctx *ctx, const hyfi_graph *g,
+                                  hyfi_memory_stats *out);
 /* ----------------------------------------------------------------- traces */
 /* After a traced run (hyfi_ctx_config.trace_dir) and hyfi_ctx_destroy, on one
  * process (rank 0): merge the ranks' FxT files with StarPU's starpu_fxt_tool

@@ -93,7 +93,8 @@ static int fwd_pd_create(dnnl_primitive_desc_t *pd, const conv_desc *d, int with
     HYFI_DNNL_CHECK(dnnl_convolution_forward_desc_init(
         &cd, dnnl_forward_training, dnnl_convolution_direct, &d->src_any, &d->wei_any,
         with_bias ? &d->bia : NULL, &d->dst_any, d->strides, d->pad_l, d->pad_r));
-    HYFI_DNNL_CHECK(dnnl_primitive_desc_create(pd, &cd, NULL, hyfi_dnnl_engine(), NULL));
+    HYFI_DNNL_CHECK(
+        dnnl_primitive_desc_create(pd, &cd, hyfi_dnnl_attr(), hyfi_dnnl_engine(), NULL));
     return 0;
 }
 
@@ -164,6 +165,7 @@ static int reorder_add(dnnl_memory_t prim, dnnl_memory_t user, int fb_slot)
     CK_DNNL(dnnl_post_ops_create(&po));
     CK_DNNL(dnnl_post_ops_append_sum(po, 1.0f));
     CK_DNNL(dnnl_primitive_attr_set_post_ops(attr, po));
+    CK_DNNL(dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user));
     if (dnnl_reorder_primitive_desc_create(&pd, smd, e, dmd, e, attr) == dnnl_success) {
         dnnl_exec_arg_t args[2] = {{DNNL_ARG_FROM, prim}, {DNNL_ARG_TO, user}};
         rc = hyfi_dnnl_run(pd, 2, args);
@@ -246,7 +248,7 @@ int hyfi_conv2d_backward_data_cpu(float *dx, const float *dy, const float *w,
     CK_DNNL(dnnl_convolution_backward_data_desc_init(&cd, dnnl_convolution_direct, &d.src_any,
                                                      &d.wei_any, &d.dst_any, d.strides,
                                                      d.pad_l, d.pad_r));
-    CK_DNNL(dnnl_primitive_desc_create(&pd, &cd, NULL, hyfi_dnnl_engine(), fpd));
+    CK_DNNL(dnnl_primitive_desc_create(&pd, &cd, hyfi_dnnl_attr(), hyfi_dnnl_engine(), fpd));
     CK(arg_in(&ddst, &d.dst, dy, dnnl_primitive_desc_query_md(pd, dnnl_query_diff_dst_md, 0),
               0));
     CK(arg_in(&wei, &d.wei, w, dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0), 1));
@@ -281,7 +283,7 @@ int hyfi_conv2d_backward_weight_cpu(float *dw, float *db, const float *dy, const
     CK_DNNL(dnnl_convolution_backward_weights_desc_init(
         &cd, dnnl_convolution_direct, &d.src_any, &d.wei_any, with_bias ? &d.bia : NULL,
         &d.dst_any, d.strides, d.pad_l, d.pad_r));
-    CK_DNNL(dnnl_primitive_desc_create(&pd, &cd, NULL, hyfi_dnnl_engine(), fpd));
+    CK_DNNL(dnnl_primitive_desc_create(&pd, &cd, hyfi_dnnl_attr(), hyfi_dnnl_engine(), fpd));
     CK(arg_in(&src, &d.src, x, dnnl_primitive_desc_query_md(pd, dnnl_query_src_md, 0), 0));
     CK(arg_in(&ddst, &d.dst, dy, dnnl_primitive_desc_query_md(pd, dnnl_query_diff_dst_md, 0),
               1));

@@ -3,6 +3,7 @@
 #include "dnnl_common.h"
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -20,8 +21,35 @@ dnnl_engine_t hyfi_dnnl_engine(void)
     return g_engine;
 }
 
-/* Per-thread state (stream and scratch buffers), freed when the thread ends. */
-#define HYFI_SCRATCH_SLOTS 4
+/* Every primitive's scratchpad is hyfi's (user mode): in a scratch slot of the
+ * calling thread, so that it is counted (hyfi_cpu_scratch_bytes) and not held
+ * by oneDNN's cached primitives. */
+static dnnl_primitive_attr_t g_attr;
+static pthread_once_t g_attr_once = PTHREAD_ONCE_INIT;
+
+static void attr_create(void)
+{
+    if (dnnl_primitive_attr_create(&g_attr) != dnnl_success) {
+        g_attr = NULL;
+        return;
+    }
+    if (dnnl_primitive_attr_set_scratchpad_mode(g_attr, dnnl_scratchpad_mode_user) !=
+        dnnl_success) {
+        dnnl_primitive_attr_destroy(g_attr);
+        g_attr = NULL;
+    }
+}
+
+const_dnnl_primitive_attr_t hyfi_dnnl_attr(void)
+{
+    pthread_once(&g_attr_once, attr_create);
+    return g_attr;
+}
+
+/* Per-thread state (stream and scratch buffers), freed when the thread ends.
+ * The last slot holds oneDNN's scratchpad (hyfi_dnnl_run). */
+#define HYFI_SCRATCH_SLOTS 5
+#define SLOT_DNNL (HYFI_SCRATCH_SLOTS - 1)
 typedef struct {
     dnnl_stream_t stream;
     float *scratch[HYFI_SCRATCH_SLOTS];
@@ -31,11 +59,33 @@ typedef struct {
 static pthread_key_t g_key;
 static pthread_once_t g_key_once = PTHREAD_ONCE_INIT;
 
+/* Bytes held in scratch slots by all threads, and their high-water mark. */
+static atomic_size_t g_scratch_bytes, g_scratch_peak;
+
+static size_t slot_bytes(size_t count) { return ((count * sizeof(float)) + 63) & ~(size_t)63; }
+
+static void scratch_account(size_t freed, size_t added)
+{
+    size_t now = atomic_fetch_add(&g_scratch_bytes, added) + added;
+    if (freed) now = atomic_fetch_sub(&g_scratch_bytes, freed) - freed;
+    size_t peak = atomic_load(&g_scratch_peak);
+    while (now > peak && !atomic_compare_exchange_weak(&g_scratch_peak, &peak, now)) {
+    }
+}
+
+size_t hyfi_cpu_scratch_bytes(int peak)
+{
+    return peak ? atomic_load(&g_scratch_peak) : atomic_load(&g_scratch_bytes);
+}
+
 static void thread_state_free(void *p)
 {
     thread_state *t = p;
     if (t->stream) dnnl_stream_destroy(t->stream);
-    for (int i = 0; i < HYFI_SCRATCH_SLOTS; i++) free(t->scratch[i]);
+    for (int i = 0; i < HYFI_SCRATCH_SLOTS; i++) {
+        if (t->scratch[i]) scratch_account(slot_bytes(t->scratch_count[i]), 0);
+        free(t->scratch[i]);
+    }
     free(t);
 }
 
@@ -85,12 +135,27 @@ int hyfi_dnnl_mem(dnnl_memory_t *mem, const dnnl_memory_desc_t *md, void *ptr)
 int hyfi_dnnl_run(const_dnnl_primitive_desc_t pd, int nargs, const dnnl_exec_arg_t *args)
 {
     dnnl_stream_t s = hyfi_dnnl_stream();
-    if (!s) return -1;
+    if (!s || nargs < 0 || nargs >= HYFI_DNNL_MAX_ARGS) return -1;
+    /* the scratchpad the primitive asks for (user mode, hyfi_dnnl_attr) */
+    dnnl_exec_arg_t all[HYFI_DNNL_MAX_ARGS];
+    memcpy(all, args, (size_t)nargs * sizeof *args);
+    dnnl_memory_t pad = NULL;
+    const dnnl_memory_desc_t *pmd = dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0);
+    const size_t pbytes = pmd ? dnnl_memory_desc_get_size(pmd) : 0;
+    if (pbytes > 0) {
+        float *p = hyfi_cpu_scratch(SLOT_DNNL, (pbytes + sizeof(float) - 1) / sizeof(float));
+        if (!p) return -1;
+        if (hyfi_dnnl_mem(&pad, pmd, p)) return -1;
+        all[nargs++] = (dnnl_exec_arg_t){DNNL_ARG_SCRATCHPAD, pad};
+    }
     dnnl_primitive_t p;
-    HYFI_DNNL_CHECK(dnnl_primitive_create(&p, pd));
-    dnnl_status_t st = dnnl_primitive_execute(p, s, nargs, args);
-    if (st == dnnl_success) st = dnnl_stream_wait(s);
-    dnnl_primitive_destroy(p);
+    dnnl_status_t st = dnnl_primitive_create(&p, pd);
+    if (st == dnnl_success) {
+        st = dnnl_primitive_execute(p, s, nargs, all);
+        if (st == dnnl_success) st = dnnl_stream_wait(s);
+        dnnl_primitive_destroy(p);
+    }
+    if (pad) dnnl_memory_destroy(pad);
     return st == dnnl_success ? 0 : -(int)st - 1;
 }
 
@@ -101,7 +166,7 @@ int hyfi_dnnl_reorder(dnnl_memory_t src, dnnl_memory_t dst)
     HYFI_DNNL_CHECK(dnnl_memory_get_memory_desc(dst, &dmd));
     dnnl_engine_t e = hyfi_dnnl_engine();
     dnnl_primitive_desc_t pd;
-    HYFI_DNNL_CHECK(dnnl_reorder_primitive_desc_create(&pd, smd, e, dmd, e, NULL));
+    HYFI_DNNL_CHECK(dnnl_reorder_primitive_desc_create(&pd, smd, e, dmd, e, hyfi_dnnl_attr()));
     dnnl_exec_arg_t args[2] = {{DNNL_ARG_FROM, src}, {DNNL_ARG_TO, dst}};
     int rc = hyfi_dnnl_run(pd, 2, args);
     dnnl_primitive_desc_destroy(pd);
@@ -113,10 +178,12 @@ float *hyfi_cpu_scratch(int slot, size_t count)
     thread_state *t = thread_get();
     if (!t || slot < 0 || slot >= HYFI_SCRATCH_SLOTS) return NULL;
     if (t->scratch_count[slot] < count) {
+        const size_t old = t->scratch[slot] ? slot_bytes(t->scratch_count[slot]) : 0;
         free(t->scratch[slot]);
-        size_t bytes = ((count * sizeof(float)) + 63) & ~(size_t)63;
+        size_t bytes = slot_bytes(count);
         t->scratch[slot] = aligned_alloc(64, bytes ? bytes : 64);
         t->scratch_count[slot] = t->scratch[slot] ? count : 0;
+        scratch_account(old, t->scratch[slot] ? slot_bytes(count) : 0);
     }
     return t->scratch[slot];
 }

@@ -23,8 +23,15 @@ int hyfi_dnnl_md(dnnl_memory_desc_t *md, int ndims, const dnnl_dim_t *dims,
 /* Wrap a user pointer (no copy) in a memory object; caller destroys it. */
 int hyfi_dnnl_mem(dnnl_memory_t *mem, const dnnl_memory_desc_t *md, void *ptr);
 
-/* Create the primitive for `pd`, execute it with the (arg, memory) pairs, wait
- * on the stream, destroy the primitive. Returns 0 or a negative dnnl status. */
+/* The attributes every primitive descriptor is made with: the scratchpad in
+ * user mode, so that hyfi_dnnl_run gives it from the thread's scratch (counted
+ * by hyfi_cpu_scratch_bytes). NULL if oneDNN fails. */
+const_dnnl_primitive_attr_t hyfi_dnnl_attr(void);
+
+/* Create the primitive for `pd`, execute it with the (arg, memory) pairs (at
+ * most HYFI_DNNL_MAX_ARGS - 1) and its scratchpad, wait on the stream, destroy
+ * the primitive. Returns 0 or a negative dnnl status. */
+#define HYFI_DNNL_MAX_ARGS 16
 int hyfi_dnnl_run(const_dnnl_primitive_desc_t pd, int nargs, const dnnl_exec_arg_t *args);
 
 /* Run a reorder between two memories (e.g. plain <-> blocked layouts). */
@@ -40,6 +47,9 @@ int hyfi_dnnl_reorder(dnnl_memory_t src, dnnl_memory_t dst);
 /* Scratch buffer for the calling thread, grown as needed (64-byte aligned);
  * `slot` picks one of a few independent buffers. NULL when out of memory. */
 float *hyfi_cpu_scratch(int slot, size_t count);
+/* Bytes of scratch the process's threads hold now (peak 0) or held at most
+ * (peak 1): layout copies and oneDNN's scratchpads, outside StarPU's data. */
+size_t hyfi_cpu_scratch_bytes(int peak);
 
 
 

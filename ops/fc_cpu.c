@@ -38,7 +38,7 @@ static int fc_fwd_pd(dnnl_primitive_desc_t *pd, const fc_mds *m, int with_bias)
     HYFI_DNNL_CHECK(dnnl_inner_product_forward_desc_init(&d, dnnl_forward_training, &m->src,
                                                          &m->wei, with_bias ? &m->bias : NULL,
                                                          &m->dst));
-    HYFI_DNNL_CHECK(dnnl_primitive_desc_create(pd, &d, NULL, eng, NULL));
+    HYFI_DNNL_CHECK(dnnl_primitive_desc_create(pd, &d, hyfi_dnnl_attr(), eng, NULL));
     return 0;
 }
 
@@ -99,7 +99,7 @@ int hyfi_fc_backward_data_cpu(float *dx, const float *dy, const float *w,
     dnnl_inner_product_desc_t d;
     dnnl_status_t st = dnnl_inner_product_backward_data_desc_init(&d, &m.src, &m.wei, &m.dst);
     if (st == dnnl_success)
-        st = dnnl_primitive_desc_create(&pd, &d, NULL, hyfi_dnnl_engine(), hint);
+        st = dnnl_primitive_desc_create(&pd, &d, hyfi_dnnl_attr(), hyfi_dnnl_engine(), hint);
     dnnl_primitive_desc_destroy(hint);
     if (st != dnnl_success) return -(int)st - 1;
     int kinds[3] = {DNNL_ARG_DIFF_DST, DNNL_ARG_WEIGHTS, DNNL_ARG_DIFF_SRC};
@@ -132,7 +132,7 @@ int hyfi_fc_backward_weight_cpu(float *dw, float *db, const float *dy, const flo
     dnnl_status_t st = dnnl_inner_product_backward_weights_desc_init(
         &d, &m.src, &m.wei, db ? &m.bias : NULL, &m.dst);
     if (st == dnnl_success)
-        st = dnnl_primitive_desc_create(&pd, &d, NULL, hyfi_dnnl_engine(), hint);
+        st = dnnl_primitive_desc_create(&pd, &d, hyfi_dnnl_attr(), hyfi_dnnl_engine(), hint);
     dnnl_primitive_desc_destroy(hint);
     if (st != dnnl_success) return -(int)st - 1;
     int kinds[4] = {DNNL_ARG_SRC, DNNL_ARG_DIFF_DST, DNNL_ARG_DIFF_WEIGHTS, DNNL_ARG_DIFF_BIAS};

