@@ -896,12 +896,12 @@ static void print_summary(const run *r)
     if (have_rss && hyfi_memory_stats_get(r->ctx, r->g, &ms) == HYFI_OK)
         fprintf(stderr,
                 "hyfi-train: rank %d peak memory %.1f MB, %s the stated bound %.0f MB (%s %.0f "
-                "+ process at start %.0f + kernel scratch %.0f + allowance %.0f)\n",
+                "+ process at start %.0f + graph %.0f + kernel scratch %.0f + allowance %.0f)\n",
                 hyfi_ctx_rank(r->ctx), (double)ru.ru_maxrss / 1024.0,
                 (double)ru.ru_maxrss / 1024.0 <= ms.bound_mb ? "within" : "ABOVE", ms.bound_mb,
                 ms.limit_mb > 0 ? "StarPU's limit" : "data estimate",
-                ms.limit_mb > 0 ? ms.limit_mb : ms.data_mb, ms.start_mb, ms.scratch_mb,
-                ms.runtime_mb);
+                ms.limit_mb > 0 ? ms.limit_mb : ms.data_mb, ms.start_mb, ms.graph_mb,
+                ms.scratch_mb, ms.runtime_mb);
     else if (have_rss)
         fprintf(stderr, "hyfi-train: rank %d peak memory %.1f MB\n", hyfi_ctx_rank(r->ctx),
                 (double)ru.ru_maxrss / 1024.0);

@@ -631,5 +631,6 @@ hyfi_status hyfi_graph_compile(hyfi_graph *g, hyfi_tensor *loss, const hyfi_trai
     hyfi_plan_predict_comm(g);
     if (g->ctx->trace_dir) hyfi_trace_note_plan(g);
     hyfi_programs_dump(g);
+    hyfi_note_compiled_memory(g->ctx);
     return HYFI_OK;
 }

@@ -435,6 +435,13 @@ void hyfi_ctx_destroy(hyfi_ctx *ctx)
 
 int hyfi_ctx_rank(const hyfi_ctx *ctx) { return ctx ? ctx->rank : 0; }
 
+void hyfi_note_compiled_memory(hyfi_ctx *ctx)
+{
+    const double grown = status_mb("VmRSS:") - ctx->start_rss_mb -
+                         (double)starpu_memory_get_used(STARPU_MAIN_RAM) / 1048576.0;
+    if (grown > ctx->graph_rss_mb) ctx->graph_rss_mb = grown;
+}
+
 hyfi_status hyfi_memory_stats_get(const hyfi_ctx *ctx, const hyfi_graph *g,
                                   hyfi_memory_stats *out)
 {
@@ -447,9 +454,11 @@ hyfi_status hyfi_memory_stats_get(const hyfi_ctx *ctx, const hyfi_graph *g,
 #endif
     out->limit_mb = (double)ctx->mem_limit_mb;
     out->data_mb = g ? hyfi_plan_rank_bytes(g, ctx->rank) / 1048576.0 : 0;
+    out->graph_mb = ctx->graph_rss_mb;
     const double data = out->limit_mb > 0 ? out->limit_mb : out->data_mb;
-    out->runtime_mb = 32 + 0.03 * data;
-    out->bound_mb = data + out->start_mb + out->scratch_mb + out->runtime_mb;
+    const int places = g ? hyfi_plan_rank_places(g, ctx->rank) : 1;
+    out->runtime_mb = 64 + 0.03 * data + 32.0 * (places > 0 ? places : 1);
+    out->bound_mb = data + out->start_mb + out->graph_mb + out->scratch_mb + out->runtime_mb;
     return HYFI_OK;
 }
 int hyfi_ctx_nranks(const hyfi_ctx *ctx) { return ctx ? ctx->nranks : 1; }

@@ -193,6 +193,11 @@ typedef struct {
 extern const char *const hyfi_op_names[OP_COUNT];
 /* Forward FLOPs of an op for its whole batch (multiply-add = 2). */
 double hyfi_op_flops(const node *nd);
+/* After a compile: note how far the process grew without StarPU's data (its
+ * handles, the task programs, the graph). */
+void hyfi_note_compiled_memory(hyfi_ctx *ctx);
+/* The places of rank r (0 before compile). */
+int hyfi_plan_rank_places(const hyfi_graph *g, int r);
 /* The plan's memory estimate for rank r (bytes; 0 before compile). */
 double hyfi_plan_rank_bytes(const hyfi_graph *g, int r);
 /* The op reads a window of its input (conv, pools other than the global one). */
@@ -271,6 +276,8 @@ struct hyfi_ctx {
     int swap_node;        /* the out-of-core disk memory node (swap_dir), -1: none */
     long swap_mb;         /* its size (MB) */
     double start_rss_mb;  /* resident memory once StarPU was initialised */
+    double graph_rss_mb;  /* the largest growth of resident memory over a compile, without
+                             StarPU's counted data (hyfi_note_compiled_memory) */
 };
 
 struct hyfi_graph {

@@ -733,6 +733,14 @@ hyfi_status hyfi_plan_stage(const hyfi_graph *g, int s, hyfi_stage_info *info)
     return HYFI_OK;
 }
 
+int hyfi_plan_rank_places(const hyfi_graph *g, int r)
+{
+    if (!g || !g->cc || !g->cc->pl) return 0;
+    int n = 0;
+    for (int q = 0; q < g->cc->pl->nplaces; q++) n += g->cc->pl->place_rank[q] == r;
+    return n;
+}
+
 double hyfi_plan_rank_bytes(const hyfi_graph *g, int r)
 {
     if (!g || !g->cc || !g->cc->pl) return 0;

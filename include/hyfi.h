@@ -541,16 +541,19 @@ size_t hyfi_plan_describe(const hyfi_graph *g, char *buf, size_t len);
  *   - StarPU's data: limit_mb under a limit (which StarPU holds, with swap),
  *     else the plan's estimate data_mb;
  *   - the process as it was once the context was made (start_mb: the program,
- *     StarPU, MPI);
+ *     StarPU, MPI), and what compiling graphs added besides StarPU's data
+ *     (graph_mb: StarPU's records of the handles, the task programs; with
+ *     thousands of tiles' halo strips, hundreds of MB);
  *   - the kernels' scratch outside StarPU's data (scratch_mb: oneDNN's layout
  *     copies and scratchpads, per CPU worker about 5 x the largest activation
  *     tile it computes; measured);
- *   - a stated allowance for the rest (runtime_mb = 32 + 3% of the data: the
- *     graph, oneDNN's generated code, StarPU's task and data records, the
- *     heap's slack; docs/results.md measures it). */
+ *   - a stated allowance for the rest (runtime_mb = 64 + 3% of the data + 32
+ *     per place of the rank: oneDNN's cached kernels, one set per tile shape,
+ *     StarPU's task records, the heap's slack; docs/results.md measures it). */
 typedef struct hyfi_memory_stats {
     double peak_mb;    /* resident memory at most so far (the kernel's high-water mark) */
     double start_mb;   /* resident memory when hyfi_ctx_create returned */
+    double graph_mb;   /* the largest growth over a hyfi_graph_compile, less StarPU's data */
     double scratch_mb; /* the kernels' scratch at most so far (all CPU workers) */
     double limit_mb;   /* StarPU's memory limit of this process, 0: none */
     double data_mb;    /* the plan's estimate of this rank's data; 0 without graph */

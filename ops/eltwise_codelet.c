@@ -45,6 +45,14 @@ static void redux_add_cuda(void *buffers[], void *cl_arg)
                                                       STARPU_VECTOR_GET_NX(buffers[0]), 1));
 }
 #define HYFI_REDUX_CUDA(f) .cuda_funcs = {f}, .cuda_flags = {STARPU_CUDA_ASYNC},
+#elif defined(STARPU_SIMGRID)
+/* Simulation: synchronous on simulated GPUs. StarPU runs these codelets only
+ * in the reduction tasks it submits itself, and its simulation does not time
+ * such internal jobs: it returns before queueing them, without marking the
+ * job's slot of an asynchronous GPU pipeline finished, so the worker could
+ * wait for it forever (SimGrid: "deadlock detected"). A synchronous job ends
+ * at once, as on a CPU worker (docs/simulation.md). */
+#define HYFI_REDUX_CUDA(f) .cuda_funcs = {hyfi_ops_sim_nop},
 #else
 #define HYFI_REDUX_CUDA(f) HYFI_SIM_CUDA
 #endif

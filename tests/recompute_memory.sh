@@ -106,8 +106,8 @@ largest = 4 * 16 * 256 * 256 * 4 / 2**20      # MB
 for name in ("swap", "layer400"):
     text = open(f"{d}/{name}.log").read()
     m = re.search(r"peak memory ([\d.]+) MB, (within|ABOVE) the stated bound ([\d.]+) MB "
-                  r"\(StarPU's limit (\d+) \+ process at start (\d+) \+ kernel scratch (\d+) "
-                  r"\+ allowance (\d+)\)", text)
+                  r"\(StarPU's limit (\d+) \+ process at start (\d+) \+ graph \d+ \+ "
+                  r"kernel scratch (\d+) \+ allowance (\d+)\)", text)
     if not m:
         print("FAILED: %s: no stated bound line" % name); bad += 1; continue
     pk, where, bound, limit, start, scratch, allow = m.groups()

@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Simulation build test (suite 'simulation'): a pipeline of 2 stages x 4
+# micro-batches on 2 simulated ranks of 4 simulated V100 each (machine
+# 'lassen', analytic models), the smallest plan that stopped with SimGrid's
+# "deadlock detected" in its first steps: the gradients summed over
+# micro-batches are STARPU_REDUX handles, whose reduction tasks StarPU submits
+# itself and does not time in a simulation; run asynchronously on a simulated
+# GPU they never ended (docs/simulation.md, "Multi-stage plans on simulated
+# GPUs"). Checks that every step runs, with CPU workers beside the GPUs
+# (dmda, hyfi's default with GPUs, and the random scheduler) and without.
+# Skips (77) without starpu_smpirun.
+set -euo pipefail
+root="${HYFI_SOURCE_DIR:?}"
+build="${HYFI_SIM_BUILD:?}"
+command -v "${HYFI_DEPS:-/opt/hyfi-deps}/starpu-simgrid/bin/starpu_smpirun" >/dev/null ||
+  { echo "no StarPU on SimGrid (scripts/setup-simgrid.sh): skip"; exit 77; }
+args=(--model resnet --depth 20 --batch-size 32 --image-size 32 --split-size 2 --parts 4
+      --dataset synthetic --num-classes 10 --steps 6 --print-freq 1)
+tmp="$(mktemp -d)"; trap 'rm -rf "$tmp"' EXIT
+run() { # name, then environment assignments
+  local name=$1; shift
+  env HYFI_SIM_ANALYTIC="$root/perfmodels/analytic-v100.txt" STARPU_HOSTNAME=lassen "$@" \
+    timeout 120 bash "$root/scripts/simulate.sh" -n 2 --platform "$root/platforms/lassen.xml" \
+    --build "$build" "${args[@]}" >"$tmp/$name.out" 2>"$tmp/$name.err" ||
+    { echo "$name: the simulation failed"; cat "$tmp/$name.out" "$tmp/$name.err"; exit 1; }
+  grep -q "^summary: 6 steps" "$tmp/$name.out" ||
+    { echo "$name: no summary of 6 steps"; cat "$tmp/$name.out" "$tmp/$name.err"; exit 1; }
+  grep -q "stage 1: .*rank 1" "$tmp/$name.out" ||
+    { echo "$name: stage 1 is not on rank 1"; cat "$tmp/$name.out"; exit 1; }
+  [ "$(grep -c "^step [0-9]* loss" "$tmp/$name.out")" = 6 ] ||
+    { echo "$name: not 6 step lines"; cat "$tmp/$name.out"; exit 1; }
+  grep -q "images/s mean [0-9.]* median [1-9]" "$tmp/$name.out" ||
+    { echo "$name: no positive images/s"; grep summary "$tmp/$name.out"; exit 1; }
+  echo "$name: $(grep "^summary" "$tmp/$name.out")"
+}
+run gpus+cpus STARPU_NCUDA=4 STARPU_NCPU=4
+run gpus-only STARPU_NCUDA=4 STARPU_NCPU=0
+run random STARPU_NCUDA=4 STARPU_NCPU=4 STARPU_SCHED=random
