@@ -21,9 +21,10 @@
 #       [--max-gpus 2048] [--limit-mb 5000] [--timeout 900] [--out DIR]
 #       [--plot FILE.png] [--lp 1] [--report-only 1]
 # --quick: ResNet-56 at 1,024^2, unit 4, D = 1, 2, 3 (4-12 GPUs) and LP at
-# the same counts: about 2.5 minutes of CPU time (8.8 minutes of wall time
-# on this 2-core host at load 12-24; the median of 3 steps, because a step
-# can be an outlier: step 2 of the 3-rank run is 6x slower than the others).
+# the same counts: about 2.5 minutes of CPU time (2 min 10 s of wall time on
+# this 2-core host at load ~3, 8.8 minutes at 12-24; the median of 3 steps,
+# because a step can be an outlier: step 2 of the 3-rank run is 6x slower than
+# the others).
 # Each run: hyfi-train --steps N (-v), images/s = the median of the
 # simulated steps 2..N (step 1 includes the start); memory = the peak private
 # memory (RssAnon) of the whole simulation (bench/memwatch.py), which is
