@@ -16,18 +16,9 @@ deps="${HYFI_DEPS:-/opt/hyfi-deps}"
 sudo=""; [ "$(id -u)" = 0 ] || sudo="sudo"
 log() { printf '[setup-simgrid] %s\n' "$*"; }
 
-pkgs=(build-essential pkg-config libsimgrid-dev xsltproc xz-utils)
-missing=()
-for p in "${pkgs[@]}"; do
-  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p")
-done
-if [ "${HYFI_SKIP_APT:-0}" != 1 ] && [ ${#missing[@]} -gt 0 ]; then
-  log "installing Debian packages: ${missing[*]}"
-  export DEBIAN_FRONTEND=noninteractive
-  $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null ||
-    { $sudo apt-get update -qq &&
-      $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null; }
-fi
+# shellcheck source=apt-missing.sh
+source "$(dirname "${BASH_SOURCE[0]}")/apt-missing.sh"
+apt_install_missing build-essential pkg-config libsimgrid-dev xsltproc xz-utils || true
 sg_ver=$(pkg-config --modversion simgrid 2>/dev/null || true)
 [ -n "$sg_ver" ] || { echo "setup-simgrid: SimGrid not found (pkg-config simgrid); install libsimgrid-dev" >&2; exit 1; }
 case "$sg_ver" in

@@ -20,18 +20,9 @@ pkgs=(build-essential meson ninja-build pkg-config curl ca-certificates xz-utils
       libtiff-dev libopenslide-dev openslide-tools python3-numpy python3-pil
       dataset-fashion-mnist python3 python3-matplotlib ${HYFI_SETUP_EXTRA:-})
 
-missing=()
-for p in "${pkgs[@]}"; do
-  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p")
-done
-if [ "${HYFI_SKIP_APT:-0}" != 1 ] && [ ${#missing[@]} -gt 0 ]; then
-  log "installing Debian packages: ${missing[*]}"
-  export DEBIAN_FRONTEND=noninteractive
-  $sudo apt-get update -qq
-  $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
-else
-  log "Debian packages present"
-fi
+# shellcheck source=apt-missing.sh
+source "$here/apt-missing.sh"
+apt_install_missing "${pkgs[@]}" || log "Debian packages present"
 
 # MPICH, never Open MPI: pin the alternatives so that mpicc/mpiexec are MPICH's.
 for alt in mpi mpirun; do
@@ -135,17 +126,7 @@ fi
 # ($deps/pyvenv; scripts/env.sh points HYFI_TORCH_PYTHON at it).
 # HYFI_SKIP_TORCH=1 leaves them out (those tests then skip).
 if [ "${HYFI_SKIP_TORCH:-0}" != 1 ]; then
-  tpkgs=()
-  for p in python3-torch python3-torchvision python3-venv python3-pip; do
-    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || tpkgs+=("$p")
-  done
-  if [ "${HYFI_SKIP_APT:-0}" != 1 ] && [ ${#tpkgs[@]} -gt 0 ]; then
-    log "installing Debian packages: ${tpkgs[*]}"
-    export DEBIAN_FRONTEND=noninteractive
-    $sudo apt-get install -y -qq --no-install-recommends "${tpkgs[@]}" >/dev/null ||
-      { $sudo apt-get update -qq &&
-        $sudo apt-get install -y -qq --no-install-recommends "${tpkgs[@]}" >/dev/null; }
-  fi
+  apt_install_missing python3-torch python3-torchvision python3-venv python3-pip || true
   venv="$deps/pyvenv"
   if "$venv/bin/python" -c 'import torch, torchvision, safetensors' 2>/dev/null; then
     log "PyTorch and safetensors present in $venv"
