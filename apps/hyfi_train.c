@@ -60,7 +60,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <signal.h>
-#include <sys/resource.h>
 #include <sys/stat.h>
 #include <time.h>
 
@@ -889,26 +888,22 @@ static void print_summary(const run *r)
     else printf("n/a median n/a (no steps after the %d warm-up steps)", WARMUP_STEPS);
     if (r->have_acc) printf(", test accuracy %.4f (%zu/%zu)\n", r->acc, r->correct, r->counted);
     else printf(", test accuracy n/a (%s)\n", r->test ? "no test images" : "no test split");
-    /* peak resident memory of this process (each rank: its places) */
-    struct rusage ru;
-    const int have_rss = getrusage(RUSAGE_SELF, &ru) == 0;
+    /* peak resident memory of this process (each rank: its places) against the
+     * bound hyfi states for it */
     hyfi_memory_stats ms;
-    if (have_rss && hyfi_memory_stats_get(r->ctx, r->g, &ms) == HYFI_OK)
+    const int have_rss = hyfi_memory_stats_get(r->ctx, r->g, &ms) == HYFI_OK && ms.peak_mb > 0;
+    if (have_rss)
         fprintf(stderr,
                 "hyfi-train: rank %d peak memory %.1f MB, %s the stated bound %.0f MB (%s %.0f "
                 "+ process at start %.0f + graph %.0f + kernel scratch %.0f + allowance %.0f)\n",
-                hyfi_ctx_rank(r->ctx), (double)ru.ru_maxrss / 1024.0,
-                (double)ru.ru_maxrss / 1024.0 <= ms.bound_mb ? "within" : "ABOVE", ms.bound_mb,
-                ms.limit_mb > 0 ? "StarPU's limit" : "data estimate",
+                hyfi_ctx_rank(r->ctx), ms.peak_mb, ms.peak_mb <= ms.bound_mb ? "within" : "ABOVE",
+                ms.bound_mb, ms.limit_mb > 0 ? "StarPU's limit" : "data estimate",
                 ms.limit_mb > 0 ? ms.limit_mb : ms.data_mb, ms.start_mb, ms.graph_mb,
                 ms.scratch_mb, ms.runtime_mb);
-    else if (have_rss)
-        fprintf(stderr, "hyfi-train: rank %d peak memory %.1f MB\n", hyfi_ctx_rank(r->ctx),
-                (double)ru.ru_maxrss / 1024.0);
     FILE *mf = r->mf;
     if (mf) {
         fputs("{\"summary\":true,\"peak_memory_mb_rank0\":", mf);
-        json_num(mf, have_rss, have_rss ? (double)ru.ru_maxrss / 1024.0 : 0);
+        json_num(mf, have_rss, have_rss ? ms.peak_mb : 0);
         fputs(",\"mean_images_per_sec\":", mf);
         json_num(mf, r->nmeas > 0, r->mean);
         fputs(",\"median_images_per_sec\":", mf);
