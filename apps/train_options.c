@@ -394,9 +394,9 @@ static int parse_plan_flag(const char *flag, const char *val, train_options *o)
         else if (!strcmp(val, "none")) o->gems = HYFI_GEMS_NONE;
         else return bad_usage("--gems '%s' is not known; valid: mast, master, none", val);
     } else if (!strcmp(flag, "--replications") || !strcmp(flag, "--times")) {
-        rc = parse_int(flag, val, 1, 6, &o->replications);
+        rc = parse_int(flag, val, 1, 2048, &o->replications);
     } else if (!strcmp(flag, "--data-parallel")) {
-        rc = parse_int(flag, val, 1, 12, &o->data_parallel);
+        rc = parse_int(flag, val, 1, 4096, &o->data_parallel);
     } else if (!strcmp(flag, "--trace")) {
         if (!*val) return bad_usage("--trace needs a folder");
         o->trace = val;
@@ -498,8 +498,8 @@ static int check_options(train_options *o)
     if (o->replications > 1 && o->gems != HYFI_GEMS_MASTER)
         return bad_usage("--replications %d needs --gems master (MAST has one pair of copies)",
                          o->replications);
-    if (train_replicas(o) > 12)
-        return bad_usage("%d replicas (GEMS copies x --data-parallel): at most 12",
+    if (train_replicas(o) > 4096) /* the engine's bound (HYFI_MAX_REPLICAS) */
+        return bad_usage("%d replicas (GEMS copies x --data-parallel): at most 4096",
                          train_replicas(o));
     if (o->balance) {
         if (!o->split_size) o->split_size = o->nbalance;
