@@ -118,7 +118,7 @@ void train_usage(FILE *f)
         "                        parallelism), one place per tile; halos are exchanged\n"
         "                        between tiles and batch norm uses whole-batch statistics,\n"
         "                        so the step is the untiled one [0]\n"
-        "  --num-spatial-parts P tiles per image, at most 16 [4 with --spatial-size]\n"
+        "  --num-spatial-parts P tiles per image, at most 64 [4 with --spatial-size]\n"
         "  --slice-method S      square | vertical | horizontal: a sqrt(P) x sqrt(P) grid, P\n"
         "                        vertical strips or P horizontal strips [square]\n"
         "  --fused-layers F      up to F consecutive tiled convolutions/pools share one\n"
@@ -381,7 +381,7 @@ static int parse_plan_flag(const char *flag, const char *val, train_options *o)
     } else if (!strcmp(flag, "--spatial-size")) {
         rc = parse_int(flag, val, 0, MAX_STAGES, &o->spatial_size);
     } else if (!strcmp(flag, "--num-spatial-parts")) {
-        rc = parse_int(flag, val, 1, 16, &o->spatial_parts);
+        rc = parse_int(flag, val, 1, 64, &o->spatial_parts); /* ops/kernels.h: HYFI_MAX_TILES */
     } else if (!strcmp(flag, "--slice-method")) {
         if (!strcmp(val, "square")) o->slice = HYFI_SLICE_SQUARE;
         else if (!strcmp(val, "vertical")) o->slice = HYFI_SLICE_VERTICAL;

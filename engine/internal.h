@@ -235,11 +235,16 @@ typedef enum {
     PT_BCAST,      /* buf[0]: send it from its owner to every rank */
 } prog_kind;
 
+/* A task's buffers: up to HYFI_TASK_INLINE_BUFFERS in the task itself (almost
+ * every task), the wider ones (the tiled batch-norm combines: one partial sum
+ * per tile) in an array of their own, xbuf. Read them with prog_bufs(). */
+#define HYFI_TASK_INLINE_BUFFERS 16
 typedef struct {
     prog_kind kind;
     struct starpu_codelet *cl;
     int nbuf;
-    struct starpu_data_descr buf[HYFI_MAX_TASK_BUFFERS];
+    struct starpu_data_descr ibuf[HYFI_TASK_INLINE_BUFFERS];
+    struct starpu_data_descr *xbuf; /* all nbuf buffers once they outgrow ibuf, else NULL */
     hyfi_task_args args;
     int place;            /* the place that runs it (-1: the event's) */
     int rank;             /* MPI rank that runs it (the rank of its place) */
@@ -249,10 +254,19 @@ typedef struct {
     char name[64];
 } prog_task;
 
+static inline struct starpu_data_descr *prog_bufs(prog_task *t)
+{
+    return t->xbuf ? t->xbuf : t->ibuf;
+}
+static inline const struct starpu_data_descr *prog_cbufs(const prog_task *t)
+{
+    return t->xbuf ? t->xbuf : t->ibuf;
+}
+
 typedef struct {
     prog_task *t;
     int n, cap;
-    int overflow; /* a task was given more than HYFI_MAX_TASK_BUFFERS buffers */
+    int overflow; /* a task was given more than HYFI_MAX_TASK_BUFFERS buffers, or out of memory */
     unsigned char *skip; /* MPI: 1 where this rank need not submit task i (run.c), or NULL */
 } program;
 
