@@ -61,7 +61,7 @@ int hyfi_emit_state_combine(hyfi_graph *g, program *P)
         for (int j = 2; j < 4; j++) {
             hyfi_tensor *t = nd->p[j];
             if (!t->rsave) continue;
-            char nm[64];
+            char nm[96];
             for (int d = 1; d < R; d *= 2)
                 for (int k = 0; k + d < R; k += 2 * d) {
                     const int len = R - (k + d) < d ? R - (k + d) : d; /* block k + d */
