@@ -118,7 +118,7 @@ void train_usage(FILE *f)
         "                        parallelism), one place per tile; halos are exchanged\n"
         "                        between tiles and batch norm uses whole-batch statistics,\n"
         "                        so the step is the untiled one [0]\n"
-        "  --num-spatial-parts P tiles per image, at most 16 [4 with --spatial-size]\n"
+        "  --num-spatial-parts P tiles per image, at most 64 [4 with --spatial-size]\n"
         "  --slice-method S      square | vertical | horizontal: a sqrt(P) x sqrt(P) grid, P\n"
         "                        vertical strips or P horizontal strips [square]\n"
         "  --fused-layers F      up to F consecutive tiled convolutions/pools share one\n"
@@ -381,7 +381,7 @@ static int parse_plan_flag(const char *flag, const char *val, train_options *o)
     } else if (!strcmp(flag, "--spatial-size")) {
         rc = parse_int(flag, val, 0, MAX_STAGES, &o->spatial_size);
     } else if (!strcmp(flag, "--num-spatial-parts")) {
-        rc = parse_int(flag, val, 1, 16, &o->spatial_parts);
+        rc = parse_int(flag, val, 1, 64, &o->spatial_parts); /* ops/kernels.h: HYFI_MAX_TILES */
     } else if (!strcmp(flag, "--slice-method")) {
         if (!strcmp(val, "square")) o->slice = HYFI_SLICE_SQUARE;
         else if (!strcmp(val, "vertical")) o->slice = HYFI_SLICE_VERTICAL;
@@ -394,9 +394,9 @@ static int parse_plan_flag(const char *flag, const char *val, train_options *o)
         else if (!strcmp(val, "none")) o->gems = HYFI_GEMS_NONE;
         else return bad_usage("--gems '%s' is not known; valid: mast, master, none", val);
     } else if (!strcmp(flag, "--replications") || !strcmp(flag, "--times")) {
-        rc = parse_int(flag, val, 1, 6, &o->replications);
+        rc = parse_int(flag, val, 1, 2048, &o->replications);
     } else if (!strcmp(flag, "--data-parallel")) {
-        rc = parse_int(flag, val, 1, 12, &o->data_parallel);
+        rc = parse_int(flag, val, 1, 4096, &o->data_parallel);
     } else if (!strcmp(flag, "--trace")) {
         if (!*val) return bad_usage("--trace needs a folder");
         o->trace = val;
@@ -498,8 +498,8 @@ static int check_options(train_options *o)
     if (o->replications > 1 && o->gems != HYFI_GEMS_MASTER)
         return bad_usage("--replications %d needs --gems master (MAST has one pair of copies)",
                          o->replications);
-    if (train_replicas(o) > 12)
-        return bad_usage("%d replicas (GEMS copies x --data-parallel): at most 12",
+    if (train_replicas(o) > 4096) /* the engine's bound (HYFI_MAX_REPLICAS) */
+        return bad_usage("%d replicas (GEMS copies x --data-parallel): at most 4096",
                          train_replicas(o));
     if (o->balance) {
         if (!o->split_size) o->split_size = o->nbalance;

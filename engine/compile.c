@@ -270,14 +270,9 @@ static void finish_tasks(emit_ctx *e, int from)
         t->worker = pl->place_worker[t->place];
         t->prio = e->prio;
         if (e->g->cc->tokens) {
-            if (t->nbuf == HYFI_MAX_TASK_BUFFERS) {
-                e->P->overflow = 1;
-                continue;
-            }
             const int slot = (e->m % pl->mbr) % pl->inflight[pl->place_stage[t->place]];
-            t->buf[t->nbuf].handle = e->g->cc->tokens[token_base(pl, t->place) + slot];
-            t->buf[t->nbuf].mode = e->token_mode;
-            t->nbuf++;
+            hyfi_prog_task_buf(e->P, t, e->g->cc->tokens[token_base(pl, t->place) + slot],
+                               e->token_mode);
         }
     }
 }
@@ -293,14 +288,9 @@ static void add_fences(emit_ctx *e, int from, const int *at, int n)
         prog_task *t = &e->P->t[k];
         while (j < n && k >= at[2 * j + 1]) j++;
         if (t->kind != PT_TASK) continue;
-        if (t->nbuf == HYFI_MAX_TASK_BUFFERS) {
-            e->P->overflow = 1;
-            continue;
-        }
         const int rerun = j < n && k >= at[2 * j];
-        t->buf[t->nbuf].handle = e->g->cc->rc_fence[t->place];
-        t->buf[t->nbuf].mode = rerun ? STARPU_R : (STARPU_RW | STARPU_COMMUTE);
-        t->nbuf++;
+        hyfi_prog_task_buf(e->P, t, e->g->cc->rc_fence[t->place],
+                           rerun ? STARPU_R : (STARPU_RW | STARPU_COMMUTE));
     }
 }
 
@@ -532,7 +522,7 @@ static hyfi_status check_task_memory(hyfi_graph *g)
             const prog_task *t = &progs[p]->t[k];
             if (t->kind != PT_TASK) continue;
             size_t b = 0;
-            for (int i = 0; i < t->nbuf; i++) b += starpu_data_get_size(t->buf[i].handle);
+            for (int i = 0; i < t->nbuf; i++) b += starpu_data_get_size(prog_cbufs(t)[i].handle);
             if (b > most) most = b, worst = t;
         }
     if (!worst || (double)most / 1e6 <= (double)limit) return HYFI_OK;

@@ -75,7 +75,7 @@ static void dump_program(FILE *f, const char *title, const program *p, const han
                 kinds[t->kind], t->cl ? t->cl->name : "-", t->name, t->place, t->rank,
                 t->worker, t->prio, (unsigned long long)ah);
         for (int b = 0; b < t->nbuf; b++)
-            fprintf(f, " %s:%d", mode_name(t->buf[b].mode), handle_id(ids, t->buf[b].handle));
+            fprintf(f, " %s:%d", mode_name(prog_cbufs(t)[b].mode), handle_id(ids, prog_cbufs(t)[b].handle));
         fputc('\n', f);
     }
 }

@@ -38,6 +38,8 @@ typedef struct emit_ctx_s {
 int hyfi_prog_push(program *p, prog_kind kind, struct starpu_codelet *cl, const char *name,
                    const hyfi_task_args *args);
 void hyfi_prog_buf(program *p, starpu_data_handle_t h, enum starpu_data_access_mode mode);
+void hyfi_prog_task_buf(program *p, prog_task *t, starpu_data_handle_t h,
+                        enum starpu_data_access_mode mode);
 void hyfi_unreg(starpu_data_handle_t *h);
 int hyfi_host_alloc(float **p, size_t n);
 /* Free what hyfi_host_alloc gave (the same n). NULL is fine. */

@@ -17,16 +17,19 @@
 #include <starpu.h>
 #include <stdarg.h>
 
-/* Replicas (GEMS copies x data-parallel groups): a running-statistics combine
- * task reads every replica's copy. */
-#define HYFI_MAX_REPLICAS 12
-/* Buffers of one task. The widest tasks read one buffer per tile or replica
- * besides a few fixed ones (the tiled batch-norm combine: 4 + one partial sum
- * per tile; the running-statistics combine: 2 + one copy per replica), plus
- * the pipeline token. A task that would need more is a compile error
+/* Replicas (GEMS copies x data-parallel groups) of a plan. No task reads more
+ * than a few replicas' buffers (the running-statistics combine is a tree of
+ * pairwise merges, the all-reduce a ring or tree of pairs: engine/reduce.c) and
+ * every array indexed by replica is allocated, so the bound only keeps the
+ * plan's products (places, micro-batches, ring chunks: R x R per bucket) in
+ * int range and refuses an obviously mistyped count. */
+#define HYFI_MAX_REPLICAS 4096
+/* Buffers of one task. The widest tasks read one buffer per tile besides a
+ * few fixed ones (the tiled batch-norm combine: 4 + one partial sum per tile),
+ * plus the pipeline token and the recompute fence; no task reads more than
+ * three replicas' buffers. A task that would need more is a compile error
  * (program.overflow), never a silent overwrite. */
-#define HYFI_MAX_TASK_BUFFERS                                                               \
-    ((HYFI_MAX_TILES > HYFI_MAX_REPLICAS ? HYFI_MAX_TILES : HYFI_MAX_REPLICAS) + 8)
+#define HYFI_MAX_TASK_BUFFERS (HYFI_MAX_TILES + 8)
 /* HYFI_ALLREDUCE_AUTO: gradients from this size on go by ring, smaller ones by
  * tree (bench/replica_scaling.sh measures both). */
 #define HYFI_RING_MIN_BYTES (64 * 1024)
@@ -232,11 +235,16 @@ typedef enum {
     PT_BCAST,      /* buf[0]: send it from its owner to every rank */
 } prog_kind;
 
+/* A task's buffers: up to HYFI_TASK_INLINE_BUFFERS in the task itself (almost
+ * every task), the wider ones (the tiled batch-norm combines: one partial sum
+ * per tile) in an array of their own, xbuf. Read them with prog_bufs(). */
+#define HYFI_TASK_INLINE_BUFFERS 16
 typedef struct {
     prog_kind kind;
     struct starpu_codelet *cl;
     int nbuf;
-    struct starpu_data_descr buf[HYFI_MAX_TASK_BUFFERS];
+    struct starpu_data_descr ibuf[HYFI_TASK_INLINE_BUFFERS];
+    struct starpu_data_descr *xbuf; /* all nbuf buffers once they outgrow ibuf, else NULL */
     hyfi_task_args args;
     int place;            /* the place that runs it (-1: the event's) */
     int rank;             /* MPI rank that runs it (the rank of its place) */
@@ -246,10 +254,19 @@ typedef struct {
     char name[64];
 } prog_task;
 
+static inline struct starpu_data_descr *prog_bufs(prog_task *t)
+{
+    return t->xbuf ? t->xbuf : t->ibuf;
+}
+static inline const struct starpu_data_descr *prog_cbufs(const prog_task *t)
+{
+    return t->xbuf ? t->xbuf : t->ibuf;
+}
+
 typedef struct {
     prog_task *t;
     int n, cap;
-    int overflow; /* a task was given more than HYFI_MAX_TASK_BUFFERS buffers */
+    int overflow; /* a task was given more than HYFI_MAX_TASK_BUFFERS buffers, or out of memory */
     unsigned char *skip; /* MPI: 1 where this rank need not submit task i (run.c), or NULL */
 } program;
 

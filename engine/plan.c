@@ -98,13 +98,15 @@ hyfi_status hyfi_graph_set_plan(hyfi_graph *g, const hyfi_plan_config *p)
                                                "MASTER (--gems master); MAST has one pair of "
                                                "copies", p->replications);
     {
-        const long copies = p->gems == HYFI_GEMS_NONE     ? 1
-                            : p->gems == HYFI_GEMS_MAST   ? 2
-                            : 2L * (p->replications > 1 ? p->replications : 1);
-        const long reps = copies * (p->data_parallel > 1 ? p->data_parallel : 1);
+        /* in double: no overflow for any int counts */
+        const double copies = p->gems == HYFI_GEMS_NONE     ? 1
+                              : p->gems == HYFI_GEMS_MAST   ? 2
+                              : 2.0 * (p->replications > 1 ? p->replications : 1);
+        const double reps = copies * (p->data_parallel > 1 ? p->data_parallel : 1);
         if (reps > HYFI_MAX_REPLICAS)
-            return hyfi_call_fail(g, HYFI_ERR_ARG, "hyfi_graph_set_plan: %ld replicas (GEMS "
-                                                   "copies x --data-parallel); at most %d",
+            return hyfi_call_fail(g, HYFI_ERR_ARG, "hyfi_graph_set_plan: %.0f replicas (GEMS "
+                                                   "copies x --data-parallel); at most %d: use "
+                                                   "fewer data-parallel groups or GEMS copies",
                                   reps, HYFI_MAX_REPLICAS);
     }
     g->plan_cfg = *p;

@@ -37,32 +37,51 @@ int hyfi_prog_push(program *p, prog_kind kind, struct starpu_codelet *cl, const 
     return 0;
 }
 
-void hyfi_prog_buf(program *p, starpu_data_handle_t h, enum starpu_data_access_mode mode)
+/* Append a buffer to task t of p; past HYFI_MAX_TASK_BUFFERS, or out of
+ * memory, p->overflow is set (the compile fails, naming the limit). */
+void hyfi_prog_task_buf(program *p, prog_task *t, starpu_data_handle_t h,
+                        enum starpu_data_access_mode mode)
 {
-    prog_task *t = &p->t[p->n - 1];
     if (t->nbuf == HYFI_MAX_TASK_BUFFERS) {
         p->overflow = 1;
         return;
     }
-    t->buf[t->nbuf].handle = h;
-    t->buf[t->nbuf].mode = mode;
+    if (t->nbuf == HYFI_TASK_INLINE_BUFFERS && !t->xbuf) {
+        /* wide tasks are few: grow straight to the largest size */
+        t->xbuf = malloc(HYFI_MAX_TASK_BUFFERS * sizeof *t->xbuf);
+        if (!t->xbuf) {
+            p->overflow = 1;
+            return;
+        }
+        memcpy(t->xbuf, t->ibuf, sizeof t->ibuf);
+    }
+    struct starpu_data_descr *b = prog_bufs(t);
+    b[t->nbuf].handle = h;
+    b[t->nbuf].mode = mode;
     t->nbuf++;
+}
+
+void hyfi_prog_buf(program *p, starpu_data_handle_t h, enum starpu_data_access_mode mode)
+{
+    hyfi_prog_task_buf(p, &p->t[p->n - 1], h, mode);
+}
+
+static void program_free(program *p)
+{
+    for (int k = 0; k < p->n; k++) free(p->t[k].xbuf);
+    free(p->t);
+    free(p->skip);
+    memset(p, 0, sizeof *p);
 }
 
 void hyfi_programs_free(hyfi_graph *g)
 {
-    free(g->cc->train_prog.t);
-    free(g->cc->infer_prog.t);
-    free(g->cc->fwd_train_prog.t);
-    free(g->cc->train_prog.skip);
-    free(g->cc->infer_prog.skip);
-    free(g->cc->fwd_train_prog.skip);
+    program_free(&g->cc->train_prog);
+    program_free(&g->cc->infer_prog);
+    program_free(&g->cc->fwd_train_prog);
     free(g->cc->howner);
     g->cc->howner = NULL;
     g->cc->nhowner = 0;
-    memset(&g->cc->fwd_train_prog, 0, sizeof g->cc->fwd_train_prog);
-    memset(&g->cc->train_prog, 0, sizeof g->cc->train_prog);
-    memset(&g->cc->infer_prog, 0, sizeof g->cc->infer_prog);
 }
 
 void hyfi_task_name(char *out, size_t len, const node *nd, const char *pass, const emit_ctx *e)

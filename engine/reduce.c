@@ -13,11 +13,23 @@
 /* Running statistics. A batch norm's running statistic follows
  *     r <- a r + m s_j   (a = 1 - momentum, s_j: the statistic of micro-batch j)
  * over the step's micro-batches in order. Replica k applies it to its own
- * micro-batches [k B, (k+1) B) from the common start r0, giving r_k; the
- * one-place value after all of them is then exactly
- *     x_0 = r_0,  x_k = a^B x_(k-1) + (r_k - a^B r0),  r = x_(R-1),
- * computed on replica 0 (r0 saved at the start of the step) and copied to the
- * other replicas. Linear, so equal up to round-off. */
+ * micro-batches [k B, (k+1) B) from the common start r0 (saved at the start
+ * of the step on replica 0), giving r_k; with c = a^B, the one-place value
+ * after all of them is then exactly
+ *     x_0 = r_0,  x_k = c x_(k-1) + (r_k - c r0),  r = x_(R-1),
+ * i.e. x_(R-1) = f_(R-1)(... f_1(r_0)) with the affine maps f_k(x) = c x +
+ * (r_k - c r0). Affine maps compose associatively, so the combine is a tree:
+ * Y(lo, hi), the value of the recurrence over replicas [lo, hi) started from
+ * r_lo, merges with the next block's Y(hi, hi + L) as
+ *     Y(lo, hi + L) = c^L (Y(lo, hi) - r0) + Y(hi, hi + L)
+ * (expand Y(hi, hi + L) and the maps of [hi, hi + L)), which is the combine
+ * kernel with one other replica and decay c^L. Up: for d = 1, 2, 4, ...,
+ * replica k (k a multiple of 2d) merges block [k + d, k + 2d) into its block
+ * [k, k + d) in place; replica 0 then holds r. Down: the value copied back
+ * along the same tree. Every task reads at most 3 buffers, the depth is
+ * 2 log2 R, and replica k's copy is read only by replicas k - d; linear, so
+ * equal up to round-off (R = 2: the operations of the sequential recurrence;
+ * larger R rounds each merge to float). */
 int hyfi_emit_state_save(hyfi_graph *g, program *P)
 {
     const hyfi_plan *pl = g->cc->pl;
@@ -38,30 +50,36 @@ int hyfi_emit_state_save(hyfi_graph *g, program *P)
 int hyfi_emit_state_combine(hyfi_graph *g, program *P)
 {
     const hyfi_plan *pl = g->cc->pl;
-    if (pl->nrep < 2) return 0;
+    const int R = pl->nrep, prio = hyfi_clamp_prio(pl->nticks + 1);
+    if (R < 2) return 0;
+    int top = 1;
+    while (top * 2 < R) top *= 2;
     for (int i = 0; i < g->nnodes; i++) {
         const node *nd = &g->nodes[i];
         if (!hyfi_op_batch_statistics(nd)) continue;
+        const double a = 1.0 - (double)nd->a.bn.momentum;
         for (int j = 2; j < 4; j++) {
             hyfi_tensor *t = nd->p[j];
             if (!t->rsave) continue;
-            hyfi_task_args a = {.u.rcomb = {.count = t->numel, .nrep = pl->nrep,
-                                            .decay = pow(1.0 - (double)nd->a.bn.momentum,
-                                                         (double)pl->mbr)}};
-            char nm[64];
-            snprintf(nm, sizeof nm, "%.50s.combine", t->name);
-            TASK(&hyfi_cl_running_combine, nm, &a);
-            RW(t->h[0]), R(t->rsave);
-            for (int k = 1; k < pl->nrep; k++) R(t->h[k]);
-            hyfi_on_place(g, P, pl->stage_place0[t->stage], hyfi_clamp_prio(pl->nticks + 1));
-            for (int k = 1; k < pl->nrep; k++) {
-                hyfi_task_args c = {.acc = 0, .u.elt.count = t->numel};
-                snprintf(nm, sizeof nm, "%.44s.copy.r%d", t->name, k);
-                TASK(&hyfi_cl_accumulate, nm, &c);
-                W(t->h[k]), R(t->h[0]);
-                hyfi_on_place(g, P, HYFI_PLACE(pl, k, pl->stage_place0[t->stage]),
-                         hyfi_clamp_prio(pl->nticks + 1));
-            }
+            char nm[96];
+            for (int d = 1; d < R; d *= 2)
+                for (int k = 0; k + d < R; k += 2 * d) {
+                    const int len = R - (k + d) < d ? R - (k + d) : d; /* block k + d */
+                    hyfi_task_args c = {.u.rcomb = {.count = t->numel, .nrep = 2,
+                                                    .decay = pow(a, (double)pl->mbr * len)}};
+                    snprintf(nm, sizeof nm, "%.40s.combine.r%d.r%d", t->name, k, k + d);
+                    TASK(&hyfi_cl_running_combine, nm, &c);
+                    RW(t->h[k]), R(t->rsave), R(t->h[k + d]);
+                    hyfi_on_place(g, P, HYFI_PLACE(pl, k, pl->stage_place0[t->stage]), prio);
+                }
+            for (int d = top; d >= 1; d /= 2)
+                for (int k = 0; k + d < R; k += 2 * d) {
+                    hyfi_task_args c = {.acc = 0, .u.elt.count = t->numel};
+                    snprintf(nm, sizeof nm, "%.40s.copy.r%d.r%d", t->name, k + d, k);
+                    TASK(&hyfi_cl_accumulate, nm, &c);
+                    W(t->h[k + d]), R(t->h[k]);
+                    hyfi_on_place(g, P, HYFI_PLACE(pl, k + d, pl->stage_place0[t->stage]), prio);
+                }
         }
     }
     return 0;

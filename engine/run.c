@@ -59,7 +59,7 @@ static int mark_skips(hyfi_graph *g)
             const prog_task *t = &ps[k]->t[i];
             if (t->kind != PT_TASK || t->rank != me) continue;
             for (int b = 0; b < t->nbuf; b++)
-                s.slot[hs_at(&s, t->buf[b].handle)] = t->buf[b].handle;
+                s.slot[hs_at(&s, prog_cbufs(t)[b].handle)] = prog_cbufs(t)[b].handle;
         }
     int rc = 0;
     for (int k = 0; k < 3 && !rc; k++) {
@@ -74,7 +74,7 @@ static int mark_skips(hyfi_graph *g)
             if (t->kind != PT_TASK || t->rank == me) continue;
             int mine = 0;
             for (int b = 0; b < t->nbuf && !mine; b++) {
-                starpu_data_handle_t h = t->buf[b].handle;
+                starpu_data_handle_t h = prog_cbufs(t)[b].handle;
                 mine = starpu_mpi_data_get_rank(h) == me || s.slot[hs_at(&s, h)] == h;
             }
             p->skip[i] = (unsigned char)!mine;
@@ -137,11 +137,11 @@ static hyfi_status program_run(hyfi_graph *g, program *p)
         prog_task *t = &p->t[i];
         if (p->skip && p->skip[i]) continue;
         if (t->kind == PT_BCAST) {
-            if (mpi) starpu_mpi_get_data_on_all_nodes_detached(MPI_COMM_WORLD, t->buf[0].handle);
+            if (mpi) starpu_mpi_get_data_on_all_nodes_detached(MPI_COMM_WORLD, prog_cbufs(t)[0].handle);
             continue;
         }
         if (t->kind == PT_RELEASE) {
-            starpu_data_handle_t h = t->buf[0].handle;
+            starpu_data_handle_t h = prog_cbufs(t)[0].handle;
             if (mpi) starpu_mpi_cache_flush(MPI_COMM_WORLD, h);
             if (!mpi || t->rank == me) starpu_data_invalidate_submit(h);
             continue;
@@ -150,24 +150,24 @@ static hyfi_status program_run(hyfi_graph *g, program *p)
         /* task records: a callback per task (StarPU ignores a NULL one) */
         void (*cb)(void *) = g->ctx->records ? hyfi_record_task : NULL;
         if (mpi && t->worker >= 0 && t->rank == me)
-            rc = starpu_mpi_task_insert(MPI_COMM_WORLD, t->cl, STARPU_DATA_MODE_ARRAY, t->buf,
+            rc = starpu_mpi_task_insert(MPI_COMM_WORLD, t->cl, STARPU_DATA_MODE_ARRAY, prog_bufs(t),
                                         t->nbuf, STARPU_CL_ARGS_NFREE, &t->args, sizeof t->args,
                                         STARPU_NAME, t->name, STARPU_PRIORITY, t->prio, STARPU_FLOPS, t->flops,
                                         STARPU_EXECUTE_ON_NODE, t->rank,
                                         STARPU_EXECUTE_ON_WORKER, t->worker, STARPU_CALLBACK, cb,
                                         0);
         else if (mpi)
-            rc = starpu_mpi_task_insert(MPI_COMM_WORLD, t->cl, STARPU_DATA_MODE_ARRAY, t->buf,
+            rc = starpu_mpi_task_insert(MPI_COMM_WORLD, t->cl, STARPU_DATA_MODE_ARRAY, prog_bufs(t),
                                         t->nbuf, STARPU_CL_ARGS_NFREE, &t->args, sizeof t->args,
                                         STARPU_NAME, t->name, STARPU_PRIORITY, t->prio, STARPU_FLOPS, t->flops,
                                         STARPU_EXECUTE_ON_NODE, t->rank, STARPU_CALLBACK, cb, 0);
         else if (t->worker >= 0)
-            rc = starpu_task_insert(t->cl, STARPU_DATA_MODE_ARRAY, t->buf, t->nbuf,
+            rc = starpu_task_insert(t->cl, STARPU_DATA_MODE_ARRAY, prog_bufs(t), t->nbuf,
                                     STARPU_CL_ARGS_NFREE, &t->args, sizeof t->args, STARPU_NAME,
                                     t->name, STARPU_PRIORITY, t->prio, STARPU_FLOPS, t->flops, STARPU_EXECUTE_ON_WORKER,
                                     t->worker, STARPU_CALLBACK, cb, 0);
         else
-            rc = starpu_task_insert(t->cl, STARPU_DATA_MODE_ARRAY, t->buf, t->nbuf,
+            rc = starpu_task_insert(t->cl, STARPU_DATA_MODE_ARRAY, prog_bufs(t), t->nbuf,
                                     STARPU_CL_ARGS_NFREE, &t->args, sizeof t->args, STARPU_NAME,
                                     t->name, STARPU_PRIORITY, t->prio, STARPU_FLOPS, t->flops, STARPU_CALLBACK, cb, 0);
         if (rc != 0) {

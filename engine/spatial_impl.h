@@ -60,8 +60,8 @@ typedef struct hyfi_tnode {
     starpu_data_handle_t *strip, *dstrip;  /* [(m * P + t) * NP + k], k >= 1 */
     starpu_data_handle_t *wpart, *bpart;   /* conv: per-tile weight / bias gradients
                                               [rep * P + t] */
-    unsigned char wpw[HYFI_MAX_TILES * HYFI_MAX_REPLICAS]; /* flags of wpart, bpart [rep * P + t] */
-    unsigned char bpw[HYFI_MAX_TILES * HYFI_MAX_REPLICAS];
+    unsigned char *wpw, *bpw;              /* compile-time flags of wpart, bpart
+                                              [rep * P + t] (allocated with them) */
     starpu_data_handle_t *part, *bwpart;   /* bn: per-tile statistics [m * P + t] */
     starpu_data_handle_t *tot;             /* bn: backward totals [m] */
 } hyfi_tnode;

@@ -25,6 +25,7 @@ void hyfi_spatial_handles_free(hyfi_graph *g)
         if (!tn) continue;
         FREE(tn->buf), FREE(tn->dbuf), FREE(tn->part), FREE(tn->bwpart);
         FREE(tn->strip), FREE(tn->dstrip), FREE(tn->wpart), FREE(tn->bpart), FREE(tn->tot);
+        FREE(tn->wpw), FREE(tn->bpw);
         hyfi_fgroup *fg = tn->fg;
         if (!fg || tn->fg_pos != 0) continue;
         FREE(fg->val), FREE(fg->grad), FREE(fg->pbuf), FREE(fg->dpbuf);
@@ -184,7 +185,9 @@ int hyfi_spatial_register(hyfi_graph *g)
                 const int NR = pl->nrep;
                 tn->wpart = handles((size_t)P * NR);
                 if (nd->p[1]) tn->bpart = handles((size_t)P * NR);
-                if (!tn->wpart || (nd->p[1] && !tn->bpart)) return -1;
+                tn->wpw = calloc((size_t)P * NR, 1);
+                tn->bpw = calloc((size_t)P * NR, 1);
+                if (!tn->wpart || (nd->p[1] && !tn->bpart) || !tn->wpw || !tn->bpw) return -1;
                 for (int k = 0; k < P * NR; k++) {
                     const int q = k % P, rq = hyfi_tile_rank(g, nd->out->tl, q, k / P);
                     if (NR > 1) snprintf(sfx, sizeof sfx, ".grad.r%d.tile%d", k / P, q);

@@ -47,10 +47,10 @@ void hyfi_plan_predict_comm(hyfi_graph *g)
         for (int i = 0; i < g->cc->train_prog.n; i++) {
             const prog_task *t = &g->cc->train_prog.t[i];
             for (int b = 0; b < t->nbuf; b++) {
-                starpu_data_handle_t h = t->buf[b].handle;
+                starpu_data_handle_t h = prog_cbufs(t)[b].handle;
                 const int o = starpu_mpi_data_get_rank(h), e = t->rank;
                 const size_t sl = SLOT(h), bytes = starpu_data_get_size(h);
-                const enum starpu_data_access_mode m = t->buf[b].mode;
+                const enum starpu_data_access_mode m = prog_cbufs(t)[b].mode;
                 if (t->kind == PT_RELEASE) {
                     memset(cached + sl * R, 0, (size_t)R);
                     continue;

@@ -303,7 +303,7 @@ int hyfi_tile_scatter_cpu(float *const *dst, const float *src, const hyfi_tile_a
  *   backward: bn_bwd_stats per tile -> bn_bwd_combine (dgamma, dbeta) ->
  *             bn_bwd_apply per tile
  * The formulas are those of batchnorm_ref.c with M = the count over all tiles. */
-#define HYFI_MAX_TILES 16
+#define HYFI_MAX_TILES 64
 typedef struct {
     int c;                    /* channels */
     int nparts;               /* tiles, 1 .. HYFI_MAX_TILES */

@@ -109,10 +109,12 @@ static const plan_def PLANS[] = {
     {2, 2, 2, HYFI_SCHEDULE_GPIPE, 0, {0}, 1, 2, HYFI_SLICE_VERTICAL, 0, 0, 0},
     {2, 3, 2, HYFI_SCHEDULE_1F1B, 0, {0}, 2, 4, HYFI_SLICE_HORIZONTAL, 0, 0, 0},
     {2, 4, 4, HYFI_SCHEDULE_1F1B, 1, {0}, 2, 4, HYFI_SLICE_SQUARE, 0, 0, 0},
-    /* 16 tiles, the most a plan takes: tasks that read one buffer per tile (the
-     * batch-norm statistics combine: 4 + 16 buffers) */
+    /* 16 and 64 tiles (64: the most a plan takes, tiles of 4x4 pixels): tasks
+     * that read one buffer per tile (the batch-norm statistics combine: 4 + 16
+     * or 4 + 64 buffers, past the ones a task holds in itself) */
     {2, 2, 1, HYFI_SCHEDULE_GPIPE, 0, {0}, 1, 16, HYFI_SLICE_VERTICAL, 0, 0, 0},
     {2, 2, 2, HYFI_SCHEDULE_1F1B, 0, {0}, 1, 16, HYFI_SLICE_SQUARE, 0, 0, 0},
+    {2, 2, 2, HYFI_SCHEDULE_1F1B, 0, {0}, 1, 64, HYFI_SLICE_SQUARE, 0, 0, 0},
     /* AmoebaNet turns round-off into visible differences within 3 steps (see
      * the header): numbers after 1 step, traffic over 3 */
     {1, 2, 1, HYFI_SCHEDULE_GPIPE, 0, {0}, 1, 4, HYFI_SLICE_SQUARE, 1, 0, 0},
