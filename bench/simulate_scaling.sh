@@ -38,20 +38,20 @@
 # --report-only 1 makes the table and plot again from DIR's records (e.g.
 # several studies' runs.jsonl and configs.jsonl concatenated).
 # --models resnet20: ResNet-20 (fewer tasks: quicker submission studies).
-# --gems none: units without the GEMS mirrored copy (1 replica per unit, so
-# up to 12 data-parallel groups instead of 6). --submit-all 1: every rank
+# --gems none: units without the GEMS mirrored copy (1 replica per unit). --submit-all 1: every rank
 # submits the whole graph (HYFI_SUBMIT_ALL=1) instead of its own share.
 # Submission cost: hyfi-train -v prints, per rank and step, the thread CPU
 # time of submitting the step's tasks (engine/run.c); the table gives the
-# largest over ranks of each rank's median over steps 2..N. It is the rank's
-# own work only when the submitting actor is not interrupted: StarPU's
-# simulation charges 1 us of simulated time per submitted task
-# (STARPU_SIMGRID_TASK_SUBMIT_COST, default 1), a sleep that lets every other
-# simulated actor (all on the same OS thread) run inside the timed loop;
-# --submit-cost 0 turns that off for submission studies (docs/simulation.md,
-# "Submission cost per rank"). --factory thread gives every simulated actor
-# an OS thread of its own (SimGrid's contexts/factory; default raw: all on
-# one), so that a rank's thread CPU time is its own: slower by 10-100x.
+# largest over ranks of each rank's median over steps 2..N. In a simulation
+# that is not the rank's own work: all simulated actors share one OS thread
+# and the others run inside the timed loop at every StarPU mutex and at the
+# 1 us of simulated time StarPU charges per submitted task
+# (STARPU_SIMGRID_TASK_SUBMIT_COST, default 1; --submit-cost 0 drops it and
+# runs much faster). --factory thread gives every actor an OS thread of its
+# own (SimGrid's contexts/factory), 10-100x slower, whose CPU time is then
+# dominated by SimGrid's hand-offs. The task counts per rank are exact; the
+# times to compare are those of real runs (bench/submit_cost.sh;
+# docs/simulation.md, "Submission cost per rank").
 # Needs the simulation build (build-sim, docs/simulation.md).
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"

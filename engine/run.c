@@ -124,11 +124,10 @@ static hyfi_status program_run(hyfi_graph *g, program *p)
      * of this thread in the loop below, and the host's wall clock. Not
      * StarPU's clock: in a simulation that is simulated time, in which
      * submitting costs nothing. The thread's CPU time counts only the
-     * submitting thread's own work, not waits for StarPU's locks or the
-     * machine's other jobs; in a simulation it is the rank's own work only
-     * where every simulated actor has a thread of its own (SimGrid's
-     * contexts/factory:thread, docs/simulation.md), since otherwise all ranks
-     * run on one thread, one after another, within the loop. */
+     * submitting thread's own work, not waits for a core or for StarPU's
+     * locks. Not so in a simulation, whose actors share one thread and switch
+     * inside the loop: there it counts their work too (docs/simulation.md,
+     * "Submission cost per rank"). */
     const int timed = g->ctx->verbose && p == &g->cc->train_prog;
     const double cpu0 = timed ? clock_ms(CLOCK_THREAD_CPUTIME_ID) : 0;
     const double wall0 = timed ? clock_ms(CLOCK_MONOTONIC) : 0;
