@@ -19,7 +19,8 @@
 #   bench/simulate_scaling.sh [--quick] [--models 'resnet amoebanet']
 #       [--sizes '1024 2048'] [--units '4 8 32'] [--dps '1 2 3 6'] [--steps 4]
 #       [--max-gpus 2048] [--limit-mb 5000] [--timeout 900] [--out DIR]
-#       [--plot FILE.png] [--lp 1] [--report-only 1]
+#       [--plot FILE.png] [--lp 1] [--report-only 1] [--gems mast|none]
+#       [--submit-all 0|1] [--submit-cost 1|0] [--factory raw|thread]
 # --quick: ResNet-56 at 1,024^2, unit 4, D = 1, 2, 3 (4-12 GPUs) and LP at
 # the same counts: about 2.5 minutes of CPU time (2 min 10 s of wall time on
 # this 2-core host at load ~3, 8.8 minutes at 12-24; the median of 3 steps,
@@ -36,13 +37,31 @@
 # --plot FILE, e.g. docs/simulate_scaling.png; Debian's python3-matplotlib).
 # --report-only 1 makes the table and plot again from DIR's records (e.g.
 # several studies' runs.jsonl and configs.jsonl concatenated).
+# --models resnet20: ResNet-20 (fewer tasks: quicker submission studies).
+# --gems none: units without the GEMS mirrored copy (1 replica per unit). --submit-all 1: every rank
+# submits the whole graph (HYFI_SUBMIT_ALL=1) instead of its own share.
+# Submission cost: hyfi-train -v prints, per rank and step, the thread CPU
+# time of submitting the step's tasks (engine/run.c); the table gives the
+# largest over ranks of each rank's median over steps 2..N. In a simulation
+# that is not the rank's own work: all simulated actors share one OS thread
+# and the others run inside the timed loop at every StarPU mutex and at the
+# 1 us of simulated time StarPU charges per submitted task
+# (STARPU_SIMGRID_TASK_SUBMIT_COST, default 1; --submit-cost 0 drops it and
+# runs much faster). --factory thread gives every actor an OS thread of its
+# own (SimGrid's contexts/factory), 10-100x slower, whose CPU time is then
+# dominated by SimGrid's hand-offs. The task counts per rank are exact; the
+# times to compare are those of real runs (bench/submit_cost.sh;
+# docs/simulation.md, "Submission cost per rank").
 # Needs the simulation build (build-sim, docs/simulation.md).
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 models="resnet amoebanet" sizes="1024 2048" units="4 8 32" dps="1 2 3 6" steps=4
 max_gpus=2048 limit_mb=5000 timeout=900 out="" plot="" lp=1 quick=0 report_only=0
+gems=mast submit_all=0 submit_cost=1
 bdir="$root/build-sim"
 bench_opts="models sizes units dps steps max_gpus limit_mb timeout out plot lp quick report_only"
+factory=""
+bench_opts+=" gems submit_all submit_cost factory"
 # shellcheck source=common.sh
 source "$root/bench/common.sh"
 args=()
@@ -61,16 +80,18 @@ source "$root/scripts/env-simgrid.sh"
 [ -f "$bdir/apps/hyfi-train.so" ] ||
   { echo "[bench] no simulation build ($bdir/apps/hyfi-train.so): see docs/simulation.md" >&2; exit 2; }
 export HYFI_SIM_ANALYTIC="$root/perfmodels/analytic-v100.txt" STARPU_HOSTNAME=lassen \
-  STARPU_NCUDA=4 STARPU_NCPU=4
+  STARPU_NCUDA=4 STARPU_NCPU=4 STARPU_SIMGRID_TASK_SUBMIT_COST="$submit_cost"
+[ "$submit_all" = 1 ] && export HYFI_SUBMIT_ALL=1
 platform="$root/platforms/lassen.xml"
 
 model_args() { # MODEL
   case "$1" in
     resnet) echo "--model resnet --depth 56" ;;
+    resnet20) echo "--model resnet --depth 20" ;;
     amoebanet) echo "--model amoebanet --num-layers 18 --num-filters 416" ;;
   esac
 }
-model_layers() { case "$1" in resnet) echo 29 ;; amoebanet) echo 20 ;; esac; }
+model_layers() { case "$1" in resnet) echo 29 ;; resnet20) echo 11 ;; amoebanet) echo 20 ;; esac; }
 unit_args() { # U: tiles, slicing and stages of one unit
   case "$1" in
     4) echo "--spatial-size 1 --num-spatial-parts 2 --slice-method vertical --split-size 3" ;;
@@ -87,15 +108,29 @@ run() {
   timeout "$timeout" "$py" "$root/bench/memwatch.py" --limit-mb "$limit_mb" --json "$mem" -- \
     bash "$root/scripts/simulate.sh" -n "$n" --platform "$platform" --build "$bdir" "$@" \
     --dataset synthetic --num-classes 10 --steps "$steps" --print-freq 1 -v \
-    --cfg=smpi/shared-malloc-blocksize:67108864 >"$log" 2>&1 || rc=$?
+    --cfg=smpi/shared-malloc-blocksize:67108864 ${factory:+--cfg=contexts/factory:$factory} \
+    >"$log" 2>&1 || rc=$?
   "$py" - "$log" "$mem" "$rc" "$tag" "$n" "$timeout" >>"$out/runs.jsonl" <<'PY'
 import json, os, re, statistics, sys
 log, mem, rc, tag, n, tmo = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4], int(sys.argv[5]), sys.argv[6]
 text = open(log, errors="replace").read()
 m = json.load(open(mem)) if os.path.exists(mem) and os.path.getsize(mem) else {}
-steps = {int(a): float(b) for a, b in re.findall(r"^step (\d+) loss \S+ images/s ([0-9.]+)", text, re.M)}
+# (not anchored: a rank's stdout line can follow another's stderr text on the same line)
+steps = {int(a): float(b) for a, b in re.findall(r"\bstep (\d+) loss \S+ images/s ([0-9.]+)", text)}
 later = [v for k, v in sorted(steps.items()) if k >= 2]
 tasks = [int(x) for x in re.findall(r"submits (\d+) of the \d+ tasks", text)]
+if not tasks:  # HYFI_SUBMIT_ALL=1: no "submits X of Y" line; every step submits the same
+    tasks = [int(x) for x in re.findall(r"submitted (\d+) tasks of a training step", text)]
+# submission cost: each rank's k-th line is its step k; median of steps 2.. per rank
+per_rank = {}
+for r, cpu, wall in re.findall(r"rank (\d+) submitted \d+ tasks of a training step in ([0-9.]+) "
+                               r"ms of CPU time \(([0-9.]+) ms wall\)", text):
+    per_rank.setdefault(int(r), []).append((float(cpu), float(wall)))
+def med_later(v):
+    v = v[1:] if len(v) > 1 else v
+    return statistics.median(v)
+sub_cpu = max((med_later([c for c, _ in v]) for v in per_rank.values()), default=None)
+sub_wall = max((med_later([w for _, w in v]) for v in per_rank.values()), default=None)
 total = re.findall(r"submits \d+ of the (\d+) tasks", text)
 gpu_warn = "on CUDA device" in text
 if "eadlock" in text:
@@ -114,6 +149,7 @@ print(json.dumps({"tag": tag, "ranks": n, "steps": len(steps),
                   "ips": statistics.median(later) if later else None,
                   "ips_step1": steps.get(1), "tasks_max": max(tasks) if tasks else None,
                   "tasks_min": min(tasks) if tasks else None,
+                  "submit_cpu_ms": sub_cpu, "submit_wall_ms": sub_wall,
                   "tasks_total": int(total[0]) if total else None,
                   "wall_s": m.get("wall_s"), "anon_mb": m.get("anon_mb"), "rss_mb": m.get("rss_mb"),
                   "gpu_mem_warning": gpu_warn, "outcome": outcome}))
@@ -132,10 +168,14 @@ for model in $models; do
         gpus=$((u * d)) ranks=$((u * d / 4))
         [ "$gpus" -le "$max_gpus" ] || continue
         tag="$model.$size.u$u.d$d"
+        [ "$gems" = mast ] || tag="$tag.nogems"
+        [ "$submit_all" = 1 ] && tag="$tag.all"
+        gems_args=(--gems mast)
+        [ "$gems" = mast ] || gems_args=()
         # shellcheck disable=SC2046
         run "$tag" "$ranks" $(model_args "$model") --image-size "$size" --batch-size 2 --parts 2 \
-          $(unit_args "$u") --gems mast --data-parallel "$d"
-        echo "{\"tag\":\"$tag\",\"kind\":\"hybrid\",\"model\":\"$model\",\"size\":$size,\"unit\":$u,\"dp\":$d,\"gpus\":$gpus}" >>"$out/configs.jsonl"
+          $(unit_args "$u") "${gems_args[@]+"${gems_args[@]}"}" --data-parallel "$d"
+        echo "{\"tag\":\"$tag\",\"kind\":\"hybrid\",\"model\":\"$model\",\"size\":$size,\"unit\":$u,\"dp\":$d,\"gpus\":$gpus,\"gems\":\"$gems\",\"submit_all\":$submit_all}" >>"$out/configs.jsonl"
       done
     done
   done
@@ -178,24 +218,27 @@ def lp_of(c):
 base = {}
 for c, r in rows:
     if c["kind"] == "hybrid" and r["ips"] and r["outcome"] == "ok":
-        k = (c["model"], c["size"], c["unit"])
+        k = (c["model"], c["size"], c["unit"], c.get("gems", "mast"), c.get("submit_all", 0))
         if k not in base or c["gpus"] < base[k][0]:
             base[k] = (c["gpus"], r["ips"])
-names = {"resnet": "ResNet-56", "amoebanet": "AmoebaNet-D (18, 416)"}
-print("| model | image | GPUs | ranks | plan | tasks/rank/step (max) | simulated img/s | weak-scaling eff. | LP alone img/s | speedup over LP | wall s | peak memory MB (per rank) | outcome |")
-print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+names = {"resnet": "ResNet-56", "resnet20": "ResNet-20", "amoebanet": "AmoebaNet-D (18, 416)"}
+print("| model | image | GPUs | ranks | plan | tasks/rank/step (max) | submission ms/step/rank (max) | simulated img/s | weak-scaling eff. | LP alone img/s | speedup over LP | wall s | peak memory MB (per rank) | outcome |")
+print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
 curves, lps = {}, {}
-for c, r in sorted(rows, key=lambda x: (x[0]["model"], x[0]["size"], x[0]["kind"], x[0].get("unit", 0), x[0]["gpus"])):
+for c, r in sorted(rows, key=lambda x: (x[0]["model"], x[0]["size"], x[0]["kind"], x[0].get("unit", 0), x[0].get("gems", "mast"), x[0].get("submit_all", 0), x[0]["gpus"])):
     if c["kind"] == "hybrid":
-        plan = "unit %d (SP+LP+PP+GEMS) x DP %d" % (c["unit"], c["dp"])
-        b = base.get((c["model"], c["size"], c["unit"]))
+        g = c.get("gems", "mast") == "mast"
+        plan = "unit %d (SP+LP+PP%s) x DP %d%s" % (c["unit"], "+GEMS" if g else "", c["dp"],
+                                                  "; every rank submits all" if c.get("submit_all") else "")
+        vk = (c["model"], c["size"], c["unit"], c.get("gems", "mast"), c.get("submit_all", 0))
+        b = base.get(vk)
         ok = r["outcome"] == "ok"  # a run cut short has no efficiency or speedup
         eff = r["ips"] / c["gpus"] / (b[1] / b[0]) if ok and r["ips"] and b else None
         lp = lp_of(c)
         lpi = lp["ips"] if lp and lp["outcome"] == "ok" else None
         sp = r["ips"] / lpi if ok and r["ips"] and lpi else None
         if eff is not None:
-            curves.setdefault((c["model"], c["size"], c["unit"]), []).append((c["gpus"], eff, r["ips"]))
+            curves.setdefault(vk, []).append((c["gpus"], eff, r["ips"]))
     else:
         plan = "LP alone: %d stages" % c["gpus"]
         eff = lpi = sp = None
@@ -203,8 +246,9 @@ for c, r in sorted(rows, key=lambda x: (x[0]["model"], x[0]["size"], x[0]["kind"
             lps.setdefault((c["model"], c["size"]), []).append((c["gpus"], r["ips"]))
     f = lambda v, fmt: (fmt % v) if v is not None else "-"
     mem = "%s (%s)" % (f(r["anon_mb"], "%.0f"), f(r["anon_mb"] / r["ranks"] if r["anon_mb"] else None, "%.0f"))
-    print("| %s | %d² | %d | %d | %s | %s | %s | %s | %s | %s | %s | %s | %s%s |" % (
+    print("| %s | %d² | %d | %d | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s%s |" % (
         names[c["model"]], c["size"], c["gpus"], r["ranks"], plan, f(r["tasks_max"], "%d"),
+        f(r.get("submit_cpu_ms"), "%.1f"),
         f(r["ips"], "%.2f"), f(eff, "%.3f"), f(lpi, "%.2f"), f(sp, "%.2fx"),
         f(r["wall_s"], "%.0f"), mem, r["outcome"], "; GPU memory exceeded (warned)" if r["gpu_mem_warning"] else ""))
 png = sys.argv[3] if len(sys.argv) > 3 else ""
@@ -213,9 +257,10 @@ if png and curves:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     fig, ax = plt.subplots(1, 2, figsize=(11, 4.2))
-    for (m, s, u), pts in sorted(curves.items()):
+    for (m, s, u, gm, sa), pts in sorted(curves.items()):
         pts.sort()
-        lab = "%s %d² unit %d" % (names[m], s, u)
+        lab = "%s %d² unit %d%s%s" % (names[m], s, u, "" if gm == "mast" else " no GEMS",
+                                      " submit all" if sa else "")
         ax[0].plot([p[0] for p in pts], [p[1] for p in pts], "o-", label=lab)
         ax[1].plot([p[0] for p in pts], [p[2] for p in pts], "o-", label=lab)
     for (m, s), pts in sorted(lps.items()):
