@@ -58,8 +58,10 @@ static int mark_skips(hyfi_graph *g)
         for (int i = 0; i < ps[k]->n; i++) {
             const prog_task *t = &ps[k]->t[i];
             if (t->kind != PT_TASK || t->rank != me) continue;
-            for (int b = 0; b < t->nbuf; b++)
-                s.slot[hs_at(&s, prog_cbufs(t)[b].handle)] = prog_cbufs(t)[b].handle;
+            for (int b = 0; b < t->nbuf; b++) {
+                starpu_data_handle_t h = prog_cbufs(t)[b].handle;
+                s.slot[hs_at(&s, h)] = h;
+            }
         }
     int rc = 0;
     for (int k = 0; k < 3 && !rc; k++) {
@@ -136,7 +138,9 @@ static hyfi_status program_run(hyfi_graph *g, program *p)
         prog_task *t = &p->t[i];
         if (p->skip && p->skip[i]) continue;
         if (t->kind == PT_BCAST) {
-            if (mpi) starpu_mpi_get_data_on_all_nodes_detached(MPI_COMM_WORLD, prog_cbufs(t)[0].handle);
+            if (mpi)
+                starpu_mpi_get_data_on_all_nodes_detached(MPI_COMM_WORLD,
+                                                          prog_cbufs(t)[0].handle);
             continue;
         }
         if (t->kind == PT_RELEASE) {

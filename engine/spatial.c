@@ -266,14 +266,6 @@ int hyfi_spatial_gather_back(emit_ctx *e, hyfi_tensor *x)
  * owner rank receives 3 parameter-sized buffers, not 48). The sum's order:
  * per rank in tile order, then over the owner's tiles and the leaders in tile
  * order; in one process (every place on rank 0) the plain sum in tile order. */
-static void place_task(program *P, const hyfi_plan *pl, int place)
-{
-    prog_task *t = &P->t[P->n - 1];
-    t->place = place;
-    t->rank = pl->place_rank[place];
-    t->worker = pl->place_worker[place];
-}
-
 int hyfi_spatial_param_sums(emit_ctx *e)
 {
     program *P = e->P;
@@ -308,7 +300,7 @@ int hyfi_spatial_param_sums(emit_ctx *e)
                 snprintf(nm, sizeof nm, "%.50s.rank_sum%d", p->name, q);
                 TASK(&hyfi_cl_accumulate, nm, &a);
                 RW(parts[leader[q]]), R(parts[q]);
-                place_task(P, pl, place);
+                hyfi_on_place(g, P, place, 0);
             }
             /* on the stage's first place: the owner's tiles and the leaders */
             int first = 1;
@@ -319,7 +311,7 @@ int hyfi_spatial_param_sums(emit_ctx *e)
                 TASK(&hyfi_cl_accumulate, nm, &a);
                 hyfi_prog_buf(P, p->gh[r], first ? STARPU_W : STARPU_RW);
                 R(parts[q]);
-                place_task(P, pl, place_of(pl, r, s, 0));
+                hyfi_on_place(g, P, place_of(pl, r, s, 0), 0);
                 first = 0;
             }
             p->gw[r] = 1;

@@ -341,22 +341,6 @@ static int load_ref(const char *path, run_result *r)
     return ok ? 0 : -1;
 }
 
-/* Worst |got - want| and the worst excess over the tolerance atol + rtol |want|. */
-static int compare(const char *what, const float *got, const float *want, size_t n, double atol,
-                   double rtol, double *worst_abs)
-{
-    int bad = 0;
-    for (size_t i = 0; i < n; i++) {
-        const double d = fabs((double)got[i] - (double)want[i]);
-        if (d > *worst_abs) *worst_abs = d;
-        if (!(d <= atol + rtol * fabs((double)want[i]))) {
-            if (bad < 3) printf("  %s[%zu]: %.9g, want %.9g\n", what, i, got[i], want[i]);
-            bad++;
-        }
-    }
-    return bad;
-}
-
 /* For tiled plans: at most a fraction `frac` of the entries outside atol +
  * rtol |want|, and ||got - want|| <= nrtol ||want||. Records the worst
  * fraction and norm ratio. */
@@ -584,11 +568,12 @@ static int do_check(const char *dir, int use_mpi)
             double worst = 0;
             int rbad = run_plan(ctx, m, &p0, &base, NULL) != 0;
             if (!rbad) {
-                rbad += compare("loss (no recompute)", got.loss, base.loss, steps, 0, 0, &worst);
-                rbad += compare("grad (no recompute)", got.grad, base.grad, got.ngrad, 0, 0,
-                                &worst);
-                rbad += compare("weight (no recompute)", got.weight, base.weight, got.nweight, 0,
-                                0, &worst);
+                rbad += tu_count_outside("loss (no recompute)", got.loss, base.loss, steps, 0,
+                                         0, &worst);
+                rbad += tu_count_outside("grad (no recompute)", got.grad, base.grad, got.ngrad,
+                                         0, 0, &worst);
+                rbad += tu_count_outside("weight (no recompute)", got.weight, base.weight,
+                                         got.nweight, 0, 0, &worst);
             }
             if (rank == 0)
                 printf("%s: against the plan without recompute: %s\n", what,
@@ -600,7 +585,7 @@ static int do_check(const char *dir, int use_mpi)
             const double k = exact ? 0 : 1;
             double *wl = exact ? &worst_exact : &worst_loss, *wg = exact ? &worst_exact : &worst_grad;
             double *ww = exact ? &worst_exact : &worst_w;
-            bad += compare("loss", got.loss, want.loss, got.steps, 1e-6 * k, 1e-5 * k, wl);
+            bad += tu_count_outside("loss", got.loss, want.loss, got.steps, 1e-6 * k, 1e-5 * k, wl);
             bad += got.ngrad != want.ngrad || got.nweight != want.nweight;
             if (!bad && pd->K) {
                 /* tiles: a few entries may sit at a kink (see the header) */
@@ -610,8 +595,10 @@ static int do_check(const char *dir, int use_mpi)
                 bad += compare_kinks("weight", got.weight, want.weight, got.nweight, 1e-5, 1e-4,
                                      frac, 1e-2, &worst_frac, &worst_norm);
             } else if (!bad) {
-                bad += compare("grad", got.grad, want.grad, got.ngrad, 1e-5 * k, 1e-4 * k, wg);
-                bad += compare("weight", got.weight, want.weight, got.nweight, 1e-5 * k, 1e-4 * k, ww);
+                bad += tu_count_outside("grad", got.grad, want.grad, got.ngrad, 1e-5 * k,
+                                        1e-4 * k, wg);
+                bad += tu_count_outside("weight", got.weight, want.weight, got.nweight,
+                                        1e-5 * k, 1e-4 * k, ww);
             }
             if (rank == 0)
                 printf("%s, %d step%s: losses %.6f .. %.6f (reference %.6f .. %.6f)%s%s\n", what,

@@ -175,22 +175,6 @@ static int load_ref(const char *path, run_result *r)
     return ok ? 0 : -1;
 }
 
-/* Entries outside atol + rtol |want| (the first 3 printed); the worst |got - want|. */
-static int compare(const char *what, const float *got, const float *want, size_t n, double atol,
-                   double rtol, double *worst)
-{
-    int bad = 0;
-    for (size_t i = 0; i < n; i++) {
-        const double d = fabs((double)got[i] - (double)want[i]);
-        if (d > *worst) *worst = d;
-        if (!(d <= atol + rtol * fabs((double)want[i]))) {
-            if (bad < 3) printf("  %s[%zu]: %.9g, want %.9g\n", what, i, got[i], want[i]);
-            bad++;
-        }
-    }
-    return bad;
-}
-
 static const struct {
     const char *name;
     hyfi_plan_config plan;
@@ -222,11 +206,11 @@ static int check_plans(hyfi_ctx *ctx, const run_result *want)
         int bad = got.ngrad != want->ngrad || got.nweight != want->nweight;
         if (!bad) {
             const size_t np = got.ngrad;
-            bad += compare("loss", got.loss, want->loss, STEPS, 1e-6, 1e-5, &wl);
-            bad += compare("grad", got.grad, want->grad, np, 1e-5, 1e-4, &wg);
-            bad += compare("weight", got.weight, want->weight, np, 1e-5, 1e-4, &ww);
-            bad += compare("running", got.weight + np, want->weight + np, got.nstat, 1e-5, 1e-4,
-                           &ws);
+            bad += tu_count_outside("loss", got.loss, want->loss, STEPS, 1e-6, 1e-5, &wl);
+            bad += tu_count_outside("grad", got.grad, want->grad, np, 1e-5, 1e-4, &wg);
+            bad += tu_count_outside("weight", got.weight, want->weight, np, 1e-5, 1e-4, &ww);
+            bad += tu_count_outside("running", got.weight + np, want->weight + np, got.nstat,
+                                    1e-5, 1e-4, &ws);
         }
         if (rank == 0)
             printf("%s: losses %.6f .. %.6f (reference %.6f .. %.6f); worst |diff| loss %.2g, "

@@ -53,6 +53,21 @@ int tu_compare(const char *name, const float *got, const float *want, size_t n, 
     return bad ? 1 : 0;
 }
 
+int tu_count_outside(const char *what, const float *got, const float *want, size_t n,
+                     double atol, double rtol, double *worst)
+{
+    int bad = 0;
+    for (size_t i = 0; i < n; i++) {
+        const double d = fabs((double)got[i] - (double)want[i]);
+        if (d > *worst) *worst = d;
+        if (!(d <= atol + rtol * fabs((double)want[i]))) {
+            if (bad < 3) printf("  %s[%zu]: %.9g, want %.9g\n", what, i, got[i], want[i]);
+            bad++;
+        }
+    }
+    return bad;
+}
+
 int tu_grad_check(const char *name, float *param, size_t n, const float *analytic,
                   tu_scalar_fn f, void *ctx, int nsamples, float eps, tu_tol tol,
                   uint64_t *state)

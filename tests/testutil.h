@@ -30,6 +30,12 @@ int tu_randint(uint64_t *state, int lo, int hi); /* inclusive bounds */
  * failure, the first mismatching values. Returns 0 on pass, 1 on failure. */
 int tu_compare(const char *name, const float *got, const float *want, size_t n, tu_tol tol);
 
+/* Entries of got outside atol + rtol |want| (the first 3 printed as
+ * "  what[i]: got, want want"); *worst is raised to the worst |got - want|.
+ * For tests that add up mismatches over many arrays (plans vs one place). */
+int tu_count_outside(const char *what, const float *got, const float *want, size_t n,
+                     double atol, double rtol, double *worst);
+
 /* Finite-difference gradient check of a scalar function f(ctx) of `param`:
  * perturbs `nsamples` entries (all when nsamples >= n or < 0) by ±eps, compares
  * (f+ - f-)/(2 eps) with analytic[i]. Returns 0 on pass, 1 on failure. */
