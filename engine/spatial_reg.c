@@ -70,6 +70,7 @@ static int fused_register(hyfi_graph *g)
             for (int m = 0; m < M; m++)
                 for (int q = 0; q < P; q++) {
                     const size_t k = ((size_t)j * M + m) * P + q;
+                    hyfi_reg_scope(g, HYFI_REP(pl, m), HYFI_SCOPE_MINE);
                     const int rq = hyfi_tile_rank(g, nd->out->tl, q, HYFI_REP(pl, m));
                     const size_t on = (size_t)n * Co * fg_rows(fg, j, q) * fg_cols(fg, j, q);
                     if (j < fg->n - 1) {
@@ -104,6 +105,7 @@ static int fused_register(hyfi_graph *g)
                                  fg->op[0]->stage, nd->name, sfx, m, M);
                     }
                 }
+            hyfi_reg_scope(g, -1, 0);
         }
     }
     return 0;
@@ -126,9 +128,12 @@ int hyfi_spatial_register(hyfi_graph *g)
         tl->gw = calloc((size_t)M * P, 1);
         if (!tl->h || !tl->gh || !tl->gw) return -1;
         const int trs = hyfi_tiles_release_stage(t);
+        tl->tag0 = g->ctx->next_tag;
+        tl->tag_step = t->kind == T_ACT && t->requires_grad ? 2 : 1;
         for (int m = 0; m < M; m++)
             for (int q = 0; q < P; q++) {
                 const size_t n = hyfi_tile_numel(t, q);
+                hyfi_reg_scope(g, HYFI_REP(pl, m), HYFI_SCOPE_MINE);
                 snprintf(sfx, sizeof sfx, ".tile%d", q);
                 hyfi_reg(g, &tl->h[m * P + q], NULL, n, sizeof(float),
                          hyfi_tile_rank(g, tl, q, HYFI_REP(pl, m)), hyfi_tensor_hcat(g, t), trs,
@@ -140,6 +145,7 @@ int hyfi_spatial_register(hyfi_graph *g)
                              t->name, sfx, m, M);
                 }
             }
+        hyfi_reg_scope(g, -1, 0);
     }
     for (int i = 0; i < g->nnodes; i++) {
         node *nd = &g->nodes[i];
@@ -157,6 +163,7 @@ int hyfi_spatial_register(hyfi_graph *g)
                 for (int q = 0; q < P; q++) {
                     const int rq = hyfi_tile_rank(g, x->tl, q, HYFI_REP(pl, m));
                     if (!tn->use_buf[q]) continue;
+                    hyfi_reg_scope(g, HYFI_REP(pl, m), HYFI_SCOPE_MINE);
                     const size_t bn = (size_t)n * C * tn->buf_h[q] * tn->buf_w[q];
                     snprintf(sfx, sizeof sfx, ".in.tile%d", q);
                     hyfi_reg(g, &tn->buf[m * P + q], NULL, bn, sizeof(float), rq, HC_PIPELINE,
@@ -190,6 +197,7 @@ int hyfi_spatial_register(hyfi_graph *g)
                 if (!tn->wpart || (nd->p[1] && !tn->bpart) || !tn->wpw || !tn->bpw) return -1;
                 for (int k = 0; k < P * NR; k++) {
                     const int q = k % P, rq = hyfi_tile_rank(g, nd->out->tl, q, k / P);
+                    hyfi_reg_scope(g, k / P, HYFI_SCOPE_MINE);
                     if (NR > 1) snprintf(sfx, sizeof sfx, ".grad.r%d.tile%d", k / P, q);
                     else snprintf(sfx, sizeof sfx, ".grad.tile%d", q);
                     hyfi_reg(g, &tn->wpart[k], NULL, nd->p[0]->numel, sizeof(float), rq,
@@ -197,7 +205,7 @@ int hyfi_spatial_register(hyfi_graph *g)
                     if (nd->p[1])
                         hyfi_reg(g, &tn->bpart[k], NULL, nd->p[1]->numel, sizeof(float), rq,
                                  HC_ALLREDUCE, HYFI_KEEP, nd->p[1]->name, sfx, 0, 1);
-                    if (pl->mbr > 1 && !g->plan_cfg.deterministic) {
+                    if (pl->mbr > 1 && !g->plan_cfg.deterministic && tn->wpart[k]) {
                         starpu_data_set_reduction_methods(tn->wpart[k], &hyfi_cl_redux_add,
                                                           &hyfi_cl_redux_zero);
                         if (nd->p[1])
@@ -212,6 +220,7 @@ int hyfi_spatial_register(hyfi_graph *g)
             tn->tot = handles((size_t)M);
             if (!tn->part || !tn->bwpart || !tn->tot) return -1;
             for (int m = 0; m < M; m++) {
+                hyfi_reg_scope(g, HYFI_REP(pl, m), HYFI_SCOPE_MINE);
                 for (int q = 0; q < P; q++) {
                     const int rq = hyfi_tile_rank(g, x->tl, q, HYFI_REP(pl, m));
                     snprintf(sfx, sizeof sfx, ".stats.tile%d", q);
@@ -228,5 +237,6 @@ int hyfi_spatial_register(hyfi_graph *g)
             }
         }
     }
+    hyfi_reg_scope(g, -1, 0);
     return fused_register(g);
 }

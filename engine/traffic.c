@@ -13,7 +13,10 @@
  * a cached copy; a buffer it writes on a non-owner is sent back to the owner;
  * a write drops every cached copy; a release drops them too. Two steps are
  * walked; the second (steady state) is recorded. The program ends by sending
- * each micro-batch's loss to every rank (PT_BCAST). */
+ * each micro-batch's loss to every rank (PT_BCAST). A flush (PT_FLUSH) drops
+ * the copies too. In a scoped compile (scope.c) a rank's program holds the
+ * tasks that send to it or from it, so its own row and column are exact; the
+ * rest of the matrix is partial. */
 void hyfi_plan_predict_comm(hyfi_graph *g)
 {
     hyfi_plan *pl = g->cc->pl;
@@ -51,7 +54,7 @@ void hyfi_plan_predict_comm(hyfi_graph *g)
                 const int o = starpu_mpi_data_get_rank(h), e = t->rank;
                 const size_t sl = SLOT(h), bytes = starpu_data_get_size(h);
                 const enum starpu_data_access_mode m = prog_cbufs(t)[b].mode;
-                if (t->kind == PT_RELEASE) {
+                if (t->kind == PT_RELEASE || t->kind == PT_FLUSH) {
                     memset(cached + sl * R, 0, (size_t)R);
                     continue;
                 }
