@@ -74,8 +74,9 @@ static void dump_program(FILE *f, const char *title, const program *p, const han
         fprintf(f, "%s %s %s place %d rank %d worker %d prio %d args %016llx |",
                 kinds[t->kind], t->cl ? t->cl->name : "-", t->name, t->place, t->rank,
                 t->worker, t->prio, (unsigned long long)ah);
+        const struct starpu_data_descr *bufs = prog_cbufs(t);
         for (int b = 0; b < t->nbuf; b++)
-            fprintf(f, " %s:%d", mode_name(prog_cbufs(t)[b].mode), handle_id(ids, prog_cbufs(t)[b].handle));
+            fprintf(f, " %s:%d", mode_name(bufs[b].mode), handle_id(ids, bufs[b].handle));
         fputc('\n', f);
     }
 }
