@@ -406,6 +406,10 @@ typedef struct hyfi_agree_spec {
 hyfi_status hyfi_agree(hyfi_ctx *ctx, hyfi_status local, const char *local_msg,
                        const hyfi_agree_spec *spec, char *msg, size_t len);
 
+/* agree.c: rows[r * cols .. (r + 1) * cols) as rank r has it, on every rank
+ * (collective; nothing without MPI or on one rank). */
+void hyfi_ctx_share_rows(hyfi_ctx *ctx, size_t *rows, size_t cols);
+
 /* io.c, shared with checkpoint.c. who: the API call named in messages. */
 /* Write a file atomically (rank 0): fn writes the contents into f (returns 0
  * or an errno); then it is flushed, fsync'ed, renamed over path and the folder

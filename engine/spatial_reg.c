@@ -29,9 +29,9 @@ void hyfi_spatial_handles_free(hyfi_graph *g)
         hyfi_fgroup *fg = tn->fg;
         if (!fg || tn->fg_pos != 0) continue;
         FREE(fg->val), FREE(fg->grad), FREE(fg->pbuf), FREE(fg->dpbuf);
-        FREE(fg->xo), FREE(fg->dyo), FREE(fg->dxo);
+        FREE(fg->xo), FREE(fg->dyo), FREE(fg->dxo), FREE(fg->ztot);
         for (int j = 0; j < fg->n; j++) {
-            hyfi_host_free(fg->ztot_host[j], 2 * (size_t)fg->op[j]->out->dims[1]);
+            hyfi_host_free(fg->ztot_host[j], fg->ztot_n[j]);
             fg->ztot_host[j] = NULL;
         }
     }
@@ -45,7 +45,7 @@ static starpu_data_handle_t *handles(size_t n) { return calloc(n, sizeof(starpu_
 static int fused_register(hyfi_graph *g)
 {
     const hyfi_plan *pl = g->cc->pl;
-    const int M = pl->nmb, P = pl->P;
+    const int M = pl->nmb, P = pl->P, R = pl->nrep;
     char sfx[48];
     for (int i = 0; i < g->nnodes; i++) {
         const hyfi_tnode *tn0 = g->nodes[i].tn;
@@ -54,18 +54,24 @@ static int fused_register(hyfi_graph *g)
         const size_t cnt = (size_t)fg->n * M * P;
         fg->val = handles(cnt), fg->grad = handles(cnt), fg->pbuf = handles(cnt);
         fg->dpbuf = handles(cnt), fg->xo = handles(cnt), fg->dyo = handles(cnt);
-        fg->dxo = handles(cnt);
-        if (!fg->val || !fg->grad || !fg->pbuf || !fg->dpbuf || !fg->xo || !fg->dyo || !fg->dxo)
+        fg->dxo = handles(cnt), fg->ztot = handles((size_t)fg->n * R);
+        if (!fg->val || !fg->grad || !fg->pbuf || !fg->dpbuf || !fg->xo || !fg->dyo ||
+            !fg->dxo || !fg->ztot)
             return -1;
         for (int j = 0; j < fg->n; j++) {
             const node *nd = fg->op[j];
             const int n = nd->out->dims[0] / M, Co = nd->out->dims[1], Ci = nd->in[0]->dims[1];
             if (hyfi_op_batch_statistics(nd)) {
-                if (hyfi_host_alloc(&fg->ztot_host[j], 2 * (size_t)Co)) return -1;
-                memset(fg->ztot_host[j], 0, 2 * (size_t)Co * sizeof(float));
-                hyfi_reg(g, &fg->ztot[j], fg->ztot_host[j], 2 * (size_t)Co, sizeof(float),
-                         pl->stage_rank[nd->stage], HC_BNSTATS, HYFI_KEEP, nd->name, ".zero_dstats",
-                         0, 1);
+                /* one per replica, on its stage's rank: the readers' replica */
+                fg->ztot_n[j] = 2 * (size_t)Co * R;
+                if (hyfi_host_alloc(&fg->ztot_host[j], fg->ztot_n[j])) return -1;
+                memset(fg->ztot_host[j], 0, fg->ztot_n[j] * sizeof(float));
+                for (int r = 0; r < R; r++) {
+                    hyfi_reg_scope(g, r, HYFI_SCOPE_MINE);
+                    hyfi_reg(g, &fg->ztot[j * R + r], fg->ztot_host[j] + 2 * (size_t)Co * r,
+                             2 * (size_t)Co, sizeof(float), hyfi_stage_rank(pl, r, nd->stage),
+                             HC_BNSTATS, HYFI_KEEP, nd->name, ".zero_dstats", r, R);
+                }
             }
             for (int m = 0; m < M; m++)
                 for (int q = 0; q < P; q++) {

@@ -8,6 +8,14 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* A scoped rank's own row, to every rank (collective). */
+static void share_rows(hyfi_graph *g)
+{
+    if (!g->cc->scoped) return;
+    hyfi_ctx_share_rows(g->ctx, g->cc->pl->pred_bytes, (size_t)g->ctx->nranks);
+    hyfi_ctx_share_rows(g->ctx, g->cc->pl->pred_halo, (size_t)g->ctx->nranks);
+}
+
 /* Walk the train program as StarPU-MPI does: a task runs on its rank; a buffer
  * it reads that another rank owns is sent by the owner unless that rank holds
  * a cached copy; a buffer it writes on a non-owner is sent back to the owner;
@@ -16,7 +24,7 @@
  * each micro-batch's loss to every rank (PT_BCAST). A flush (PT_FLUSH) drops
  * the copies too. In a scoped compile (scope.c) a rank's program holds the
  * tasks that send to it or from it, so its own row and column are exact; the
- * rest of the matrix is partial. */
+ * others' rows come from their ranks (hyfi_ctx_share_rows). */
 void hyfi_plan_predict_comm(hyfi_graph *g)
 {
     hyfi_plan *pl = g->cc->pl;
@@ -33,6 +41,7 @@ void hyfi_plan_predict_comm(hyfi_graph *g)
     if (!keys || !cached) {
         free(keys);
         free(cached);
+        share_rows(g); /* the others wait for this rank's row (zeros) */
         return;
     }
 #define SLOT(hh)                                                                           \
@@ -86,4 +95,5 @@ void hyfi_plan_predict_comm(hyfi_graph *g)
 #undef SLOT
     free(keys);
     free(cached);
+    share_rows(g);
 }
