@@ -253,6 +253,43 @@ int hyfi_handle_owner(const hyfi_graph *g, const hyfi_tensor *t, int k)
 }
 
 /* Register every tensor; allocate and initialise what lives in host memory. */
+/* hyfi_reg with a given tag: registers *h (if not yet) as the registration
+ * that was skipped would have. */
+starpu_data_handle_t hyfi_handle_need(hyfi_graph *g, hyfi_tensor *t, int grad, int tile, int k)
+{
+    starpu_data_handle_t *slot;
+    int64_t tag;
+    size_t n;
+    int owner;
+    hyfi_hcat cat = hyfi_tensor_hcat(g, t);
+    char sfx[48];
+    const hyfi_plan *pl = g->cc->pl;
+    if (tile) {
+        const int P = pl->P, q = k % P;
+        slot = grad ? &t->tl->gh[k] : &t->tl->h[k];
+        tag = t->tl->tag0 + (int64_t)t->tl->tag_step * k + grad;
+        n = hyfi_tile_numel(t, q);
+        owner = hyfi_tile_rank(g, t->tl, q, HYFI_REP(pl, k / P));
+        snprintf(sfx, sizeof sfx, ".tile%d%s", q, grad ? ".grad" : "");
+    } else {
+        slot = grad ? &t->gh[k] : &t->h[k];
+        tag = (grad ? t->tag_gh : t->tag_h) + k;
+        n = t->mb_numel;
+        owner = hyfi_handle_owner(g, t, k);
+        snprintf(sfx, sizeof sfx, "%s", grad ? ".grad" : "");
+    }
+    if (*slot || !g->ctx->mpi) return *slot;
+    const int64_t next = g->ctx->next_tag;
+    g->ctx->next_tag = tag;
+    hyfi_reg_scope(g, -1, 0);
+    hyfi_reg(g, slot, NULL, n, t->is_int ? sizeof(int32_t) : sizeof(float), owner, cat,
+             HYFI_KEEP, t->name, sfx, tile ? k / pl->P : k, pl->nmb);
+    g->ctx->next_tag = next;
+    free(g->cc->howner); /* rebuilt with the new entry when next needed */
+    g->cc->howner = NULL;
+    return *slot;
+}
+
 hyfi_status hyfi_register_tensors(hyfi_graph *g)
 {
     const hyfi_plan *pl = g->cc->pl;
