@@ -21,6 +21,7 @@
 #       [--max-gpus 2048] [--limit-mb 5000] [--timeout 900] [--out DIR]
 #       [--plot FILE.png] [--lp 1] [--report-only 1] [--gems mast|none]
 #       [--submit-all 0|1] [--submit-cost 1|0] [--factory raw|thread]
+#       [--allreduce auto|ring|tree]
 # --quick: ResNet-56 at 1,024^2, unit 4, D = 1, 2, 3 (4-12 GPUs) and LP at
 # the same counts: about 2.5 minutes of CPU time (2 min 10 s of wall time on
 # this 2-core host at load ~3, 8.8 minutes at 12-24; the median of 3 steps,
@@ -38,7 +39,8 @@
 # --report-only 1 makes the table and plot again from DIR's records (e.g.
 # several studies' runs.jsonl and configs.jsonl concatenated).
 # --models resnet20: ResNet-20 (fewer tasks: quicker submission studies).
-# --gems none: units without the GEMS mirrored copy (1 replica per unit). --submit-all 1: every rank
+# --allreduce tree: the binomial tree (O(log R) partners per replica; auto picks the ring
+# for large buckets). --gems none: units without the GEMS mirrored copy (1 replica per unit). --submit-all 1: every rank
 # submits the whole graph (HYFI_SUBMIT_ALL=1) instead of its own share.
 # Submission cost: hyfi-train -v prints, per rank and step, the thread CPU
 # time of submitting the step's tasks (engine/run.c); the table gives the
@@ -57,11 +59,11 @@ set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 models="resnet amoebanet" sizes="1024 2048" units="4 8 32" dps="1 2 3 6" steps=4
 max_gpus=2048 limit_mb=5000 timeout=900 out="" plot="" lp=1 quick=0 report_only=0
-gems=mast submit_all=0 submit_cost=1
+gems=mast submit_all=0 submit_cost=1 allreduce=auto
 bdir="$root/build-sim"
 bench_opts="models sizes units dps steps max_gpus limit_mb timeout out plot lp quick report_only"
 factory=""
-bench_opts+=" gems submit_all submit_cost factory"
+bench_opts+=" gems submit_all submit_cost factory allreduce"
 # shellcheck source=common.sh
 source "$root/bench/common.sh"
 args=()
@@ -170,11 +172,13 @@ for model in $models; do
         tag="$model.$size.u$u.d$d"
         [ "$gems" = mast ] || tag="$tag.nogems"
         [ "$submit_all" = 1 ] && tag="$tag.all"
+        [ "$allreduce" = auto ] || tag="$tag.$allreduce"
         gems_args=(--gems mast)
         [ "$gems" = mast ] || gems_args=()
         # shellcheck disable=SC2046
         run "$tag" "$ranks" $(model_args "$model") --image-size "$size" --batch-size 2 --parts 2 \
-          $(unit_args "$u") "${gems_args[@]+"${gems_args[@]}"}" --data-parallel "$d"
+          $(unit_args "$u") "${gems_args[@]+"${gems_args[@]}"}" --data-parallel "$d" \
+          --allreduce "$allreduce"
         echo "{\"tag\":\"$tag\",\"kind\":\"hybrid\",\"model\":\"$model\",\"size\":$size,\"unit\":$u,\"dp\":$d,\"gpus\":$gpus,\"gems\":\"$gems\",\"submit_all\":$submit_all}" >>"$out/configs.jsonl"
       done
     done

@@ -186,6 +186,23 @@ hyfi_status hyfi_agree(hyfi_ctx *ctx, hyfi_status local, const char *local_msg,
     return (hyfi_status)v.status;
 }
 
+void hyfi_ctx_share_rows(hyfi_ctx *ctx, size_t *rows, size_t cols)
+{
+    if (!ctx || !ctx->mpi || ctx->nranks < 2) return;
+    const int me = ctx->rank, R = ctx->nranks;
+    const int64_t tag = AGREE_TAG_BASE + 2 * ctx->agree_seq++;
+    const size_t row = cols * sizeof *rows;
+    hyfi_wait_begin(ctx, "sharing the traffic prediction between the ranks");
+    if (me == 0) {
+        for (int r = 1; r < R; r++) coll_recv(rows + (size_t)r * cols, row, r, tag);
+        for (int r = 1; r < R; r++) coll_send(rows, row * (size_t)R, r, tag + 1);
+    } else {
+        coll_send(rows + (size_t)me * cols, row, 0, tag);
+        coll_recv(rows, row * (size_t)R, 0, tag + 1);
+    }
+    hyfi_wait_end(ctx);
+}
+
 hyfi_status hyfi_ctx_agree(hyfi_ctx *ctx, hyfi_status local, const char *msg)
 {
     if (!ctx) return hyfi_fail(HYFI_ERR_ARG, "hyfi_ctx_agree: ctx is NULL");

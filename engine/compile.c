@@ -342,6 +342,7 @@ static int build_train(hyfi_graph *g, const int *first)
     for (int k = 0; k < pl->nevents && !rc; k++) {
         const hyfi_pipe_event *ev = &pl->events[k];
         const int s = ev->stage;
+        if (!g->cc->rep_mine[HYFI_REP(pl, ev->mb)]) continue; /* scope.c */
         ec.m = ev->mb;
         ec.rep = HYFI_REP(pl, ev->mb);
         ec.stage = s;
@@ -422,7 +423,7 @@ static int build_train(hyfi_graph *g, const int *first)
     if (hyfi_spatial_param_sums(e)) return -1;
     if (hyfi_emit_state_combine(g, P) || hyfi_emit_allreduce(g, P)) return -1;
     for (int k = 0; k < pl->nrep; k++)
-        for (int i = 0; i < g->nparams; i++) {
+        for (int i = 0; i < g->nparams && g->cc->rep_mine[k]; i++) {
             hyfi_tensor *p = g->params[i];
             if (!p->gwritten) continue; /* not on the loss's path: left alone, as PyTorch does */
             hyfi_task_args a = {.u.sgd = {.count = p->numel, .lr = g->train.lr,
@@ -447,7 +448,7 @@ static int build_forward(hyfi_graph *g, program *P, const int *first, int traini
     if (training && hyfi_emit_state_save(g, P)) return -1;
     for (int k = 0; k < pl->nevents; k++) {
         const hyfi_pipe_event *ev = &pl->events[k];
-        if (ev->backward) continue;
+        if (ev->backward || !g->cc->rep_mine[HYFI_REP(pl, ev->mb)]) continue;
         ec.m = ev->mb;
         ec.rep = HYFI_REP(pl, ev->mb);
         ec.stage = ev->stage;
@@ -468,6 +469,9 @@ static int build_programs(hyfi_graph *g)
     if (!rc) rc = build_forward(g, &g->cc->infer_prog, first, 0);
     if (!rc) rc = build_forward(g, &g->cc->fwd_train_prog, first, 1);
     free(first);
+    if (!rc && g->cc->scoped)
+        rc = hyfi_scope_check(g, &g->cc->train_prog) || hyfi_scope_check(g, &g->cc->infer_prog) ||
+             hyfi_scope_check(g, &g->cc->fwd_train_prog);
     return rc;
 }
 
@@ -488,6 +492,7 @@ static int register_recompute(hyfi_graph *g)
         for (int q = 0; q < pl->nplaces; q++) {
             char nm[48];
             snprintf(nm, sizeof nm, "place%d.recompute_fence", q);
+            hyfi_reg_scope(g, q / pl->nplaces1, HYFI_SCOPE_MINE);
             hyfi_reg(g, &g->cc->rc_fence[q], g->cc->rc_fence_host + q, 1, sizeof(float),
                      pl->place_rank[q], HC_PIPELINE, HYFI_KEEP, nm, "", 0, 1);
         }
@@ -499,11 +504,14 @@ static int register_recompute(hyfi_graph *g)
         if (!pl->rc_rerun[i] || !hyfi_op_batch_statistics(nd) || hyfi_spatial_tiled(g, nd))
             continue;
         for (int r = 0; r < pl->nrep; r++)
-            for (int k = 0; k < 4; k++)
+            for (int k = 0; k < 4; k++) {
+                hyfi_reg_scope(g, r, HYFI_SCOPE_MINE);
                 hyfi_reg(g, &g->cc->rc_bn[((size_t)i * pl->nrep + r) * 4 + k], NULL,
                          (size_t)nd->out->dims[1], sizeof(float), hyfi_stage_rank(pl, r, nd->stage),
                          HC_BNSTATS, HYFI_KEEP, nd->name, sfx[k], r, pl->nrep);
+            }
     }
+    hyfi_reg_scope(g, -1, 0);
     return g->cc->htab_oom ? -1 : 0;
 }
 
@@ -550,6 +558,7 @@ void hyfi_compiled_free(hyfi_graph *g)
     g->cc->rc_fence_host = NULL;
     hyfi_spatial_handles_free(g);
     hyfi_handles_free(g);
+    hyfi_scope_free(g->cc);
     hyfi_plan_free(g);
     free(g->cc);
     g->cc = NULL;
@@ -592,6 +601,10 @@ hyfi_status hyfi_graph_compile(hyfi_graph *g, hyfi_tensor *loss, const hyfi_trai
         hyfi_compiled_free(g);
         return s;
     }
+    if (hyfi_scope_init(g)) {
+        hyfi_compiled_free(g);
+        return hyfi_graph_fail(g, HYFI_ERR_NOMEM, "out of memory compiling the graph");
+    }
     s = hyfi_register_tensors(g);
     if (s != HYFI_OK) {
         hyfi_compiled_free(g);
@@ -606,15 +619,26 @@ hyfi_status hyfi_graph_compile(hyfi_graph *g, hyfi_tensor *loss, const hyfi_trai
         const int overflow =
             g->cc->train_prog.overflow || g->cc->infer_prog.overflow ||
             g->cc->fwd_train_prog.overflow;
-        hyfi_compiled_free(g);
+        const int missing = g->cc->train_prog.missing || g->cc->infer_prog.missing ||
+                            g->cc->fwd_train_prog.missing || g->cc->scoped;
         if (overflow)
-            return hyfi_graph_fail(g, HYFI_ERR_UNSUPPORTED,
-                                   "a task of this plan needs more than %d buffers; use fewer "
-                                   "spatial parts or replicas",
-                                   HYFI_MAX_TASK_BUFFERS);
-        return hyfi_graph_fail(g, HYFI_ERR_NOMEM, "out of memory building the task programs");
+            s = hyfi_graph_fail(g, HYFI_ERR_UNSUPPORTED,
+                               "a task of this plan needs more than %d buffers; use fewer "
+                               "spatial parts or replicas", HYFI_MAX_TASK_BUFFERS);
+        else if (missing)
+            s = hyfi_graph_fail(g, HYFI_ERR_RUNTIME,
+                               "building this rank's share of the task programs failed (out of "
+                               "memory, or a task names a handle this rank did not register); "
+                               "HYFI_SUBMIT_ALL=1 builds the whole step on every rank");
+        else
+            s = hyfi_graph_fail(g, HYFI_ERR_NOMEM, "out of memory building the task programs");
+    } else {
+        s = check_task_memory(g);
     }
-    if ((s = check_task_memory(g)) != HYFI_OK) {
+    /* A scoped rank built its own share: all ranks learn whether every share
+     * was built and fits (scope.c). */
+    if (g->cc->scoped) s = hyfi_ctx_agree(g->ctx, s, s != HYFI_OK ? hyfi_last_error() : "");
+    if (s != HYFI_OK) {
         hyfi_compiled_free(g);
         return s;
     }

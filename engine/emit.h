@@ -52,6 +52,21 @@ void hyfi_host_free(float *p, size_t n);
 void hyfi_reg(hyfi_graph *g, starpu_data_handle_t *h, float *ptr, size_t n, size_t elem,
               int owner, hyfi_hcat cat, int rstage, const char *name, const char *suffix, int m,
               int nm);
+/* Scoped compile (scope.c). */
+enum { HYFI_SCOPE_MINE, HYFI_SCOPE_WANT };
+int hyfi_scope_init(hyfi_graph *g);
+void hyfi_scope_free(hyfi_compiled *cc);
+/* The registrations that follow belong to replica rep (-1: to every rank),
+ * registered where it is mine (HYFI_SCOPE_MINE: its tasks run here) or
+ * wanted (HYFI_SCOPE_WANT: also a collective partner); elsewhere hyfi_reg
+ * leaves the slot NULL and consumes the tag. */
+void hyfi_reg_scope(hyfi_graph *g, int rep, int level);
+int hyfi_reg_wanted(const hyfi_graph *g);
+/* After a collective's task: drop it where it does not concern this rank;
+ * where it does, flush what it reads from another rank (PT_FLUSH). */
+int hyfi_collective_done(hyfi_graph *g, program *P);
+/* -1 (and a message) if a task of P names an unregistered handle. */
+int hyfi_scope_check(hyfi_graph *g, const program *P);
 /* The stage after whose backward a micro-batch's handles of t (and of its
  * partial gradients) are released; HYFI_KEEP for inputs, the loss,
  * parameters and state. */

@@ -51,6 +51,8 @@ void hyfi_handles_free(hyfi_graph *g)
         const size_t copies = t->kind == T_PARAM || t->kind == T_STATE ? (size_t)nrep : 1;
         free(t->nmh);
         t->nmh = NULL;
+        free(t->rsave);
+        t->rsave = NULL;
         free(t->mh);
         t->mh = NULL;
         hyfi_host_free(t->host, copies * t->numel);
@@ -139,6 +141,11 @@ void hyfi_reg(hyfi_graph *g, starpu_data_handle_t *h, float *ptr, size_t n, size
               int owner, hyfi_hcat cat, int rstage, const char *name, const char *suffix, int m,
               int nm)
 {
+    if (!hyfi_reg_wanted(g)) { /* scoped compile: not on this rank, the tag all the same */
+        *h = NULL;
+        g->ctx->next_tag++;
+        return;
+    }
     if (g->cc->nhtab == g->cc->caphtab) {
         const int nc = g->cc->caphtab ? 2 * g->cc->caphtab : 1024;
         hyfi_hentry *t = realloc(g->cc->htab, (size_t)nc * sizeof *t);
@@ -246,6 +253,43 @@ int hyfi_handle_owner(const hyfi_graph *g, const hyfi_tensor *t, int k)
 }
 
 /* Register every tensor; allocate and initialise what lives in host memory. */
+/* hyfi_reg with a given tag: registers *h (if not yet) as the registration
+ * that was skipped would have. */
+starpu_data_handle_t hyfi_handle_need(hyfi_graph *g, hyfi_tensor *t, int grad, int tile, int k)
+{
+    starpu_data_handle_t *slot;
+    int64_t tag;
+    size_t n;
+    int owner;
+    hyfi_hcat cat = hyfi_tensor_hcat(g, t);
+    char sfx[48];
+    const hyfi_plan *pl = g->cc->pl;
+    if (tile) {
+        const int P = pl->P, q = k % P;
+        slot = grad ? &t->tl->gh[k] : &t->tl->h[k];
+        tag = t->tl->tag0 + (int64_t)t->tl->tag_step * k + grad;
+        n = hyfi_tile_numel(t, q);
+        owner = hyfi_tile_rank(g, t->tl, q, HYFI_REP(pl, k / P));
+        snprintf(sfx, sizeof sfx, ".tile%d%s", q, grad ? ".grad" : "");
+    } else {
+        slot = grad ? &t->gh[k] : &t->h[k];
+        tag = (grad ? t->tag_gh : t->tag_h) + k;
+        n = t->mb_numel;
+        owner = hyfi_handle_owner(g, t, k);
+        snprintf(sfx, sizeof sfx, "%s", grad ? ".grad" : "");
+    }
+    if (*slot || !g->ctx->mpi) return *slot;
+    const int64_t next = g->ctx->next_tag;
+    g->ctx->next_tag = tag;
+    hyfi_reg_scope(g, -1, 0);
+    hyfi_reg(g, slot, NULL, n, t->is_int ? sizeof(int32_t) : sizeof(float), owner, cat,
+             HYFI_KEEP, t->name, sfx, tile ? k / pl->P : k, pl->nmb);
+    g->ctx->next_tag = next;
+    free(g->cc->howner); /* rebuilt with the new entry when next needed */
+    g->cc->howner = NULL;
+    return *slot;
+}
+
 hyfi_status hyfi_register_tensors(hyfi_graph *g)
 {
     const hyfi_plan *pl = g->cc->pl;
@@ -280,16 +324,22 @@ hyfi_status hyfi_register_tensors(hyfi_graph *g)
                 if (hyfi_host_alloc(&t->host, t->numel)) goto oom;
                 memset(t->host, 0, t->numel * 4);
             }
-            for (int m = 0; m < M; m++)
+            t->tag_h = g->ctx->next_tag;
+            for (int m = 0; m < M; m++) {
+                hyfi_reg_scope(g, HYFI_REP(pl, m), HYFI_SCOPE_MINE);
                 hyfi_reg(g, &t->h[m], own ? t->host + (size_t)m * t->mb_numel : NULL, t->mb_numel,
                          elem, hyfi_handle_owner(g, t, m), hyfi_tensor_hcat(g, t), HYFI_KEEP,
                          t->name, "", m, M);
+            }
             if (!t->is_int) {
                 t->gh = calloc((size_t)M, sizeof *t->gh);
                 if (!t->gh) goto oom;
-                for (int m = 0; m < M; m++)
+                t->tag_gh = g->ctx->next_tag;
+                for (int m = 0; m < M; m++) {
+                    hyfi_reg_scope(g, HYFI_REP(pl, m), HYFI_SCOPE_MINE);
                     hyfi_reg(g, &t->gh[m], NULL, t->mb_numel, elem, hyfi_handle_owner(g, t, m),
                              hyfi_tensor_hcat(g, t), HYFI_KEEP, t->name, ".grad", m, M);
+                }
             }
             break;
         case T_PARAM:
@@ -310,6 +360,7 @@ hyfi_status hyfi_register_tensors(hyfi_graph *g)
             for (int k = 0; k < NR; k++) {
                 const size_t o = (size_t)k * t->numel;
                 const int r = hyfi_trank(g, t, k);
+                hyfi_reg_scope(g, k, HYFI_SCOPE_WANT);
                 hyfi_reg(g, &t->h[k], own ? t->host + o : NULL, t->numel, elem, r, HC_ALLREDUCE,
                          HYFI_KEEP, t->name, "", k, NR);
                 hyfi_reg(g, &t->gh[k], own ? t->ghost + o : NULL, t->numel, elem, r, HC_ALLREDUCE,
@@ -319,7 +370,7 @@ hyfi_status hyfi_register_tensors(hyfi_graph *g)
                 hyfi_reg(g, &t->nmh[k], NULL, 2, sizeof(float), r, HC_ALLREDUCE, HYFI_KEEP, t->name,
                          ".norms", k, NR);
                 /* Summed over micro-batches by a StarPU reduction. */
-                if (pl->mbr > 1 && !g->plan_cfg.deterministic)
+                if (pl->mbr > 1 && !g->plan_cfg.deterministic && t->gh[k])
                     starpu_data_set_reduction_methods(t->gh[k], redux_cl(), redux_init_cl());
             }
             break;
@@ -328,28 +379,41 @@ hyfi_status hyfi_register_tensors(hyfi_graph *g)
                 if (hyfi_host_alloc(&t->host, (size_t)NR * t->numel)) goto oom;
                 for (int k = 0; k < NR; k++) hyfi_param_init(t->host + (size_t)k * t->numel, t, g->seed);
             }
-            for (int k = 0; k < NR; k++)
+            for (int k = 0; k < NR; k++) {
+                hyfi_reg_scope(g, k, HYFI_SCOPE_WANT);
                 hyfi_reg(g, &t->h[k], own ? t->host + (size_t)k * t->numel : NULL, t->numel, elem,
                          hyfi_trank(g, t, k), HC_ALLREDUCE, HYFI_KEEP, t->name, "", k, NR);
+            }
             break;
         case T_ACT:
-            for (int m = 0; m < M; m++)
+            /* the loss: every rank reads every micro-batch's (loss_value) */
+            t->tag_h = g->ctx->next_tag;
+            for (int m = 0; m < M; m++) {
+                hyfi_reg_scope(g, t == g->loss ? -1 : HYFI_REP(pl, m), HYFI_SCOPE_MINE);
                 hyfi_reg(g, &t->h[m], NULL, t->mb_numel, elem, hyfi_handle_owner(g, t, m),
                          hyfi_tensor_hcat(g, t), rs, t->name, "", m, M);
+            }
             if (t != g->loss) {
                 t->gh = calloc((size_t)M, sizeof *t->gh);
                 if (!t->gh) goto oom;
-                for (int m = 0; m < M; m++)
+                t->tag_gh = g->ctx->next_tag;
+                for (int m = 0; m < M; m++) {
+                    hyfi_reg_scope(g, HYFI_REP(pl, m), HYFI_SCOPE_MINE);
                     hyfi_reg(g, &t->gh[m], NULL, t->mb_numel, elem, hyfi_handle_owner(g, t, m),
                              hyfi_tensor_hcat(g, t), rs, t->name, ".grad", m, M);
+                }
             }
             break;
         case T_SAVED:
-            for (int m = 0; m < M; m++)
+            t->tag_h = g->ctx->next_tag;
+            for (int m = 0; m < M; m++) {
+                hyfi_reg_scope(g, HYFI_REP(pl, m), HYFI_SCOPE_MINE);
                 hyfi_reg(g, &t->h[m], NULL, t->mb_numel, elem, hyfi_handle_owner(g, t, m),
                          hyfi_tensor_hcat(g, t), rs, t->name, "", m, M);
+            }
             break;
         }
+        hyfi_reg_scope(g, -1, 0);
     }
     /* Partial gradients of activations consumed by other stages. */
     for (int i = 0; i < g->nnodes; i++) {
@@ -363,21 +427,31 @@ hyfi_status hyfi_register_tensors(hyfi_graph *g)
                 t->gpw = calloc((size_t)S * M, 1);
                 if (!t->gpart || !t->gpw) goto oom;
             }
-            if (t->gpart[(size_t)nd->stage * M]) continue;
+            int done = 0; /* by an earlier consumer on this stage (scoped: some m is) */
+            for (int m = 0; m < M && !done; m++) done = t->gpart[(size_t)nd->stage * M + m] != NULL;
+            if (done) continue;
             char sfx[32];
             snprintf(sfx, sizeof sfx, ".grad.stage%d", nd->stage);
-            for (int m = 0; m < M; m++)
+            for (int m = 0; m < M; m++) {
+                hyfi_reg_scope(g, HYFI_REP(pl, m), HYFI_SCOPE_MINE);
                 hyfi_reg(g, &t->gpart[(size_t)nd->stage * M + m], NULL, t->mb_numel, sizeof(float),
                          hyfi_stage_rank(pl, HYFI_REP(pl, m), nd->stage), hyfi_tensor_hcat(g, t),
                          hyfi_release_stage(g, t), t->name, sfx, m, M);
+            }
+            hyfi_reg_scope(g, -1, 0);
         }
     }
     /* Replicas: saved running statistics. */
     for (int i = 0; NR > 1 && i < g->ntensors; i++) {
         hyfi_tensor *t = g->tensors[i];
-        if (t->kind == T_STATE)
-            hyfi_reg(g, &t->rsave, NULL, t->numel, sizeof(float), hyfi_trank(g, t, 0), HC_ALLREDUCE,
-                     HYFI_KEEP, t->name, ".start", 0, 1);
+        if (t->kind != T_STATE) continue;
+        if (!(t->rsave = calloc((size_t)NR, sizeof *t->rsave))) goto oom;
+        for (int k = 0; k < NR; k++) {
+            hyfi_reg_scope(g, k, HYFI_SCOPE_WANT);
+            hyfi_reg(g, &t->rsave[k], NULL, t->numel, sizeof(float), hyfi_trank(g, t, k),
+                     HC_ALLREDUCE, HYFI_KEEP, t->name, ".start", k, NR);
+        }
+        hyfi_reg_scope(g, -1, 0);
     }
     /* The health sums of a step: one per rank. */
     g->cc->nhealth = g->ctx->nranks;
@@ -392,10 +466,12 @@ hyfi_status hyfi_register_tensors(hyfi_graph *g)
     if (!g->cc->dloss) goto oom;
     for (int m = 0; m < M; m++) {
         g->cc->dloss_host[m] = 1.0f / (float)M;
+        hyfi_reg_scope(g, HYFI_REP(pl, m), HYFI_SCOPE_MINE);
         hyfi_reg(g, &g->cc->dloss[m], g->cc->dloss_host + m, 1, sizeof(float),
                  hyfi_handle_owner(g, g->loss, m), HC_LOSS, HYFI_KEEP, g->loss->name, ".grad", m,
                  M);
     }
+    hyfi_reg_scope(g, -1, 0);
     g->loss->gh = g->cc->dloss;
     /* 1F1B: per stage, one token per activation slot (see emit_events). */
     if (pl->schedule == HYFI_SCHEDULE_1F1B && pl->mbr > 1) {
@@ -407,9 +483,11 @@ hyfi_status hyfi_register_tensors(hyfi_graph *g)
             for (int j = 0; j < pl->inflight[pl->place_stage[q]]; j++, k++) {
                 char nm[48];
                 snprintf(nm, sizeof nm, "place%d.token", q);
+                hyfi_reg_scope(g, q / pl->nplaces1, HYFI_SCOPE_MINE);
                 hyfi_reg(g, &g->cc->tokens[k], g->cc->token_host + k, 1, sizeof(float),
                          pl->place_rank[q], HC_PIPELINE, HYFI_KEEP, nm, "", j, 2);
             }
+        hyfi_reg_scope(g, -1, 0);
     }
     return HYFI_OK;
 oom:

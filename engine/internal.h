@@ -116,7 +116,8 @@ struct hyfi_tensor {
     size_t mb_numel;
     float *host;          /* host memory for inputs, labels, params, state (StarPU-allocated,
                              on the owning rank only) */
-    starpu_data_handle_t *h;  /* nh value handles */
+    starpu_data_handle_t *h;  /* nh value handles (NULL: not registered on this rank, scope.c) */
+    int64_t tag_h, tag_gh;    /* batch tensors: StarPU-MPI tags of h[0] and gh[0] (h[m]: tag_h + m) */
     float *ghost;         /* gradient host memory (params) */
     starpu_data_handle_t *gh; /* nh gradient handles (NULL when none) */
     unsigned char *gw;    /* compile-time, per handle: a backward task already wrote the
@@ -136,9 +137,10 @@ struct hyfi_tensor {
     /* params: nh health sums of the SGD step (2 floats: sum of g^2, sum of the
      * new w^2), added up over the parameters into hyfi_graph.health */
     starpu_data_handle_t *nmh;
-    /* Replicas: the running statistic at the start of the step (state, on
-     * replica 0). */
-    starpu_data_handle_t rsave;
+    /* Replicas: the running statistic at the start of the step (state), one
+     * copy per replica on the replica's place (the replicas start a step
+     * equal, so each combine reads its own: no rank reads another's). */
+    starpu_data_handle_t *rsave;
 };
 
 /* Spatial tiles of a tensor (engine/spatial.c). */
@@ -147,6 +149,8 @@ typedef struct hyfi_tiles {
     int rows, cols;       /* grid */
     int rcut[HYFI_MAX_TILES + 1], ccut[HYFI_MAX_TILES + 1]; /* cut points (H, W) */
     starpu_data_handle_t *h, *gh; /* [m * P + t], t = r * cols + c */
+    int64_t tag0;         /* tag of h[0]; h[k] has tag0 + tag_step k, gh[k] one more */
+    int tag_step;
     unsigned char *gw;    /* compile-time gradient flags per handle */
     int full;             /* untiled ops read it too: t->h / t->gh are the whole-tensor view,
                              gathered from the tiles on the place of t->stage */
@@ -233,6 +237,8 @@ typedef enum {
     PT_RELEASE,    /* buf[0]: drop its contents everywhere (invalidate on the owner, flush
                       the copies other ranks received) */
     PT_BCAST,      /* buf[0]: send it from its owner to every rank */
+    PT_FLUSH,      /* buf[0]: on rank `rank` (the reader) and the owner, forget the copy the
+                      reader received (StarPU-MPI's cache; see hyfi_collective_done) */
 } prog_kind;
 
 /* A task's buffers: up to HYFI_TASK_INLINE_BUFFERS in the task itself (almost
@@ -267,6 +273,7 @@ typedef struct {
     prog_task *t;
     int n, cap;
     int overflow; /* a task was given more than HYFI_MAX_TASK_BUFFERS buffers, or out of memory */
+    int missing;  /* a kept task names a handle this rank did not register (scope.c) */
     unsigned char *skip; /* MPI: 1 where this rank need not submit task i (run.c), or NULL */
 } program;
 
@@ -358,6 +365,13 @@ typedef struct hyfi_compiled {
      * sent to every rank. */
     starpu_data_handle_t *health;
     int nhealth, health_root;
+    /* Scoped compile (scope.c): in an MPI run, a rank builds the per-replica
+     * part of the programs, and registers the handles, only for the replicas
+     * that have a place on it (rep_mine), plus the handles of the replicas its
+     * replicas exchange with in the collectives (rep_want). */
+    int scoped;
+    unsigned char *rep_mine, *rep_want;
+    int reg_rep, reg_level; /* registrations under way belong to replica reg_rep (-1: to all) */
     double grad_norm, weight_norm; /* of the last train step (L2) */
     int stepped;           /* a train step has run: gradients are readable */
     int last_train;        /* the last program run was the train program */
@@ -391,6 +405,10 @@ typedef struct hyfi_agree_spec {
 } hyfi_agree_spec;
 hyfi_status hyfi_agree(hyfi_ctx *ctx, hyfi_status local, const char *local_msg,
                        const hyfi_agree_spec *spec, char *msg, size_t len);
+
+/* agree.c: rows[r * cols .. (r + 1) * cols) as rank r has it, on every rank
+ * (collective; nothing without MPI or on one rank). */
+void hyfi_ctx_share_rows(hyfi_ctx *ctx, size_t *rows, size_t cols);
 
 /* io.c, shared with checkpoint.c. who: the API call named in messages. */
 /* Write a file atomically (rank 0): fn writes the contents into f (returns 0
@@ -489,6 +507,10 @@ hyfi_status hyfi_program_run(hyfi_graph *g, program *p);
  * host memory on rank `root` (-1: on every rank; host is only touched there);
  * write: copy host memory into a handle on its owner (other ranks drop the
  * copies they had received). */
+/* A batch tensor's handle k (grad: of its gradient; tile: of its tiles,
+ * k = m * P + q), registered here now if it was not
+ * (scope.c). */
+starpu_data_handle_t hyfi_handle_need(hyfi_graph *g, hyfi_tensor *t, int grad, int tile, int k);
 void hyfi_handle_read(hyfi_graph *g, starpu_data_handle_t h, int root, void *host, size_t bytes);
 void hyfi_handle_write(hyfi_graph *g, starpu_data_handle_t h, int owner, const void *host,
                        size_t bytes);

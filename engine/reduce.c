@@ -14,8 +14,8 @@
  *     r <- a r + m s_j   (a = 1 - momentum, s_j: the statistic of micro-batch j)
  * over the step's micro-batches in order. Replica k applies it to its own
  * micro-batches [k B, (k+1) B) from the common start r0 (saved at the start
- * of the step on replica 0), giving r_k; with c = a^B, the one-place value
- * after all of them is then exactly
+ * of the step by every replica: they start it equal), giving r_k; with
+ * c = a^B, the one-place value after all of them is then exactly
  *     x_0 = r_0,  x_k = c x_(k-1) + (r_k - c r0),  r = x_(R-1),
  * i.e. x_(R-1) = f_(R-1)(... f_1(r_0)) with the affine maps f_k(x) = c x +
  * (r_k - c r0). Affine maps compose associatively, so the combine is a tree:
@@ -37,12 +37,17 @@ int hyfi_emit_state_save(hyfi_graph *g, program *P)
     for (int i = 0; i < g->ntensors; i++) {
         hyfi_tensor *t = g->tensors[i];
         if (t->kind != T_STATE || !t->rsave) continue;
-        hyfi_task_args a = {.acc = 0, .u.elt.count = t->numel};
-        char nm[64];
-        snprintf(nm, sizeof nm, "%.50s.save", t->name);
-        TASK(&hyfi_cl_accumulate, nm, &a);
-        W(t->rsave), R(t->h[0]);
-        hyfi_on_place(g, P, pl->stage_place0[t->stage], hyfi_clamp_prio(pl->nticks + 1));
+        for (int k = 0; k < pl->nrep; k++) {
+            if (!g->cc->rep_want[k]) continue;
+            hyfi_task_args a = {.acc = 0, .u.elt.count = t->numel};
+            char nm[64];
+            snprintf(nm, sizeof nm, "%.44s.save.r%d", t->name, k);
+            TASK(&hyfi_cl_accumulate, nm, &a);
+            W(t->rsave[k]), R(t->h[k]);
+            hyfi_on_place(g, P, HYFI_PLACE(pl, k, pl->stage_place0[t->stage]),
+                          hyfi_clamp_prio(pl->nticks + 1));
+            if (hyfi_collective_done(g, P)) return -1;
+        }
     }
     return 0;
 }
@@ -50,6 +55,7 @@ int hyfi_emit_state_save(hyfi_graph *g, program *P)
 int hyfi_emit_state_combine(hyfi_graph *g, program *P)
 {
     const hyfi_plan *pl = g->cc->pl;
+    const unsigned char *want = g->cc->rep_want;
     const int R = pl->nrep, prio = hyfi_clamp_prio(pl->nticks + 1);
     if (R < 2) return 0;
     int top = 1;
@@ -64,21 +70,25 @@ int hyfi_emit_state_combine(hyfi_graph *g, program *P)
             char nm[96];
             for (int d = 1; d < R; d *= 2)
                 for (int k = 0; k + d < R; k += 2 * d) {
+                    if (!want[k] && !want[k + d]) continue; /* concerns neither (scope.c) */
                     const int len = R - (k + d) < d ? R - (k + d) : d; /* block k + d */
                     hyfi_task_args c = {.u.rcomb = {.count = t->numel, .nrep = 2,
                                                     .decay = pow(a, (double)pl->mbr * len)}};
                     snprintf(nm, sizeof nm, "%.40s.combine.r%d.r%d", t->name, k, k + d);
                     TASK(&hyfi_cl_running_combine, nm, &c);
-                    RW(t->h[k]), R(t->rsave), R(t->h[k + d]);
+                    RW(t->h[k]), R(t->rsave[k]), R(t->h[k + d]);
                     hyfi_on_place(g, P, HYFI_PLACE(pl, k, pl->stage_place0[t->stage]), prio);
+                    if (hyfi_collective_done(g, P)) return -1;
                 }
             for (int d = top; d >= 1; d /= 2)
                 for (int k = 0; k + d < R; k += 2 * d) {
+                    if (!want[k] && !want[k + d]) continue;
                     hyfi_task_args c = {.acc = 0, .u.elt.count = t->numel};
                     snprintf(nm, sizeof nm, "%.40s.copy.r%d.r%d", t->name, k + d, k);
                     TASK(&hyfi_cl_accumulate, nm, &c);
                     W(t->h[k + d]), R(t->h[k]);
                     hyfi_on_place(g, P, HYFI_PLACE(pl, k + d, pl->stage_place0[t->stage]), prio);
+                    if (hyfi_collective_done(g, P)) return -1;
                 }
         }
     }
@@ -104,68 +114,84 @@ static int emit_allreduce_one(hyfi_graph *g, program *P, const char *name,
 {
     const hyfi_plan *pl = g->cc->pl;
     const int R = pl->nrep, prio = hyfi_clamp_prio(pl->nticks + 1);
+    const unsigned char *want = g->cc->rep_want;
     char nm[128];
+#define DONE()                                                                             \
+    do {                                                                                   \
+        if (hyfi_collective_done(g, P)) return -1;                                         \
+    } while (0)
 #define RPLACE(k) HYFI_PLACE(pl, (k), pl->stage_place0[stage])
     if (!arc) { /* tree */
         int top = 1;
         while (top * 2 < R) top *= 2;
         for (int d = 1; d < R; d *= 2)
             for (int k = 0; k + d < R; k += 2 * d) {
+                if (!want[k] && !want[k + d]) continue;
                 hyfi_task_args a = {.acc = 1, .u.elt.count = n};
                 snprintf(nm, sizeof nm, "%.36s.allreduce.add.r%d.r%d", name, k, k + d);
                 TASK(&hyfi_cl_accumulate, nm, &a);
                 RW(h[k]), R(h[k + d]);
                 hyfi_on_place(g, P, RPLACE(k), prio);
+                DONE();
             }
         for (int d = top; d >= 1; d /= 2)
             for (int k = 0; k + d < R; k += 2 * d) {
+                if (!want[k] && !want[k + d]) continue;
                 hyfi_task_args a = {.acc = 0, .u.elt.count = n};
                 snprintf(nm, sizeof nm, "%.36s.allreduce.copy.r%d.r%d", name, k + d, k);
                 TASK(&hyfi_cl_accumulate, nm, &a);
                 W(h[k + d]), R(h[k]);
                 hyfi_on_place(g, P, RPLACE(k + d), prio);
+                DONE();
             }
         return 0;
     }
 #define CH(k, c) arc[(size_t)(k) * R + (c)]
 #define CN(c) (hyfi_chunk_lo(n, R, (c) + 1) - hyfi_chunk_lo(n, R, (c)))
     for (int k = 0; k < R; k++)
-        for (int c = 0; c < R; c++) {
+        for (int c = 0; c < R && want[k]; c++) {
             hyfi_task_args a = {.u.slice = {.count = CN(c), .src_off = hyfi_chunk_lo(n, R, c)}};
             snprintf(nm, sizeof nm, "%.36s.allreduce.split.r%d.c%d", name, k, c);
             TASK(&hyfi_cl_copy_slice, nm, &a);
             W(CH(k, c)), R(h[k]);
             hyfi_on_place(g, P, RPLACE(k), prio);
+            DONE();
         }
     for (int st = 0; st < R - 1; st++)
         for (int k = 0; k < R; k++) {
             const int c = ((k - 1 - st) % R + R) % R, from = (k + R - 1) % R;
+            if (!want[k] && !want[from]) continue;
             hyfi_task_args a = {.acc = 1, .u.elt.count = CN(c)};
             snprintf(nm, sizeof nm, "%.36s.allreduce.rs%d.r%d.c%d", name, st, k, c);
             TASK(&hyfi_cl_accumulate, nm, &a);
             RW(CH(k, c)), R(CH(from, c));
             hyfi_on_place(g, P, RPLACE(k), prio);
+            DONE();
         }
     for (int st = 0; st < R - 1; st++)
         for (int k = 0; k < R; k++) {
             const int c = ((k - st) % R + R) % R, from = (k + R - 1) % R;
+            if (!want[k] && !want[from]) continue;
             hyfi_task_args a = {.acc = 0, .u.elt.count = CN(c)};
             snprintf(nm, sizeof nm, "%.36s.allreduce.ag%d.r%d.c%d", name, st, k, c);
             TASK(&hyfi_cl_accumulate, nm, &a);
             W(CH(k, c)), R(CH(from, c));
             hyfi_on_place(g, P, RPLACE(k), prio);
+            DONE();
         }
     for (int k = 0; k < R; k++)
-        for (int c = 0; c < R; c++) {
+        for (int c = 0; c < R && want[k]; c++) {
             hyfi_task_args a = {.u.slice = {.count = CN(c), .dst_off = hyfi_chunk_lo(n, R, c)}};
             snprintf(nm, sizeof nm, "%.36s.allreduce.join.r%d.c%d", name, k, c);
             TASK(&hyfi_cl_copy_slice, nm, &a);
             RW(h[k]), R(CH(k, c));
             hyfi_on_place(g, P, RPLACE(k), prio);
+            DONE();
         }
 #undef CN
 #undef CH
 #undef RPLACE
+#undef DONE
     return 0;
 }
 
@@ -180,6 +206,7 @@ int hyfi_emit_allreduce(hyfi_graph *g, program *P)
     const hyfi_plan *pl = g->cc->pl;
     const int R = pl->nrep, prio = hyfi_clamp_prio(pl->nticks + 1);
     if (R < 2) return 0;
+    const unsigned char *want = g->cc->rep_want; /* scope.c */
     const int kib = g->plan_cfg.bucket_kib;
     const size_t cap = kib < 0 ? 0 : (size_t)(kib ? kib : HYFI_BUCKET_KIB) * 1024;
     g->cc->buckets = calloc((size_t)g->nparams, sizeof *g->cc->buckets);
@@ -211,21 +238,25 @@ int hyfi_emit_allreduce(hyfi_graph *g, program *P)
                 b->h[k] = b->params[0]->gh[k];
                 continue;
             }
+            hyfi_reg_scope(g, k, HYFI_SCOPE_WANT);
             hyfi_reg(g, &b->h[k], NULL, b->numel, sizeof(float), hyfi_stage_rank(pl, k, b->stage),
                      HC_ALLREDUCE, HYFI_KEEP, bname, ".grad", k, R);
         }
         for (int k = 0; ring && k < R; k++)
             for (int c = 0; c < R; c++) {
                 char sfx[48];
+                hyfi_reg_scope(g, k, HYFI_SCOPE_WANT);
                 snprintf(sfx, sizeof sfx, ".grad.r%d.chunk%d", k, c);
                 hyfi_reg(g, &b->arc[k * R + c], NULL,
                          hyfi_chunk_lo(b->numel, R, c + 1) - hyfi_chunk_lo(b->numel, R, c),
                          sizeof(float), hyfi_stage_rank(pl, k, b->stage), HC_ALLREDUCE, HYFI_KEEP,
                          bname, sfx, 0, 1);
             }
+        hyfi_reg_scope(g, -1, 0);
         /* pack */
         for (int k = 0; b->nparams > 1 && k < R; k++)
-            for (int j = 0, off = 0; j < b->nparams; off += (int)b->params[j]->numel, j++) {
+            for (int j = 0, off = 0; want[k] && j < b->nparams;
+                 off += (int)b->params[j]->numel, j++) {
                 hyfi_tensor *p = b->params[j];
                 hyfi_task_args a = {.u.slice = {.count = p->numel, .dst_off = (size_t)off}};
                 snprintf(nm, sizeof nm, "%.30s.allreduce.pack.r%d", p->name, k);
@@ -233,17 +264,20 @@ int hyfi_emit_allreduce(hyfi_graph *g, program *P)
                 hyfi_prog_buf(P, b->h[k], j ? STARPU_RW : STARPU_W);
                 R(p->gh[k]);
                 hyfi_on_place(g, P, HYFI_PLACE(pl, k, pl->stage_place0[b->stage]), prio);
+                if (hyfi_collective_done(g, P)) return -1;
             }
         if (emit_allreduce_one(g, P, bname, b->h, b->arc, b->numel, b->stage)) return -1;
         /* unpack */
         for (int k = 0; b->nparams > 1 && k < R; k++)
-            for (int j = 0, off = 0; j < b->nparams; off += (int)b->params[j]->numel, j++) {
+            for (int j = 0, off = 0; want[k] && j < b->nparams;
+                 off += (int)b->params[j]->numel, j++) {
                 hyfi_tensor *p = b->params[j];
                 hyfi_task_args a = {.u.slice = {.count = p->numel, .src_off = (size_t)off}};
                 snprintf(nm, sizeof nm, "%.30s.allreduce.unpack.r%d", p->name, k);
                 TASK(&hyfi_cl_copy_slice, nm, &a);
                 W(p->gh[k]), R(b->h[k]);
                 hyfi_on_place(g, P, HYFI_PLACE(pl, k, pl->stage_place0[b->stage]), prio);
+                if (hyfi_collective_done(g, P)) return -1;
             }
     }
     return 0;
@@ -271,6 +305,7 @@ int hyfi_emit_health(hyfi_graph *g, program *P)
             hyfi_prog_buf(P, g->cc->health[r], first ? STARPU_W : STARPU_RW);
             R(p->nmh[0]);
             hyfi_on_place(g, P, place, 0);
+            if (hyfi_collective_done(g, P)) return -1;
             if (first && root < 0) root = r, root_place = place;
             first = 0;
         }
@@ -282,6 +317,7 @@ int hyfi_emit_health(hyfi_graph *g, program *P)
         TASK(&hyfi_cl_accumulate, nm, &a);
         RW(g->cc->health[root]), R(g->cc->health[r]);
         hyfi_on_place(g, P, root_place, 0);
+        if (hyfi_collective_done(g, P)) return -1;
     }
     g->cc->health_root = root < 0 ? 0 : root;
     if (root < 0) return 0; /* no parameter is trained */

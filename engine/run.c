@@ -143,6 +143,12 @@ static hyfi_status program_run(hyfi_graph *g, program *p)
                                                           prog_cbufs(t)[0].handle);
             continue;
         }
+        if (t->kind == PT_FLUSH) {
+            starpu_data_handle_t h = prog_cbufs(t)[0].handle;
+            if (mpi && (t->rank == me || starpu_mpi_data_get_rank(h) == me))
+                starpu_mpi_cache_flush(MPI_COMM_WORLD, h);
+            continue;
+        }
         if (t->kind == PT_RELEASE) {
             starpu_data_handle_t h = prog_cbufs(t)[0].handle;
             if (mpi) starpu_mpi_cache_flush(MPI_COMM_WORLD, h);
@@ -220,6 +226,7 @@ static hyfi_status check_tensor(hyfi_graph *g, const hyfi_tensor *t, size_t coun
 void hyfi_handle_read(hyfi_graph *g, starpu_data_handle_t h, int root, void *host, size_t bytes)
 {
     const int me = g->ctx->rank;
+    if (!h) return; /* not registered here (scope.c): neither its owner nor a reader */
     if (g->ctx->mpi) {
         if (root < 0) starpu_mpi_get_data_on_all_nodes_detached(MPI_COMM_WORLD, h);
         else starpu_mpi_get_data_on_node_detached(MPI_COMM_WORLD, h, root, NULL, NULL);
@@ -240,6 +247,7 @@ void hyfi_handle_read(hyfi_graph *g, starpu_data_handle_t h, int root, void *hos
 void hyfi_handle_write(hyfi_graph *g, starpu_data_handle_t h, int owner, const void *host,
                        size_t bytes)
 {
+    if (!h) return; /* not registered here (scope.c): another rank's */
     if (g->ctx->mpi) starpu_mpi_cache_flush(MPI_COMM_WORLD, h);
     if (g->ctx->mpi && owner != g->ctx->rank) return;
     hyfi_wait_begin(g->ctx, "writing a tensor (hyfi_set_input, hyfi_tensor_write, "
@@ -409,7 +417,7 @@ hyfi_status hyfi_set_input_fn(hyfi_graph *g, hyfi_tensor *t, hyfi_input_fill_fn 
         input_handles(g, t, k, &r, &h, &owner);
         /* every rank flushes every handle (StarPU-MPI's cache is kept alike on all ranks);
          * only the owner fills it, in place */
-        if (g->ctx->mpi) starpu_mpi_cache_flush(MPI_COMM_WORLD, h);
+        if (g->ctx->mpi && h) starpu_mpi_cache_flush(MPI_COMM_WORLD, h); /* h NULL: scope.c */
         if (s != HYFI_OK || (g->ctx->mpi && owner != g->ctx->rank)) continue;
         hyfi_wait_begin(g->ctx, "writing an input region (hyfi_set_input_fn)");
         starpu_data_acquire(h, STARPU_W);
@@ -539,9 +547,9 @@ hyfi_status hyfi_set_lr(hyfi_graph *g, float lr)
 
 /* Read a tensor's handles (h: values or gradients) into out, on every rank;
  * tiles: their handles th, gathered. */
-static void read_tensor(hyfi_graph *g, const hyfi_tensor *t, starpu_data_handle_t *h,
-                        starpu_data_handle_t *th, float *out)
+static void read_tensor(hyfi_graph *g, hyfi_tensor *t, int grad, float *out)
 {
+    starpu_data_handle_t *h = grad ? t->gh : t->h;
     if (t->tl && (!t->tl->full || t->kind == T_INPUT)) {
         const int P = g->cc->pl->P;
         for (int m = 0; m < t->nh; m++)
@@ -549,7 +557,8 @@ static void read_tensor(hyfi_graph *g, const hyfi_tensor *t, starpu_data_handle_
                 const size_t n = hyfi_tile_numel(t, q);
                 float *tmp = malloc(n * sizeof(float));
                 if (!tmp) continue;
-                hyfi_handle_read(g, th[m * P + q], -1, tmp, n * sizeof(float));
+                hyfi_handle_read(g, hyfi_handle_need(g, t, grad, 1, m * P + q), -1, tmp,
+                                 n * sizeof(float));
                 tile_copy(t, q, out + (size_t)m * t->mb_numel, tmp, 0);
                 free(tmp);
             }
@@ -560,11 +569,12 @@ static void read_tensor(hyfi_graph *g, const hyfi_tensor *t, starpu_data_handle_
         hyfi_handle_read(g, h[0], -1, out, t->numel * sizeof(float));
     } else if (t->batched) {
         for (int m = 0; m < t->nh; m++)
-            hyfi_handle_read(g, h[m], -1, out + (size_t)m * t->mb_numel,
-                             t->mb_numel * sizeof(float));
+            hyfi_handle_read(g, hyfi_handle_need(g, t, grad, 0, m), -1,
+                             out + (size_t)m * t->mb_numel, t->mb_numel * sizeof(float));
     } else {
         /* per micro-batch but not cut (batch-norm statistics): the last one */
-        hyfi_handle_read(g, h[t->nh - 1], -1, out, t->numel * sizeof(float));
+        hyfi_handle_read(g, hyfi_handle_need(g, t, grad, 0, t->nh - 1), -1, out,
+                         t->numel * sizeof(float));
     }
 }
 
@@ -593,7 +603,7 @@ hyfi_status hyfi_tensor_read(hyfi_graph *g, const hyfi_tensor *t, float *out, si
         out[0] = loss_value(g);
         return HYFI_OK;
     }
-    read_tensor(g, t, t->h, t->tl ? t->tl->h : NULL, out);
+    read_tensor(g, (hyfi_tensor *)t, 0, out);
     return HYFI_OK;
 }
 
@@ -612,7 +622,7 @@ hyfi_status hyfi_grad_read(hyfi_graph *g, const hyfi_tensor *t, float *out, size
         return HYFI_OK;
     }
     if ((s = check_released(g, t, "hyfi_grad_read")) != HYFI_OK) return s;
-    read_tensor(g, t, t->gh, t->tl ? t->tl->gh : NULL, out);
+    read_tensor(g, (hyfi_tensor *)t, 1, out);
     return HYFI_OK;
 }
 

@@ -169,8 +169,8 @@ static int fused_bn_backward(emit_ctx *e, const hyfi_fgroup *fg, int j)
     for (int q = 0; q < Pt; q++) {
         const int ext = fg_bn_extended(fg, j, q);
         fused_view(e, fg, j, q, 1, &v);
-        if (hyfi_bn_part_bwd_apply(e, &v, total, ext ? fg->ztot[j] : tn->tot[e->m], "bwd"))
-            return -1;
+        starpu_data_handle_t tot = ext ? fg->ztot[j * e->g->cc->pl->nrep + e->rep] : tn->tot[e->m];
+        if (hyfi_bn_part_bwd_apply(e, &v, total, tot, "bwd")) return -1;
         if (!ext) continue;
         const int oh = tile_h(tl, q), ow = tile_w(tl, q), rh = fg_rows(fg, j, q),
                   rw = fg_cols(fg, j, q);

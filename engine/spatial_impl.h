@@ -90,8 +90,9 @@ typedef struct hyfi_fgroup {
     starpu_data_handle_t *val, *grad;   /* op j < n-1: output on its region [(j*M + m)*P + q] */
     starpu_data_handle_t *pbuf, *dpbuf; /* op j >= 1 with zero padding: padded input */
     starpu_data_handle_t *xo, *dyo, *dxo; /* batch norm: own-tile copies */
-    starpu_data_handle_t ztot[FG_MAX];  /* batch norm: zero totals */
-    float *ztot_host[FG_MAX];
+    starpu_data_handle_t *ztot;         /* batch norm: zero totals [j * replicas + rep] */
+    float *ztot_host[FG_MAX];           /* their memory: 2 * channels per replica */
+    size_t ztot_n[FG_MAX];              /* floats in ztot_host[j] */
 } hyfi_fgroup;
 
 static inline int place_of(const hyfi_plan *pl, int rep, int stage, int t)

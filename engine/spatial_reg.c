@@ -29,9 +29,9 @@ void hyfi_spatial_handles_free(hyfi_graph *g)
         hyfi_fgroup *fg = tn->fg;
         if (!fg || tn->fg_pos != 0) continue;
         FREE(fg->val), FREE(fg->grad), FREE(fg->pbuf), FREE(fg->dpbuf);
-        FREE(fg->xo), FREE(fg->dyo), FREE(fg->dxo);
+        FREE(fg->xo), FREE(fg->dyo), FREE(fg->dxo), FREE(fg->ztot);
         for (int j = 0; j < fg->n; j++) {
-            hyfi_host_free(fg->ztot_host[j], 2 * (size_t)fg->op[j]->out->dims[1]);
+            hyfi_host_free(fg->ztot_host[j], fg->ztot_n[j]);
             fg->ztot_host[j] = NULL;
         }
     }
@@ -45,7 +45,7 @@ static starpu_data_handle_t *handles(size_t n) { return calloc(n, sizeof(starpu_
 static int fused_register(hyfi_graph *g)
 {
     const hyfi_plan *pl = g->cc->pl;
-    const int M = pl->nmb, P = pl->P;
+    const int M = pl->nmb, P = pl->P, R = pl->nrep;
     char sfx[48];
     for (int i = 0; i < g->nnodes; i++) {
         const hyfi_tnode *tn0 = g->nodes[i].tn;
@@ -54,22 +54,29 @@ static int fused_register(hyfi_graph *g)
         const size_t cnt = (size_t)fg->n * M * P;
         fg->val = handles(cnt), fg->grad = handles(cnt), fg->pbuf = handles(cnt);
         fg->dpbuf = handles(cnt), fg->xo = handles(cnt), fg->dyo = handles(cnt);
-        fg->dxo = handles(cnt);
-        if (!fg->val || !fg->grad || !fg->pbuf || !fg->dpbuf || !fg->xo || !fg->dyo || !fg->dxo)
+        fg->dxo = handles(cnt), fg->ztot = handles((size_t)fg->n * R);
+        if (!fg->val || !fg->grad || !fg->pbuf || !fg->dpbuf || !fg->xo || !fg->dyo ||
+            !fg->dxo || !fg->ztot)
             return -1;
         for (int j = 0; j < fg->n; j++) {
             const node *nd = fg->op[j];
             const int n = nd->out->dims[0] / M, Co = nd->out->dims[1], Ci = nd->in[0]->dims[1];
             if (hyfi_op_batch_statistics(nd)) {
-                if (hyfi_host_alloc(&fg->ztot_host[j], 2 * (size_t)Co)) return -1;
-                memset(fg->ztot_host[j], 0, 2 * (size_t)Co * sizeof(float));
-                hyfi_reg(g, &fg->ztot[j], fg->ztot_host[j], 2 * (size_t)Co, sizeof(float),
-                         pl->stage_rank[nd->stage], HC_BNSTATS, HYFI_KEEP, nd->name, ".zero_dstats",
-                         0, 1);
+                /* one per replica, on its stage's rank: the readers' replica */
+                fg->ztot_n[j] = 2 * (size_t)Co * R;
+                if (hyfi_host_alloc(&fg->ztot_host[j], fg->ztot_n[j])) return -1;
+                memset(fg->ztot_host[j], 0, fg->ztot_n[j] * sizeof(float));
+                for (int r = 0; r < R; r++) {
+                    hyfi_reg_scope(g, r, HYFI_SCOPE_MINE);
+                    hyfi_reg(g, &fg->ztot[j * R + r], fg->ztot_host[j] + 2 * (size_t)Co * r,
+                             2 * (size_t)Co, sizeof(float), hyfi_stage_rank(pl, r, nd->stage),
+                             HC_BNSTATS, HYFI_KEEP, nd->name, ".zero_dstats", r, R);
+                }
             }
             for (int m = 0; m < M; m++)
                 for (int q = 0; q < P; q++) {
                     const size_t k = ((size_t)j * M + m) * P + q;
+                    hyfi_reg_scope(g, HYFI_REP(pl, m), HYFI_SCOPE_MINE);
                     const int rq = hyfi_tile_rank(g, nd->out->tl, q, HYFI_REP(pl, m));
                     const size_t on = (size_t)n * Co * fg_rows(fg, j, q) * fg_cols(fg, j, q);
                     if (j < fg->n - 1) {
@@ -104,6 +111,7 @@ static int fused_register(hyfi_graph *g)
                                  fg->op[0]->stage, nd->name, sfx, m, M);
                     }
                 }
+            hyfi_reg_scope(g, -1, 0);
         }
     }
     return 0;
@@ -126,9 +134,12 @@ int hyfi_spatial_register(hyfi_graph *g)
         tl->gw = calloc((size_t)M * P, 1);
         if (!tl->h || !tl->gh || !tl->gw) return -1;
         const int trs = hyfi_tiles_release_stage(t);
+        tl->tag0 = g->ctx->next_tag;
+        tl->tag_step = t->kind == T_ACT && t->requires_grad ? 2 : 1;
         for (int m = 0; m < M; m++)
             for (int q = 0; q < P; q++) {
                 const size_t n = hyfi_tile_numel(t, q);
+                hyfi_reg_scope(g, HYFI_REP(pl, m), HYFI_SCOPE_MINE);
                 snprintf(sfx, sizeof sfx, ".tile%d", q);
                 hyfi_reg(g, &tl->h[m * P + q], NULL, n, sizeof(float),
                          hyfi_tile_rank(g, tl, q, HYFI_REP(pl, m)), hyfi_tensor_hcat(g, t), trs,
@@ -140,6 +151,7 @@ int hyfi_spatial_register(hyfi_graph *g)
                              t->name, sfx, m, M);
                 }
             }
+        hyfi_reg_scope(g, -1, 0);
     }
     for (int i = 0; i < g->nnodes; i++) {
         node *nd = &g->nodes[i];
@@ -157,6 +169,7 @@ int hyfi_spatial_register(hyfi_graph *g)
                 for (int q = 0; q < P; q++) {
                     const int rq = hyfi_tile_rank(g, x->tl, q, HYFI_REP(pl, m));
                     if (!tn->use_buf[q]) continue;
+                    hyfi_reg_scope(g, HYFI_REP(pl, m), HYFI_SCOPE_MINE);
                     const size_t bn = (size_t)n * C * tn->buf_h[q] * tn->buf_w[q];
                     snprintf(sfx, sizeof sfx, ".in.tile%d", q);
                     hyfi_reg(g, &tn->buf[m * P + q], NULL, bn, sizeof(float), rq, HC_PIPELINE,
@@ -190,6 +203,7 @@ int hyfi_spatial_register(hyfi_graph *g)
                 if (!tn->wpart || (nd->p[1] && !tn->bpart) || !tn->wpw || !tn->bpw) return -1;
                 for (int k = 0; k < P * NR; k++) {
                     const int q = k % P, rq = hyfi_tile_rank(g, nd->out->tl, q, k / P);
+                    hyfi_reg_scope(g, k / P, HYFI_SCOPE_MINE);
                     if (NR > 1) snprintf(sfx, sizeof sfx, ".grad.r%d.tile%d", k / P, q);
                     else snprintf(sfx, sizeof sfx, ".grad.tile%d", q);
                     hyfi_reg(g, &tn->wpart[k], NULL, nd->p[0]->numel, sizeof(float), rq,
@@ -197,7 +211,7 @@ int hyfi_spatial_register(hyfi_graph *g)
                     if (nd->p[1])
                         hyfi_reg(g, &tn->bpart[k], NULL, nd->p[1]->numel, sizeof(float), rq,
                                  HC_ALLREDUCE, HYFI_KEEP, nd->p[1]->name, sfx, 0, 1);
-                    if (pl->mbr > 1 && !g->plan_cfg.deterministic) {
+                    if (pl->mbr > 1 && !g->plan_cfg.deterministic && tn->wpart[k]) {
                         starpu_data_set_reduction_methods(tn->wpart[k], &hyfi_cl_redux_add,
                                                           &hyfi_cl_redux_zero);
                         if (nd->p[1])
@@ -212,6 +226,7 @@ int hyfi_spatial_register(hyfi_graph *g)
             tn->tot = handles((size_t)M);
             if (!tn->part || !tn->bwpart || !tn->tot) return -1;
             for (int m = 0; m < M; m++) {
+                hyfi_reg_scope(g, HYFI_REP(pl, m), HYFI_SCOPE_MINE);
                 for (int q = 0; q < P; q++) {
                     const int rq = hyfi_tile_rank(g, x->tl, q, HYFI_REP(pl, m));
                     snprintf(sfx, sizeof sfx, ".stats.tile%d", q);
@@ -228,5 +243,6 @@ int hyfi_spatial_register(hyfi_graph *g)
             }
         }
     }
+    hyfi_reg_scope(g, -1, 0);
     return fused_register(g);
 }

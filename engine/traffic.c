@@ -8,12 +8,23 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* A scoped rank's own row, to every rank (collective). */
+static void share_rows(hyfi_graph *g)
+{
+    if (!g->cc->scoped) return;
+    hyfi_ctx_share_rows(g->ctx, g->cc->pl->pred_bytes, (size_t)g->ctx->nranks);
+    hyfi_ctx_share_rows(g->ctx, g->cc->pl->pred_halo, (size_t)g->ctx->nranks);
+}
+
 /* Walk the train program as StarPU-MPI does: a task runs on its rank; a buffer
  * it reads that another rank owns is sent by the owner unless that rank holds
  * a cached copy; a buffer it writes on a non-owner is sent back to the owner;
  * a write drops every cached copy; a release drops them too. Two steps are
  * walked; the second (steady state) is recorded. The program ends by sending
- * each micro-batch's loss to every rank (PT_BCAST). */
+ * each micro-batch's loss to every rank (PT_BCAST). A flush (PT_FLUSH) drops
+ * the copies too. In a scoped compile (scope.c) a rank's program holds the
+ * tasks that send to it or from it, so its own row and column are exact; the
+ * others' rows come from their ranks (hyfi_ctx_share_rows). */
 void hyfi_plan_predict_comm(hyfi_graph *g)
 {
     hyfi_plan *pl = g->cc->pl;
@@ -30,6 +41,7 @@ void hyfi_plan_predict_comm(hyfi_graph *g)
     if (!keys || !cached) {
         free(keys);
         free(cached);
+        share_rows(g); /* the others wait for this rank's row (zeros) */
         return;
     }
 #define SLOT(hh)                                                                           \
@@ -51,7 +63,7 @@ void hyfi_plan_predict_comm(hyfi_graph *g)
                 const int o = starpu_mpi_data_get_rank(h), e = t->rank;
                 const size_t sl = SLOT(h), bytes = starpu_data_get_size(h);
                 const enum starpu_data_access_mode m = prog_cbufs(t)[b].mode;
-                if (t->kind == PT_RELEASE) {
+                if (t->kind == PT_RELEASE || t->kind == PT_FLUSH) {
                     memset(cached + sl * R, 0, (size_t)R);
                     continue;
                 }
@@ -83,4 +95,5 @@ void hyfi_plan_predict_comm(hyfi_graph *g)
 #undef SLOT
     free(keys);
     free(cached);
+    share_rows(g);
 }
