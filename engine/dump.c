@@ -66,7 +66,8 @@ static const char *mode_name(enum starpu_data_access_mode m)
 
 static void dump_program(FILE *f, const char *title, const program *p, const handle_ids *ids)
 {
-    static const char *const kinds[] = {"task", "release", "bcast"};
+    static const char *const kinds[] = {
+        [PT_TASK] = "task", [PT_RELEASE] = "release", [PT_BCAST] = "bcast", [PT_FLUSH] = "flush"};
     fprintf(f, "program %s: %d tasks\n", title, p->n);
     for (int k = 0; k < p->n; k++) {
         const prog_task *t = &p->t[k];
