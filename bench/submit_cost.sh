@@ -43,10 +43,9 @@ for r, k, cpu, wall in re.findall(r"rank (\d+) submitted (\d+) tasks of a traini
                                   r"([0-9.]+) ms of CPU time \(([0-9.]+) ms wall\)", text):
     per.setdefault(int(r), []).append((int(k), float(cpu), float(wall)))
 med = lambda v: statistics.median(v[1:] if len(v) > 1 else v)
-total = re.findall(r"submits \d+ of the (\d+) tasks", text)
 print(json.dumps({"ranks": int(sys.argv[2]), "submit_all": int(sys.argv[3]),
                   "tasks_max": max(v[0][0] for v in per.values()),
-                  "tasks_total": int(total[0]) if total else max(v[0][0] for v in per.values()),
+                  "tasks_min": min(v[0][0] for v in per.values()),
                   "cpu_ms_max": max(med([c for _, c, _ in v]) for v in per.values()),
                   "wall_ms_max": max(med([w for _, _, w in v]) for v in per.values()),
                   "steps": min(len(v) for v in per.values())}))
@@ -63,14 +62,17 @@ done
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]
 by = {(r["ranks"], r["submit_all"]): r for r in rows}
-print("| ranks | tasks of a step | own share: tasks/rank (max) | CPU ms/step/rank (max) | us/task | whole graph (HYFI_SUBMIT_ALL=1): tasks/rank | CPU ms/step/rank (max) | us/task |")
-print("|---|---|---|---|---|---|---|---|")
+print("| ranks | tasks of a step (whole graph) | own share: tasks/rank (min-max) "
+      "| CPU ms/step/rank (max) | us/task | whole graph (HYFI_SUBMIT_ALL=1) on every rank: "
+      "CPU ms/step/rank (max) | us/task |")
+print("|---|---|---|---|---|---|---|")
 for n in sorted({r["ranks"] for r in rows}):
     a, b = by.get((n, 0)), by.get((n, 1))
     f = lambda r, k, fmt: fmt % r[k] if r else "-"
     us = lambda r: "%.1f" % (1e3 * r["cpu_ms_max"] / r["tasks_max"]) if r else "-"
-    print("| %d | %s | %s | %s | %s | %s | %s | %s |" % (
-        n, f(a, "tasks_total", "%d"), f(a, "tasks_max", "%d"), f(a, "cpu_ms_max", "%.1f"), us(a),
-        f(b, "tasks_max", "%d"), f(b, "cpu_ms_max", "%.1f"), us(b)))
+    share = "%d-%d" % (a["tasks_min"], a["tasks_max"]) if a else "-"
+    print("| %d | %s | %s | %s | %s | %s | %s |" % (
+        n, f(b, "tasks_max", "%d"), share, f(a, "cpu_ms_max", "%.1f"), us(a),
+        f(b, "cpu_ms_max", "%.1f"), us(b)))
 PY
 } | tee "$out/table.md"
