@@ -414,8 +414,9 @@ int hyfi_dataset_region(const hyfi_dataset *ds, size_t i, int y0, int x0, int h,
     return rc;
 }
 
-int hd_batch_into(const hyfi_dataset *ds, const size_t *perm, size_t start, int B, float *x,
-                  int32_t *y, hd_scratch *s, char *err, size_t errlen)
+int hd_batch_into(const hyfi_dataset *ds, const size_t *perm, size_t start, int B,
+                  const unsigned char *rows, float *x, int32_t *y, hd_scratch *s, char *err,
+                  size_t errlen)
 {
     const size_t numel = hyfi_dataset_image_numel(ds);
     for (int r = 0; r < B; r++) {
@@ -425,9 +426,10 @@ int hd_batch_into(const hyfi_dataset *ds, const size_t *perm, size_t start, int 
             return hd_fail(err, errlen, HYFI_DATA_ERR_ARG,
                            "batch: %s: permutation entry %zu is %zu, past the %zu images", ds->name,
                            pos, idx, ds->n);
+        if (y) y[r] = ds->labels[idx];
+        if (rows && !rows[r]) continue;
         int rc = image_into(ds, idx, x + (size_t)r * numel, s, err, errlen);
         if (rc) return rc;
-        if (y) y[r] = ds->labels[idx];
     }
     return 0;
 }
@@ -441,7 +443,7 @@ int hyfi_dataset_batch_err(const hyfi_dataset *ds, const size_t *perm, size_t st
     hd_scratch s;
     if (hd_scratch_init(&s, ds))
         return hd_fail(err, errlen, HYFI_DATA_ERR_NOMEM, "%s: out of memory", ds->name);
-    int rc = hd_batch_into(ds, perm, start, B, x, y, &s, err, errlen);
+    int rc = hd_batch_into(ds, perm, start, B, NULL, x, y, &s, err, errlen);
     hd_scratch_free(&s);
     return rc;
 }

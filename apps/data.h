@@ -302,6 +302,10 @@ typedef struct hyfi_prefetch_config {
     int shuffle;          /* 0: the identity order every epoch */
     uint64_t first_step;  /* global step to begin with (resuming) */
     uint64_t num_steps;   /* batches to produce; 0: until stopped */
+    const unsigned char *rows; /* (batch) or NULL: decode only the rows r with
+                                  rows[r] != 0, e.g. the images an MPI rank owns
+                                  (the others stay zero; every row's label is
+                                  set); copied at start */
 } hyfi_prefetch_config;
 
 /* One prepared batch; x and y stay valid until the next hyfi_prefetch_next or

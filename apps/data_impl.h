@@ -133,7 +133,8 @@ int hd_slides_region(const hyfi_dataset *ds, size_t i, int y0, int x0, int h, in
 
 /* --------------------------------------------------------------- batches */
 /* Rows of a batch (see hyfi_dataset_batch) with the caller's scratch. */
-int hd_batch_into(const hyfi_dataset *ds, const size_t *perm, size_t start, int B, float *x,
+int hd_batch_into(const hyfi_dataset *ds, const size_t *perm, size_t start, int B,
+                  const unsigned char *rows, float *x,
                   int32_t *y, hd_scratch *s, char *err, size_t errlen);
 
 #endif

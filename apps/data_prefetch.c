@@ -24,6 +24,7 @@ struct hyfi_prefetch {
     hyfi_prefetch_config cfg;
     size_t spe;                 /* steps per epoch */
     size_t *perm;               /* (n) permutation of perm_epoch; NULL without shuffling */
+    unsigned char *rows;        /* (B) the rows to decode (cfg.rows copied); NULL: all */
     uint64_t perm_epoch;
     int have_perm;
     hd_scratch s;               /* producer's working memory */
@@ -61,8 +62,8 @@ static void *pf_main(void *arg)
             p->have_perm = 1;
         }
         char msg[sizeof p->errmsg] = "";
-        int rc = hd_batch_into(p->ds, p->cfg.shuffle ? p->perm : NULL, start, B, sl->x, sl->y,
-                               &p->s, msg, sizeof msg);
+        int rc = hd_batch_into(p->ds, p->cfg.shuffle ? p->perm : NULL, start, B, p->rows, sl->x,
+                               sl->y, &p->s, msg, sizeof msg);
         pthread_mutex_lock(&p->mu);
         if (rc) {
             p->status = rc;
@@ -95,6 +96,7 @@ static void pf_free(hyfi_prefetch *p)
         free(p->slot[i].y);
     }
     free(p->perm);
+    free(p->rows);
     hd_scratch_free(&p->s);
     free(p);
 }
@@ -118,13 +120,20 @@ int hyfi_prefetch_start(const hyfi_dataset *ds, const hyfi_prefetch_config *cfg,
     size_t numel = hyfi_dataset_image_numel(ds) * (size_t)cfg->batch;
     int bad = hd_scratch_init(&p->s, ds);
     for (int i = 0; i < 2; i++) {
-        p->slot[i].x = malloc(numel * sizeof(float));
+        /* zeroed: rows left out by cfg->rows are never written */
+        p->slot[i].x = cfg->rows ? calloc(numel, sizeof(float)) : malloc(numel * sizeof(float));
         p->slot[i].y = malloc((size_t)cfg->batch * sizeof(int32_t));
         bad |= !p->slot[i].x || !p->slot[i].y;
     }
     if (cfg->shuffle) {
         p->perm = malloc(ds->n * sizeof(size_t));
         bad |= !p->perm;
+    }
+    p->cfg.rows = NULL;
+    if (cfg->rows) {
+        p->rows = malloc((size_t)cfg->batch);
+        if (p->rows) memcpy(p->rows, cfg->rows, (size_t)cfg->batch);
+        bad |= !p->rows;
     }
     if (bad) {
         pf_free(p);

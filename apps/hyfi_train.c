@@ -708,6 +708,36 @@ static hyfi_status set_batch(run *r, const hyfi_batch *b)
     return st;
 }
 
+/* The batch rows whose pixels this rank writes into the input (its regions,
+ * hyfi_input_regions): on several ranks each prefetches only those instead of
+ * the whole global batch. NULL: every row (one rank, or a rank owning all). */
+static unsigned char *own_rows(run *r)
+{
+    int n = 0;
+    if (r->nranks < 2 || hyfi_input_regions(r->g, r->tx, NULL, 0, &n) != HYFI_OK) return NULL;
+    hyfi_input_region *reg = malloc((size_t)(n > 0 ? n : 1) * sizeof *reg);
+    unsigned char *rows = calloc((size_t)r->B, 1);
+    int all = 1;
+    if (reg && rows && hyfi_input_regions(r->g, r->tx, reg, n, &n) == HYFI_OK) {
+        for (int k = 0; k < n; k++)
+            for (int i = reg[k].first; i < reg[k].first + reg[k].count && i < r->B; i++)
+                if (i >= 0) rows[i] = 1;
+        for (int i = 0; i < r->B; i++) all &= rows[i];
+    }
+    free(reg);
+    if (r->o.verbose && rows && !all) {
+        int own = 0;
+        for (int i = 0; i < r->B; i++) own += rows[i];
+        fprintf(stderr, "hyfi-train: rank %d prepares %d of the %d images of a batch\n", g_rank,
+                own, r->B);
+    }
+    if (all) { /* (or out of memory: every row, as without the mask) */
+        free(rows);
+        return NULL;
+    }
+    return rows;
+}
+
 /* Training: --steps steps (or whole epochs) on prefetched, shuffled batches,
  * from step r->first (resumed) on. */
 static int train_loop(run *r)
@@ -725,12 +755,15 @@ static int train_loop(run *r)
         return 1;
     }
     if (r->first >= total) return 0;
+    unsigned char *rows = o->dataset == HYFI_DATA_SLIDES ? NULL : own_rows(r);
     hyfi_prefetch_config pc = {.batch = B, .seed = o->seed, .shuffle = 1,
                                .first_step = (uint64_t)r->first,
-                               .num_steps = (uint64_t)(total - r->first)};
-    if (o->dataset == HYFI_DATA_SLIDES
+                               .num_steps = (uint64_t)(total - r->first), .rows = rows};
+    const int fail = o->dataset == HYFI_DATA_SLIDES
             ? train_regions_new(r->train, B, o->seed, 1, &r->tr, err, sizeof err)
-            : hyfi_prefetch_start(r->train, &pc, &r->pf, err, sizeof err)) {
+            : hyfi_prefetch_start(r->train, &pc, &r->pf, err, sizeof err);
+    free(rows);
+    if (fail) {
         report(false, "%s", err);
         return 1;
     }
@@ -834,10 +867,13 @@ static int evaluate(run *r)
         report(false, "out of memory for the logits");
         return 1;
     }
-    hyfi_prefetch_config ec = {.batch = B, .shuffle = 0, .num_steps = nb};
-    if (r->o.dataset == HYFI_DATA_SLIDES
+    unsigned char *rows = r->o.dataset == HYFI_DATA_SLIDES ? NULL : own_rows(r);
+    hyfi_prefetch_config ec = {.batch = B, .shuffle = 0, .num_steps = nb, .rows = rows};
+    const int fail = r->o.dataset == HYFI_DATA_SLIDES
             ? train_regions_new(r->test, B, 0, 0, &r->tr, err, sizeof err)
-            : hyfi_prefetch_start(r->test, &ec, &r->pf, err, sizeof err)) {
+            : hyfi_prefetch_start(r->test, &ec, &r->pf, err, sizeof err);
+    free(rows);
+    if (fail) {
         report(false, "%s", err);
         return 1;
     }

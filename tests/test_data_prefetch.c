@@ -240,7 +240,32 @@ static void test_prefetch(void)
     rc = hyfi_prefetch_start(ds, &cfg, &p, err, sizeof err);
     hyfi_prefetch_stop(p); /* stop before any next */
     check(rc == 0, "prefetch: stop right after start");
-    cfg.batch = 0;
+
+    /* only some rows decoded (an MPI rank's own images): those equal the
+     * direct batch, the others stay zero, every label is set */
+    unsigned char rows[B] = {1, 0, 0, 1, 0, 1};
+    cfg = (hyfi_prefetch_config){.batch = B, .seed = 5, .shuffle = 1, .num_steps = 5,
+                                 .rows = rows};
+    rc = hyfi_prefetch_start(ds, &cfg, &p, err, sizeof err);
+    rows[0] = 0; /* copied at start: no effect */
+    ok = rc == 0;
+    got = 0;
+    while (ok && (rc = hyfi_prefetch_next(p, &b)) == 0) {
+        hyfi_dataset_permutation(5, (uint64_t)got / 4, 23, perm);
+        hyfi_dataset_batch(ds, perm, (size_t)(got % 4) * B, B, want, wy);
+        for (int r = 0; r < B; r++) {
+            const float *x = b.x + (size_t)r * E;
+            if (r == 0 || r == 3 || r == 5) ok &= memcmp(x, want + (size_t)r * E, E * 4) == 0;
+            else
+                for (size_t k = 0; k < E; k++) ok &= x[k] == 0.0f;
+        }
+        ok &= memcmp(b.y, wy, sizeof wy) == 0;
+        got++;
+    }
+    hyfi_prefetch_stop(p);
+    check(ok && got == 5, "prefetch: only rows 0, 3, 5 decoded, the others zero, every label");
+
+    cfg = (hyfi_prefetch_config){.batch = 0};
     rc = hyfi_prefetch_start(ds, &cfg, &p, err, sizeof err);
     check_msg(rc, HYFI_DATA_ERR_ARG, err, "batch size", NULL, "prefetch: batch 0 refused");
     free(want);
