@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 void *hyfi_sim_malloc(size_t n);
+void *hyfi_sim_calloc(size_t n, size_t size);
 void hyfi_sim_free(void *p);
 
 #define HYFI_SIM_FOLD_MIN ((size_t)4 << 20)
@@ -41,6 +42,16 @@ void *hyfi_sim_malloc(size_t n)
     g_folded = f;
     pthread_mutex_unlock(&g_mu);
     return p;
+}
+
+/* Folded as malloc: its contents are then garbage, not zeros (a simulation
+ * reads no pixel). */
+void *hyfi_sim_calloc(size_t n, size_t size)
+{
+    if (size && n > (size_t)-1 / size) return NULL;
+    if (n * size < HYFI_SIM_FOLD_MIN || (pid_t)syscall(SYS_gettid) != g_main_tid)
+        return calloc(n, size);
+    return hyfi_sim_malloc(n * size);
 }
 
 void hyfi_sim_free(void *p)
