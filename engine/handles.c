@@ -32,7 +32,7 @@ void hyfi_unreg(starpu_data_handle_t *h)
  * memory of inputs, parameters, state and momentum. */
 void hyfi_handles_free(hyfi_graph *g)
 {
-    const int M = g->cc->pl ? g->cc->pl->nmb : 1, nrep = g->cc->pl ? g->cc->pl->nrep : 1;
+    const int M = g->cc->pl ? g->cc->pl->nmb : 1;
     hyfi_handles_unregister(g);
     for (int i = 0; i < g->ntensors; i++) {
         hyfi_tensor *t = g->tensors[i];
@@ -48,7 +48,7 @@ void hyfi_handles_free(hyfi_graph *g)
         t->h = t->gh = NULL;
         t->gw = NULL;
         t->nh = 0;
-        const size_t copies = t->kind == T_PARAM || t->kind == T_STATE ? (size_t)nrep : 1;
+        const size_t copies = t->kind == T_PARAM || t->kind == T_STATE ? (size_t)t->nhost : 1;
         free(t->nmh);
         t->nmh = NULL;
         free(t->rsave);
@@ -309,9 +309,10 @@ hyfi_status hyfi_register_tensors(hyfi_graph *g)
         t->h = calloc((size_t)t->nh, sizeof *t->h);
         t->gw = calloc((size_t)t->nh, 1);
         if (!t->h || !t->gw) goto oom;
-        /* this rank owns some handle of t */
-        int own = 0;
-        for (int k = 0; k < NR; k++) own |= hyfi_trank(g, t, k) == me;
+        /* this rank owns some handle of t; of a parameter or state, nown replicas' */
+        int own = 0, nown = 0;
+        for (int k = 0; k < NR; k++) nown += hyfi_trank(g, t, k) == me;
+        own = nown > 0;
         const size_t elem = t->is_int ? sizeof(int32_t) : sizeof(float);
         const int rs = hyfi_release_stage(g, t);
         switch (t->kind) {
@@ -348,24 +349,30 @@ hyfi_status hyfi_register_tensors(hyfi_graph *g)
             t->mh = calloc((size_t)NR, sizeof *t->mh);
             t->nmh = calloc((size_t)NR, sizeof *t->nmh);
             if (!t->gh || !t->mh || !t->nmh) goto oom;
+            /* host memory for the replicas this rank owns only (the others' copies
+             * come from their ranks): memory and initialisation per rank do not
+             * grow with the data-parallel groups */
+            t->nhost = nown;
             if (own) {
-                const size_t n = (size_t)NR * t->numel;
+                const size_t n = (size_t)nown * t->numel;
                 if (hyfi_host_alloc(&t->host, n) || hyfi_host_alloc(&t->ghost, n) ||
                     hyfi_host_alloc(&t->mhost, n))
                     goto oom;
-                for (int k = 0; k < NR; k++) hyfi_param_init(t->host + (size_t)k * t->numel, t, g->seed);
+                for (int j = 0; j < nown; j++) hyfi_param_init(t->host + (size_t)j * t->numel, t, g->seed);
                 memset(t->ghost, 0, n * 4);
                 memset(t->mhost, 0, n * 4);
             }
-            for (int k = 0; k < NR; k++) {
-                const size_t o = (size_t)k * t->numel;
+            for (int k = 0, j = 0; k < NR; k++) {
                 const int r = hyfi_trank(g, t, k);
+                const size_t o = (size_t)j * t->numel;
+                const int mine = r == me;
+                j += mine;
                 hyfi_reg_scope(g, k, HYFI_SCOPE_WANT);
-                hyfi_reg(g, &t->h[k], own ? t->host + o : NULL, t->numel, elem, r, HC_ALLREDUCE,
+                hyfi_reg(g, &t->h[k], mine ? t->host + o : NULL, t->numel, elem, r, HC_ALLREDUCE,
                          HYFI_KEEP, t->name, "", k, NR);
-                hyfi_reg(g, &t->gh[k], own ? t->ghost + o : NULL, t->numel, elem, r, HC_ALLREDUCE,
+                hyfi_reg(g, &t->gh[k], mine ? t->ghost + o : NULL, t->numel, elem, r, HC_ALLREDUCE,
                          HYFI_KEEP, t->name, ".grad", k, NR);
-                hyfi_reg(g, &t->mh[k], own ? t->mhost + o : NULL, t->numel, elem, r, HC_ALLREDUCE,
+                hyfi_reg(g, &t->mh[k], mine ? t->mhost + o : NULL, t->numel, elem, r, HC_ALLREDUCE,
                          HYFI_KEEP, t->name, ".momentum", k, NR);
                 hyfi_reg(g, &t->nmh[k], NULL, 2, sizeof(float), r, HC_ALLREDUCE, HYFI_KEEP, t->name,
                          ".norms", k, NR);
@@ -375,14 +382,17 @@ hyfi_status hyfi_register_tensors(hyfi_graph *g)
             }
             break;
         case T_STATE:
+            t->nhost = nown;
             if (own) {
-                if (hyfi_host_alloc(&t->host, (size_t)NR * t->numel)) goto oom;
-                for (int k = 0; k < NR; k++) hyfi_param_init(t->host + (size_t)k * t->numel, t, g->seed);
+                if (hyfi_host_alloc(&t->host, (size_t)nown * t->numel)) goto oom;
+                for (int j = 0; j < nown; j++) hyfi_param_init(t->host + (size_t)j * t->numel, t, g->seed);
             }
-            for (int k = 0; k < NR; k++) {
+            for (int k = 0, j = 0; k < NR; k++) {
+                const int r = hyfi_trank(g, t, k), mine = r == me;
                 hyfi_reg_scope(g, k, HYFI_SCOPE_WANT);
-                hyfi_reg(g, &t->h[k], own ? t->host + (size_t)k * t->numel : NULL, t->numel, elem,
-                         hyfi_trank(g, t, k), HC_ALLREDUCE, HYFI_KEEP, t->name, "", k, NR);
+                hyfi_reg(g, &t->h[k], mine ? t->host + (size_t)j * t->numel : NULL, t->numel, elem,
+                         r, HC_ALLREDUCE, HYFI_KEEP, t->name, "", k, NR);
+                j += mine;
             }
             break;
         case T_ACT:

@@ -111,8 +111,8 @@ struct hyfi_tensor {
      * (mb_numel elements); batch-norm statistics are per micro-batch, not
      * sliced. Parameters and state have one handle per replica (nh = the
      * plan's nrep; handle k on replica k's place of the tensor's stage; their
-     * host memory holds the copies this rank owns, copy k at k * numel). */
-    int nh;
+     * host memory holds the nhost copies this rank owns, in replica order). */
+    int nh, nhost;
     size_t mb_numel;
     float *host;          /* host memory for inputs, labels, params, state (StarPU-allocated,
                              on the owning rank only) */
