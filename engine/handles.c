@@ -48,16 +48,17 @@ void hyfi_handles_free(hyfi_graph *g)
         t->h = t->gh = NULL;
         t->gw = NULL;
         t->nh = 0;
-        const size_t copies = t->kind == T_PARAM || t->kind == T_STATE ? (size_t)t->nhost : 1;
+        const size_t hosts = t->kind == T_PARAM || t->kind == T_STATE ? (size_t)t->nhost * t->numel
+                                                                        : (size_t)t->nhost * t->mb_numel;
         free(t->nmh);
         t->nmh = NULL;
         free(t->rsave);
         t->rsave = NULL;
         free(t->mh);
         t->mh = NULL;
-        hyfi_host_free(t->host, copies * t->numel);
-        hyfi_host_free(t->ghost, copies * t->numel);
-        hyfi_host_free(t->mhost, copies * t->numel);
+        hyfi_host_free(t->host, hosts);
+        hyfi_host_free(t->ghost, hosts);
+        hyfi_host_free(t->mhost, hosts);
         t->host = t->ghost = t->mhost = NULL;
     }
     for (int b = 0; b < g->cc->nbuckets; b++) {
@@ -321,16 +322,23 @@ hyfi_status hyfi_register_tensors(hyfi_graph *g)
             /* a tiled input that no untiled op reads lives in its tiles only: no host
              * copy of the whole batch (16,384^2 RGB is 3 GiB an image) */
             if (t->tl && !t->tl->full) own = 0;
-            if (own) {
-                if (hyfi_host_alloc(&t->host, t->numel)) goto oom;
-                memset(t->host, 0, t->numel * 4);
+            /* host memory for the micro-batches this rank owns only, not the
+             * whole global batch */
+            t->nhost = 0;
+            for (int m = 0; own && m < M; m++) t->nhost += hyfi_handle_owner(g, t, m) == me;
+            if (t->nhost) {
+                const size_t n = (size_t)t->nhost * t->mb_numel;
+                if (hyfi_host_alloc(&t->host, n)) goto oom;
+                memset(t->host, 0, n * 4);
             }
             t->tag_h = g->ctx->next_tag;
-            for (int m = 0; m < M; m++) {
+            for (int m = 0, j = 0; m < M; m++) {
+                const int r = hyfi_handle_owner(g, t, m), mine = t->nhost && r == me;
                 hyfi_reg_scope(g, HYFI_REP(pl, m), HYFI_SCOPE_MINE);
-                hyfi_reg(g, &t->h[m], own ? t->host + (size_t)m * t->mb_numel : NULL, t->mb_numel,
-                         elem, hyfi_handle_owner(g, t, m), hyfi_tensor_hcat(g, t), HYFI_KEEP,
-                         t->name, "", m, M);
+                hyfi_reg(g, &t->h[m], mine ? t->host + (size_t)j * t->mb_numel : NULL,
+                         t->mb_numel, elem, r, hyfi_tensor_hcat(g, t), HYFI_KEEP, t->name, "", m,
+                         M);
+                j += mine;
             }
             if (!t->is_int) {
                 t->gh = calloc((size_t)M, sizeof *t->gh);

@@ -289,13 +289,18 @@ static hyfi_status write_batch(hyfi_graph *g, hyfi_tensor *t, const void *data, 
     const int P = g->cc->pl->P;
     for (int m = 0; m < t->nh; m++)
         for (int q = 0; q < P; q++) {
+            const int owner = hyfi_tile_rank(g, t->tl, q, HYFI_REP(g->cc->pl, m));
+            /* another rank's tile: only its cache flushed (hyfi_handle_write), no copy */
+            if (!t->tl->h[m * P + q]) continue;
+            if (g->ctx->mpi && owner != g->ctx->rank) {
+                hyfi_handle_write(g, t->tl->h[m * P + q], owner, NULL, 0);
+                continue;
+            }
             const size_t n = hyfi_tile_numel(t, q);
             float *tmp = malloc(n * sizeof(float));
             if (!tmp) return hyfi_call_fail(g, HYFI_ERR_NOMEM, "out of memory writing tiles");
             tile_copy(t, q, (float *)data + (size_t)m * t->mb_numel, tmp, 1);
-            hyfi_handle_write(g, t->tl->h[m * P + q],
-                              hyfi_tile_rank(g, t->tl, q, HYFI_REP(g->cc->pl, m)), tmp,
-                              n * sizeof(float));
+            hyfi_handle_write(g, t->tl->h[m * P + q], owner, tmp, n * sizeof(float));
             free(tmp);
         }
     return HYFI_OK;
