@@ -117,8 +117,9 @@ import json, os, re, statistics, sys
 log, mem, rc, tag, n, tmo = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4], int(sys.argv[5]), sys.argv[6]
 text = open(log, errors="replace").read()
 m = json.load(open(mem)) if os.path.exists(mem) and os.path.getsize(mem) else {}
-# (not anchored: a rank's stdout line can follow another's stderr text on the same line)
-steps = {int(a): float(b) for a, b in re.findall(r"\bstep (\d+) loss \S+ images/s ([0-9.]+)", text)}
+# (not anchored, no word boundary: a rank's stdout line can follow another's stderr text on
+# the same line, e.g. "... ms wall)step 2 loss ...")
+steps = {int(a): float(b) for a, b in re.findall(r"step (\d+) loss \S+ images/s ([0-9.]+)", text)}
 later = [v for k, v in sorted(steps.items()) if k >= 2]
 tasks = [int(x) for x in re.findall(r"submits (\d+) of the \d+ tasks", text)]
 if not tasks:  # HYFI_SUBMIT_ALL=1: no "submits X of Y" line; every step submits the same
