@@ -48,8 +48,8 @@ void hyfi_handles_free(hyfi_graph *g)
         t->h = t->gh = NULL;
         t->gw = NULL;
         t->nh = 0;
-        const size_t hosts = t->kind == T_PARAM || t->kind == T_STATE ? (size_t)t->nhost * t->numel
-                                                                        : (size_t)t->nhost * t->mb_numel;
+        const int per_rep = t->kind == T_PARAM || t->kind == T_STATE;
+        const size_t hosts = (size_t)t->nhost * (per_rep ? t->numel : t->mb_numel);
         free(t->nmh);
         t->nmh = NULL;
         free(t->rsave);
@@ -366,7 +366,8 @@ hyfi_status hyfi_register_tensors(hyfi_graph *g)
                 if (hyfi_host_alloc(&t->host, n) || hyfi_host_alloc(&t->ghost, n) ||
                     hyfi_host_alloc(&t->mhost, n))
                     goto oom;
-                for (int j = 0; j < nown; j++) hyfi_param_init(t->host + (size_t)j * t->numel, t, g->seed);
+                for (int j = 0; j < nown; j++)
+                    hyfi_param_init(t->host + (size_t)j * t->numel, t, g->seed);
                 memset(t->ghost, 0, n * 4);
                 memset(t->mhost, 0, n * 4);
             }
@@ -393,7 +394,8 @@ hyfi_status hyfi_register_tensors(hyfi_graph *g)
             t->nhost = nown;
             if (own) {
                 if (hyfi_host_alloc(&t->host, (size_t)nown * t->numel)) goto oom;
-                for (int j = 0; j < nown; j++) hyfi_param_init(t->host + (size_t)j * t->numel, t, g->seed);
+                for (int j = 0; j < nown; j++)
+                    hyfi_param_init(t->host + (size_t)j * t->numel, t, g->seed);
             }
             for (int k = 0, j = 0; k < NR; k++) {
                 const int r = hyfi_trank(g, t, k), mine = r == me;

@@ -14,7 +14,8 @@ case " $* " in
 esac
 if [ ! -f "$bdir/build.ninja" ]; then
   log="$(mktemp)"
-  meson setup "$bdir" "$root" --buildtype=release "$@" >"$log" 2>&1 || { cat "$log"; rm -f "$log"; exit 1; }
+  meson setup "$bdir" "$root" --buildtype=release "$@" >"$log" 2>&1 ||
+    { cat "$log"; rm -f "$log"; exit 1; }
   rm -f "$log"
 fi
 ninja -C "$bdir" >/dev/null || { ninja -C "$bdir"; exit 1; }
