@@ -311,9 +311,9 @@ hyfi_status hyfi_register_tensors(hyfi_graph *g)
         t->gw = calloc((size_t)t->nh, 1);
         if (!t->h || !t->gw) goto oom;
         /* this rank owns some handle of t; of a parameter or state, nown replicas' */
-        int own = 0, nown = 0;
+        int nown = 0;
         for (int k = 0; k < NR; k++) nown += hyfi_trank(g, t, k) == me;
-        own = nown > 0;
+        int own = nown > 0;
         const size_t elem = t->is_int ? sizeof(int32_t) : sizeof(float);
         const int rs = hyfi_release_stage(g, t);
         switch (t->kind) {
