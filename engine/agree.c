@@ -203,6 +203,42 @@ void hyfi_ctx_share_rows(hyfi_ctx *ctx, size_t *rows, size_t cols)
     hyfi_wait_end(ctx);
 }
 
+/* A binomial tree over the ranks: v summed up to rank 0 (rank r sends to
+ * r - d at the first d = 1, 2, 4, .. that divides r but not 2d), then the sum
+ * sent back down the same edges: 2 (R - 1) messages of n floats, log2 R
+ * rounds each way. Where every slot has one contributing rank and zeros
+ * elsewhere, the sum is that rank's value bit for bit (x + 0 = x). */
+void hyfi_ctx_sum_floats(hyfi_ctx *ctx, float *v, int n)
+{
+    if (!ctx || !ctx->mpi || ctx->nranks < 2 || n <= 0) return;
+    const int me = ctx->rank, R = ctx->nranks;
+    const int64_t tag = AGREE_TAG_BASE + 2 * ctx->agree_seq++;
+    const size_t bytes = (size_t)n * sizeof *v;
+    float *in = malloc(bytes);
+    hyfi_wait_begin(ctx, "summing the loss over the ranks");
+    int top = 1;
+    while (top < R) top *= 2;
+    for (int d = 1; d < R; d *= 2) {
+        if (me % (2 * d) == d) {
+            coll_send(v, bytes, me - d, tag);
+            break;
+        }
+        if (me + d < R) {
+            /* out of memory: receive into v itself (the rank's own slots are then
+             * lost, which the others see as a wrong loss, not a hang) */
+            coll_recv(in ? in : v, bytes, me + d, tag);
+            if (in)
+                for (int i = 0; i < n; i++) v[i] += in[i];
+        }
+    }
+    for (int d = top / 2; d >= 1; d /= 2) {
+        if (me % (2 * d) == d) coll_recv(v, bytes, me - d, tag + 1);
+        else if (me % (2 * d) == 0 && me + d < R) coll_send(v, bytes, me + d, tag + 1);
+    }
+    hyfi_wait_end(ctx);
+    free(in);
+}
+
 hyfi_status hyfi_ctx_agree(hyfi_ctx *ctx, hyfi_status local, const char *msg)
 {
     if (!ctx) return hyfi_fail(HYFI_ERR_ARG, "hyfi_ctx_agree: ctx is NULL");

@@ -294,19 +294,6 @@ static void add_fences(emit_ctx *e, int from, const int *at, int n)
     }
 }
 
-/* Every rank reads the loss after a program: send each micro-batch's loss to
- * every rank inside the program, so that the program's final wait covers it. */
-static int emit_loss_bcast(hyfi_graph *g, program *P)
-{
-    if (g->ctx->nranks < 2) return 0;
-    for (int m = 0; m < g->loss->nh; m++) {
-        if (hyfi_prog_push(P, PT_BCAST, NULL, "loss.bcast", NULL)) return -1;
-        P->t[P->n - 1].rank = hyfi_handle_owner(g, g->loss, m);
-        hyfi_prog_buf(P, g->loss->h[m], STARPU_R);
-    }
-    return 0;
-}
-
 
 /* Nodes of stage s: [first[s], first[s + 1]). */
 static int *stage_nodes(hyfi_graph *g)
@@ -437,7 +424,7 @@ static int build_train(hyfi_graph *g, const int *first)
             hyfi_on_place(g, P, HYFI_PLACE(pl, k, pl->stage_place0[p->stage]), 0);
         }
     if (hyfi_emit_health(g, P)) return -1;
-    return emit_loss_bcast(g, P);
+    return 0;
 }
 
 /* Forward-only programs: the forward events of the schedule. */
@@ -458,7 +445,7 @@ static int build_forward(hyfi_graph *g, program *P, const int *first, int traini
         finish_tasks(&ec, from);
     }
     if (training && hyfi_emit_state_combine(g, P)) return -1;
-    return emit_loss_bcast(g, P);
+    return 0;
 }
 
 static int build_programs(hyfi_graph *g)

@@ -406,10 +406,10 @@ hyfi_status hyfi_register_tensors(hyfi_graph *g)
             }
             break;
         case T_ACT:
-            /* the loss: every rank reads every micro-batch's (loss_value) */
+            /* the loss too: its owner reads it, the ranks sum (loss_value) */
             t->tag_h = g->ctx->next_tag;
             for (int m = 0; m < M; m++) {
-                hyfi_reg_scope(g, t == g->loss ? -1 : HYFI_REP(pl, m), HYFI_SCOPE_MINE);
+                hyfi_reg_scope(g, HYFI_REP(pl, m), HYFI_SCOPE_MINE);
                 hyfi_reg(g, &t->h[m], NULL, t->mb_numel, elem, hyfi_handle_owner(g, t, m),
                          hyfi_tensor_hcat(g, t), rs, t->name, "", m, M);
             }

@@ -409,6 +409,9 @@ hyfi_status hyfi_agree(hyfi_ctx *ctx, hyfi_status local, const char *local_msg,
 /* agree.c: rows[r * cols .. (r + 1) * cols) as rank r has it, on every rank
  * (collective; nothing without MPI or on one rank). */
 void hyfi_ctx_share_rows(hyfi_ctx *ctx, size_t *rows, size_t cols);
+/* agree.c: v[0..n) summed over the ranks, on every rank (collective; a
+ * binomial tree of host messages, 2 (R - 1) in all). */
+void hyfi_ctx_sum_floats(hyfi_ctx *ctx, float *v, int n);
 
 /* io.c, shared with checkpoint.c. who: the API call named in messages. */
 /* Write a file atomically (rank 0): fn writes the contents into f (returns 0

@@ -440,16 +440,27 @@ hyfi_status hyfi_set_input_fn(hyfi_graph *g, hyfi_tensor *t, hyfi_input_fill_fn 
     return hyfi_io_agree(g, s, 0);
 }
 
-/* The loss of the step: the mean of the micro-batches' losses, on every rank. */
+/* The loss of the step: the mean of the micro-batches' losses, on every rank.
+ * Each loss is read on its owner, the others' slots are zeros, and the ranks
+ * sum them (a tree of host messages, not a broadcast of every loss to every
+ * rank: that was M x R messages per rank and step); the mean is then taken in
+ * micro-batch order, the same on every rank and for every plan. */
 static float loss_value(hyfi_graph *g)
 {
-    float sum = 0;
-    for (int m = 0; m < g->loss->nh; m++) {
-        float l;
-        hyfi_handle_read(g, g->loss->h[m], -1, &l, sizeof l);
-        sum += l;
+    const int M = g->loss->nh, mpi = g->ctx->mpi;
+    float one, *l = M > 1 ? calloc((size_t)M, sizeof *l) : &one;
+    if (!l) return NAN; /* read_loss reports it as not finite */
+    one = 0;
+    for (int m = 0; m < M; m++) {
+        const starpu_data_handle_t h = g->loss->h[m];
+        if (!h || (mpi && starpu_mpi_data_get_rank(h) != g->ctx->rank)) continue;
+        hyfi_handle_read(g, h, g->ctx->rank, &l[m], sizeof l[m]);
     }
-    return sum / (float)g->loss->nh;
+    if (mpi) hyfi_ctx_sum_floats(g->ctx, l, M);
+    float sum = 0;
+    for (int m = 0; m < M; m++) sum += l[m];
+    if (l != &one) free(l);
+    return sum / (float)M;
 }
 
 static hyfi_status read_loss(hyfi_graph *g, float *loss)

@@ -20,9 +20,10 @@ static void share_rows(hyfi_graph *g)
  * it reads that another rank owns is sent by the owner unless that rank holds
  * a cached copy; a buffer it writes on a non-owner is sent back to the owner;
  * a write drops every cached copy; a release drops them too. Two steps are
- * walked; the second (steady state) is recorded. The program ends by sending
- * each micro-batch's loss to every rank (PT_BCAST). A flush (PT_FLUSH) drops
- * the copies too. In a scoped compile (scope.c) a rank's program holds the
+ * walked; the second (steady state) is recorded. A broadcast (PT_BCAST: the
+ * health sums) sends to every rank; a flush (PT_FLUSH) drops the copies too.
+ * After the program the ranks sum the micro-batches' losses (loss_value):
+ * one message of M floats each way on every edge of a binomial tree. In a scoped compile (scope.c) a rank's program holds the
  * tasks that send to it or from it, so its own row and column are exact; the
  * others' rows come from their ranks (hyfi_ctx_share_rows). */
 void hyfi_plan_predict_comm(hyfi_graph *g)
@@ -95,5 +96,11 @@ void hyfi_plan_predict_comm(hyfi_graph *g)
 #undef SLOT
     free(keys);
     free(cached);
+    const size_t lb = (size_t)g->loss->nh * sizeof(float);
+    for (int r = 1; r < R; r++) {
+        const int up = r - (r & -r); /* hyfi_ctx_sum_floats's tree */
+        pl->pred_bytes[(size_t)r * R + up] += lb;
+        pl->pred_bytes[(size_t)up * R + r] += lb;
+    }
     share_rows(g);
 }

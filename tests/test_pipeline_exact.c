@@ -417,9 +417,10 @@ static size_t chain_bytes(hyfi_graph *g, int from, int to, int R)
 {
     const int S = hyfi_plan_stage_count(g), M = hyfi_plan_parts(g);
     size_t b = 0;
-    hyfi_stage_info last;
-    hyfi_plan_stage(g, S - 1, &last);
-    if (from == last.rank && to != from) b += (size_t)M * sizeof(float);
+    /* the losses: M floats each way on an edge of the ranks' binomial tree
+     * (r and r - lowest bit of r) */
+    if ((to > 0 && from == to - (to & -to)) || (from > 0 && to == from - (from & -from)))
+        b += (size_t)M * sizeof(float);
     for (int s = 0; s + 1 < S; s++) {
         hyfi_stage_info a, c;
         hyfi_plan_stage(g, s, &a);
