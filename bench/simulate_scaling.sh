@@ -21,7 +21,7 @@
 #       [--max-gpus 2048] [--limit-mb 5000] [--timeout 900] [--out DIR]
 #       [--plot FILE.png] [--lp 1] [--report-only 1] [--gems mast|none]
 #       [--submit-all 0|1] [--submit-cost 1|0] [--factory raw|thread]
-#       [--allreduce auto|ring|tree]
+#       [--allreduce auto|ring|tree] [--build build-sim]
 # --quick: ResNet-56 at 1,024^2, unit 4, D = 1, 2, 3 (4-12 GPUs) and LP at
 # the same counts: about 2.5 minutes of CPU time (2 min 10 s of wall time on
 # this 2-core host at load ~3, 8.8 minutes at 12-24; the median of 3 steps,
@@ -54,7 +54,8 @@
 # dominated by SimGrid's hand-offs. The task counts per rank are exact; the
 # times to compare are those of real runs (bench/submit_cost.sh;
 # docs/simulation.md, "Submission cost per rank").
-# Needs the simulation build (build-sim, docs/simulation.md).
+# Needs the simulation build (build-sim, docs/simulation.md); --build DIR another, e.g. one
+# against scripts/setup-simgrid.sh --patched (set HYFI_SIMGRID_PREFIX alike).
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 models="resnet amoebanet" sizes="1024 2048" units="4 8 32" dps="1 2 3 6" steps=4

@@ -11,8 +11,18 @@
 # this machine already uses.
 #
 # Environment: HYFI_DEPS (default /opt/hyfi-deps), HYFI_SKIP_APT=1 (no apt).
+#
+# --patched: the same with scripts/patches/*.patch applied (SimGrid-only
+# changes that halve a simulation's CPU time; each patch's header says what
+# it changes), into $HYFI_DEPS/starpu-simgrid-patched. Use it with
+# HYFI_SIMGRID_PREFIX=$HYFI_DEPS/starpu-simgrid-patched before sourcing
+# scripts/env-simgrid.sh, in a build folder of its own (docs/simulation.md,
+# "Simulation wall time").
 set -euo pipefail
 deps="${HYFI_DEPS:-/opt/hyfi-deps}"
+patched=0
+[ "${1:-}" = --patched ] && patched=1
+[ $# -eq 0 ] || [ "$patched" = 1 ] || { echo "usage: setup-simgrid.sh [--patched]" >&2; exit 2; }
 sudo=""; [ "$(id -u)" = 0 ] || sudo="sudo"
 log() { printf '[setup-simgrid] %s\n' "$*"; }
 
@@ -28,6 +38,12 @@ esac
 prefix="$deps/starpu-simgrid"
 # Bump when the configure options below change: an older build is then rebuilt.
 recipe="simgrid-recipe-2"
+patches=()
+if [ "$patched" = 1 ]; then
+  prefix="$deps/starpu-simgrid-patched"
+  for p in "$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"/patches/*.patch; do patches+=("$p"); done
+  recipe="$recipe-patched-$(cat "${patches[@]}" | md5sum | cut -c1-8)"
+fi
 if [ -f "$prefix/.hyfi-complete" ] && grep -q "$recipe" "$prefix/.hyfi-complete"; then
   log "StarPU (SimGrid) present in $prefix ($(cat "$prefix/.hyfi-complete"))"
   exit 0
@@ -37,6 +53,10 @@ work="$(mktemp -d)"; trap 'rm -rf "$work"' EXIT
 # shellcheck source=starpu-source.sh
 source "$(dirname "${BASH_SOURCE[0]}")/starpu-source.sh"
 starpu_source "$work"
+for p in "${patches[@]+"${patches[@]}"}"; do
+  log "applying $(basename "$p")"
+  (cd "$src" && patch -s -p1 <"$p") || { echo "setup-simgrid: $p does not apply" >&2; exit 1; }
+done
 log "building StarPU $upstream on SimGrid $sg_ver into $prefix"
 # --enable-simgrid with --enable-mpi: StarPU-MPI on SMPI (configure finds
 # smpicc/smpicxx/smpirun and needs --disable-shared: every simulated rank is
