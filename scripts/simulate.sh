@@ -32,6 +32,15 @@ prog="$bdir/apps/hyfi-train.so"
 [ -f "$prog" ] || { echo "simulate: no $prog; build it: source scripts/env-simgrid.sh; meson setup $bdir -Dsimulation=true; ninja -C $bdir" >&2; exit 2; }
 [ -f "$STARPU_PERF_MODEL_DIR/bus/$STARPU_HOSTNAME.platform.v4.xml" ] ||
   { echo "simulate: no performance models of machine '$STARPU_HOSTNAME' in $STARPU_PERF_MODEL_DIR (STARPU_HOSTNAME, STARPU_PERF_MODEL_DIR)" >&2; exit 2; }
+# Each simulated rank's folded buffers are memory mappings (docs/simulation.md, "Memory per
+# simulated rank"): some 850 per rank of the scaling study's plans, and Linux's default limit
+# of 65,530 per process stops SimGrid past about 70 ranks ("Could not map folded virtual
+# memory").
+maps=$(cat /proc/sys/vm/max_map_count 2>/dev/null || echo 0)
+if [ "$maps" -gt 0 ] && [ "$maps" -lt $((n * 1000)) ]; then
+  echo "simulate: vm.max_map_count is $maps, and $n ranks may need some $((n * 1000)) memory" \
+    "mappings; raise it: sudo sysctl -w vm.max_map_count=$((n * 2000 > 1048576 ? n * 2000 : 1048576))" >&2
+fi
 work="$(mktemp -d)"; trap 'rm -rf "$work"' EXIT
 for ((i = 0; i < n; i++)); do echo "node-$i"; done > "$work/hosts"
 platform="$(cd "$(dirname "$platform")" && pwd)/$(basename "$platform")"
