@@ -120,8 +120,13 @@ int hyfi_prefetch_start(const hyfi_dataset *ds, const hyfi_prefetch_config *cfg,
     size_t numel = hyfi_dataset_image_numel(ds) * (size_t)cfg->batch;
     int bad = hd_scratch_init(&p->s, ds);
     for (int i = 0; i < 2; i++) {
+#ifdef HYFI_SIM_LAZY
+        /* simulation build (apps/sim_fold.h): mapped, never written */
+        p->slot[i].x = HYFI_SIM_LAZY(numel * sizeof(float));
+#else
         /* zeroed: rows left out by cfg->rows are never written */
         p->slot[i].x = cfg->rows ? calloc(numel, sizeof(float)) : malloc(numel * sizeof(float));
+#endif
         p->slot[i].y = malloc((size_t)cfg->batch * sizeof(int32_t));
         bad |= !p->slot[i].x || !p->slot[i].y;
     }
@@ -130,11 +135,17 @@ int hyfi_prefetch_start(const hyfi_dataset *ds, const hyfi_prefetch_config *cfg,
         bad |= !p->perm;
     }
     p->cfg.rows = NULL;
+#ifdef HYFI_SIM_LAZY
+    /* a simulation decodes no row, only the labels (it reads no pixel) */
+    p->rows = calloc((size_t)cfg->batch, 1);
+    bad |= !p->rows;
+#else
     if (cfg->rows) {
         p->rows = malloc((size_t)cfg->batch);
         if (p->rows) memcpy(p->rows, cfg->rows, (size_t)cfg->batch);
         bad |= !p->rows;
     }
+#endif
     if (bad) {
         pf_free(p);
         return hd_fail(err, errlen, HYFI_DATA_ERR_NOMEM,

@@ -3,12 +3,14 @@
 #include <starpu.h>
 #include <pthread.h>
 #include <stdlib.h>
+#include <sys/mman.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
 void *hyfi_sim_malloc(size_t n);
 void *hyfi_sim_calloc(size_t n, size_t size);
 void hyfi_sim_free(void *p);
+void *hyfi_sim_lazy(size_t n);
 
 #define HYFI_SIM_FOLD_MIN ((size_t)4 << 20)
 
@@ -17,6 +19,7 @@ void hyfi_sim_free(void *p);
 typedef struct folded {
     void *p;
     size_t n;
+    int lazy; /* hyfi_sim_lazy's: munmap */
     struct folded *next;
 } folded;
 static folded *g_folded;
@@ -39,6 +42,23 @@ void *hyfi_sim_malloc(size_t n)
     }
     pthread_mutex_lock(&g_mu);
     *f = (folded){.p = p, .n = n, .next = g_folded};
+    g_folded = f;
+    pthread_mutex_unlock(&g_mu);
+    return p;
+}
+
+void *hyfi_sim_lazy(size_t n)
+{
+    folded *f = malloc(sizeof *f);
+    void *p = f ? mmap(NULL, n ? n : 1, PROT_READ | PROT_WRITE,
+                       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0)
+                : MAP_FAILED;
+    if (p == MAP_FAILED) {
+        free(f);
+        return NULL;
+    }
+    pthread_mutex_lock(&g_mu);
+    *f = (folded){.p = p, .n = n ? n : 1, .lazy = 1, .next = g_folded};
     g_folded = f;
     pthread_mutex_unlock(&g_mu);
     return p;
@@ -67,6 +87,7 @@ void hyfi_sim_free(void *p)
         free(p);
         return;
     }
-    starpu_free_flags(f->p, f->n, STARPU_MALLOC_SIMULATION_FOLDED);
+    if (f->lazy) munmap(f->p, f->n);
+    else starpu_free_flags(f->p, f->n, STARPU_MALLOC_SIMULATION_FOLDED);
     free(f);
 }
