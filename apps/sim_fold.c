@@ -49,8 +49,9 @@ void *hyfi_sim_malloc(size_t n)
 
 void *hyfi_sim_lazy(size_t n)
 {
+    if (!n) n = 1;
     folded *f = malloc(sizeof *f);
-    void *p = f ? mmap(NULL, n ? n : 1, PROT_READ | PROT_WRITE,
+    void *p = f ? mmap(NULL, n, PROT_READ | PROT_WRITE,
                        MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0)
                 : MAP_FAILED;
     if (p == MAP_FAILED) {
@@ -58,7 +59,7 @@ void *hyfi_sim_lazy(size_t n)
         return NULL;
     }
     pthread_mutex_lock(&g_mu);
-    *f = (folded){.p = p, .n = n ? n : 1, .lazy = 1, .next = g_folded};
+    *f = (folded){.p = p, .n = n, .lazy = 1, .next = g_folded};
     g_folded = f;
     pthread_mutex_unlock(&g_mu);
     return p;

@@ -1,8 +1,8 @@
 /* Simulation build only (docs/simulation.md): included ahead of the data
- * module's files in hyfi-train's simulation build (-include), nothing in
- * them changes but data_prefetch.c's (HYFI_SIM_LAZY). A simulation reads no pixel, but the data module's buffers
- * (the prefetched batches: the global batch, twice, on every simulated rank)
- * would be really allocated once per rank: malloc (or calloc) of HYFI_SIM_FOLD_MIN bytes
+ * module's files in hyfi-train's simulation build (-include); nothing in
+ * them changes but data_prefetch.c's batches (HYFI_SIM_LAZY, below). A
+ * simulation reads no pixel, but the data module's large buffers (a loaded
+ * data set) would be really allocated once per rank: malloc (or calloc) of HYFI_SIM_FOLD_MIN bytes
  * or more from a simulated rank is folded instead (one file mapped over the
  * buffer, StarPU's STARPU_MALLOC_SIMULATION_FOLDED: no real memory, garbage
  * values), and free releases it. Smaller buffers (labels, file lists,

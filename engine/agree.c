@@ -208,13 +208,12 @@ void hyfi_ctx_share_rows(hyfi_ctx *ctx, size_t *rows, size_t cols)
  * sent back down the same edges: 2 (R - 1) messages of n floats, log2 R
  * rounds each way. Where every slot has one contributing rank and zeros
  * elsewhere, the sum is that rank's value bit for bit (x + 0 = x). */
-void hyfi_ctx_sum_floats(hyfi_ctx *ctx, float *v, int n)
+void hyfi_ctx_sum_floats(hyfi_ctx *ctx, float *v, float *in, int n)
 {
     if (!ctx || !ctx->mpi || ctx->nranks < 2 || n <= 0) return;
     const int me = ctx->rank, R = ctx->nranks;
     const int64_t tag = AGREE_TAG_BASE + 2 * ctx->agree_seq++;
     const size_t bytes = (size_t)n * sizeof *v;
-    float *in = malloc(bytes);
     hyfi_wait_begin(ctx, "summing the loss over the ranks");
     int top = 1;
     while (top < R) top *= 2;
@@ -224,11 +223,8 @@ void hyfi_ctx_sum_floats(hyfi_ctx *ctx, float *v, int n)
             break;
         }
         if (me + d < R) {
-            /* out of memory: receive into v itself (the rank's own slots are then
-             * lost, which the others see as a wrong loss, not a hang) */
-            coll_recv(in ? in : v, bytes, me + d, tag);
-            if (in)
-                for (int i = 0; i < n; i++) v[i] += in[i];
+            coll_recv(in, bytes, me + d, tag);
+            for (int i = 0; i < n; i++) v[i] += in[i];
         }
     }
     for (int d = top / 2; d >= 1; d /= 2) {
@@ -236,7 +232,6 @@ void hyfi_ctx_sum_floats(hyfi_ctx *ctx, float *v, int n)
         else if (me % (2 * d) == 0 && me + d < R) coll_send(v, bytes, me + d, tag + 1);
     }
     hyfi_wait_end(ctx);
-    free(in);
 }
 
 hyfi_status hyfi_ctx_agree(hyfi_ctx *ctx, hyfi_status local, const char *msg)

@@ -294,7 +294,6 @@ static void add_fences(emit_ctx *e, int from, const int *at, int n)
     }
 }
 
-
 /* Nodes of stage s: [first[s], first[s + 1]). */
 static int *stage_nodes(hyfi_graph *g)
 {

@@ -74,6 +74,8 @@ void hyfi_handles_free(hyfi_graph *g)
     g->cc->dloss = NULL;
     hyfi_host_free(g->cc->dloss_host, (size_t)M);
     g->cc->dloss_host = NULL;
+    free(g->cc->loss_sum);
+    g->cc->loss_sum = NULL;
     free(g->cc->health);
     g->cc->health = NULL;
     g->cc->nhealth = 0;
@@ -483,7 +485,8 @@ hyfi_status hyfi_register_tensors(hyfi_graph *g)
     /* The seed of the backward: d(mean over the batch)/d(micro-batch loss) = 1/M. */
     if (hyfi_host_alloc(&g->cc->dloss_host, (size_t)M)) goto oom;
     g->cc->dloss = calloc((size_t)M, sizeof *g->cc->dloss);
-    if (!g->cc->dloss) goto oom;
+    g->cc->loss_sum = malloc(2 * (size_t)M * sizeof *g->cc->loss_sum);
+    if (!g->cc->dloss || !g->cc->loss_sum) goto oom;
     for (int m = 0; m < M; m++) {
         g->cc->dloss_host[m] = 1.0f / (float)M;
         hyfi_reg_scope(g, HYFI_REP(pl, m), HYFI_SCOPE_MINE);

@@ -354,6 +354,7 @@ typedef struct hyfi_compiled {
     float *rc_fence_host;
     int nhowner;
     float *dloss_host;     /* constant 1/M per micro-batch: the seed of the backward pass */
+    float *loss_sum;       /* 2 M: loss_value's slots and hyfi_ctx_sum_floats' receive buffer */
     starpu_data_handle_t *dloss; /* M handles */
     starpu_data_handle_t *tokens; /* 1F1B: per stage, inflight slots (1 float each) */
     float *token_host;
@@ -410,8 +411,8 @@ hyfi_status hyfi_agree(hyfi_ctx *ctx, hyfi_status local, const char *local_msg,
  * (collective; nothing without MPI or on one rank). */
 void hyfi_ctx_share_rows(hyfi_ctx *ctx, size_t *rows, size_t cols);
 /* agree.c: v[0..n) summed over the ranks, on every rank (collective; a
- * binomial tree of host messages, 2 (R - 1) in all). */
-void hyfi_ctx_sum_floats(hyfi_ctx *ctx, float *v, int n);
+ * binomial tree of host messages, 2 (R - 1) in all); in[0..n): scratch. */
+void hyfi_ctx_sum_floats(hyfi_ctx *ctx, float *v, float *in, int n);
 
 /* io.c, shared with checkpoint.c. who: the API call named in messages. */
 /* Write a file atomically (rank 0): fn writes the contents into f (returns 0

@@ -23,9 +23,10 @@ static void share_rows(hyfi_graph *g)
  * walked; the second (steady state) is recorded. A broadcast (PT_BCAST: the
  * health sums) sends to every rank; a flush (PT_FLUSH) drops the copies too.
  * After the program the ranks sum the micro-batches' losses (loss_value):
- * one message of M floats each way on every edge of a binomial tree. In a scoped compile (scope.c) a rank's program holds the
- * tasks that send to it or from it, so its own row and column are exact; the
- * others' rows come from their ranks (hyfi_ctx_share_rows). */
+ * one message of M floats each way on every edge of a binomial tree. In a
+ * scoped compile (scope.c) a rank's program holds the tasks that send to it
+ * or from it, so its own row and column are exact; the others' rows come from
+ * their ranks (hyfi_ctx_share_rows). */
 void hyfi_plan_predict_comm(hyfi_graph *g)
 {
     hyfi_plan *pl = g->cc->pl;
