@@ -22,7 +22,10 @@
  * the launcher's proxy: alive, exiting, or already a zombie or gone), and
  * whether its rank crashed (a fatal signal caught here: abort, segmentation
  * fault, ...). The first child binds an abstract socket named after the
- * proxy and collects the others' records for a short while; then it names
+ * proxy and collects the others' records for a short while (up to 2 s while
+ * a sibling that a record saw dying has not reported: the first child to
+ * speak can be a consequence, since a killed rank's large address space may
+ * take longer to tear down than its peer takes to abort); then it names
  * one death: a crash that happened while a sibling was already dying is a
  * consequence and is left out; of the rest, the death that saw the fewest
  * siblings gone, then the fewest exiting, then the earliest. Across several
@@ -243,7 +246,24 @@ static int first_of(const death *all, int n)
     return best;
 }
 
-/* Collect the other children's records while they come, then name the first. */
+/* Whether a record among n saw a sibling dying (exiting or gone) whose own
+ * record has not come yet: the death that set it all off may be that one
+ * (a killed rank whose large address space takes a while to tear down, while
+ * a peer that read its memory has already aborted and reported). */
+static int awaiting(const death *all, int n)
+{
+    for (int i = 0; i < n; i++)
+        for (int j = 0; j < all[i].nsib; j++) {
+            if (all[i].state[j] == ALIVE) continue;
+            int have = 0;
+            for (int k = 0; k < n && !have; k++) have = all[k].pid == all[i].sib[j];
+            if (!have) return 1;
+        }
+    return 0;
+}
+
+/* Collect the other children's records while they come (and while a dying
+ * sibling's record is still missing), then name the first. */
 static void collect(int s, death *all, const char *early, size_t nearly)
 {
     int n = 1;
@@ -253,6 +273,7 @@ static void collect(int s, death *all, const char *early, size_t nearly)
         const int64_t t = now_ns();
         int64_t wait_ms = (last + (int64_t)WINDOW_MS * 1000000 - t) / 1000000;
         const int64_t cap = (start + (int64_t)WINDOW_MAX_MS * 1000000 - t) / 1000000;
+        if (awaiting(all, n) && wait_ms < cap) wait_ms = cap;
         if (cap < wait_ms) wait_ms = cap;
         if (wait_ms <= 0) break;
         struct pollfd pf = {.fd = s, .events = POLLIN};
