@@ -4,13 +4,22 @@
 #   bench/cpu_vs_pytorch.sh [options]
 #
 # For each row (model, batch, image size) it runs hyfi-train --dataset
-# synthetic and bench/torch_train.py (Debian's python3-torch, /usr/bin/python3)
-# with the same model config, batch, image size, 10 classes and optimizer (SGD,
-# lr, momentum 0.9, weight decay 5e-4), R times each, alternating hyfi and
-# PyTorch (ABBA order: hyfi first in odd repetitions, PyTorch first in even
-# ones), and prints a markdown table of the medians over the repetitions of
-# each run's median images/s (both sides drop 5 warm-up steps, then measure N
-# steps). Each run's "foreign" CPU load (CPU time that other processes used
+# synthetic and bench/torch_train.py under each PyTorch variant (--torch) with
+# the same model config, batch, image size, 10 classes and optimizer (SGD, lr,
+# momentum 0.9, weight decay 5e-4), R times each, alternating the sides (ABBA
+# with one variant: hyfi first in odd repetitions; with more, the order rotates
+# by one each repetition), and prints a markdown table of the medians over the
+# repetitions of each run's median images/s (every side drops 5 warm-up steps,
+# then measures N steps) and hyfi's ratio to the fastest variant.
+#
+# PyTorch variants:
+#   debian        Debian's python3-torch (/usr/bin/python3), eager
+#   pypi          the newest PyTorch on PyPI, eager, in a virtual environment
+#                 that the bench makes on first use (--torch-venv; pip install
+#                 torch torchvision: the wheel PyPI has is the CUDA build, some
+#                 3 GB; it runs here on the CPU only, CUDA_VISIBLE_DEVICES='')
+#   pypi-compile  the same, the model under torch.compile (TorchInductor's C++
+#                 kernels; compiling happens in the warm-up steps) Each run's "foreign" CPU load (CPU time that other processes used
 # during the run, in cores: busy time from /proc/stat minus the run's own
 # user+system time, over its wall time) is recorded, so that noise from other
 # work on the machine shows in the table.
@@ -18,14 +27,21 @@
 # Rows (10 classes):
 #   cnn        hyfi's small CNN, batch 64, 28x28
 #   resnet18   ResNet-18 v1 (ImageNet style, torchvision layout), batch 8, 64x64
+#   resnet50   ResNet-50 v1 (ImageNet style, torchvision layout), batch 8, 64x64
+#   resnet50-128  the same at 128x128
 #   resnet110  ResNet-110 v2 (CIFAR style, pre-activation bottleneck), batch 32, 32x32
 #   amoebanet  AmoebaNet-D (L=6, F=64), batch 4, 128x128
 #
 # Options:
 #   -r, --reps R        repetitions per side and row [3]
 #   -n, --steps N       measured steps per run for every row [per row: cnn 60,
-#                       resnet18 30, resnet110 12, amoebanet 25]
-#   --rows LIST         comma-separated subset of: cnn,resnet18,resnet110,amoebanet [all]
+#                       resnet18 30, resnet50 15, resnet50-128 8, resnet110 12,
+#                       amoebanet 25]
+#   --rows LIST         comma-separated subset of: cnn,resnet18,resnet50,
+#                       resnet50-128,resnet110,amoebanet [all]
+#   --torch LIST        PyTorch variants, comma-separated subset of: debian,
+#                       pypi, pypi-compile [debian,pypi,pypi-compile]
+#   --torch-venv DIR    the PyPI variants' environment [$HYFI_DEPS/torch-venv]
 #   --threads T         PyTorch threads (torch.set_num_threads) [nproc]
 #   --lr X              learning rate of both sides [0.05, hyfi-train's default]
 #   --build DIR         hyfi build folder [build]; built with scripts/build.sh if
@@ -48,8 +64,9 @@ set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
 
-reps=3 steps="" rows="cnn,resnet18,resnet110,amoebanet" threads="$(nproc)" lr=0.05
-bdir="$root/build" out="" calibrate=1 hyfi_env="" knobs=""
+reps=3 steps="" rows="cnn,resnet18,resnet50,resnet50-128,resnet110,amoebanet"
+threads="$(nproc)" lr=0.05 bdir="$root/build" out="" calibrate=1 hyfi_env="" knobs=""
+torch_variants="debian,pypi,pypi-compile" torch_venv=""
 usage() { sed -n '2,/^set -euo/p' "${BASH_SOURCE[0]}" | sed '$d' | sed 's/^# \{0,1\}//'; }
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -63,6 +80,8 @@ while [ $# -gt 0 ]; do
     --no-calibrate) calibrate=0; shift ;;
     --hyfi-env) hyfi_env="$2"; shift 2 ;;
     --knobs) knobs="$2"; shift 2 ;;
+    --torch) torch_variants="$2"; shift 2 ;;
+    --torch-venv) torch_venv="$2"; shift 2 ;;
     -h|--help) usage; exit 0 ;;
     *) echo "cpu_vs_pytorch.sh: unknown option '$1' (--help lists them)" >&2; exit 2 ;;
   esac
@@ -77,9 +96,43 @@ out="$(cd "$out" && pwd)"
 source "$root/scripts/env.sh"
 export STARPU_HOME="${STARPU_HOME:-$out/starpu-home}"
 mkdir -p "$STARPU_HOME"
-PY=/usr/bin/python3 # the Python that sees python3-torch
-# torchvision: the ImageNet-style ResNets of the resnet18 row
-"$PY" -c 'import torch, torchvision' 2>/dev/null || { echo "cpu_vs_pytorch.sh: $PY cannot import torch and torchvision (apt install python3-torch python3-torchvision)" >&2; exit 1; }
+PY=/usr/bin/python3 # the tables' Python; Debian's python3-torch is its torch
+torch_venv="${torch_venv:-$HYFI_DEPS/torch-venv}"
+# PyTorch variants: side name, Python, extra torch_train.py flags, label
+declare -A tv_py=() tv_flags=() tv_label=()
+declare -a tv_sides=()
+if [ -z "$knobs" ]; then
+  IFS=, read -r -a tvl <<<"$torch_variants"
+  for v in "${tvl[@]}"; do
+    case "$v" in
+      debian) py=/usr/bin/python3 side=torch flags="" ;;
+      pypi) py="$torch_venv/bin/python" side=torchp flags="" ;;
+      pypi-compile) py="$torch_venv/bin/python" side=torchpc flags="--compile" ;;
+      *) echo "cpu_vs_pytorch.sh: unknown --torch variant '$v' (debian, pypi, pypi-compile)" >&2
+         exit 2 ;;
+    esac
+    if [ "$v" != debian ] && ! "$py" -c 'import torch, torchvision' 2>/dev/null; then
+      echo "[bench] making $torch_venv: the newest torch and torchvision from PyPI (~3 GB)" >&2
+      rm -rf "$torch_venv"
+      if ! { /usr/bin/python3 -m venv "$torch_venv" &&
+             "$torch_venv/bin/pip" install -q torch torchvision >&2; }; then
+        echo "cpu_vs_pytorch.sh: could not install PyTorch from PyPI into $torch_venv (pip's message above; --torch debian runs without it)" >&2
+        exit 1
+      fi
+    fi
+    # torchvision: the ImageNet-style ResNets of the resnet18/resnet50 rows
+    "$py" -c 'import torch, torchvision' 2>/dev/null || { echo "cpu_vs_pytorch.sh: $py cannot import torch and torchvision (Debian: apt install python3-torch python3-torchvision)" >&2; exit 1; }
+    if [ "$v" = pypi-compile ] && ! "$py" -c 'import os, sysconfig
+assert os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h"))' 2>/dev/null; then
+      echo "cpu_vs_pytorch.sh: torch.compile builds C++ against Python.h, which is missing (apt install python3-dev)" >&2
+      exit 1
+    fi
+    ver=$(CUDA_VISIBLE_DEVICES='' "$py" -c 'import torch; print(torch.__version__)')
+    tv_sides+=("$side"); tv_py[$side]="$py"; tv_flags[$side]="$flags"
+    tv_label[$side]="PyTorch $ver ($v$([ -n "$flags" ] || echo ", eager"))"
+  done
+  [ ${#tv_sides[@]} -gt 0 ] || { echo "cpu_vs_pytorch.sh: --torch names no variant" >&2; exit 2; }
+fi
 
 train="$bdir/apps/hyfi-train"
 if [ ! -x "$train" ]; then
@@ -97,6 +150,8 @@ row_def() {
   case "$1" in
     cnn)       echo "--model cnn|64|28|60|cnn (3 conv)" ;;
     resnet18)  echo "--model resnet --resnet-version 1 --depth 18|8|64|30|ResNet-18 v1 (ImageNet style)" ;;
+    resnet50)  echo "--model resnet --resnet-version 1 --depth 50|8|64|15|ResNet-50 v1 (ImageNet style)" ;;
+    resnet50-128) echo "--model resnet --resnet-version 1 --depth 50|8|128|8|ResNet-50 v1 (ImageNet style)" ;;
     resnet110) echo "--model resnet --resnet-version 2 --depth 110|32|32|12|ResNet-110 v2 (CIFAR style)" ;;
     amoebanet) echo "--model amoebanet --num-layers 6 --num-filters 64|4|128|25|AmoebaNet-D (6, 64)" ;;
     *) return 1 ;;
@@ -127,7 +182,7 @@ wall = float(t1) - float(t0)
 u, s = map(float, open(tf).read().split()[-2:])
 own = u + s
 busy = (int(b1) - int(b0)) / int(hz)
-if side != "torch":
+if not side.startswith("torch"):
     summ = [json.loads(l) for l in open(base + ".metrics") if '"summary"' in l][-1]
     med, mean = summ["median_images_per_sec"], summ["mean_images_per_sec"]
 else:
@@ -150,7 +205,8 @@ if [ -n "$knobs" ]; then
     sides+=("k$i")
   done
 else
-  sides=(hyfi torch); side_env=("" "")
+  sides=(hyfi "${tv_sides[@]}")
+  for _ in "${sides[@]}"; do side_env+=(""); done
 fi
 base_home="$STARPU_HOME"
 
@@ -171,9 +227,9 @@ for row in "${rowlist[@]}"; do
   hyfi_args=($mflags --dataset synthetic --batch-size "$batch" --image-size "$size"
              --num-classes 10 --lr "$lr" --momentum 0.9 --weight-decay 5e-4 --print-freq 1000000)
   # shellcheck disable=SC2206
-  torch_cmd=("$PY" "$root/bench/torch_train.py" $mflags --use-torch-models --batch-size "$batch"
-             --image-size "$size" --num-classes 10 --lr "$lr" --momentum 0.9 --weight-decay 5e-4
-             --threads "$threads" --warmup "$WARMUP" --steps "$nsteps")
+  torch_args=("$root/bench/torch_train.py" $mflags --use-torch-models --batch-size "$batch"
+              --image-size "$size" --num-classes 10 --lr "$lr" --momentum 0.9 --weight-decay 5e-4
+              --threads "$threads" --warmup "$WARMUP" --steps "$nsteps")
   # hyfi command of side i (its environment; in knob mode its own STARPU_HOME)
   hyfi_cmd_of() {
     local e="$hyfi_env ${side_env[$1]}" home="$base_home"
@@ -184,7 +240,7 @@ for row in "${rowlist[@]}"; do
   }
   if [ "$calibrate" = 1 ]; then
     for i in "${!sides[@]}"; do
-      [ "${sides[$i]}" = torch ] && continue
+      [[ "${sides[$i]}" = torch* ]] && continue
       hyfi_cmd_of "$i"
       echo "[bench] $row: hyfi calibration run ($WARM_CAL steps, untimed) ${side_env[$i]}" >&2
       "${hyfi_cmd[@]}" --steps "$WARM_CAL" >"$out/$row.${sides[$i]}.calibrate.log" 2>&1 ||
@@ -199,8 +255,10 @@ for row in "${rowlist[@]}"; do
       if [ "$ns" = 2 ]; then i=$(( r % 2 ? j : 1 - j )); else i=$(( (j + r - 1) % ns )); fi
       side="${sides[$i]}"
       base="$out/$row.$side.$r"
-      if [ "$side" = torch ]; then
-        run_one torch "$base" "${torch_cmd[@]}"
+      if [[ "$side" = torch* ]]; then
+        # shellcheck disable=SC2086 # the variant's flags: none or one word
+        run_one "$side" "$base" env CUDA_VISIBLE_DEVICES='' "${tv_py[$side]}" "${torch_args[@]}" \
+          ${tv_flags[$side]}
       else
         hyfi_cmd_of "$i"
         run_one "$side" "$base" "${hyfi_cmd[@]}" --steps $((nsteps + WARMUP)) --metrics "$base.metrics"
@@ -217,17 +275,22 @@ for v in OMP_NUM_THREADS OPENBLAS_NUM_THREADS MKL_NUM_THREADS OMP_WAIT_POLICY ST
   envs+="$v=${!v-unset} "
 done
 knob_list=""
-for i in "${!sides[@]}"; do knob_list+="${sides[$i]}=${side_env[$i]:-default};"; done
+for i in "${!sides[@]}"; do
+  if [ -n "$knobs" ]; then knob_list+="${sides[$i]}=${side_env[$i]:-default};"
+  elif [ "${sides[$i]}" = hyfi ]; then knob_list+="hyfi=hyfi;"
+  else knob_list+="${sides[$i]}=${tv_label[${sides[$i]}]};"; fi
+done
 {
   if [ -n "$knobs" ]; then
     echo "hyfi alone under several environments (knobs), CPU training, synthetic data"
   else
-    echo "hyfi vs PyTorch $("$PY" -c 'import torch; print(torch.__version__)'), CPU training, synthetic data"
+    echo "hyfi vs PyTorch, CPU training, synthetic data"
   fi
   echo
   echo "- machine: $(nproc) cores, $cpu; $(uname -srm)"
   echo "- date: $(date -u '+%Y-%m-%d %H:%M UTC'); git $(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo '?')$(git -C "$root" diff --quiet 2>/dev/null || echo ' (uncommitted changes)')"
   echo "- env: ${envs% }; hyfi extra env: ${hyfi_env:-none}; PyTorch threads: $threads"
+  [ -n "$knobs" ] || echo "- PyTorch variants run: $(for s in "${tv_sides[@]}"; do printf '%s; ' "${tv_label[$s]}"; done | sed 's/; $//')"
   echo "- SGD lr $lr, momentum 0.9, weight decay 5e-4; 10 classes; $WARMUP warm-up steps dropped; $reps repetitions per side (alternating); value = median over repetitions of each run's median images/s; range = min-max of the runs' medians; best/best = ratio of the fastest runs (noise only slows runs down); foreign = most CPU (in cores) that other processes used during any run of the row"
   echo
   "$PY" - "$out/runs.jsonl" "$knob_list" "${done_rows[@]}" <<'PY'
@@ -248,15 +311,22 @@ def fmt(t):
 def foreign(row):
     return max(r["foreign"] for r in runs if r["run"].startswith(row + "."))
 
-if [s for s, _ in sides] == ["hyfi", "torch"]:
-    print("| model | batch | image | steps | hyfi img/s (range) | PyTorch img/s (range) "
-          "| hyfi/PyTorch | best/best | foreign load |")
-    print("|---|---|---|---|---|---|---|---|---|")
+if sides and sides[0][0] == "hyfi" and all(s.startswith("torch") for s, _ in sides[1:]):
+    tvs = sides[1:]
+    print("| model | batch | image | steps | hyfi img/s (range) | "
+          + " | ".join("%s img/s (range)" % lab for _, lab in tvs)
+          + " | hyfi/best PyTorch | best/best | foreign load |")
+    print("|---|---|---|---|---|" + "---|" * len(tvs) + "---|---|---|")
     for row, batch, size, steps, label in rows:
-        h, t = stat(row, "hyfi"), stat(row, "torch")
-        print("| %s | %s | %sx%s | %s | %s | %s | %.2f | %.2f | %.2f |" % (
-            label, batch, size, size, steps, fmt(h), fmt(t), h[0] / t[0], h[2] / t[2],
-            foreign(row)))
+        h = stat(row, "hyfi")
+        ts = [stat(row, s) for s, _ in tvs]
+        ok = [t for t in ts if t]
+        best = max(t[0] for t in ok) if ok else None
+        bestmax = max(t[2] for t in ok) if ok else None
+        print("| %s | %s | %sx%s | %s | %s | %s | %s | %s | %.2f |" % (
+            label, batch, size, size, steps, fmt(h), " | ".join(fmt(t) for t in ts),
+            "**%.2f**" % (h[0] / best) if h and best else "n/a",
+            "%.2f" % (h[2] / bestmax) if h and bestmax else "n/a", foreign(row)))
 else:
     print("| model | batch | image | " + " | ".join(e.replace("STARPU_", "") for _, e in sides)
           + " | best | foreign load |")

@@ -20,7 +20,9 @@ Models come from bench/torch_models.py (PyTorch twins of apps/models.c, built
 from the same config as hyfi-train's --model/--depth/... flags). The cnn twin
 is also defined here, so that this script runs without torch_models.py.
 
-Run with the Python that sees Debian's python3-torch: /usr/bin/python3.
+Run with a Python that sees PyTorch: Debian's /usr/bin/python3 (python3-torch),
+or the virtual environment with PyPI's newest PyTorch that the bench makes;
+--compile trains torch.compile(model) instead of the eager model.
 """
 import argparse
 import json
@@ -104,6 +106,9 @@ def parse_args(argv=None):
     p.add_argument("--seed", type=int, default=42)
     p.add_argument("--channels-last", action="store_true",
                    help="model and data in torch.channels_last (NHWC) memory format")
+    p.add_argument("--compile", action="store_true",
+                   help="train torch.compile(model) (TorchInductor; the first warm-up steps "
+                        "compile)")
     p.add_argument("--use-torch-models", action="store_true",
                    help="take the cnn from bench/torch_models.py too")
     p.add_argument("--profile", metavar="FILE",
@@ -122,6 +127,8 @@ def main(argv=None):
     model = model.to(memory_format=fmt)
     opt = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=args.momentum,
                           weight_decay=args.weight_decay)
+    if args.compile:
+        model = torch.compile(model)
     loss_fn = nn.CrossEntropyLoss()
 
     B, S = args.batch_size, args.image_size
@@ -158,6 +165,7 @@ def main(argv=None):
         "parameters": sum(p.numel() for p in model.parameters()),
         "batch_size": B, "image_size": S, "num_classes": args.num_classes,
         "threads": torch.get_num_threads(), "channels_last": args.channels_last,
+        "compiled": args.compile,
         "warmup": args.warmup, "steps": args.steps,
         "median_images_per_sec": statistics.median(rates) if rates else None,
         "mean_images_per_sec": statistics.fmean(rates) if rates else None,
