@@ -116,15 +116,21 @@ if [ -z "$knobs" ]; then
       rm -rf "$torch_venv"
       if ! { /usr/bin/python3 -m venv "$torch_venv" &&
              "$torch_venv/bin/pip" install -q torch torchvision >&2; }; then
-        echo "cpu_vs_pytorch.sh: could not install PyTorch from PyPI into $torch_venv (pip's message above; --torch debian runs without it)" >&2
+        echo "cpu_vs_pytorch.sh: could not install PyTorch from PyPI into $torch_venv" \
+          "(pip's message above; --torch debian runs without it)" >&2
         exit 1
       fi
     fi
     # torchvision: the ImageNet-style ResNets of the resnet18/resnet50 rows
-    "$py" -c 'import torch, torchvision' 2>/dev/null || { echo "cpu_vs_pytorch.sh: $py cannot import torch and torchvision (Debian: apt install python3-torch python3-torchvision)" >&2; exit 1; }
+    "$py" -c 'import torch, torchvision' 2>/dev/null || {
+      echo "cpu_vs_pytorch.sh: $py cannot import torch and torchvision" \
+        "(Debian: apt install python3-torch python3-torchvision)" >&2
+      exit 1
+    }
     if [ "$v" = pypi-compile ] && ! "$py" -c 'import os, sysconfig
 assert os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h"))' 2>/dev/null; then
-      echo "cpu_vs_pytorch.sh: torch.compile builds C++ against Python.h, which is missing (apt install python3-dev)" >&2
+      echo "cpu_vs_pytorch.sh: torch.compile builds C++ against Python.h, which is missing" \
+        "(apt install python3-dev)" >&2
       exit 1
     fi
     ver=$(CUDA_VISIBLE_DEVICES='' "$py" -c 'import torch; print(torch.__version__)')
