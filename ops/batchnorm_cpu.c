@@ -16,6 +16,11 @@
  *
  * Training forward: 2 passes over x (statistics, then y). Backward: 2 passes
  * over x and dy (sums, then dx).
+ *
+ * Blocked layouts (blk = B > 0, nChw8c / nChw16c, between oneDNN
+ * convolutions: hyfi_layout_blocked): the same formulas over one block of B
+ * channels at a time, whose values sit side by side, so the inner loops run
+ * over the B channels (SIMD lanes) and the sums are per lane.
  */
 #include "kernels.h"
 
@@ -23,6 +28,162 @@
 #include <stddef.h>
 
 #define HYFI_BN_BLOCK 4096
+#define HYFI_BN_MAXB 16 /* largest channel block */
+
+/* ------------------------------------------------------- blocked layouts */
+/* x, y (N, C/B, H, W, B); the B channels of block cb from c0 = cb B. */
+static int bn_forward_train_blk(float *y, float *mean, float *var, float *run_mean,
+                                float *run_var, const float *x, const float *gamma,
+                                const float *beta, const hyfi_batchnorm_args *a, int B)
+{
+    const size_t hw = (size_t)a->h * a->w, N = (size_t)a->n, CB = (size_t)a->c / (size_t)B;
+    const double M = (double)N * (double)hw;
+    const double unbias = M > 1.0 ? M / (M - 1.0) : 1.0;
+    const double mom = a->momentum;
+    if (B > HYFI_BN_MAXB || a->c % B) return -1;
+    const long ncb = (long)CB;
+#pragma omp parallel for schedule(static)
+    for (long cbi = 0; cbi < ncb; cbi++) {
+        const size_t cb = (size_t)cbi, c0 = cb * (size_t)B;
+        float k[HYFI_BN_MAXB];
+        double s1[HYFI_BN_MAXB] = {0}, s2[HYFI_BN_MAXB] = {0};
+        for (int j = 0; j < B; j++) k[j] = x[cb * hw * B + j]; /* x[0, c0 + j, 0, 0] */
+        for (size_t n = 0; n < N; n++) {
+            const float *xp = x + (n * CB + cb) * hw * B;
+            for (size_t i0 = 0; i0 < hw; i0 += HYFI_BN_BLOCK) {
+                const size_t i1 = i0 + HYFI_BN_BLOCK < hw ? i0 + HYFI_BN_BLOCK : hw;
+                float fa[HYFI_BN_MAXB] = {0}, fb[HYFI_BN_MAXB] = {0};
+                for (size_t i = i0; i < i1; i++) {
+#pragma omp simd
+                    for (int j = 0; j < B; j++) {
+                        const float d = xp[i * B + j] - k[j];
+                        fa[j] += d;
+                        fb[j] += d * d;
+                    }
+                }
+                for (int j = 0; j < B; j++) s1[j] += fa[j], s2[j] += fb[j];
+            }
+        }
+        float mu[HYFI_BN_MAXB], scale[HYFI_BN_MAXB], shift[HYFI_BN_MAXB];
+        for (int j = 0; j < B; j++) {
+            const size_t c = c0 + (size_t)j;
+            const double d = s1[j] / M;
+            double v = s2[j] / M - d * d;
+            if (v < 0) v = 0;
+            const double m = k[j] + d;
+            const double invstd = 1.0 / sqrt(v + (double)a->eps);
+            mu[j] = (float)m;
+            scale[j] = (float)(gamma[c] * invstd);
+            shift[j] = beta[c];
+            mean[c] = (float)m;
+            var[c] = (float)v;
+            run_mean[c] = (float)((1.0 - mom) * run_mean[c] + mom * m);
+            run_var[c] = (float)((1.0 - mom) * run_var[c] + mom * v * unbias);
+        }
+        for (size_t n = 0; n < N; n++) {
+            const float *xp = x + (n * CB + cb) * hw * B;
+            float *yp = y + (n * CB + cb) * hw * B;
+            for (size_t i = 0; i < hw; i++) {
+#pragma omp simd
+                for (int j = 0; j < B; j++)
+                    yp[i * B + j] = (xp[i * B + j] - mu[j]) * scale[j] + shift[j];
+            }
+        }
+    }
+    return 0;
+}
+
+static int bn_forward_eval_blk(float *y, const float *x, const float *gamma, const float *beta,
+                               const float *run_mean, const float *run_var,
+                               const hyfi_batchnorm_args *a, int B)
+{
+    const size_t hw = (size_t)a->h * a->w, N = (size_t)a->n, CB = (size_t)a->c / (size_t)B;
+    if (B > HYFI_BN_MAXB || a->c % B) return -1;
+    const long ncb = (long)CB;
+#pragma omp parallel for schedule(static)
+    for (long cbi = 0; cbi < ncb; cbi++) {
+        const size_t cb = (size_t)cbi, c0 = cb * (size_t)B;
+        float mu[HYFI_BN_MAXB], scale[HYFI_BN_MAXB], shift[HYFI_BN_MAXB];
+        for (int j = 0; j < B; j++) {
+            const size_t c = c0 + (size_t)j;
+            mu[j] = run_mean[c];
+            scale[j] = (float)(gamma[c] / sqrt((double)run_var[c] + (double)a->eps));
+            shift[j] = beta[c];
+        }
+        for (size_t n = 0; n < N; n++) {
+            const float *xp = x + (n * CB + cb) * hw * B;
+            float *yp = y + (n * CB + cb) * hw * B;
+            for (size_t i = 0; i < hw; i++) {
+#pragma omp simd
+                for (int j = 0; j < B; j++)
+                    yp[i * B + j] = (xp[i * B + j] - mu[j]) * scale[j] + shift[j];
+            }
+        }
+    }
+    return 0;
+}
+
+static int bn_backward_blk(float *dx, float *dgamma, float *dbeta, const float *dy,
+                           const float *x, const float *gamma, const float *mean,
+                           const float *var, const hyfi_batchnorm_args *a, int acc, int B)
+{
+    const size_t hw = (size_t)a->h * a->w, N = (size_t)a->n, CB = (size_t)a->c / (size_t)B;
+    const double M = (double)N * (double)hw;
+    if (B > HYFI_BN_MAXB || a->c % B) return -1;
+    const long ncb = (long)CB;
+#pragma omp parallel for schedule(static)
+    for (long cbi = 0; cbi < ncb; cbi++) {
+        const size_t cb = (size_t)cbi, c0 = cb * (size_t)B;
+        float mu[HYFI_BN_MAXB];
+        double sdy[HYFI_BN_MAXB] = {0}, sdyx[HYFI_BN_MAXB] = {0};
+        for (int j = 0; j < B; j++) mu[j] = mean[c0 + (size_t)j];
+        for (size_t n = 0; n < N; n++) {
+            const float *xp = x + (n * CB + cb) * hw * B;
+            const float *dyp = dy + (n * CB + cb) * hw * B;
+            for (size_t i0 = 0; i0 < hw; i0 += HYFI_BN_BLOCK) {
+                const size_t i1 = i0 + HYFI_BN_BLOCK < hw ? i0 + HYFI_BN_BLOCK : hw;
+                float p[HYFI_BN_MAXB] = {0}, q[HYFI_BN_MAXB] = {0};
+                for (size_t i = i0; i < i1; i++) {
+#pragma omp simd
+                    for (int j = 0; j < B; j++) {
+                        p[j] += dyp[i * B + j];
+                        q[j] += dyp[i * B + j] * (xp[i * B + j] - mu[j]);
+                    }
+                }
+                for (int j = 0; j < B; j++) sdy[j] += p[j], sdyx[j] += q[j];
+            }
+        }
+        float A[HYFI_BN_MAXB], Bc[HYFI_BN_MAXB], D[HYFI_BN_MAXB];
+        for (int j = 0; j < B; j++) {
+            const size_t c = c0 + (size_t)j;
+            const double invstd = 1.0 / sqrt((double)var[c] + (double)a->eps);
+            const double dg = sdyx[j] * invstd;
+            const double k = gamma[c] * invstd / M;
+            A[j] = (float)(k * M), Bc[j] = (float)(-k * invstd * dg), D[j] = (float)(-k * sdy[j]);
+            dgamma[c] = (acc & HYFI_BN_ACC_PARAMS) ? dgamma[c] + (float)dg : (float)dg;
+            dbeta[c] = (acc & HYFI_BN_ACC_PARAMS) ? dbeta[c] + (float)sdy[j] : (float)sdy[j];
+        }
+        for (size_t n = 0; n < N; n++) {
+            const float *xp = x + (n * CB + cb) * hw * B;
+            const float *dyp = dy + (n * CB + cb) * hw * B;
+            float *dxp = dx + (n * CB + cb) * hw * B;
+            for (size_t i = 0; i < hw; i++) {
+                const float *xi = xp + i * B, *dyi = dyp + i * B;
+                float *dxi = dxp + i * B;
+                if (acc & HYFI_BN_ACC_DX) {
+#pragma omp simd
+                    for (int j = 0; j < B; j++)
+                        dxi[j] += A[j] * dyi[j] + Bc[j] * (xi[j] - mu[j]) + D[j];
+                } else {
+#pragma omp simd
+                    for (int j = 0; j < B; j++)
+                        dxi[j] = A[j] * dyi[j] + Bc[j] * (xi[j] - mu[j]) + D[j];
+                }
+            }
+        }
+    }
+    return 0;
+}
 
 /* Sums over one channel: s1 = sum(x - k), s2 = sum((x - k)^2).
  * x (N,C,H,W), channel c. */
@@ -64,8 +225,9 @@ static void chan_affine(float *y, const float *x, size_t N, size_t C, size_t hw,
 
 int hyfi_batchnorm_forward_train_cpu(float *y, float *mean, float *var, float *run_mean,
                                      float *run_var, const float *x, const float *gamma,
-                                     const float *beta, const hyfi_batchnorm_args *a)
+                                     const float *beta, const hyfi_batchnorm_args *a, int blk)
 {
+    if (blk) return bn_forward_train_blk(y, mean, var, run_mean, run_var, x, gamma, beta, a, blk);
     const size_t hw = (size_t)a->h * a->w, C = (size_t)a->c, N = (size_t)a->n;
     const double M = (double)N * (double)hw;
     const double unbias = M > 1.0 ? M / (M - 1.0) : 1.0;
@@ -94,8 +256,9 @@ int hyfi_batchnorm_forward_train_cpu(float *y, float *mean, float *var, float *r
 
 int hyfi_batchnorm_forward_eval_cpu(float *y, const float *x, const float *gamma,
                                     const float *beta, const float *run_mean,
-                                    const float *run_var, const hyfi_batchnorm_args *a)
+                                    const float *run_var, const hyfi_batchnorm_args *a, int blk)
 {
+    if (blk) return bn_forward_eval_blk(y, x, gamma, beta, run_mean, run_var, a, blk);
     const size_t hw = (size_t)a->h * a->w, C = (size_t)a->c, N = (size_t)a->n;
     const long nc = (long)C;
 #pragma omp parallel for schedule(static)
@@ -110,8 +273,10 @@ int hyfi_batchnorm_forward_eval_cpu(float *y, const float *x, const float *gamma
 
 int hyfi_batchnorm_backward_cpu(float *dx, float *dgamma, float *dbeta, const float *dy,
                                 const float *x, const float *gamma, const float *mean,
-                                const float *var, const hyfi_batchnorm_args *a, int acc)
+                                const float *var, const hyfi_batchnorm_args *a, int acc,
+                                int blk)
 {
+    if (blk) return bn_backward_blk(dx, dgamma, dbeta, dy, x, gamma, mean, var, a, acc, blk);
     const size_t hw = (size_t)a->h * a->w, C = (size_t)a->c, N = (size_t)a->n;
     const double M = (double)N * (double)hw;
     const long nc = (long)C;

@@ -126,8 +126,9 @@ extern "C" int hyfi_batchnorm_forward_train_cuda(hyfi_cuda_env *env, float *y, f
                                                  float *var, float *run_mean, float *run_var,
                                                  const float *x, const float *gamma,
                                                  const float *beta,
-                                                 const hyfi_batchnorm_args *a)
+                                                 const hyfi_batchnorm_args *a, int blk)
 {
+    if (blk) return -1; /* blocked layouts are CPU only (hyfi_layout_blocked) */
     const int hw = a->h * a->w;
     const double m = (double)a->n * (double)hw;
     const float unbias = m > 1.0 ? (float)(m / (m - 1.0)) : 1.0f;
@@ -141,8 +142,9 @@ extern "C" int hyfi_batchnorm_forward_train_cuda(hyfi_cuda_env *env, float *y, f
 extern "C" int hyfi_batchnorm_forward_eval_cuda(hyfi_cuda_env *env, float *y, const float *x,
                                                 const float *gamma, const float *beta,
                                                 const float *run_mean, const float *run_var,
-                                                const hyfi_batchnorm_args *a)
+                                                const hyfi_batchnorm_args *a, int blk)
 {
+    if (blk) return -1;
     const int hw = a->h * a->w;
     const size_t count = (size_t)a->n * a->c * hw;
     bn_forward_eval_kernel<<<hyfi_cuda_blocks(count), HYFI_CUDA_THREADS, 0, env->stream>>>(
@@ -155,8 +157,9 @@ extern "C" int hyfi_batchnorm_backward_cuda(hyfi_cuda_env *env, float *dx, float
                                             float *dbeta, const float *dy, const float *x,
                                             const float *gamma, const float *mean,
                                             const float *var, const hyfi_batchnorm_args *a,
-                                            int acc)
+                                            int acc, int blk)
 {
+    if (blk) return -1;
     bn_backward_kernel<<<a->c, BN_THREADS, 0, env->stream>>>(
         dx, dgamma, dbeta, dy, x, gamma, mean, var, a->n, a->c, a->h * a->w, a->eps, acc);
     HYFI_CUDA_LAUNCHED();

@@ -40,10 +40,11 @@
 /* The argument block of every hyfi task. */
 typedef struct {
     int acc;                  /* gradient outputs accumulate (see kernels.h) */
-    /* The padding before the union, named so that every initializer zeroes it:
-     * a task's footprint (hyfi_ops_footprint) hashes these bytes, and stray
-     * ones would give the same task a new performance-model entry per run. */
-    int zero_pad;
+    /* Batch norm: the layout of its activations (0 plain NCHW, else the
+     * channel block; see hyfi_conv2d_args). It was the padding before the
+     * union, zeroed by every initializer: a task's footprint
+     * (hyfi_ops_footprint) hashes these bytes, so plain tasks keep theirs. */
+    int blk;
     union {
         hyfi_conv2d_args conv;
         hyfi_batchnorm_args bn;

@@ -21,6 +21,12 @@
  * plain 1x1 cut its total by 21% and raised images/s 12% (AmoebaNet-D 15%),
  * docs/bench-cpu.md. HYFI_CONV_PLAIN=0 (always blocked), 1 (always plain) or 2
  * (the default) chooses, for measurements and tests.
+ *
+ * Blocked activations (src_blk / dst_blk > 0, hyfi_conv2d_args): x, dx and y,
+ * dy are already in nChw8c / nChw16c (the engine keeps them so between
+ * convolutions, batch norms and element-wise ops), and the primitive is made
+ * for exactly that layout: no reorder of the activations at all, only of the
+ * weights.
  */
 #include "kernels.h"
 #include "dnnl_common.h"
@@ -50,6 +56,13 @@ typedef struct {
     dnnl_dims_t strides, pad_l, pad_r;
 } conv_desc;
 
+/* The oneDNN tag of an activation layout (0: plain NCHW). */
+static dnnl_format_tag_t blk_tag(int blk)
+{
+    return blk == 0 ? dnnl_nchw : blk == 8 ? dnnl_nChw8c : blk == 16 ? dnnl_nChw16c
+                                                                    : dnnl_format_tag_undef;
+}
+
 static int conv_desc_init(conv_desc *d, const hyfi_conv2d_args *a)
 {
     const int G = a->groups;
@@ -59,8 +72,10 @@ static int conv_desc_init(conv_desc *d, const hyfi_conv2d_args *a)
     dnnl_dims_t wdims = {a->c_out, a->c_in, a->kh, a->kw};
     dnnl_dims_t gdims = {G, a->c_out / G, a->c_in / G, a->kh, a->kw};
     int rc;
-    if ((rc = hyfi_dnnl_md(&d->src, 4, sdims, dnnl_nchw))) return rc;
-    if ((rc = hyfi_dnnl_md(&d->dst, 4, ddims, dnnl_nchw))) return rc;
+    const dnnl_format_tag_t stag = blk_tag(a->src_blk), dtag = blk_tag(a->dst_blk);
+    if (stag == dnnl_format_tag_undef || dtag == dnnl_format_tag_undef) return -1;
+    if ((rc = hyfi_dnnl_md(&d->src, 4, sdims, stag))) return rc;
+    if ((rc = hyfi_dnnl_md(&d->dst, 4, ddims, dtag))) return rc;
     if ((rc = hyfi_dnnl_md(&d->bia, 1, bdims, dnnl_x))) return rc;
     if (G == 1) {
         if ((rc = hyfi_dnnl_md(&d->wei, 4, wdims, dnnl_oihw))) return rc;
@@ -73,10 +88,15 @@ static int conv_desc_init(conv_desc *d, const hyfi_conv2d_args *a)
      * every call), or plain NCHW. See the header comment. */
     static int plain = -1;
     if (plain < 0) plain = getenv("HYFI_CONV_PLAIN") ? atoi(getenv("HYFI_CONV_PLAIN")) : 2;
-    const int pl = plain == 1 ||
-                   (plain == 2 && a->kh == 1 && a->kw == 1 && a->sh == 1 && a->sw == 1);
-    if ((rc = hyfi_dnnl_md(&d->src_any, 4, sdims, pl ? dnnl_nchw : dnnl_format_tag_any))) return rc;
-    if ((rc = hyfi_dnnl_md(&d->dst_any, 4, ddims, pl ? dnnl_nchw : dnnl_format_tag_any))) return rc;
+    /* plain 1x1 only where neither side is blocked: a primitive on one plain
+     * and one blocked side is oneDNN's reference kernel (100x slower) */
+    const int pl = !a->src_blk && !a->dst_blk &&
+                   (plain == 1 ||
+                    (plain == 2 && a->kh == 1 && a->kw == 1 && a->sh == 1 && a->sw == 1));
+    const dnnl_format_tag_t sany = a->src_blk ? stag : pl ? dnnl_nchw : dnnl_format_tag_any;
+    const dnnl_format_tag_t dany = a->dst_blk ? dtag : pl ? dnnl_nchw : dnnl_format_tag_any;
+    if ((rc = hyfi_dnnl_md(&d->src_any, 4, sdims, sany))) return rc;
+    if ((rc = hyfi_dnnl_md(&d->dst_any, 4, ddims, dany))) return rc;
     d->strides[0] = a->sh;
     d->strides[1] = a->sw;
     /* Symmetric padding; oneDNN checks (in - k + pl + pr) / s + 1 == out with

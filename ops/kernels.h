@@ -51,6 +51,11 @@ typedef struct {
     int ph, pw;               /* zero padding, same on both sides of an axis */
     int groups;               /* Cin and Cout divisible by it; Cin == groups is depthwise */
     int has_bias;
+    /* CPU only: the layout of x and dx (src_blk) and of y and dy (dst_blk):
+     * 0 plain NCHW, B = 8 or 16 oneDNN's blocked nChw8c / nChw16c, element
+     * (n, c, h, w) at ((n C/B + c/B) H W + h W + w) B + c % B (C a multiple of
+     * B). Weights stay plain. See hyfi_layout_blocked. */
+    int src_blk, dst_blk;
 } hyfi_conv2d_args;
 
 /* Output size of one axis: (in + 2p - k) / s + 1. */
@@ -102,15 +107,18 @@ int hyfi_batchnorm_backward_ref(float *dx, float *dgamma, float *dbeta, const fl
                                 const float *x, const float *gamma, const float *mean,
                                 const float *var, const hyfi_batchnorm_args *a, int acc);
 
+/* The CPU and CUDA paths take `blk` last: the layout of x, y, dx and dy, 0
+ * plain NCHW or a channel block B (CPU only; see hyfi_conv2d_args). */
 int hyfi_batchnorm_forward_train_cpu(float *y, float *mean, float *var, float *run_mean,
                                      float *run_var, const float *x, const float *gamma,
-                                     const float *beta, const hyfi_batchnorm_args *a);
+                                     const float *beta, const hyfi_batchnorm_args *a, int blk);
 int hyfi_batchnorm_forward_eval_cpu(float *y, const float *x, const float *gamma,
                                     const float *beta, const float *run_mean,
-                                    const float *run_var, const hyfi_batchnorm_args *a);
+                                    const float *run_var, const hyfi_batchnorm_args *a, int blk);
 int hyfi_batchnorm_backward_cpu(float *dx, float *dgamma, float *dbeta, const float *dy,
                                 const float *x, const float *gamma, const float *mean,
-                                const float *var, const hyfi_batchnorm_args *a, int acc);
+                                const float *var, const hyfi_batchnorm_args *a, int acc,
+                                int blk);
 
 /* ---------------------------------------------------------------- eltwise */
 /* y = max(x, 0); y, x (count) */
@@ -136,6 +144,8 @@ typedef struct {
     int ho, wo;               /* output (N, C, Ho, Wo) */
     int kh, kw, sh, sw, ph, pw;
     int count_include_pad;    /* average pooling only */
+    int blk;                  /* global average pooling on the CPU: x's layout (see
+                                 hyfi_conv2d_args; y (N, C) is the same either way) */
 } hyfi_pool_args;
 
 /* y (N,C,Ho,Wo), x (N,C,H,W) */
@@ -345,6 +355,15 @@ int hyfi_bn_bwd_combine_cpu(float *tot, float *dgamma, float *dbeta, const doubl
 int hyfi_bn_bwd_apply_cpu(float *dx, const float *dy, const float *x, const float *gamma,
                           const float *mean, const float *var, const float *tot, double total,
                           const hyfi_batchnorm_args *a, int acc);
+
+/* ------------------------------------------------------------- layouts */
+/* Copy x (N, C, H, W) between plain NCHW and the blocked layout of channel
+ * block blk (see hyfi_conv2d_args; C a multiple of blk). blk 0 copies. */
+void hyfi_layout_to_blocked(float *dst, const float *src, int n, int c, int hw, int blk);
+void hyfi_layout_to_plain(float *dst, const float *src, int n, int c, int hw, int blk);
+/* The channel block of oneDNN's direct convolutions on this CPU: 16 with
+ * AVX-512, 8 with AVX2, 0 (keep NCHW) otherwise. */
+int hyfi_cpu_channel_block(void);
 
 #ifdef __cplusplus
 }

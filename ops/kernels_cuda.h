@@ -44,15 +44,15 @@ int hyfi_conv2d_backward_weight_cuda(hyfi_cuda_env *env, float *dw, float *db,
 int hyfi_batchnorm_forward_train_cuda(hyfi_cuda_env *env, float *y, float *mean, float *var,
                                       float *run_mean, float *run_var, const float *x,
                                       const float *gamma, const float *beta,
-                                      const hyfi_batchnorm_args *a);
+                                      const hyfi_batchnorm_args *a, int blk);
 int hyfi_batchnorm_forward_eval_cuda(hyfi_cuda_env *env, float *y, const float *x,
                                      const float *gamma, const float *beta,
                                      const float *run_mean, const float *run_var,
-                                     const hyfi_batchnorm_args *a);
+                                     const hyfi_batchnorm_args *a, int blk);
 int hyfi_batchnorm_backward_cuda(hyfi_cuda_env *env, float *dx, float *dgamma, float *dbeta,
                                  const float *dy, const float *x, const float *gamma,
                                  const float *mean, const float *var,
-                                 const hyfi_batchnorm_args *a, int acc);
+                                 const hyfi_batchnorm_args *a, int acc, int blk);
 
 int hyfi_relu_forward_cuda(hyfi_cuda_env *env, float *y, const float *x, size_t count);
 int hyfi_relu_backward_cuda(hyfi_cuda_env *env, float *dx, const float *dy, const float *y,

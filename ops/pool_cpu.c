@@ -136,6 +136,18 @@ int hyfi_gap_forward_cpu(float *y, const float *x, const hyfi_pool_args *a)
 {
     const size_t planes = (size_t)a->n * a->c, hw = (size_t)a->h * a->w;
     const double inv = 1.0 / (double)hw;
+    if (a->blk > 1) { /* x (N, C/B, H, W, B): y[n, cb B + j] */
+        const size_t B = (size_t)a->blk;
+        if (a->c % a->blk || B > 16) return -1;
+        for (size_t p0 = 0; p0 < planes; p0 += B) {
+            const float *xp = x + p0 * hw;
+            double s[16] = {0};
+            for (size_t i = 0; i < hw; i++)
+                for (size_t j = 0; j < B; j++) s[j] += xp[i * B + j];
+            for (size_t j = 0; j < B; j++) y[p0 + j] = (float)(s[j] * inv);
+        }
+        return 0;
+    }
     for (size_t p = 0; p < planes; p++) {
         const float *xp = x + p * hw;                   /* x (N,C,H,W) */
         double s = 0;
@@ -148,6 +160,18 @@ int hyfi_gap_forward_cpu(float *y, const float *x, const hyfi_pool_args *a)
 int hyfi_gap_backward_cpu(float *dx, const float *dy, const hyfi_pool_args *a, int acc)
 {
     const size_t planes = (size_t)a->n * a->c, hw = (size_t)a->h * a->w;
+    if (a->blk > 1) { /* dx (N, C/B, H, W, B) */
+        const size_t B = (size_t)a->blk;
+        if (a->c % a->blk || B > 16) return -1;
+        for (size_t p0 = 0; p0 < planes; p0 += B) {
+            float g[16];
+            for (size_t j = 0; j < B; j++) g[j] = (float)((double)dy[p0 + j] / (double)hw);
+            float *dxp = dx + p0 * hw;
+            for (size_t i = 0; i < hw; i++)
+                for (size_t j = 0; j < B; j++) dxp[i * B + j] = acc ? dxp[i * B + j] + g[j] : g[j];
+        }
+        return 0;
+    }
     for (size_t p = 0; p < planes; p++) {
         const float g = (float)((double)dy[p] / (double)hw); /* dy (N,C) */
         float *dxp = dx + p * hw;                            /* dx (N,C,H,W) */

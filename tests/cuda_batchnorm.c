@@ -60,13 +60,13 @@ static int bnc_case(hyfi_cuda_env *env, int n, int c, int h, int w, uint64_t *se
     /* CPU results. */
     memcpy(rm, rm0, C * sizeof(float));
     memcpy(rv, rv0, C * sizeof(float));
-    int rc = hyfi_batchnorm_forward_train_cpu(y, mean, var, rm, rv, x, g, b, &a);
-    rc |= hyfi_batchnorm_forward_eval_cpu(ye, x, g, b, rm, rv, &a);
-    rc |= hyfi_batchnorm_backward_cpu(dx, dg, db, dy, x, g, mean, var, &a, 0);
+    int rc = hyfi_batchnorm_forward_train_cpu(y, mean, var, rm, rv, x, g, b, &a, 0);
+    rc |= hyfi_batchnorm_forward_eval_cpu(ye, x, g, b, rm, rv, &a, 0);
+    rc |= hyfi_batchnorm_backward_cpu(dx, dg, db, dy, x, g, mean, var, &a, 0, 0);
     memcpy(dxa, dx0, cnt * sizeof(float));
     memcpy(dga, dg0, C * sizeof(float));
     memcpy(dba, db0, C * sizeof(float));
-    rc |= hyfi_batchnorm_backward_cpu(dxa, dga, dba, dy, x, g, mean, var, &a, 1);
+    rc |= hyfi_batchnorm_backward_cpu(dxa, dga, dba, dy, x, g, mean, var, &a, 1, 0);
     int fails = 0;
     if (rc != 0) {
         printf("FAIL batchnorm cpu path %s: rc %d\n", shp, rc);
@@ -90,7 +90,7 @@ static int bnc_case(hyfi_cuda_env *env, int n, int c, int h, int w, uint64_t *se
     }
 
     rc = hyfi_batchnorm_forward_train_cuda(env, d_y, d_mean, d_var, d_rm, d_rv, d_x, d_g, d_b,
-                                           &a);
+                                           &a, 0);
     fails += bnc_check("bn fwd_train y", shp, rc, d_y, y, cnt, env->stream, tol);
     fails += bnc_check("bn fwd_train mean", shp, rc, d_mean, mean, C, env->stream, tol);
     fails += bnc_check("bn fwd_train var", shp, rc, d_var, var, C, env->stream, tol);
@@ -98,12 +98,12 @@ static int bnc_case(hyfi_cuda_env *env, int n, int c, int h, int w, uint64_t *se
     fails += bnc_check("bn fwd_train run_var", shp, rc, d_rv, rv, C, env->stream, tol);
 
     /* Eval with the CPU's updated running statistics. */
-    rc = hyfi_batchnorm_forward_eval_cuda(env, d_y, d_x, d_g, d_b, d_rmc, d_rvc, &a);
+    rc = hyfi_batchnorm_forward_eval_cuda(env, d_y, d_x, d_g, d_b, d_rmc, d_rvc, &a, 0);
     fails += bnc_check("bn fwd_eval y", shp, rc, d_y, ye, cnt, env->stream, tol);
 
     /* Backward from the CPU's saved statistics, acc = 0 then acc = 1. */
     rc = hyfi_batchnorm_backward_cuda(env, d_dx, d_dg, d_db, d_dy, d_x, d_g, d_meanc, d_varc,
-                                      &a, 0);
+                                      &a, 0, 0);
     fails += bnc_check("bn bwd dx", shp, rc, d_dx, dx, cnt, env->stream, tol);
     fails += bnc_check("bn bwd dgamma", shp, rc, d_dg, dg, C, env->stream, tsum);
     fails += bnc_check("bn bwd dbeta", shp, rc, d_db, db, C, env->stream, tsum);
@@ -114,7 +114,7 @@ static int bnc_case(hyfi_cuda_env *env, int n, int c, int h, int w, uint64_t *se
         goto out;
     }
     rc = hyfi_batchnorm_backward_cuda(env, d_dx, d_dg, d_db, d_dy, d_x, d_g, d_meanc, d_varc,
-                                      &a, HYFI_BN_ACC_DX | HYFI_BN_ACC_PARAMS);
+                                      &a, HYFI_BN_ACC_DX | HYFI_BN_ACC_PARAMS, 0);
     fails += bnc_check("bn bwd acc dx", shp, rc, d_dx, dxa, cnt, env->stream, tol);
     fails += bnc_check("bn bwd acc dgamma", shp, rc, d_dg, dga, C, env->stream, tsum);
     fails += bnc_check("bn bwd acc dbeta", shp, rc, d_db, dba, C, env->stream, tsum);

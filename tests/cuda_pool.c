@@ -112,7 +112,7 @@ int cuda_test_pool(uint64_t *seed)
     int fails = 0;
     for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
         const int *p = cases[k];
-        hyfi_pool_args a = {p[0], p[1], p[2], p[3], 0, 0, p[4], p[5], p[6], p[7], p[8], p[9], 0};
+        hyfi_pool_args a = {p[0], p[1], p[2], p[3], 0, 0, p[4], p[5], p[6], p[7], p[8], p[9], 0, 0};
         a.ho = (a.h + 2 * a.ph - a.kh) / a.sh + 1;
         a.wo = (a.w + 2 * a.pw - a.kw) / a.sw + 1;
         fails += plc_case(&env, &a, 0, 0, seed);
@@ -125,7 +125,7 @@ int cuda_test_pool(uint64_t *seed)
                                   {2, 3, 33, 17}};
     for (size_t k = 0; k < sizeof gaps / sizeof gaps[0]; k++) {
         const int *s = gaps[k];
-        hyfi_pool_args a = {s[0], s[1], s[2], s[3], 1, 1, s[2], s[3], 1, 1, 0, 0, 0};
+        hyfi_pool_args a = {s[0], s[1], s[2], s[3], 1, 1, s[2], s[3], 1, 1, 0, 0, 0, 0};
         fails += plc_case(&env, &a, 2, 0, seed);
     }
     tu_cuda_close(&env, stream);

@@ -71,7 +71,7 @@ static void test_cpu_vs_ref(shape s, uint64_t *seed)
 
     /* Training forward. */
     int rc = hyfi_batchnorm_forward_train_ref(y_r, mean_r, var_r, rm_r, rv_r, x, g, b, &a);
-    rc |= hyfi_batchnorm_forward_train_cpu(y_c, mean_c, var_c, rm_c, rv_c, x, g, b, &a);
+    rc |= hyfi_batchnorm_forward_train_cpu(y_c, mean_c, var_c, rm_c, rv_c, x, g, b, &a, 0);
     tu_check(rc != 0, "batchnorm forward_train return codes");
     name_of(nm, sizeof nm, "bn fwd_train y", s);
     tu_check(tu_compare(nm, y_c, y_r, cnt, TU_TOL_CPU_VS_REF), nm);
@@ -86,14 +86,14 @@ static void test_cpu_vs_ref(shape s, uint64_t *seed)
 
     /* Eval forward with the (updated) running statistics. */
     rc = hyfi_batchnorm_forward_eval_ref(y_r, x, g, b, rm_r, rv_r, &a);
-    rc |= hyfi_batchnorm_forward_eval_cpu(y_c, x, g, b, rm_r, rv_r, &a);
+    rc |= hyfi_batchnorm_forward_eval_cpu(y_c, x, g, b, rm_r, rv_r, &a, 0);
     tu_check(rc != 0, "batchnorm forward_eval return codes");
     name_of(nm, sizeof nm, "bn fwd_eval y", s);
     tu_check(tu_compare(nm, y_c, y_r, cnt, TU_TOL_CPU_VS_REF), nm);
 
     /* Backward with the reference's saved statistics. */
     rc = hyfi_batchnorm_backward_ref(dx_r, dg_r, db_r, dy, x, g, mean_r, var_r, &a, 0);
-    rc |= hyfi_batchnorm_backward_cpu(dx_c, dg_c, db_c, dy, x, g, mean_r, var_r, &a, 0);
+    rc |= hyfi_batchnorm_backward_cpu(dx_c, dg_c, db_c, dy, x, g, mean_r, var_r, &a, 0, 0);
     tu_check(rc != 0, "batchnorm backward return codes");
     name_of(nm, sizeof nm, "bn bwd dx", s);
     tu_check(tu_compare(nm, dx_c, dx_r, cnt, TU_TOL_CPU_VS_REF), nm);
@@ -123,7 +123,7 @@ static void test_cpu_vs_ref(shape s, uint64_t *seed)
             memcpy(dg_a, dg0, C * sizeof(float));
             memcpy(db_a, db0, C * sizeof(float));
             rc = path ? hyfi_batchnorm_backward_cpu(dx_a, dg_a, db_a, dy, x, g, mean_r, var_r, &a,
-                                                    acc)
+                                                    acc, 0)
                       : hyfi_batchnorm_backward_ref(dx_a, dg_a, db_a, dy, x, g, mean_r, var_r, &a,
                                                     acc);
             tu_check(rc != 0, "batchnorm backward acc return code");
@@ -223,7 +223,7 @@ static void test_m1(void)
     float x[2] = {0.7f, -1.3f}, g[2] = {1.f, 2.f}, b[2] = {0.1f, -0.2f};
     for (int path = 0; path < 2; path++) {
         float y[2], mean[2], var[2], rm[2] = {0.5f, -0.5f}, rv[2] = {1.f, 2.f};
-        int rc = path ? hyfi_batchnorm_forward_train_cpu(y, mean, var, rm, rv, x, g, b, &a)
+        int rc = path ? hyfi_batchnorm_forward_train_cpu(y, mean, var, rm, rv, x, g, b, &a, 0)
                       : hyfi_batchnorm_forward_train_ref(y, mean, var, rm, rv, x, g, b, &a);
         int bad = rc != 0;
         for (int c = 0; c < 2; c++) {
@@ -238,6 +238,68 @@ static void test_m1(void)
     }
 }
 
+/* Blocked layouts (nChw8c / nChw16c, ops/layout_ref.c): the CPU kernels on
+ * blocked x and dy against the reference on plain ones, the outputs brought
+ * back to NCHW; dx also accumulated. */
+static void test_blocked(shape s, int B, uint64_t *seed)
+{
+    const size_t cnt = (size_t)s.n * s.c * s.h * s.w, C = (size_t)s.c;
+    const int hw = s.h * s.w;
+    hyfi_batchnorm_args a = {s.n, s.c, s.h, s.w, 1e-5f, 0.1f};
+    float *x = malloc(cnt * 4), *dy = malloc(cnt * 4), *xb = malloc(cnt * 4);
+    float *dyb = malloc(cnt * 4), *yr = malloc(cnt * 4), *yb = malloc(cnt * 4);
+    float *yp = malloc(cnt * 4), *dxr = malloc(cnt * 4), *dxb = malloc(cnt * 4);
+    float *g = malloc(C * 4), *b = malloc(C * 4), *st[8], *dgr = malloc(C * 4);
+    float *dbr = malloc(C * 4), *dgb = malloc(C * 4), *dbb = malloc(C * 4);
+    for (int i = 0; i < 8; i++) st[i] = calloc(C, 4);
+    tu_fill(x, cnt, seed, -1.f, 3.f);
+    tu_fill(dy, cnt, seed, -1.f, 1.f);
+    tu_fill(g, C, seed, 0.5f, 1.5f);
+    tu_fill(b, C, seed, -0.5f, 0.5f);
+    for (size_t i = 0; i < C; i++) st[3][i] = st[7][i] = 1.f; /* running variances */
+    hyfi_layout_to_blocked(xb, x, s.n, s.c, hw, B);
+    hyfi_layout_to_blocked(dyb, dy, s.n, s.c, hw, B);
+    char nm[96];
+    int rc = hyfi_batchnorm_forward_train_ref(yr, st[0], st[1], st[2], st[3], x, g, b, &a);
+    rc |= hyfi_batchnorm_forward_train_cpu(yb, st[4], st[5], st[6], st[7], xb, g, b, &a, B);
+    hyfi_layout_to_plain(yp, yb, s.n, s.c, hw, B);
+    snprintf(nm, sizeof nm, "bn blocked %d fwd_train y %dx%dx%dx%d", B, s.n, s.c, s.h, s.w);
+    tu_check(rc != 0 || tu_compare(nm, yp, yr, cnt, TU_TOL_CPU_VS_REF), nm);
+    for (int k = 0; k < 4; k++) {
+        snprintf(nm, sizeof nm, "bn blocked %d fwd_train statistic %d", B, k);
+        tu_check(tu_compare(nm, st[4 + k], st[k], C, TU_TOL_CPU_VS_REF), nm);
+    }
+    rc = hyfi_batchnorm_forward_eval_ref(yr, x, g, b, st[2], st[3], &a);
+    rc |= hyfi_batchnorm_forward_eval_cpu(yb, xb, g, b, st[2], st[3], &a, B);
+    hyfi_layout_to_plain(yp, yb, s.n, s.c, hw, B);
+    snprintf(nm, sizeof nm, "bn blocked %d fwd_eval y", B);
+    tu_check(rc != 0 || tu_compare(nm, yp, yr, cnt, TU_TOL_CPU_VS_REF), nm);
+    tu_tol tsum = TU_TOL_CPU_VS_REF;
+    tsum.atol *= sqrt((double)s.n * hw);
+    for (int acc = 0; acc < 2; acc++) {
+        tu_fill(dxr, cnt, seed, -1.f, 1.f);
+        hyfi_layout_to_blocked(dxb, dxr, s.n, s.c, hw, B);
+        const int bits = acc ? HYFI_BN_ACC_DX : 0;
+        rc = hyfi_batchnorm_backward_ref(dxr, dgr, dbr, dy, x, g, st[0], st[1], &a, bits);
+        rc |= hyfi_batchnorm_backward_cpu(dxb, dgb, dbb, dyb, xb, g, st[0], st[1], &a, bits, B);
+        hyfi_layout_to_plain(yp, dxb, s.n, s.c, hw, B);
+        snprintf(nm, sizeof nm, "bn blocked %d bwd dx (acc %d)", B, acc);
+        tu_check(rc != 0 || tu_compare(nm, yp, dxr, cnt, TU_TOL_CPU_VS_REF), nm);
+        snprintf(nm, sizeof nm, "bn blocked %d bwd dgamma", B);
+        tu_check(tu_compare(nm, dgb, dgr, C, tsum), nm);
+        snprintf(nm, sizeof nm, "bn blocked %d bwd dbeta", B);
+        tu_check(tu_compare(nm, dbb, dbr, C, tsum), nm);
+    }
+    /* a channel count that is not a multiple of the block is refused */
+    hyfi_batchnorm_args odd = a;
+    odd.c = B + 1;
+    tu_check(hyfi_batchnorm_forward_eval_cpu(yb, xb, g, b, st[2], st[3], &odd, B) == 0,
+             "bn blocked: C not a multiple of the block refused");
+    free(x), free(dy), free(xb), free(dyb), free(yr), free(yb), free(yp), free(dxr), free(dxb);
+    free(g), free(b), free(dgr), free(dbr), free(dgb), free(dbb);
+    for (int i = 0; i < 8; i++) free(st[i]);
+}
+
 int main(void)
 {
     uint64_t seed = getenv("TU_SEED") ? strtoull(getenv("TU_SEED"), NULL, 0) : 0x5EEDB47C4A11ull;
@@ -247,5 +309,10 @@ int main(void)
     for (size_t i = 0; i < sizeof fd_shapes / sizeof fd_shapes[0]; i++)
         test_fd(fd_shapes[i], &seed);
     test_m1();
+    const shape blk_shapes[] = {{2, 32, 5, 7}, {3, 16, 4, 4}, {4, 16, 1, 1}};
+    for (size_t i = 0; i < sizeof blk_shapes / sizeof blk_shapes[0]; i++) {
+        test_blocked(blk_shapes[i], 16, &seed);
+        test_blocked(blk_shapes[i], 8, &seed);
+    }
     return tu_finish();
 }

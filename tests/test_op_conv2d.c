@@ -162,6 +162,53 @@ static void test_shape(const hyfi_conv2d_args *a, int do_fd, float amp, uint64_t
     free(want);
 }
 
+/* Blocked activations (src_blk / dst_blk, ops/layout_ref.c): the CPU path on
+ * x, dy in the given layouts against the reference on NCHW, outputs brought
+ * back to NCHW; backward data also accumulated. Both sides blocked, and each
+ * alone (a plain edge: the stem's input, a pool's output). */
+static void test_blocked(hyfi_conv2d_args a, int sb, int db, uint64_t *seed)
+{
+    a.src_blk = sb, a.dst_blk = db;
+    hyfi_conv2d_args r = a;
+    r.src_blk = r.dst_blk = 0;
+    const size_t nx = x_count(&a), ny = y_count(&a), nw = w_count(&a);
+    const int hwi = a.h * a.w, hwo = a.ho * a.wo;
+    float *x = malloc(nx * 4), *xb = malloc(nx * 4), *w = malloc(nw * 4), *b = malloc(a.c_out * 4);
+    float *dy = malloc(ny * 4), *dyb = malloc(ny * 4), *yr = malloc(ny * 4), *yb = malloc(ny * 4);
+    float *yp = malloc((nx > ny ? nx : ny) * 4), *dxr = malloc(nx * 4), *dxb = malloc(nx * 4);
+    float *dwr = malloc(nw * 4), *dwb = malloc(nw * 4), *dbr = malloc(a.c_out * 4);
+    float *dbb = malloc(a.c_out * 4);
+    tu_fill(x, nx, seed, -1.f, 1.f);
+    tu_fill(w, nw, seed, -0.5f, 0.5f);
+    tu_fill(b, (size_t)a.c_out, seed, -0.5f, 0.5f);
+    tu_fill(dy, ny, seed, -1.f, 1.f);
+    hyfi_layout_to_blocked(xb, x, a.n, a.c_in, hwi, sb);
+    hyfi_layout_to_blocked(dyb, dy, a.n, a.c_out, hwo, db);
+    char shp[128], nm[192];
+    describe(shp, sizeof shp, &a);
+    int rc = hyfi_conv2d_forward_ref(yr, x, w, b, &r) | hyfi_conv2d_forward_cpu(yb, xb, w, b, &a);
+    hyfi_layout_to_plain(yp, yb, a.n, a.c_out, hwo, db);
+    snprintf(nm, sizeof nm, "conv blocked %d->%d fwd %s", sb, db, shp);
+    tu_check(rc != 0 || tu_compare(nm, yp, yr, ny, TU_TOL_CPU_VS_REF), nm);
+    for (int acc = 0; acc < 2; acc++) {
+        tu_fill(dxr, nx, seed, -1.f, 1.f);
+        hyfi_layout_to_blocked(dxb, dxr, a.n, a.c_in, hwi, sb);
+        rc = hyfi_conv2d_backward_data_ref(dxr, dy, w, &r, acc) |
+             hyfi_conv2d_backward_data_cpu(dxb, dyb, w, &a, acc);
+        hyfi_layout_to_plain(yp, dxb, a.n, a.c_in, hwi, sb);
+        snprintf(nm, sizeof nm, "conv blocked %d->%d bwd data (acc %d) %s", sb, db, acc, shp);
+        tu_check(rc != 0 || tu_compare(nm, yp, dxr, nx, TU_TOL_CPU_VS_REF), nm);
+    }
+    rc = hyfi_conv2d_backward_weight_ref(dwr, dbr, dy, x, &r, 0) |
+         hyfi_conv2d_backward_weight_cpu(dwb, dbb, dyb, xb, &a, 0);
+    snprintf(nm, sizeof nm, "conv blocked %d->%d bwd weight %s", sb, db, shp);
+    tu_check(rc != 0 || tu_compare(nm, dwb, dwr, nw, TU_TOL_CPU_VS_REF), nm);
+    snprintf(nm, sizeof nm, "conv blocked %d->%d bwd bias %s", sb, db, shp);
+    if (a.has_bias) tu_check(tu_compare(nm, dbb, dbr, (size_t)a.c_out, TU_TOL_CPU_VS_REF), nm);
+    free(x), free(xb), free(w), free(b), free(dy), free(dyb), free(yr), free(yb), free(yp);
+    free(dxr), free(dxb), free(dwr), free(dwb), free(dbr), free(dbb);
+}
+
 int main(void)
 {
     uint64_t seed = 0xC0417D2024ull;
@@ -197,5 +244,17 @@ int main(void)
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
         test_shape(&cases[i].a, cases[i].fd, cases[i].amp, &seed);
+    /* blocked layouts: 3x3, 1x1 (stride 1 and 2), 7x7 stem-like with a plain input */
+    const hyfi_conv2d_args blk_cases[] = {
+        mk(2, 32, 9, 9, 16, 3, 3, 1, 1, 1, 1, 1, 1), mk(2, 16, 8, 8, 32, 1, 1, 1, 1, 0, 0, 1, 0),
+        mk(2, 16, 9, 9, 32, 1, 1, 2, 2, 0, 0, 1, 0), mk(1, 32, 10, 10, 32, 3, 3, 2, 2, 1, 1, 1, 1),
+    };
+    for (size_t i = 0; i < sizeof blk_cases / sizeof blk_cases[0]; i++)
+        for (int B = 8; B <= 16; B += 8) {
+            test_blocked(blk_cases[i], B, B, &seed);
+            test_blocked(blk_cases[i], 0, B, &seed);
+            test_blocked(blk_cases[i], B, 0, &seed);
+        }
+    test_blocked(mk(2, 3, 13, 13, 16, 7, 7, 2, 2, 3, 3, 1, 1), 0, 16, &seed);
     return tu_finish();
 }

@@ -34,7 +34,7 @@ static const pcase g_cases[] = {
 
 static hyfi_pool_args make_args(pcase p, int cip)
 {
-    hyfi_pool_args a = {p.n, p.c, p.h, p.w, 0, 0, p.kh, p.kw, p.sh, p.sw, p.ph, p.pw, cip};
+    hyfi_pool_args a = {p.n, p.c, p.h, p.w, 0, 0, p.kh, p.kw, p.sh, p.sw, p.ph, p.pw, cip, 0};
     a.ho = (p.h + 2 * p.ph - p.kh) / p.sh + 1;
     a.wo = (p.w + 2 * p.pw - p.kw) / p.sw + 1;
     return a;
@@ -162,7 +162,7 @@ static void test_ties(uint64_t *seed)
 {
     /* All-equal 2x2 window: the gradient goes to the first position. */
     {
-        hyfi_pool_args a = {1, 1, 2, 2, 1, 1, 2, 2, 2, 2, 0, 0, 0};
+        hyfi_pool_args a = {1, 1, 2, 2, 1, 1, 2, 2, 2, 2, 0, 0, 0, 0};
         float x[4] = {1, 1, 1, 1}, dy[1] = {3}, dx[4], want[4] = {3, 0, 0, 0};
         for (int path = 0; path < 2; path++) {
             int rc = path ? hyfi_maxpool_backward_cpu(dx, dy, x, &a, 0)
@@ -174,7 +174,7 @@ static void test_ties(uint64_t *seed)
     /* All -5 with padding 1, 3x3 s2 on 3x3: padding (-inf) never wins, each
      * window routes to its first in-image position. */
     {
-        hyfi_pool_args a = {1, 1, 3, 3, 2, 2, 3, 3, 2, 2, 1, 1, 0};
+        hyfi_pool_args a = {1, 1, 3, 3, 2, 2, 3, 3, 2, 2, 1, 1, 0, 0};
         float x[9], dy[4] = {1, 2, 3, 4}, dx[9], y[4];
         float want[9] = {1, 2, 0, 3, 4, 0, 0, 0, 0}, wy[4] = {-5, -5, -5, -5};
         for (int i = 0; i < 9; i++) x[i] = -5;
@@ -217,9 +217,39 @@ int main(void)
     static const int gap_shapes[][4] = {{2, 3, 5, 3}, {1, 4, 7, 7}, {3, 5, 1, 1}, {3, 7, 8, 8}};
     for (size_t k = 0; k < sizeof gap_shapes / sizeof gap_shapes[0]; k++) {
         const int *s = gap_shapes[k];
-        hyfi_pool_args a = {s[0], s[1], s[2], s[3], 1, 1, s[2], s[3], 1, 1, 0, 0, 0};
+        hyfi_pool_args a = {s[0], s[1], s[2], s[3], 1, 1, s[2], s[3], 1, 1, 0, 0, 0, 0};
         test_kind(&a, 2, &seed);
     }
     test_ties(&seed);
+    /* global average pooling of a blocked x (nChw8c / nChw16c): y (N, C) as
+     * from NCHW; dx back to NCHW; accumulated too */
+    static const int gapb[][5] = {{2, 32, 5, 3, 16}, {3, 16, 1, 1, 16}, {2, 24, 4, 4, 8}};
+    for (size_t k = 0; k < sizeof gapb / sizeof gapb[0]; k++) {
+        const int *s = gapb[k];
+        hyfi_pool_args a = {s[0], s[1], s[2], s[3], 1, 1, s[2], s[3], 1, 1, 0, 0, 0, 0};
+        hyfi_pool_args ab = a;
+        ab.blk = s[4];
+        const size_t nx = (size_t)s[0] * s[1] * s[2] * s[3], ny = (size_t)s[0] * s[1];
+        float *x = malloc(nx * 4), *xb = malloc(nx * 4), *yr = malloc(ny * 4);
+        float *yb = malloc(ny * 4), *dy = malloc(ny * 4), *dxr = malloc(nx * 4);
+        float *dxb = malloc(nx * 4), *dxp = malloc(nx * 4);
+        tu_fill(x, nx, &seed, -1.f, 1.f);
+        tu_fill(dy, ny, &seed, -1.f, 1.f);
+        hyfi_layout_to_blocked(xb, x, s[0], s[1], s[2] * s[3], s[4]);
+        char nm[96];
+        snprintf(nm, sizeof nm, "global_avgpool blocked %d fwd %dx%dx%dx%d", s[4], s[0], s[1],
+                 s[2], s[3]);
+        int rc = hyfi_gap_forward_ref(yr, x, &a) | hyfi_gap_forward_cpu(yb, xb, &ab);
+        tu_check(rc != 0 || tu_compare(nm, yb, yr, ny, TU_TOL_CPU_VS_REF), nm);
+        for (int acc = 0; acc < 2; acc++) {
+            tu_fill(dxr, nx, &seed, -1.f, 1.f);
+            hyfi_layout_to_blocked(dxb, dxr, s[0], s[1], s[2] * s[3], s[4]);
+            rc = hyfi_gap_backward_ref(dxr, dy, &a, acc) | hyfi_gap_backward_cpu(dxb, dy, &ab, acc);
+            hyfi_layout_to_plain(dxp, dxb, s[0], s[1], s[2] * s[3], s[4]);
+            snprintf(nm, sizeof nm, "global_avgpool blocked %d bwd (acc %d)", s[4], acc);
+            tu_check(rc != 0 || tu_compare(nm, dxp, dxr, nx, TU_TOL_CPU_VS_REF), nm);
+        }
+        free(x), free(xb), free(yr), free(yb), free(dy), free(dxr), free(dxb), free(dxp);
+    }
     return tu_finish();
 }

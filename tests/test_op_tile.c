@@ -145,7 +145,7 @@ static void test_bn_tiles(int N, int C, int H, int W, int rows, int cols, const 
         rc_ |= path ? hyfi_bn_combine_cpu(m2, v2, rm2, rv2, (const double *const *)part, &ca)
                     : hyfi_bn_combine_ref(m2, v2, rm2, rv2, (const double *const *)part, &ca);
         for (int t = 0; t < P; t++)
-            rc_ |= path ? hyfi_batchnorm_forward_eval_cpu(yt[t], xt[t], g, b, m2, v2, &ta[t])
+            rc_ |= path ? hyfi_batchnorm_forward_eval_cpu(yt[t], xt[t], g, b, m2, v2, &ta[t], 0)
                         : hyfi_batchnorm_forward_eval_ref(yt[t], xt[t], g, b, m2, v2, &ta[t]);
         for (int t = 0; t < P; t++)
             rc_ |= path ? hyfi_bn_bwd_stats_cpu(part[t], dyt[t], xt[t], m2, &ta[t])
