@@ -583,6 +583,7 @@ hyfi_status hyfi_graph_compile(hyfi_graph *g, hyfi_tensor *loss, const hyfi_trai
     g->cc = calloc(1, sizeof *g->cc);
     if (!g->cc) return hyfi_call_fail(g, HYFI_ERR_NOMEM, "out of memory compiling the graph");
     s = hyfi_plan_build(g);
+    if (s == HYFI_OK) s = hyfi_layout_plan(g);
     if (s != HYFI_OK) {
         hyfi_compiled_free(g);
         return s;

@@ -588,5 +588,6 @@ hyfi_status hyfi_graph_op_info(const hyfi_graph *g, int i, hyfi_op_info *info)
     info->layer = g->nlayers ? (nd->layer < 0 ? 0 : nd->layer) : i;
     info->layer_name = g->nlayers ? g->layer_names[info->layer] : nd->name;
     info->stage = g->cc && g->cc->pl ? nd->stage : 0;
+    info->out_blk = g->cc ? nd->out->blk : 0;
     return HYFI_OK;
 }

@@ -101,6 +101,8 @@ struct hyfi_tensor {
     init_kind init;
     int fan_in;
 
+    int blk;              /* activation layout between tasks: 0 NCHW, else the channel
+                             block of nChw8c / nChw16c (layout.c) */
     /* plan */
     int stage;            /* the stage whose place owns the tensor (engine/plan.c) */
     int rank;             /* MPI rank of that place */
@@ -213,6 +215,9 @@ int hyfi_op_windowed(const node *nd);
 int hyfi_op_batch_statistics(const node *nd);
 /* The op's zero padding is part of its input (conv, average pool counting it). */
 int hyfi_op_zero_padded(const node *nd);
+/* Which activations stay in oneDNN's blocked layout (layout.c): sets t->blk and
+ * the layouts in the convolutions' and global pools' arguments. After the plan. */
+hyfi_status hyfi_layout_plan(hyfi_graph *g);
 /* The window along an axis (0: rows): kernel, stride, padding; 1, 1, 0 for
  * ops that read no window. */
 void hyfi_op_window(const node *nd, int axis, int *k, int *s, int *p);

@@ -125,6 +125,7 @@ hyfi_task_args hyfi_node_args(const node *nd, int M)
     case OP_BATCHNORM:
         a.u.bn = nd->a.bn;
         a.u.bn.n /= M;
+        a.blk = nd->out->blk; /* x, y, dx, dy (layout.c) */
         break;
     case OP_MAXPOOL:
     case OP_AVGPOOL:

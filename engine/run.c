@@ -561,7 +561,7 @@ hyfi_status hyfi_set_lr(hyfi_graph *g, float lr)
 
 /* Read a tensor's handles (h: values or gradients) into out, on every rank;
  * tiles: their handles th, gathered. */
-static void read_tensor(hyfi_graph *g, hyfi_tensor *t, int grad, float *out)
+static hyfi_status read_tensor(hyfi_graph *g, hyfi_tensor *t, int grad, float *out)
 {
     starpu_data_handle_t *h = grad ? t->gh : t->h;
     if (t->tl && (!t->tl->full || t->kind == T_INPUT)) {
@@ -576,7 +576,7 @@ static void read_tensor(hyfi_graph *g, hyfi_tensor *t, int grad, float *out)
                 tile_copy(t, q, out + (size_t)m * t->mb_numel, tmp, 0);
                 free(tmp);
             }
-        return;
+        return HYFI_OK;
     }
     if (t->nh == 1 || t->kind == T_PARAM || t->kind == T_STATE) {
         /* parameters and state: replica 0's copy (the replicas hold the same) */
@@ -590,6 +590,15 @@ static void read_tensor(hyfi_graph *g, hyfi_tensor *t, int grad, float *out)
         hyfi_handle_read(g, hyfi_handle_need(g, t, grad, 0, t->nh - 1), -1, out,
                          t->numel * sizeof(float));
     }
+    if (t->blk) { /* kept blocked between tasks (layout.c): the caller gets NCHW */
+        float *tmp = malloc(t->numel * sizeof(float));
+        if (!tmp)
+            return hyfi_call_fail(g, HYFI_ERR_NOMEM, "out of memory reading \"%s\"", t->name);
+        hyfi_layout_to_plain(tmp, out, t->dims[0], t->dims[1], t->dims[2] * t->dims[3], t->blk);
+        memcpy(out, tmp, t->numel * sizeof(float));
+        free(tmp);
+    }
+    return HYFI_OK;
 }
 
 static hyfi_status check_released(hyfi_graph *g, const hyfi_tensor *t, const char *who)
@@ -617,8 +626,7 @@ hyfi_status hyfi_tensor_read(hyfi_graph *g, const hyfi_tensor *t, float *out, si
         out[0] = loss_value(g);
         return HYFI_OK;
     }
-    read_tensor(g, (hyfi_tensor *)t, 0, out);
-    return HYFI_OK;
+    return read_tensor(g, (hyfi_tensor *)t, 0, out);
 }
 
 hyfi_status hyfi_grad_read(hyfi_graph *g, const hyfi_tensor *t, float *out, size_t count)
@@ -636,8 +644,7 @@ hyfi_status hyfi_grad_read(hyfi_graph *g, const hyfi_tensor *t, float *out, size
         return HYFI_OK;
     }
     if ((s = check_released(g, t, "hyfi_grad_read")) != HYFI_OK) return s;
-    read_tensor(g, (hyfi_tensor *)t, 1, out);
-    return HYFI_OK;
+    return read_tensor(g, (hyfi_tensor *)t, 1, out);
 }
 
 hyfi_status hyfi_tensor_write(hyfi_graph *g, hyfi_tensor *t, const float *data, size_t count)

@@ -641,6 +641,9 @@ typedef struct hyfi_op_info {
     int layer;            /* the op's layer (hyfi_layer_begin) and its name */
     const char *layer_name;
     int stage;            /* the stage of the plan (after compile; 0 before) */
+    int out_blk;          /* after compile: the output's layout between tasks, 0 NCHW or
+                             the channel block of oneDNN's nChw8c / nChw16c (CPU-only
+                             runs; HYFI_BLOCKED=0 keeps NCHW). Reads return NCHW. */
 } hyfi_op_info;
 int hyfi_graph_op_count(const hyfi_graph *g);
 hyfi_status hyfi_graph_op_info(const hyfi_graph *g, int i, hyfi_op_info *info);

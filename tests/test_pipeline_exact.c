@@ -64,6 +64,11 @@ typedef struct {
     const char *name;
     model_config mc;
     int batch, image;
+    /* activations NCHW (HYFI_BLOCKED=0) in its reference and plans: the spatial
+     * models, whose tiled stages are NCHW (engine/layout.c), so that tiles are
+     * compared with the untiled run of the same kernels; the others keep the
+     * default layouts, the same in every plan (bitwise checks included) */
+    int nchw;
 } model_def;
 
 typedef struct {
@@ -186,15 +191,15 @@ static void init_models(void)
     r.depth = 8;
     r.resnet_version = 1;
     r.num_classes = 10;
-    MODELS[0] = (model_def){"resnet8", r, 8, 8};
+    MODELS[0] = (model_def){"resnet8", r, 8, 8, 0};
     model_config a = model_config_default();
     a.kind = MODEL_AMOEBANET;
     a.num_layers = 3;
     a.num_filters = 16;
     a.num_classes = 10;
-    MODELS[1] = (model_def){"amoebanet3x16", a, 8, 64};
-    MODELS[2] = (model_def){"resnet8_32px", r, 4, 32};
-    MODELS[3] = (model_def){"resnet8_32px_b8", r, 8, 32};
+    MODELS[1] = (model_def){"amoebanet3x16", a, 8, 64, 0};
+    MODELS[2] = (model_def){"resnet8_32px", r, 4, 32, 1};
+    MODELS[3] = (model_def){"resnet8_32px_b8", r, 8, 32, 1};
 }
 
 static int plan_reps(const plan_def *pd)
@@ -231,6 +236,8 @@ static int run_plan(hyfi_ctx *ctx, const model_def *m, const hyfi_plan_config *p
 {
     hyfi_graph *g;
     char err[512];
+    if (m->nchw) setenv("HYFI_BLOCKED", "0", 1);
+    else unsetenv("HYFI_BLOCKED");
     hyfi_graph_create(ctx, 7, &g);
     hyfi_tensor *x = hyfi_input(g, "image", m->batch, 3, m->image, m->image);
     hyfi_tensor *y = hyfi_labels(g, "label", m->batch);

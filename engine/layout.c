@@ -1,0 +1,111 @@
+/* Activation layouts: which tensors live in oneDNN's channel-blocked layout
+ * (nChw8c / nChw16c, ops/layout_ref.c) between tasks.
+ *
+ * oneDNN's convolutions run on blocked activations; on plain NCHW tensors
+ * every call reorders its input in and its output out (and the backward
+ * both gradients): 14% of oneDNN's time on ResNet-50 here, and the 1x1
+ * convolutions, kept plain to avoid those reorders, ran as GEMMs at half the
+ * speed of the blocked 1x1 kernels (docs/bench-cpu.md). So an activation
+ * whose every producer and consumer can work on the blocked layout is kept in
+ * it: the convolutions (input and output each on its own), batch norm, ReLU
+ * and add (input and output alike), and global average pooling (its input;
+ * its (N, C) output is the same in both layouts). Batch norm, ReLU and add
+ * tie their tensors together; a class of tied tensors is blocked only if all
+ * of its tensors qualify: 4-D with C a multiple of the block, produced by one
+ * of those ops (not a graph input), read only by them, and outside the tiled
+ * stages of a spatial plan (tiles, halos and gathers slice NCHW rows). The
+ * rest stays NCHW, so the reorders happen only at those edges (pools, concat,
+ * the stem's input, tiles).
+ *
+ * Only for CPU-only runs: the CUDA kernels take NCHW, and a task may run on
+ * either kind of worker. Ranks agree on the decision (every rank keeps the
+ * same tensors blocked, whatever crosses between them), and it does not
+ * depend on stages, micro-batches or replicas, so every such plan computes
+ * what the one-place run computes, bit for bit as before. HYFI_BLOCKED=0 turns
+ * it off. The simulation build keeps NCHW (its calibrated models are of the
+ * plain kernels). hyfi_tensor_read and hyfi_grad_read return NCHW. */
+#include "internal.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static int find(int *up, int i)
+{
+    while (up[i] != i) i = up[i] = up[up[i]];
+    return i;
+}
+
+static void join(int *up, int a, int b)
+{
+    a = find(up, a), b = find(up, b);
+    if (a != b) up[a] = b;
+}
+
+/* Whether op `nd` can read (its input i) and write blocked activations. */
+static int takes_blocked(const node *nd)
+{
+    return nd->op == OP_CONV2D || nd->op == OP_BATCHNORM || nd->op == OP_RELU ||
+           nd->op == OP_ADD || nd->op == OP_GAP;
+}
+
+/* Whether op `nd` keeps its inputs and output in one layout. */
+static int ties(const node *nd)
+{
+    return nd->op == OP_BATCHNORM || nd->op == OP_RELU || nd->op == OP_ADD;
+}
+
+hyfi_status hyfi_layout_plan(hyfi_graph *g)
+{
+    int B = 0;
+#ifndef STARPU_SIMGRID
+    const char *e = getenv("HYFI_BLOCKED");
+    if (!(e && !strcmp(e, "0")) && g->ctx->ncuda == 0) B = hyfi_cpu_channel_block();
+#endif
+    /* every rank the same: none blocks if one cannot; 8 if one has only AVX2 */
+    bool none = B == 0, eight = B == 8;
+    if (g->ctx->mpi && g->ctx->nranks > 1) {
+        hyfi_status s = hyfi_ctx_any(g->ctx, B == 0, &none);
+        if (s == HYFI_OK) s = hyfi_ctx_any(g->ctx, B == 8, &eight);
+        if (s != HYFI_OK) return s;
+    }
+    for (int i = 0; i < g->ntensors; i++) g->tensors[i]->blk = 0;
+    if (none) return HYFI_OK;
+    if (eight) B = 8;
+    const int nt = g->ntensors;
+    int *up = malloc((size_t)nt * sizeof *up);
+    unsigned char *bad = calloc((size_t)nt, 1);
+    if (!up || !bad) {
+        free(up), free(bad);
+        return HYFI_OK; /* plain NCHW: slower, never wrong */
+    }
+    for (int i = 0; i < nt; i++) {
+        const hyfi_tensor *t = g->tensors[i];
+        up[i] = i;
+        bad[i] = t->kind != T_ACT || t->is_int || !t->batched || t->dims[1] % B ||
+                 t->producer < 0;
+    }
+    for (int k = 0; k < g->nnodes; k++) {
+        const node *nd = &g->nodes[k];
+        const int ok = takes_blocked(nd) && !hyfi_spatial_tiled(g, nd);
+        if (!ok || nd->op == OP_GAP) bad[nd->out->id] = 1;
+        for (int i = 0; i < nd->nin; i++) {
+            if (!ok) bad[nd->in[i]->id] = 1;
+            if (ok && ties(nd)) join(up, nd->in[i]->id, nd->out->id);
+        }
+    }
+    for (int i = 0; i < nt; i++)
+        if (bad[i]) bad[find(up, i)] = 1;
+    for (int i = 0; i < nt; i++) g->tensors[i]->blk = bad[find(up, i)] ? 0 : B;
+    for (int k = 0; k < g->nnodes; k++) {
+        node *nd = &g->nodes[k];
+        if (nd->op == OP_CONV2D) {
+            nd->a.conv.src_blk = nd->in[0]->blk;
+            nd->a.conv.dst_blk = nd->out->blk;
+        } else if (nd->op == OP_GAP) {
+            nd->a.pool.blk = nd->in[0]->blk;
+        }
+    }
+    free(up);
+    free(bad);
+    return HYFI_OK;
+}

@@ -1,0 +1,185 @@
+/* Blocked activation layouts (engine/layout.c) compute what NCHW computes.
+ *
+ * ResNet v1-8 (CIFAR: 16, 32, 64 channels) at 16x16 and ResNet-18 (ImageNet
+ * style: a 7x7 stem, max pool, 64-512 channels) at 64x64 train 2 steps twice
+ * in one process, with HYFI_BLOCKED=0 (every activation NCHW) and with the
+ * default (activations between convolutions, batch norms, ReLUs and adds in
+ * nChw16c / nChw8c where the CPU has AVX-512 / AVX2). Compared: the losses
+ * (1e-6 + 1e-5 |x|), every parameter gradient and weight after step 2, and
+ * an activation and its gradient read back with hyfi_tensor_read /
+ * hyfi_grad_read (NCHW either way). The kernels differ (blocked 1x1
+ * convolutions instead of GEMMs, batch-norm sums per lane), so round-off
+ * differs, and a value within round-off of a ReLU's kink may fall on its
+ * other side: at most 0.5% of the entries outside 1e-5 + 1e-4 |x| and
+ * ||got - want|| <= 1e-2 ||want|| (a wrong layout scrambles every channel,
+ * far beyond that). The NCHW run must have blocked nothing; where the
+ * default blocks nothing either (a CPU without AVX2), the test skips (77).
+ * (At 32x32 with batch 2 ResNet-18's last batch norms normalise 2 values per
+ * channel, which turns round-off into 1e-3 differences of the loss: hence
+ * 64x64 and batch 4.) */
+#include "hyfi.h"
+#include "models.h"
+#include "testutil.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define STEPS 2
+
+typedef struct {
+    float loss[STEPS];
+    float *grad, *weight, *act, *gact;
+    size_t ngrad, nact;
+    int nblocked;
+} result;
+
+static int run(hyfi_ctx *ctx, const model_config *mc, int image, int batch, const char *act_name,
+               result *r)
+{
+    hyfi_graph *g;
+    char err[512];
+    memset(r, 0, sizeof *r);
+    hyfi_graph_create(ctx, 11, &g);
+    hyfi_tensor *x = hyfi_input(g, "image", batch, 3, image, image);
+    hyfi_tensor *y = hyfi_labels(g, "label", batch);
+    hyfi_tensor *logits = hyfi_model_build(g, mc, x, err, sizeof err);
+    hyfi_tensor *loss = logits ? hyfi_softmax_cross_entropy(g, "loss", logits, y) : NULL;
+    hyfi_train_config tc = {.lr = 0.05f, .momentum = 0.9f, .weight_decay = 5e-4f};
+    if (!loss || hyfi_graph_compile(g, loss, &tc) != HYFI_OK) {
+        printf("build/compile failed: %s %s\n", err, hyfi_graph_error(g));
+        hyfi_graph_destroy(g);
+        return -1;
+    }
+    for (int i = 0; i < hyfi_graph_op_count(g); i++) {
+        hyfi_op_info oi;
+        hyfi_graph_op_info(g, i, &oi);
+        r->nblocked += oi.out_blk > 0;
+    }
+    const size_t nx = (size_t)batch * 3 * image * image;
+    float *xb = malloc(nx * sizeof *xb);
+    int32_t *yb = malloc((size_t)batch * sizeof *yb);
+    int rc = 0;
+    for (int s = 0; s < STEPS && !rc; s++) {
+        uint64_t st = 500 + (uint64_t)s;
+        tu_fill(xb, nx, &st, -1.f, 1.f);
+        for (int i = 0; i < batch; i++) yb[i] = tu_randint(&st, 0, mc->num_classes - 1);
+        if (hyfi_set_input(g, x, xb, nx) != HYFI_OK ||
+            hyfi_set_labels(g, y, yb, (size_t)batch) != HYFI_OK ||
+            hyfi_train_step(g, &r->loss[s]) != HYFI_OK) {
+            printf("step %d failed: %s\n", s + 1, hyfi_last_error());
+            rc = -1;
+        }
+    }
+    /* the activation and its gradient of the last step (one stage, one
+     * micro-batch: kept), NCHW */
+    hyfi_tensor *a = hyfi_tensor_find(g, act_name);
+    if (!a) {
+        printf("no tensor %s\n", act_name);
+        rc = -1;
+    } else {
+        r->nact = hyfi_tensor_numel(a);
+        r->act = malloc(r->nact * sizeof(float));
+        r->gact = malloc(r->nact * sizeof(float));
+        if (!rc && (hyfi_tensor_read(g, a, r->act, r->nact) != HYFI_OK ||
+                    hyfi_grad_read(g, a, r->gact, r->nact) != HYFI_OK)) {
+            printf("reading %s failed: %s\n", act_name, hyfi_last_error());
+            rc = -1;
+        }
+    }
+    r->ngrad = hyfi_param_numel(g);
+    r->grad = malloc(r->ngrad * sizeof(float));
+    r->weight = malloc(r->ngrad * sizeof(float));
+    size_t off = 0;
+    for (int i = 0; i < hyfi_param_count(g) && !rc; i++) {
+        hyfi_tensor *p = hyfi_param(g, i);
+        const size_t n = hyfi_tensor_numel(p);
+        if (hyfi_grad_read(g, p, r->grad + off, n) != HYFI_OK ||
+            hyfi_tensor_read(g, p, r->weight + off, n) != HYFI_OK)
+            rc = -1;
+        off += n;
+    }
+    free(xb);
+    free(yb);
+    hyfi_graph_destroy(g);
+    return rc;
+}
+
+static void free_result(result *r)
+{
+    free(r->grad), free(r->weight), free(r->act), free(r->gact);
+}
+
+/* Entries outside 1e-5 + 1e-4 |want| at most 0.5%, norm of the difference at
+ * most 1e-2 of want's. */
+static int close_enough(const char *what, const float *got, const float *want, size_t n)
+{
+    size_t out = 0;
+    double d2 = 0, w2 = 0;
+    for (size_t i = 0; i < n; i++) {
+        const double d = (double)got[i] - want[i];
+        out += fabs(d) > 1e-5 + 1e-4 * fabs(want[i]) || !isfinite(got[i]);
+        d2 += d * d, w2 += (double)want[i] * want[i];
+    }
+    const int ok = out <= n / 200 && sqrt(d2) <= 1e-2 * sqrt(w2) + 1e-12;
+    printf("%s %s: %zu of %zu entries outside, |d| / |want| = %.2e\n", ok ? "ok  " : "FAIL",
+           what, out, n, w2 > 0 ? sqrt(d2 / w2) : sqrt(d2));
+    return ok;
+}
+
+int main(void)
+{
+    hyfi_ctx_config cfg = {.device = HYFI_DEVICE_CPU, .mpi = 0};
+    hyfi_ctx *ctx;
+    if (hyfi_ctx_create(&cfg, &ctx) != HYFI_OK) {
+        printf("context: %s\n", hyfi_last_error());
+        return 1;
+    }
+    struct {
+        const char *name, *act;
+        int depth, image, batch;
+    } models[] = {{"ResNet v1-8 (CIFAR)", "layer2.0.add", 8, 16, 4},
+                  {"ResNet-18 (ImageNet style)", "layer3.1.bn1", 18, 64, 4}};
+    int fails = 0, any_blocked = 0;
+    for (size_t mi = 0; mi < sizeof models / sizeof models[0]; mi++) {
+        model_config mc = model_config_default();
+        mc.kind = MODEL_RESNET;
+        mc.depth = models[mi].depth;
+        mc.resnet_version = 1;
+        result plain, blocked;
+        setenv("HYFI_BLOCKED", "0", 1);
+        int rc = run(ctx, &mc, models[mi].image, models[mi].batch, models[mi].act, &plain);
+        unsetenv("HYFI_BLOCKED");
+        rc |= run(ctx, &mc, models[mi].image, models[mi].batch, models[mi].act, &blocked);
+        printf("%s: %d ops with a blocked output (NCHW run: %d)\n", models[mi].name,
+               blocked.nblocked, plain.nblocked);
+        any_blocked |= blocked.nblocked > 0;
+        if (rc || plain.nblocked) {
+            printf("FAIL %s: %s\n", models[mi].name,
+                   rc ? "a run failed" : "HYFI_BLOCKED=0 blocked");
+            fails++;
+        } else {
+            for (int s = 0; s < STEPS; s++) {
+                const double d = fabs((double)blocked.loss[s] - plain.loss[s]);
+                const int ok = d <= 1e-6 + 1e-5 * fabs(plain.loss[s]);
+                printf("%s loss %d: %.7f vs %.7f\n", ok ? "ok  " : "FAIL", s + 1,
+                       blocked.loss[s], plain.loss[s]);
+                fails += !ok;
+            }
+            fails += !close_enough("gradients", blocked.grad, plain.grad, plain.ngrad);
+            fails += !close_enough("weights", blocked.weight, plain.weight, plain.ngrad);
+            fails += !close_enough(models[mi].act, blocked.act, plain.act, plain.nact);
+            fails += !close_enough("its gradient", blocked.gact, plain.gact, plain.nact);
+        }
+        free_result(&plain);
+        free_result(&blocked);
+    }
+    hyfi_ctx_destroy(ctx);
+    if (!fails && !any_blocked) {
+        printf("this CPU has no channel block for oneDNN (no AVX2): nothing to compare; skipped\n");
+        return 77;
+    }
+    printf("%d passed, %d failed\n", fails ? 0 : 1, fails ? 1 : 0);
+    return fails ? 1 : 0;
+}
