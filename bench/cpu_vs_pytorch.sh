@@ -58,8 +58,9 @@
 #                       --knobs 'default;STARPU_NCPU=1;STARPU_SCHED=eager'
 #   -h, --help          this text
 #
-# Not part of the test suite (meson does not know bench/). Takes about 8-10
-# minutes with the defaults on 2 cores.
+# Not part of the test suite (meson does not know bench/). Takes about 13
+# minutes with the defaults on 2 cores (first use: a few more for the PyPI
+# environment; torch.compile caches its kernels for later runs).
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
