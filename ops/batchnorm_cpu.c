@@ -31,6 +31,22 @@
 #define HYFI_BN_MAXB 16 /* largest channel block */
 
 /* ------------------------------------------------------- blocked layouts */
+/* y = (x - mu) * scale + shift over channel block cb, per lane j.
+ * y, x (N, C/B, H, W, B). */
+static void block_affine(float *y, const float *x, size_t N, size_t CB, size_t hw, int B,
+                         size_t cb, const float *mu, const float *scale, const float *shift)
+{
+    for (size_t n = 0; n < N; n++) {
+        const float *xp = x + (n * CB + cb) * hw * B;
+        float *yp = y + (n * CB + cb) * hw * B;
+        for (size_t i = 0; i < hw; i++) {
+#pragma omp simd
+            for (int j = 0; j < B; j++)
+                yp[i * B + j] = (xp[i * B + j] - mu[j]) * scale[j] + shift[j];
+        }
+    }
+}
+
 /* x, y (N, C/B, H, W, B); the B channels of block cb from c0 = cb B. */
 static int bn_forward_train_blk(float *y, float *mean, float *var, float *run_mean,
                                 float *run_var, const float *x, const float *gamma,
@@ -80,15 +96,7 @@ static int bn_forward_train_blk(float *y, float *mean, float *var, float *run_me
             run_mean[c] = (float)((1.0 - mom) * run_mean[c] + mom * m);
             run_var[c] = (float)((1.0 - mom) * run_var[c] + mom * v * unbias);
         }
-        for (size_t n = 0; n < N; n++) {
-            const float *xp = x + (n * CB + cb) * hw * B;
-            float *yp = y + (n * CB + cb) * hw * B;
-            for (size_t i = 0; i < hw; i++) {
-#pragma omp simd
-                for (int j = 0; j < B; j++)
-                    yp[i * B + j] = (xp[i * B + j] - mu[j]) * scale[j] + shift[j];
-            }
-        }
+        block_affine(y, x, N, CB, hw, B, cb, mu, scale, shift);
     }
     return 0;
 }
@@ -107,18 +115,11 @@ static int bn_forward_eval_blk(float *y, const float *x, const float *gamma, con
         for (int j = 0; j < B; j++) {
             const size_t c = c0 + (size_t)j;
             mu[j] = run_mean[c];
-            scale[j] = (float)(gamma[c] / sqrt((double)run_var[c] + (double)a->eps));
+            const double invstd = 1.0 / sqrt((double)run_var[c] + (double)a->eps);
+            scale[j] = (float)(gamma[c] * invstd);
             shift[j] = beta[c];
         }
-        for (size_t n = 0; n < N; n++) {
-            const float *xp = x + (n * CB + cb) * hw * B;
-            float *yp = y + (n * CB + cb) * hw * B;
-            for (size_t i = 0; i < hw; i++) {
-#pragma omp simd
-                for (int j = 0; j < B; j++)
-                    yp[i * B + j] = (xp[i * B + j] - mu[j]) * scale[j] + shift[j];
-            }
-        }
+        block_affine(y, x, N, CB, hw, B, cb, mu, scale, shift);
     }
     return 0;
 }
