@@ -5,11 +5,12 @@
  * every call reorders its input in and its output out (and the backward
  * both gradients): 116 activation reorders per step of ResNet-50 at 128x128,
  * 8 with this (docs/bench-cpu.md). So an activation whose every producer and
- * consumer can work on the blocked layout is kept in it: the convolutions (input and output each on its own), batch norm, ReLU
- * and add (input and output alike), and global average pooling (its input;
- * its (N, C) output is the same in both layouts). Batch norm, ReLU and add
- * tie their tensors together; a class of tied tensors is blocked only if all
- * of its tensors qualify: 4-D with C a multiple of the block, produced by one
+ * consumer can work on the blocked layout is kept in it: the convolutions
+ * (input and output each on its own), batch norm, ReLU and add (input and
+ * output alike), and global average pooling (its input; its (N, C) output is
+ * the same in both layouts). Batch norm, ReLU and add tie their tensors
+ * together; a class of tied tensors is blocked only if all of its tensors
+ * qualify: 4-D with C a multiple of the block, produced by one
  * of those ops (not a graph input), read only by them, and outside the tiled
  * stages of a spatial plan (tiles, halos and gathers slice NCHW rows). The
  * rest stays NCHW, so the reorders happen only at those edges (pools, concat,
@@ -39,7 +40,8 @@ static void join(int *up, int a, int b)
     if (a != b) up[a] = b;
 }
 
-/* Whether op `nd` can read (its input i) and write blocked activations. */
+/* Whether op `nd` can read and write blocked activations (the global pool:
+ * read; its output is NCHW). */
 static int takes_blocked(const node *nd)
 {
     return nd->op == OP_CONV2D || nd->op == OP_BATCHNORM || nd->op == OP_RELU ||

@@ -273,8 +273,7 @@ static void collect(int s, death *all, const char *early, size_t nearly)
         const int64_t t = now_ns();
         int64_t wait_ms = (last + (int64_t)WINDOW_MS * 1000000 - t) / 1000000;
         const int64_t cap = (start + (int64_t)WINDOW_MAX_MS * 1000000 - t) / 1000000;
-        if (awaiting(all, n) && wait_ms < cap) wait_ms = cap;
-        if (cap < wait_ms) wait_ms = cap;
+        if (awaiting(all, n) || cap < wait_ms) wait_ms = cap;
         if (wait_ms <= 0) break;
         struct pollfd pf = {.fd = s, .events = POLLIN};
         const int r = poll(&pf, 1, (int)wait_ms);

@@ -18,7 +18,7 @@
  * over x and dy (sums, then dx).
  *
  * Blocked layouts (blk = B > 0, nChw8c / nChw16c, between oneDNN
- * convolutions: hyfi_layout_blocked): the same formulas over one block of B
+ * convolutions: hyfi_layout_plan): the same formulas over one block of B
  * channels at a time, whose values sit side by side, so the inner loops run
  * over the B channels (SIMD lanes) and the sums are per lane.
  */

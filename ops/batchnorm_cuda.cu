@@ -128,7 +128,7 @@ extern "C" int hyfi_batchnorm_forward_train_cuda(hyfi_cuda_env *env, float *y, f
                                                  const float *beta,
                                                  const hyfi_batchnorm_args *a, int blk)
 {
-    if (blk) return -1; /* blocked layouts are CPU only (hyfi_layout_blocked) */
+    if (blk) return -1; /* blocked layouts are CPU only (hyfi_layout_plan) */
     const int hw = a->h * a->w;
     const double m = (double)a->n * (double)hw;
     const float unbias = m > 1.0 ? (float)(m / (m - 1.0)) : 1.0f;

@@ -54,7 +54,7 @@ typedef struct {
     /* CPU only: the layout of x and dx (src_blk) and of y and dy (dst_blk):
      * 0 plain NCHW, B = 8 or 16 oneDNN's blocked nChw8c / nChw16c, element
      * (n, c, h, w) at ((n C/B + c/B) H W + h W + w) B + c % B (C a multiple of
-     * B). Weights stay plain. See hyfi_layout_blocked. */
+     * B). Weights stay plain. The engine decides: hyfi_layout_plan. */
     int src_blk, dst_blk;
 } hyfi_conv2d_args;
 

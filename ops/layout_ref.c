@@ -4,7 +4,7 @@
  * Blocked layout of channel block B: element (n, c, h, w) of an (N, C, H, W)
  * tensor at ((n C/B + c/B) H W + h W + w) B + c % B, C a multiple of B. The
  * engine keeps the activations between oneDNN convolutions, batch norms and
- * element-wise ops in it (hyfi_layout_blocked), so that a convolution reads
+ * element-wise ops in it (hyfi_layout_plan), so that a convolution reads
  * and writes them as they are instead of reordering from and to NCHW. */
 #include "kernels.h"
 
