@@ -327,6 +327,10 @@ static hyfi_status save(hyfi_graph *g, const char *who, const char *path,
             hyfi_io_gather(g, batch, t->mh[0], root && !oom ? mvals[i] : NULL, b);
     }
     hyfi_io_gather_wait(g, batch);
+    for (int i = 0; root && !oom && i < g->ntensors; i++) /* OIHW in the file (layout.c) */
+        if ((vals[i] && hyfi_layout_convert(g->tensors[i], vals[i], 1)) ||
+            (mvals[i] && hyfi_layout_convert(g->tensors[i], mvals[i], 1)))
+            oom = 1;
     hyfi_status st = HYFI_OK;
     if (oom) st = hyfi_call_fail(g, HYFI_ERR_NOMEM, "%s: out of memory", who);
     else if (root) st = write_file(g, who, path, opt, checkpoint, meta, vals, mvals);
@@ -423,7 +427,7 @@ static hyfi_status load(hyfi_graph *g, const char *who, const char *path,
     st_file f = {0};
     const st_tensor **src = calloc((size_t)g->ntensors, sizeof *src);
     const st_tensor **msrc = calloc((size_t)g->ntensors, sizeof *msrc);
-    float *scratch = NULL, *zeros = NULL;
+    float *scratch = NULL, *flat = NULL, *zeros = NULL;
     char *used = NULL;
     float lr = 0;
     int has_sum = 0, parsed = 0;
@@ -514,7 +518,8 @@ static hyfi_status load(hyfi_graph *g, const char *who, const char *path,
                                     f.meta_keys[k], hyfi_last_error());
     }
     if (st == HYFI_OK && maxn &&
-        (!(scratch = malloc(maxn * sizeof *scratch)) || !(zeros = calloc(maxn, sizeof *zeros))))
+        (!(scratch = malloc(maxn * sizeof *scratch)) || !(flat = malloc(maxn * sizeof *flat)) ||
+         !(zeros = calloc(maxn, sizeof *zeros))))
         st = hyfi_call_fail(g, HYFI_ERR_NOMEM, "%s: out of memory", who);
     /* every rank applies, or none */
     st = hyfi_io_agree(g, st, 0);
@@ -522,11 +527,16 @@ static hyfi_status load(hyfi_graph *g, const char *who, const char *path,
         hyfi_tensor *t = g->tensors[i];
         if (!src[i]) continue;
         const size_t b = t->numel * sizeof(float);
-        st_to_f32(src[i], scratch);
+        /* OIHW in the file, maybe blocked here (layout.c) */
+        st_to_f32(src[i], flat);
+        hyfi_layout_copy(t, scratch, flat, 0);
         for (int k = 0; k < t->nh; k++)
             hyfi_handle_write(g, t->h[k], hyfi_trank(g, t, k), scratch, b);
         if (t->kind != T_PARAM || !t->mh) continue;
-        if (msrc[i]) st_to_f32(msrc[i], scratch);
+        if (msrc[i]) {
+            st_to_f32(msrc[i], flat);
+            hyfi_layout_copy(t, scratch, flat, 0);
+        }
         for (int k = 0; k < t->nh; k++)
             hyfi_handle_write(g, t->mh[k], hyfi_trank(g, t, k), msrc[i] ? scratch : zeros, b);
     }
@@ -535,6 +545,7 @@ static hyfi_status load(hyfi_graph *g, const char *who, const char *path,
     free(used);
     free(zeros);
     free(scratch);
+    free(flat);
     free(msrc);
     free(src);
     free(buf);

@@ -368,8 +368,11 @@ hyfi_status hyfi_register_tensors(hyfi_graph *g)
                 if (hyfi_host_alloc(&t->host, n) || hyfi_host_alloc(&t->ghost, n) ||
                     hyfi_host_alloc(&t->mhost, n))
                     goto oom;
-                for (int j = 0; j < nown; j++)
+                for (int j = 0; j < nown; j++) {
                     hyfi_param_init(t->host + (size_t)j * t->numel, t, g->seed);
+                    /* drawn in OIHW order: the same values in either layout */
+                    if (hyfi_layout_convert(t, t->host + (size_t)j * t->numel, 0)) goto oom;
+                }
                 memset(t->ghost, 0, n * 4);
                 memset(t->mhost, 0, n * 4);
             }

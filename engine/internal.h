@@ -101,8 +101,10 @@ struct hyfi_tensor {
     init_kind init;
     int fan_in;
 
-    int blk;              /* activation layout between tasks: 0 NCHW, else the channel
-                             block of nChw8c / nChw16c (layout.c) */
+    int blk;              /* layout between tasks: 0 NCHW / OIHW, else the channel block
+                             of nChw8c / nChw16c (activations) or of OIhw8i8o /
+                             OIhw16i16o (convolution weights, their gradient and
+                             momentum), layout.c */
     /* plan */
     int stage;            /* the stage whose place owns the tensor (engine/plan.c) */
     int rank;             /* MPI rank of that place */
@@ -218,6 +220,11 @@ int hyfi_op_zero_padded(const node *nd);
 /* Which activations stay in oneDNN's blocked layout (layout.c): sets t->blk and
  * the layouts in the convolutions' and global pools' arguments. After the plan. */
 hyfi_status hyfi_layout_plan(hyfi_graph *g);
+/* A whole copy of t (t->numel floats, in place): from the layout t lives in
+ * between tasks to plain NCHW / OIHW (to_plain), or back. -1: out of memory. */
+int hyfi_layout_convert(const hyfi_tensor *t, float *buf, int to_plain);
+/* The same between two buffers (dst != src): no allocation. */
+void hyfi_layout_copy(const hyfi_tensor *t, float *dst, const float *src, int to_plain);
 /* The window along an axis (0: rows): kernel, stride, padding; 1, 1, 0 for
  * ops that read no window. */
 void hyfi_op_window(const node *nd, int axis, int *k, int *s, int *p);

@@ -400,6 +400,8 @@ hyfi_status hyfi_save_params(hyfi_graph *g, const char *path)
                            t->numel * sizeof(float));
     }
     hyfi_io_gather_wait(g, batch);
+    for (int i = 0; root && !oom && i < g->ntensors; i++) /* OIHW in the file (layout.c) */
+        if (vals[i] && hyfi_layout_convert(g->tensors[i], vals[i], 1)) oom = 1;
     hyfi_status st = HYFI_OK;
     if (oom) st = hyfi_call_fail(g, HYFI_ERR_NOMEM, "hyfi_save_params: out of memory");
     else if (root) {
@@ -551,7 +553,7 @@ hyfi_status hyfi_load_params(hyfi_graph *g, const char *path)
     unsigned char *buf = NULL;
     size_t n = 0, zeros_n = 0;
     const unsigned char **vals = calloc((size_t)g->ntensors, sizeof *vals);
-    float *zeros = NULL;
+    float *zeros = NULL, *flat = NULL, *blocked = NULL;
     hyfi_status st = vals ? HYFI_OK
                           : hyfi_call_fail(g, HYFI_ERR_NOMEM, "hyfi_load_params: out of memory");
     if (st == HYFI_OK) st = hyfi_io_read_whole(g, "hyfi_load_params", path, &buf, &n);
@@ -559,7 +561,13 @@ hyfi_status hyfi_load_params(hyfi_graph *g, const char *path)
     if (st == HYFI_OK) { /* a loaded model starts with fresh momentum */
         for (int i = 0; i < g->ntensors; i++)
             if (g->tensors[i]->mh && g->tensors[i]->numel > zeros_n) zeros_n = g->tensors[i]->numel;
-        if (zeros_n && !(zeros = calloc(zeros_n, sizeof *zeros)))
+        size_t blk_n = 0; /* the largest tensor kept blocked (layout.c) */
+        for (int i = 0; i < g->ntensors; i++)
+            if (vals[i] && g->tensors[i]->blk && g->tensors[i]->numel > blk_n)
+                blk_n = g->tensors[i]->numel;
+        if ((zeros_n && !(zeros = calloc(zeros_n, sizeof *zeros))) ||
+            (blk_n && (!(flat = malloc(blk_n * sizeof *flat)) ||
+                       !(blocked = malloc(blk_n * sizeof *blocked)))))
             st = hyfi_call_fail(g, HYFI_ERR_NOMEM, "hyfi_load_params: out of memory");
     }
     /* every rank applies, or none */
@@ -567,13 +575,21 @@ hyfi_status hyfi_load_params(hyfi_graph *g, const char *path)
     for (int i = 0; st == HYFI_OK && i < g->ntensors; i++) {
         hyfi_tensor *t = g->tensors[i];
         if (!vals[i]) continue;
+        const void *v = vals[i];
+        if (t->blk) { /* stored blocked (layout.c); OIHW in the file */
+            memcpy(flat, vals[i], t->numel * sizeof *flat);
+            hyfi_layout_copy(t, blocked, flat, 0);
+            v = blocked;
+        }
         /* every replica's copy */
         for (int k = 0; k < t->nh; k++)
-            hyfi_handle_write(g, t->h[k], hyfi_trank(g, t, k), vals[i], t->numel * sizeof(float));
+            hyfi_handle_write(g, t->h[k], hyfi_trank(g, t, k), v, t->numel * sizeof(float));
         for (int k = 0; t->mh && k < t->nh; k++)
             hyfi_handle_write(g, t->mh[k], hyfi_trank(g, t, k), zeros, t->numel * sizeof(float));
     }
     free(zeros);
+    free(flat);
+    free(blocked);
     free(vals);
     free(buf);
     return st;

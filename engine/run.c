@@ -590,14 +590,9 @@ static hyfi_status read_tensor(hyfi_graph *g, hyfi_tensor *t, int grad, float *o
         hyfi_handle_read(g, hyfi_handle_need(g, t, grad, 0, t->nh - 1), -1, out,
                          t->numel * sizeof(float));
     }
-    if (t->blk) { /* kept blocked between tasks (layout.c): the caller gets NCHW */
-        float *tmp = malloc(t->numel * sizeof(float));
-        if (!tmp)
-            return hyfi_call_fail(g, HYFI_ERR_NOMEM, "out of memory reading \"%s\"", t->name);
-        hyfi_layout_to_plain(tmp, out, t->dims[0], t->dims[1], t->dims[2] * t->dims[3], t->blk);
-        memcpy(out, tmp, t->numel * sizeof(float));
-        free(tmp);
-    }
+    /* kept blocked between tasks (layout.c): the caller gets NCHW / OIHW */
+    if (hyfi_layout_convert(t, out, 1))
+        return hyfi_call_fail(g, HYFI_ERR_NOMEM, "out of memory reading \"%s\"", t->name);
     return HYFI_OK;
 }
 
@@ -656,7 +651,19 @@ hyfi_status hyfi_tensor_write(hyfi_graph *g, hyfi_tensor *t, const float *data, 
         return hyfi_call_fail(g, HYFI_ERR_ARG, "hyfi_tensor_write: \"%s\" is not a parameter or "
                                                "state tensor (use hyfi_set_input for inputs), or "
                                                "the data is NULL", t->name);
+    float *tmp = NULL;
+    if (t->blk) { /* stored blocked (layout.c) */
+        if (!(tmp = malloc(count * sizeof *tmp)))
+            return hyfi_call_fail(g, HYFI_ERR_NOMEM, "hyfi_tensor_write: out of memory");
+        memcpy(tmp, data, count * sizeof *tmp);
+        if (hyfi_layout_convert(t, tmp, 0)) {
+            free(tmp);
+            return hyfi_call_fail(g, HYFI_ERR_NOMEM, "hyfi_tensor_write: out of memory");
+        }
+        data = tmp;
+    }
     for (int k = 0; k < t->nh; k++)
         hyfi_handle_write(g, t->h[k], hyfi_trank(g, t, k), data, count * sizeof(float));
+    free(tmp);
     return HYFI_OK;
 }

@@ -25,8 +25,12 @@
  * Blocked activations (src_blk / dst_blk > 0, hyfi_conv2d_args): x, dx and y,
  * dy are already in nChw8c / nChw16c (the engine keeps them so between
  * convolutions, batch norms and element-wise ops), and the primitive is made
- * for exactly that layout: no reorder of the activations at all, only of the
- * weights.
+ * for exactly that layout: no reorder of the activations at all.
+ *
+ * Blocked weights (wei_blk > 0): w and dw are in OIhw8i8o / OIhw16i16o, the
+ * layout oneDNN's forward and backward-weights kernels pick on blocked
+ * activations, so they use w and write dw as they are; only the backward data
+ * (which wants OIhw16o16i, or IOhw16o16i for 1x1) still reorders w.
  */
 #include "kernels.h"
 #include "dnnl_common.h"
@@ -78,9 +82,15 @@ static int conv_desc_init(conv_desc *d, const hyfi_conv2d_args *a)
     if ((rc = hyfi_dnnl_md(&d->dst, 4, ddims, dtag))) return rc;
     if ((rc = hyfi_dnnl_md(&d->bia, 1, bdims, dnnl_x))) return rc;
     if (G == 1) {
-        if ((rc = hyfi_dnnl_md(&d->wei, 4, wdims, dnnl_oihw))) return rc;
+        const dnnl_format_tag_t wtag = a->wei_blk == 0    ? dnnl_oihw
+                                       : a->wei_blk == 8  ? dnnl_OIhw8i8o
+                                       : a->wei_blk == 16 ? dnnl_OIhw16i16o
+                                                          : dnnl_format_tag_undef;
+        if (wtag == dnnl_format_tag_undef) return -1;
+        if ((rc = hyfi_dnnl_md(&d->wei, 4, wdims, wtag))) return rc;
         if ((rc = hyfi_dnnl_md(&d->wei_any, 4, wdims, dnnl_format_tag_any))) return rc;
     } else {
+        if (a->wei_blk) return -1;
         if ((rc = hyfi_dnnl_md(&d->wei, 5, gdims, dnnl_goihw))) return rc;
         if ((rc = hyfi_dnnl_md(&d->wei_any, 5, gdims, dnnl_format_tag_any))) return rc;
     }

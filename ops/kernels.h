@@ -54,8 +54,13 @@ typedef struct {
     /* CPU only: the layout of x and dx (src_blk) and of y and dy (dst_blk):
      * 0 plain NCHW, B = 8 or 16 oneDNN's blocked nChw8c / nChw16c, element
      * (n, c, h, w) at ((n C/B + c/B) H W + h W + w) B + c % B (C a multiple of
-     * B). Weights stay plain. The engine decides: hyfi_layout_plan. */
-    int src_blk, dst_blk;
+     * B). The engine decides: hyfi_layout_plan.
+     * wei_blk: the layout of w and dw (G == 1 only): 0 plain OIHW, B = 8 or 16
+     * oneDNN's OIhw8i8o / OIhw16i16o, element (o, i, kh, kw) at
+     * ((o/B I/B + i/B) KH KW + kh KW + kw) B B + (i % B) B + o % B (Cout and Cin
+     * multiples of B): the layout oneDNN's forward and backward-weights kernels
+     * use, so neither reorders the weights. */
+    int src_blk, dst_blk, wei_blk;
 } hyfi_conv2d_args;
 
 /* Output size of one axis: (in + 2p - k) / s + 1. */
@@ -361,6 +366,10 @@ int hyfi_bn_bwd_apply_cpu(float *dx, const float *dy, const float *x, const floa
  * block blk (see hyfi_conv2d_args; C a multiple of blk). blk 0 copies. */
 void hyfi_layout_to_blocked(float *dst, const float *src, int n, int c, int hw, int blk);
 void hyfi_layout_to_plain(float *dst, const float *src, int n, int c, int hw, int blk);
+/* Convolution weights, plain OIHW <-> OIhw{B}i{B}o (see hyfi_conv2d_args.wei_blk;
+ * o and i multiples of blk, k = KH KW). blk 0 copies. */
+void hyfi_layout_wei_to_blocked(float *dst, const float *src, int o, int i, int k, int blk);
+void hyfi_layout_wei_to_plain(float *dst, const float *src, int o, int i, int k, int blk);
 /* The channel block of oneDNN's direct convolutions on this CPU: 16 with
  * AVX-512, 8 with AVX2, 0 (keep NCHW) otherwise. */
 int hyfi_cpu_channel_block(void);

@@ -5,7 +5,14 @@
  * tensor at ((n C/B + c/B) H W + h W + w) B + c % B, C a multiple of B. The
  * engine keeps the activations between oneDNN convolutions, batch norms and
  * element-wise ops in it (hyfi_layout_plan), so that a convolution reads
- * and writes them as they are instead of reordering from and to NCHW. */
+ * and writes them as they are instead of reordering from and to NCHW.
+ *
+ * Convolution weights of block B (oneDNN's OIhw8i8o / OIhw16i16o): element
+ * (o, i, kh, kw) of (O, I, KH, KW) at ((o/B I/B + i/B) KH KW + kh KW + kw) B B
+ * + (i % B) B + o % B. The engine keeps the weights of the convolutions on
+ * blocked activations in it, with their gradients and momenta (the optimizer
+ * and the all-reduce are element-wise), so that oneDNN's forward and
+ * backward-weights kernels use them as they are. */
 #include "kernels.h"
 
 #include <stddef.h>
@@ -43,6 +50,44 @@ void hyfi_layout_to_plain(float *dst, const float *src, int n, int c, int hw, in
             float *d = dst + (i * B + j) * HW;
             for (size_t p = 0; p < HW; p++) d[p] = s[p * B];
         }
+}
+
+/* dst (O/B, I/B, K, B i, B o), src (O, I, K): one B x B transpose per (ob, ib, k) */
+void hyfi_layout_wei_to_blocked(float *dst, const float *src, int o, int i, int k, int blk)
+{
+    const size_t I = (size_t)i, K = (size_t)k;
+    if (blk <= 1) {
+        memcpy(dst, src, (size_t)o * I * K * sizeof *dst);
+        return;
+    }
+    const size_t B = (size_t)blk, OB = (size_t)o / B, IB = I / B;
+    for (size_t ob = 0; ob < OB; ob++)
+        for (size_t ib = 0; ib < IB; ib++)
+            for (size_t kk = 0; kk < K; kk++) {
+                float *d = dst + ((ob * IB + ib) * K + kk) * B * B;
+                const float *s = src + (ob * B * I + ib * B) * K + kk;
+                for (size_t oi = 0; oi < B; oi++)
+                    for (size_t ii = 0; ii < B; ii++) d[ii * B + oi] = s[(oi * I + ii) * K];
+            }
+}
+
+/* dst (O, I, K), src (O/B, I/B, K, B i, B o) */
+void hyfi_layout_wei_to_plain(float *dst, const float *src, int o, int i, int k, int blk)
+{
+    const size_t I = (size_t)i, K = (size_t)k;
+    if (blk <= 1) {
+        memcpy(dst, src, (size_t)o * I * K * sizeof *dst);
+        return;
+    }
+    const size_t B = (size_t)blk, OB = (size_t)o / B, IB = I / B;
+    for (size_t ob = 0; ob < OB; ob++)
+        for (size_t ib = 0; ib < IB; ib++)
+            for (size_t kk = 0; kk < K; kk++) {
+                const float *s = src + ((ob * IB + ib) * K + kk) * B * B;
+                float *d = dst + (ob * B * I + ib * B) * K + kk;
+                for (size_t oi = 0; oi < B; oi++)
+                    for (size_t ii = 0; ii < B; ii++) d[(oi * I + ii) * K] = s[ii * B + oi];
+            }
 }
 
 int hyfi_cpu_channel_block(void)

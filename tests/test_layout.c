@@ -16,7 +16,16 @@
  * default blocks nothing either (a CPU without AVX2), the test skips (77).
  * (At 32x32 with batch 2 ResNet-18's last batch norms normalise 2 values per
  * channel, which turns round-off into 1e-3 differences of the loss: hence
- * 64x64 and batch 4.) */
+ * 64x64 and batch 4.)
+ *
+ * Blocked weights (their gradients and momenta with them) meet files at the
+ * edges: a checkpoint and a parameter file saved by a blocked ResNet v1-8
+ * after 2 steps load into a blocked and an NCHW graph with the very same
+ * weights (bit for bit: the files hold OIHW either way); the blocked graph
+ * resumed from the checkpoint then takes step 3 bit for bit as the one that
+ * never stopped (so the momenta came back in place), the NCHW one within the
+ * tolerance above; hyfi_tensor_write / hyfi_tensor_read of a blocked weight
+ * round-trips. */
 #include "hyfi.h"
 #include "models.h"
 #include "testutil.h"
@@ -25,6 +34,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #define STEPS 2
 
@@ -35,12 +45,11 @@ typedef struct {
     int nblocked;
 } result;
 
-static int run(hyfi_ctx *ctx, const model_config *mc, int image, int batch, const char *act_name,
-               result *r)
+/* A compiled model (NULL on failure, said). */
+static hyfi_graph *build(hyfi_ctx *ctx, const model_config *mc, int image, int batch)
 {
     hyfi_graph *g;
-    char err[512];
-    memset(r, 0, sizeof *r);
+    char err[512] = "";
     hyfi_graph_create(ctx, 11, &g);
     hyfi_tensor *x = hyfi_input(g, "image", batch, 3, image, image);
     hyfi_tensor *y = hyfi_labels(g, "label", batch);
@@ -50,28 +59,66 @@ static int run(hyfi_ctx *ctx, const model_config *mc, int image, int batch, cons
     if (!loss || hyfi_graph_compile(g, loss, &tc) != HYFI_OK) {
         printf("build/compile failed: %s %s\n", err, hyfi_graph_error(g));
         hyfi_graph_destroy(g);
-        return -1;
+        return NULL;
     }
-    for (int i = 0; i < hyfi_graph_op_count(g); i++) {
-        hyfi_op_info oi;
-        hyfi_graph_op_info(g, i, &oi);
-        r->nblocked += oi.out_blk > 0;
-    }
+    return g;
+}
+
+/* Training steps first..last-1 (each its own fixed batch); losses into loss[s]. */
+static int steps(hyfi_graph *g, const model_config *mc, int image, int batch, int first, int last,
+                 float *loss)
+{
+    hyfi_tensor *x = hyfi_tensor_find(g, "image"), *y = hyfi_tensor_find(g, "label");
     const size_t nx = (size_t)batch * 3 * image * image;
     float *xb = malloc(nx * sizeof *xb);
     int32_t *yb = malloc((size_t)batch * sizeof *yb);
     int rc = 0;
-    for (int s = 0; s < STEPS && !rc; s++) {
+    for (int s = first; s < last && !rc; s++) {
         uint64_t st = 500 + (uint64_t)s;
         tu_fill(xb, nx, &st, -1.f, 1.f);
         for (int i = 0; i < batch; i++) yb[i] = tu_randint(&st, 0, mc->num_classes - 1);
         if (hyfi_set_input(g, x, xb, nx) != HYFI_OK ||
             hyfi_set_labels(g, y, yb, (size_t)batch) != HYFI_OK ||
-            hyfi_train_step(g, &r->loss[s]) != HYFI_OK) {
+            hyfi_train_step(g, &loss[s]) != HYFI_OK) {
             printf("step %d failed: %s\n", s + 1, hyfi_last_error());
             rc = -1;
         }
     }
+    free(xb);
+    free(yb);
+    return rc;
+}
+
+/* Every parameter, NCHW / OIHW, concatenated (malloc'ed; NULL on failure). */
+static float *weights(hyfi_graph *g, size_t *n)
+{
+    *n = hyfi_param_numel(g);
+    float *w = malloc(*n * sizeof *w);
+    size_t off = 0;
+    for (int i = 0; w && i < hyfi_param_count(g); i++) {
+        hyfi_tensor *p = hyfi_param(g, i);
+        const size_t k = hyfi_tensor_numel(p);
+        if (hyfi_tensor_read(g, p, w + off, k) != HYFI_OK) {
+            free(w);
+            return NULL;
+        }
+        off += k;
+    }
+    return w;
+}
+
+static int run(hyfi_ctx *ctx, const model_config *mc, int image, int batch, const char *act_name,
+               result *r)
+{
+    memset(r, 0, sizeof *r);
+    hyfi_graph *g = build(ctx, mc, image, batch);
+    if (!g) return -1;
+    for (int i = 0; i < hyfi_graph_op_count(g); i++) {
+        hyfi_op_info oi;
+        hyfi_graph_op_info(g, i, &oi);
+        r->nblocked += oi.out_blk > 0;
+    }
+    int rc = steps(g, mc, image, batch, 0, STEPS, r->loss);
     /* the activation and its gradient of the last step (one stage, one
      * micro-batch: kept), NCHW */
     hyfi_tensor *a = hyfi_tensor_find(g, act_name);
@@ -100,8 +147,6 @@ static int run(hyfi_ctx *ctx, const model_config *mc, int image, int batch, cons
             rc = -1;
         off += n;
     }
-    free(xb);
-    free(yb);
     hyfi_graph_destroy(g);
     return rc;
 }
@@ -126,6 +171,97 @@ static int close_enough(const char *what, const float *got, const float *want, s
     printf("%s %s: %zu of %zu entries outside, |d| / |want| = %.2e\n", ok ? "ok  " : "FAIL",
            what, out, n, w2 > 0 ? sqrt(d2 / w2) : sqrt(d2));
     return ok;
+}
+
+static int same(const char *what, const float *got, const float *want, size_t n)
+{
+    const int ok = got && want && !memcmp(got, want, n * sizeof *got);
+    printf("%s %s: %s\n", ok ? "ok  " : "FAIL", what, ok ? "bit for bit" : "differ");
+    return ok;
+}
+
+/* The file round trips of the header comment; failures counted. */
+static int files(hyfi_ctx *ctx, const model_config *mc, int image, int batch)
+{
+    char ck[] = "/tmp/hyfi-layout-ck-XXXXXX", pa[] = "/tmp/hyfi-layout-pa-XXXXXX";
+    int fd1 = mkstemp(ck), fd2 = mkstemp(pa);
+    if (fd1 < 0 || fd2 < 0) {
+        printf("FAIL temporary files\n");
+        return 1;
+    }
+    close(fd1), close(fd2);
+    int fails = 0;
+    float loss[STEPS + 1], loss_b[STEPS + 1], loss_p[STEPS + 1];
+    size_t n = 0, m = 0;
+    float *w2 = NULL, *w3 = NULL, *got = NULL;
+    hyfi_graph *g = build(ctx, mc, image, batch);
+    if (!g || steps(g, mc, image, batch, 0, STEPS, loss) || !(w2 = weights(g, &n)) ||
+        hyfi_save_checkpoint(g, ck, NULL) != HYFI_OK || hyfi_save_params(g, pa) != HYFI_OK ||
+        steps(g, mc, image, batch, STEPS, STEPS + 1, loss) || !(w3 = weights(g, &m))) {
+        printf("FAIL the blocked run and its files: %s\n", hyfi_last_error());
+        fails++;
+        goto out;
+    }
+    hyfi_graph_destroy(g);
+    /* blocked, resumed from the checkpoint: step 3 bit for bit */
+    if (!(g = build(ctx, mc, image, batch)) || hyfi_load_checkpoint(g, ck, NULL) != HYFI_OK) {
+        printf("FAIL load the checkpoint (blocked): %s\n", hyfi_last_error());
+        fails++;
+        goto out;
+    }
+    fails += !same("checkpoint -> blocked graph: weights", got = weights(g, &m), w2, n);
+    free(got), got = NULL;
+    if (steps(g, mc, image, batch, STEPS, STEPS + 1, loss_b)) fails++;
+    fails += !same("resumed step 3: loss", &loss_b[STEPS], &loss[STEPS], 1);
+    fails += !same("resumed step 3: weights", got = weights(g, &m), w3, n);
+    free(got), got = NULL;
+    /* hyfi_tensor_write / read of a blocked weight */
+    {
+        hyfi_tensor *p = hyfi_tensor_find(g, "layer2.0.conv2.weight");
+        const size_t k = p ? hyfi_tensor_numel(p) : 0;
+        float *v = k ? malloc(k * sizeof *v) : NULL, *back = k ? malloc(k * sizeof *v) : NULL;
+        for (size_t i = 0; v && i < k; i++) v[i] = (float)i;
+        const int ok = v && back && hyfi_tensor_write(g, p, v, k) == HYFI_OK &&
+                       hyfi_tensor_read(g, p, back, k) == HYFI_OK;
+        fails += !ok || !same("hyfi_tensor_write -> hyfi_tensor_read (layer2.0.conv2.weight)",
+                              back, v, k);
+        free(v), free(back);
+    }
+    hyfi_graph_destroy(g);
+    /* the parameter file into a blocked graph; the checkpoint into an NCHW one */
+    if (!(g = build(ctx, mc, image, batch)) || hyfi_load_params(g, pa) != HYFI_OK) {
+        printf("FAIL load the parameters (blocked): %s\n", hyfi_last_error());
+        fails++;
+        goto out;
+    }
+    fails += !same("parameter file -> blocked graph: weights", got = weights(g, &m), w2, n);
+    free(got), got = NULL;
+    hyfi_graph_destroy(g);
+    setenv("HYFI_BLOCKED", "0", 1);
+    g = build(ctx, mc, image, batch);
+    unsetenv("HYFI_BLOCKED");
+    if (!g || hyfi_load_checkpoint(g, ck, NULL) != HYFI_OK) {
+        printf("FAIL load the checkpoint (NCHW): %s\n", hyfi_last_error());
+        fails++;
+        goto out;
+    }
+    fails += !same("checkpoint -> NCHW graph: weights", got = weights(g, &m), w2, n);
+    free(got), got = NULL;
+    if (steps(g, mc, image, batch, STEPS, STEPS + 1, loss_p)) fails++;
+    {
+        const double d = fabs((double)loss_p[STEPS] - loss[STEPS]);
+        const int ok = d <= 1e-6 + 1e-5 * fabs(loss[STEPS]);
+        printf("%s resumed NCHW step 3: loss %.7f vs %.7f\n", ok ? "ok  " : "FAIL",
+               loss_p[STEPS], loss[STEPS]);
+        fails += !ok;
+    }
+    fails += !close_enough("resumed NCHW step 3: weights", got = weights(g, &m), w3, n);
+    free(got), got = NULL;
+out:
+    if (g) hyfi_graph_destroy(g);
+    free(w2), free(w3);
+    unlink(ck), unlink(pa);
+    return fails;
 }
 
 int main(void)
@@ -174,6 +310,13 @@ int main(void)
         }
         free_result(&plain);
         free_result(&blocked);
+    }
+    if (any_blocked) {
+        model_config mc = model_config_default();
+        mc.kind = MODEL_RESNET;
+        mc.depth = 8;
+        mc.resnet_version = 1;
+        fails += files(ctx, &mc, 16, 4);
     }
     hyfi_ctx_destroy(ctx);
     if (!fails && !any_blocked) {

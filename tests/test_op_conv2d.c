@@ -165,28 +165,33 @@ static void test_shape(const hyfi_conv2d_args *a, int do_fd, float amp, uint64_t
 /* Blocked activations (src_blk / dst_blk, ops/layout_ref.c): the CPU path on
  * x, dy in the given layouts against the reference on NCHW, outputs brought
  * back to NCHW; backward data also accumulated. Both sides blocked, and each
- * alone (a plain edge: the stem's input, a pool's output). */
-static void test_blocked(hyfi_conv2d_args a, int sb, int db, uint64_t *seed)
+ * alone (a plain edge: the stem's input, a pool's output). wb: the weights
+ * and their gradient in OIhw{wb}i{wb}o (wei_blk), the gradient also
+ * accumulated. */
+static void test_blocked(hyfi_conv2d_args a, int sb, int db, int wb, uint64_t *seed)
 {
-    a.src_blk = sb, a.dst_blk = db;
+    a.src_blk = sb, a.dst_blk = db, a.wei_blk = wb;
     hyfi_conv2d_args r = a;
-    r.src_blk = r.dst_blk = 0;
+    r.src_blk = r.dst_blk = r.wei_blk = 0;
     const size_t nx = x_count(&a), ny = y_count(&a), nw = w_count(&a);
     const int hwi = a.h * a.w, hwo = a.ho * a.wo;
     float *x = malloc(nx * 4), *xb = malloc(nx * 4), *w = malloc(nw * 4), *b = malloc(a.c_out * 4);
     float *dy = malloc(ny * 4), *dyb = malloc(ny * 4), *yr = malloc(ny * 4), *yb = malloc(ny * 4);
     float *yp = malloc((nx > ny ? nx : ny) * 4), *dxr = malloc(nx * 4), *dxb = malloc(nx * 4);
     float *dwr = malloc(nw * 4), *dwb = malloc(nw * 4), *dbr = malloc(a.c_out * 4);
-    float *dbb = malloc(a.c_out * 4);
+    float *dbb = malloc(a.c_out * 4), *wk = malloc(nw * 4), *dwk = malloc(nw * 4);
+    const int kk = a.kh * a.kw;
     tu_fill(x, nx, seed, -1.f, 1.f);
     tu_fill(w, nw, seed, -0.5f, 0.5f);
+    hyfi_layout_wei_to_blocked(wk, w, a.c_out, a.c_in, kk, wb);
     tu_fill(b, (size_t)a.c_out, seed, -0.5f, 0.5f);
     tu_fill(dy, ny, seed, -1.f, 1.f);
     hyfi_layout_to_blocked(xb, x, a.n, a.c_in, hwi, sb);
     hyfi_layout_to_blocked(dyb, dy, a.n, a.c_out, hwo, db);
-    char shp[128], nm[192];
+    char shp[160], nm[224];
     describe(shp, sizeof shp, &a);
-    int rc = hyfi_conv2d_forward_ref(yr, x, w, b, &r) | hyfi_conv2d_forward_cpu(yb, xb, w, b, &a);
+    if (wb) snprintf(shp + strlen(shp), sizeof shp - strlen(shp), " w%d", wb);
+    int rc = hyfi_conv2d_forward_ref(yr, x, w, b, &r) | hyfi_conv2d_forward_cpu(yb, xb, wk, b, &a);
     hyfi_layout_to_plain(yp, yb, a.n, a.c_out, hwo, db);
     snprintf(nm, sizeof nm, "conv blocked %d->%d fwd %s", sb, db, shp);
     tu_check(rc != 0 || tu_compare(nm, yp, yr, ny, TU_TOL_CPU_VS_REF), nm);
@@ -194,19 +199,27 @@ static void test_blocked(hyfi_conv2d_args a, int sb, int db, uint64_t *seed)
         tu_fill(dxr, nx, seed, -1.f, 1.f);
         hyfi_layout_to_blocked(dxb, dxr, a.n, a.c_in, hwi, sb);
         rc = hyfi_conv2d_backward_data_ref(dxr, dy, w, &r, acc) |
-             hyfi_conv2d_backward_data_cpu(dxb, dyb, w, &a, acc);
+             hyfi_conv2d_backward_data_cpu(dxb, dyb, wk, &a, acc);
         hyfi_layout_to_plain(yp, dxb, a.n, a.c_in, hwi, sb);
         snprintf(nm, sizeof nm, "conv blocked %d->%d bwd data (acc %d) %s", sb, db, acc, shp);
         tu_check(rc != 0 || tu_compare(nm, yp, dxr, nx, TU_TOL_CPU_VS_REF), nm);
     }
-    rc = hyfi_conv2d_backward_weight_ref(dwr, dbr, dy, x, &r, 0) |
-         hyfi_conv2d_backward_weight_cpu(dwb, dbb, dyb, xb, &a, 0);
-    snprintf(nm, sizeof nm, "conv blocked %d->%d bwd weight %s", sb, db, shp);
-    tu_check(rc != 0 || tu_compare(nm, dwb, dwr, nw, TU_TOL_CPU_VS_REF), nm);
-    snprintf(nm, sizeof nm, "conv blocked %d->%d bwd bias %s", sb, db, shp);
-    if (a.has_bias) tu_check(tu_compare(nm, dbb, dbr, (size_t)a.c_out, TU_TOL_CPU_VS_REF), nm);
+    for (int acc = 0; acc < (wb ? 2 : 1); acc++) {
+        tu_fill(dwr, nw, seed, -1.f, 1.f);
+        tu_fill(dbr, (size_t)a.c_out, seed, -1.f, 1.f);
+        memcpy(dbb, dbr, (size_t)a.c_out * 4);
+        hyfi_layout_wei_to_blocked(dwk, dwr, a.c_out, a.c_in, kk, wb);
+        rc = hyfi_conv2d_backward_weight_ref(dwr, dbr, dy, x, &r, acc) |
+             hyfi_conv2d_backward_weight_cpu(dwk, dbb, dyb, xb, &a, acc);
+        hyfi_layout_wei_to_plain(dwb, dwk, a.c_out, a.c_in, kk, wb);
+        snprintf(nm, sizeof nm, "conv blocked %d->%d bwd weight (acc %d) %s", sb, db, acc, shp);
+        tu_check(rc != 0 || tu_compare(nm, dwb, dwr, nw, TU_TOL_CPU_VS_REF), nm);
+        snprintf(nm, sizeof nm, "conv blocked %d->%d bwd bias (acc %d) %s", sb, db, acc, shp);
+        if (a.has_bias)
+            tu_check(tu_compare(nm, dbb, dbr, (size_t)a.c_out, TU_TOL_CPU_VS_REF), nm);
+    }
     free(x), free(xb), free(w), free(b), free(dy), free(dyb), free(yr), free(yb), free(yp);
-    free(dxr), free(dxb), free(dwr), free(dwb), free(dbr), free(dbb);
+    free(dxr), free(dxb), free(dwr), free(dwb), free(dbr), free(dbb), free(wk), free(dwk);
 }
 
 int main(void)
@@ -250,11 +263,32 @@ int main(void)
         mk(2, 16, 9, 9, 32, 1, 1, 2, 2, 0, 0, 1, 0), mk(1, 32, 10, 10, 32, 3, 3, 2, 2, 1, 1, 1, 1),
     };
     for (size_t i = 0; i < sizeof blk_cases / sizeof blk_cases[0]; i++)
-        for (int B = 8; B <= 16; B += 8) {
-            test_blocked(blk_cases[i], B, B, &seed);
-            test_blocked(blk_cases[i], 0, B, &seed);
-            test_blocked(blk_cases[i], B, 0, &seed);
-        }
-    test_blocked(mk(2, 3, 13, 13, 16, 7, 7, 2, 2, 3, 3, 1, 1), 0, 16, &seed);
+        for (int B = 8; B <= 16; B += 8)
+            for (int wb = 0; wb <= B; wb += B) { /* weights OIHW, then blocked */
+                test_blocked(blk_cases[i], B, B, wb, &seed);
+                test_blocked(blk_cases[i], 0, B, wb, &seed);
+                test_blocked(blk_cases[i], B, 0, wb, &seed);
+                test_blocked(blk_cases[i], 0, 0, wb, &seed); /* NCHW, oneDNN's kernels */
+            }
+    test_blocked(mk(2, 3, 13, 13, 16, 7, 7, 2, 2, 3, 3, 1, 1), 0, 16, 0, &seed);
+    /* the weight layout itself: (o, i, kh, kw) of a 32x48x3x3 at
+     * ((o/16 * 3 + i/16) * 9 + kh * 3 + kw) * 256 + (i % 16) * 16 + o % 16 */
+    {
+        const int O = 32, I = 48, K = 9;
+        float *p = malloc((size_t)O * I * K * 4), *q = malloc((size_t)O * I * K * 4);
+        float *back = malloc((size_t)O * I * K * 4);
+        for (int i = 0; i < O * I * K; i++) p[i] = (float)i;
+        hyfi_layout_wei_to_blocked(q, p, O, I, K, 16);
+        hyfi_layout_wei_to_plain(back, q, O, I, K, 16);
+        int bad = memcmp(back, p, (size_t)O * I * K * 4) != 0;
+        for (int o = 0; o < O; o++)
+            for (int i = 0; i < I; i++)
+                for (int k = 0; k < K; k++)
+                    bad |= q[((o / 16 * 3 + i / 16) * 9 + k) * 256 + i % 16 * 16 + o % 16] !=
+                           p[(o * I + i) * K + k];
+        printf("%-4s weight layout OIhw16i16o: positions and round trip\n", bad ? "FAIL" : "ok");
+        tu_check(bad, "weight layout OIhw16i16o");
+        free(p), free(q), free(back);
+    }
     return tu_finish();
 }
