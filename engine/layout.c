@@ -6,15 +6,15 @@
  * both gradients): 116 activation reorders per step of ResNet-50 at 128x128,
  * 8 with this (docs/bench-cpu.md). So an activation whose every producer and
  * consumer can work on the blocked layout is kept in it: the convolutions
- * (input and output each on its own), batch norm, ReLU and add (input and
- * output alike), and global average pooling (its input; its (N, C) output is
- * the same in both layouts). Batch norm, ReLU and add tie their tensors
- * together; a class of tied tensors is blocked only if all of its tensors
- * qualify: 4-D with C a multiple of the block, produced by one
- * of those ops (not a graph input), read only by them, and outside the tiled
- * stages of a spatial plan (tiles, halos and gathers slice NCHW rows). The
- * rest stays NCHW, so the reorders happen only at those edges (pools, concat,
- * the stem's input, tiles).
+ * (input and output each on its own), batch norm, ReLU, add, max and average
+ * pooling (input and output alike), and global average pooling (its input;
+ * its (N, C) output is the same in both layouts). Batch norm, ReLU, add and
+ * the pools tie their tensors together; a class of tied tensors is blocked
+ * only if all of its tensors qualify: 4-D with C a multiple of the block,
+ * produced by one of those ops (not a graph input), read only by them, and
+ * outside the tiled stages of a spatial plan (tiles, halos and gathers slice
+ * NCHW rows). The rest stays NCHW, so the reorders happen only at those edges
+ * (concat, fully connected layers, the stem's input, tiles).
  *
  * Only for CPU-only runs: the CUDA kernels take NCHW, and a task may run on
  * either kind of worker. Ranks agree on the decision (every rank keeps the
@@ -57,13 +57,15 @@ static void join(int *up, int a, int b)
 static int takes_blocked(const node *nd)
 {
     return nd->op == OP_CONV2D || nd->op == OP_BATCHNORM || nd->op == OP_RELU ||
-           nd->op == OP_ADD || nd->op == OP_GAP;
+           nd->op == OP_ADD || nd->op == OP_GAP || nd->op == OP_MAXPOOL ||
+           nd->op == OP_AVGPOOL;
 }
 
 /* Whether op `nd` keeps its inputs and output in one layout. */
 static int ties(const node *nd)
 {
-    return nd->op == OP_BATCHNORM || nd->op == OP_RELU || nd->op == OP_ADD;
+    return nd->op == OP_BATCHNORM || nd->op == OP_RELU || nd->op == OP_ADD ||
+           nd->op == OP_MAXPOOL || nd->op == OP_AVGPOOL;
 }
 
 hyfi_status hyfi_layout_plan(hyfi_graph *g)
@@ -126,8 +128,8 @@ hyfi_status hyfi_layout_plan(hyfi_graph *g)
                          ? wblk
                          : 0;
             c->wei_blk = w->blk;
-        } else if (nd->op == OP_GAP) {
-            nd->a.pool.blk = nd->in[0]->blk;
+        } else if (nd->op == OP_GAP || nd->op == OP_MAXPOOL || nd->op == OP_AVGPOOL) {
+            nd->a.pool.blk = nd->in[0]->blk; /* max / average: the output's too (tied) */
         }
     }
     free(up);

@@ -149,8 +149,10 @@ typedef struct {
     int ho, wo;               /* output (N, C, Ho, Wo) */
     int kh, kw, sh, sw, ph, pw;
     int count_include_pad;    /* average pooling only */
-    int blk;                  /* global average pooling on the CPU: x's layout (see
-                                 hyfi_conv2d_args; y (N, C) is the same either way) */
+    int blk;                  /* CPU only: the layout of x, y, dx and dy (0 NCHW, 8 or 16
+                                 blocked; see hyfi_conv2d_args); global average
+                                 pooling: of x and dx (its y (N, C) is the same
+                                 either way) */
 } hyfi_pool_args;
 
 /* y (N,C,Ho,Wo), x (N,C,H,W) */

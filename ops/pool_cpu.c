@@ -8,6 +8,8 @@
  *   route gradients identically), average forward / backward (divisor kh*kw
  *   with count_include_pad, else the in-image positions), global average.
  * Windows follow pool_ref.c: padding ph / pw on the low side, floor output size.
+ * Every loop also runs on oneDNN's blocked layouts (hyfi_pool_args.blk), where
+ * the engine keeps a pool's tensors between blocked convolutions (layout.c).
  */
 #include "kernels.h"
 
@@ -66,14 +68,139 @@ static int pool_forward(float *y, const float *x, const hyfi_pool_args *a, int i
     return 0;
 }
 
+/* Blocked layouts (a->blk = B, 8 or 16; see hyfi_conv2d_args): x and y are
+ * (N, C/B, H, W, B), and the B channels of a block are the SIMD lanes of
+ * every loop below (contiguous, B a constant after inlining). Per lane the
+ * arithmetic is the NCHW loops' own, in the same window order (so the same
+ * maximum, the same first-maximum tie rule, the same float sums): both
+ * layouts give identical results. */
+#define BLK_INLINE static inline __attribute__((always_inline))
+
+/* y (N, C/B, Ho, Wo, B), x (N, C/B, H, W, B) */
+BLK_INLINE void pool_forward_blk(float *y, const float *x, const hyfi_pool_args *a, int is_max,
+                                 const size_t B)
+{
+    const size_t groups = (size_t)a->n * (size_t)(a->c / (int)B), hw = (size_t)a->h * a->w;
+    const size_t ohw = (size_t)a->ho * a->wo;
+    for (size_t p = 0; p < groups; p++) {
+        const float *xp = x + p * hw * B;
+        float *yp = y + p * ohw * B;
+        for (int oh = 0; oh < a->ho; oh++)
+            for (int ow = 0; ow < a->wo; ow++) {
+                int h0, h1, w0, w1, full;
+                pool_window(a, oh, ow, &h0, &h1, &w0, &w1, &full);
+                float r[16];
+                float *out = yp + ((size_t)oh * a->wo + ow) * B;
+                if (is_max) {
+                    for (size_t j = 0; j < B; j++) r[j] = -INFINITY;
+                    for (int ih = h0; ih < h1; ih++)
+                        for (int iw = w0; iw < w1; iw++) {
+                            const float *v = xp + ((size_t)ih * a->w + iw) * B;
+                            for (size_t j = 0; j < B; j++) r[j] = v[j] > r[j] ? v[j] : r[j];
+                        }
+                    for (size_t j = 0; j < B; j++) out[j] = r[j];
+                } else {
+                    for (size_t j = 0; j < B; j++) r[j] = 0;
+                    for (int ih = h0; ih < h1; ih++)
+                        for (int iw = w0; iw < w1; iw++) {
+                            const float *v = xp + ((size_t)ih * a->w + iw) * B;
+                            for (size_t j = 0; j < B; j++) r[j] += v[j];
+                        }
+                    const int cnt = a->count_include_pad ? full : (h1 - h0) * (w1 - w0);
+                    for (size_t j = 0; j < B; j++) out[j] = cnt > 0 ? r[j] / (float)cnt : 0.0f;
+                }
+            }
+    }
+}
+
+/* dx (N, C/B, H, W, B), dy (N, C/B, Ho, Wo, B), x (N, C/B, H, W, B): per lane
+ * the first maximum of the window gets the gradient, as in the NCHW loop */
+BLK_INLINE void maxpool_backward_blk(float *dx, const float *dy, const float *x,
+                                     const hyfi_pool_args *a, const size_t B)
+{
+    const size_t groups = (size_t)a->n * (size_t)(a->c / (int)B), hw = (size_t)a->h * a->w;
+    const size_t ohw = (size_t)a->ho * a->wo;
+    const int W = a->w;
+    for (size_t p = 0; p < groups; p++) {
+        const float *xp = x + p * hw * B;
+        float *dxp = dx + p * hw * B;
+        const float *dyp = dy + p * ohw * B;
+        for (int oh = 0; oh < a->ho; oh++) {
+            const int hs = oh * a->sh - a->ph;
+            const int h0 = hs < 0 ? 0 : hs, h1 = hs + a->kh > a->h ? a->h : hs + a->kh;
+            for (int ow = 0; ow < a->wo; ow++) {
+                const int ws = ow * a->sw - a->pw;
+                const int w0 = ws < 0 ? 0 : ws, w1 = ws + a->kw > W ? W : ws + a->kw;
+                float m[16];
+                int arg[16];
+                for (size_t j = 0; j < B; j++) m[j] = -INFINITY, arg[j] = -1;
+                for (int ih = h0; ih < h1; ih++)
+                    for (int iw = w0; iw < w1; iw++) {
+                        const float *v = xp + ((size_t)ih * W + iw) * B;
+                        const int pos = ih * W + iw;
+                        for (size_t j = 0; j < B; j++) {
+                            const int gt = v[j] > m[j];
+                            m[j] = gt ? v[j] : m[j];
+                            arg[j] = gt ? pos : arg[j];
+                        }
+                    }
+                const float *g = dyp + ((size_t)oh * a->wo + ow) * B;
+                for (size_t j = 0; j < B; j++)
+                    if (arg[j] >= 0) dxp[(size_t)arg[j] * B + j] += g[j];
+            }
+        }
+    }
+}
+
+/* dx (N, C/B, H, W, B), dy (N, C/B, Ho, Wo, B) */
+BLK_INLINE void avgpool_backward_blk(float *dx, const float *dy, const hyfi_pool_args *a,
+                                     const size_t B)
+{
+    const size_t groups = (size_t)a->n * (size_t)(a->c / (int)B), hw = (size_t)a->h * a->w;
+    const size_t ohw = (size_t)a->ho * a->wo;
+    for (size_t p = 0; p < groups; p++) {
+        float *dxp = dx + p * hw * B;
+        const float *dyp = dy + p * ohw * B;
+        for (int oh = 0; oh < a->ho; oh++)
+            for (int ow = 0; ow < a->wo; ow++) {
+                int h0, h1, w0, w1, full;
+                pool_window(a, oh, ow, &h0, &h1, &w0, &w1, &full);
+                const int cnt = a->count_include_pad ? full : (h1 - h0) * (w1 - w0);
+                if (cnt <= 0) continue;
+                float g[16];
+                for (size_t j = 0; j < B; j++)
+                    g[j] = dyp[((size_t)oh * a->wo + ow) * B + j] / (float)cnt;
+                for (int ih = h0; ih < h1; ih++)
+                    for (int iw = w0; iw < w1; iw++) {
+                        float *d = dxp + ((size_t)ih * a->w + iw) * B;
+                        for (size_t j = 0; j < B; j++) d[j] += g[j];
+                    }
+            }
+    }
+}
+
+/* 0: a->blk is a layout these loops take (none, or 8 / 16 dividing C) */
+static int blk_check(const hyfi_pool_args *a)
+{
+    return a->blk > 1 && ((a->blk != 8 && a->blk != 16) || a->c % a->blk) ? -1 : 0;
+}
+
 int hyfi_maxpool_forward_cpu(float *y, const float *x, const hyfi_pool_args *a)
 {
-    return pool_forward(y, x, a, 1);
+    if (blk_check(a)) return -1;
+    if (a->blk == 16) pool_forward_blk(y, x, a, 1, 16);
+    else if (a->blk == 8) pool_forward_blk(y, x, a, 1, 8);
+    else return pool_forward(y, x, a, 1);
+    return 0;
 }
 
 int hyfi_avgpool_forward_cpu(float *y, const float *x, const hyfi_pool_args *a)
 {
-    return pool_forward(y, x, a, 0);
+    if (blk_check(a)) return -1;
+    if (a->blk == 16) pool_forward_blk(y, x, a, 0, 16);
+    else if (a->blk == 8) pool_forward_blk(y, x, a, 0, 8);
+    else return pool_forward(y, x, a, 0);
+    return 0;
 }
 
 int hyfi_maxpool_backward_cpu(float *dx, const float *dy, const float *x,
@@ -81,7 +208,13 @@ int hyfi_maxpool_backward_cpu(float *dx, const float *dy, const float *x,
 {
     const size_t planes = (size_t)a->n * a->c, hw = (size_t)a->h * a->w;
     const int W = a->w;
+    if (blk_check(a)) return -1;
     if (!acc) memset(dx, 0, planes * hw * sizeof(float));
+    if (a->blk == 16 || a->blk == 8) {
+        if (a->blk == 16) maxpool_backward_blk(dx, dy, x, a, 16);
+        else maxpool_backward_blk(dx, dy, x, a, 8);
+        return 0;
+    }
     for (size_t p = 0; p < planes; p++) {
         const float *xp = x + p * hw;                   /* x (N,C,H,W) */
         float *dxp = dx + p * hw;                       /* dx (N,C,H,W) */
@@ -113,7 +246,13 @@ int hyfi_avgpool_backward_cpu(float *dx, const float *dy, const hyfi_pool_args *
 {
     const size_t planes = (size_t)a->n * a->c, hw = (size_t)a->h * a->w;
     const size_t ohw = (size_t)a->ho * a->wo;
+    if (blk_check(a)) return -1;
     if (!acc) memset(dx, 0, planes * hw * sizeof(float));
+    if (a->blk == 16 || a->blk == 8) {
+        if (a->blk == 16) avgpool_backward_blk(dx, dy, a, 16);
+        else avgpool_backward_blk(dx, dy, a, 8);
+        return 0;
+    }
     for (size_t p = 0; p < planes; p++) {
         float *dxp = dx + p * hw;        /* dx (N,C,H,W) */
         const float *dyp = dy + p * ohw; /* dy (N,C,Ho,Wo) */

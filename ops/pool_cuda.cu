@@ -182,6 +182,7 @@ __global__ static void gap_backward_kernel(float *dx, const float *dy, size_t co
 extern "C" int hyfi_maxpool_forward_cuda(hyfi_cuda_env *env, float *y, const float *x,
                                          const hyfi_pool_args *a)
 {
+    if (a->blk) return -1; /* CPU layouts only: the engine keeps CUDA runs NCHW */
     const size_t count = (size_t)a->n * a->c * a->ho * a->wo;
     maxpool_forward_kernel<<<hyfi_cuda_blocks(count), HYFI_CUDA_THREADS, 0, env->stream>>>(
         y, x, pool_geom_of(a), count);
@@ -192,6 +193,7 @@ extern "C" int hyfi_maxpool_forward_cuda(hyfi_cuda_env *env, float *y, const flo
 extern "C" int hyfi_maxpool_backward_cuda(hyfi_cuda_env *env, float *dx, const float *dy,
                                           const float *x, const hyfi_pool_args *a, int acc)
 {
+    if (a->blk) return -1; /* CPU layouts only: the engine keeps CUDA runs NCHW */
     const size_t count = (size_t)a->n * a->c * a->h * a->w;
     maxpool_backward_kernel<<<hyfi_cuda_blocks(count), HYFI_CUDA_THREADS, 0, env->stream>>>(
         dx, dy, x, pool_geom_of(a), count, acc);
@@ -202,6 +204,7 @@ extern "C" int hyfi_maxpool_backward_cuda(hyfi_cuda_env *env, float *dx, const f
 extern "C" int hyfi_avgpool_forward_cuda(hyfi_cuda_env *env, float *y, const float *x,
                                          const hyfi_pool_args *a)
 {
+    if (a->blk) return -1; /* CPU layouts only: the engine keeps CUDA runs NCHW */
     const size_t count = (size_t)a->n * a->c * a->ho * a->wo;
     avgpool_forward_kernel<<<hyfi_cuda_blocks(count), HYFI_CUDA_THREADS, 0, env->stream>>>(
         y, x, pool_geom_of(a), count);
@@ -212,6 +215,7 @@ extern "C" int hyfi_avgpool_forward_cuda(hyfi_cuda_env *env, float *y, const flo
 extern "C" int hyfi_avgpool_backward_cuda(hyfi_cuda_env *env, float *dx, const float *dy,
                                           const hyfi_pool_args *a, int acc)
 {
+    if (a->blk) return -1; /* CPU layouts only: the engine keeps CUDA runs NCHW */
     const size_t count = (size_t)a->n * a->c * a->h * a->w;
     avgpool_backward_kernel<<<hyfi_cuda_blocks(count), HYFI_CUDA_THREADS, 0, env->stream>>>(
         dx, dy, pool_geom_of(a), count, acc);
@@ -222,6 +226,7 @@ extern "C" int hyfi_avgpool_backward_cuda(hyfi_cuda_env *env, float *dx, const f
 extern "C" int hyfi_gap_forward_cuda(hyfi_cuda_env *env, float *y, const float *x,
                                      const hyfi_pool_args *a)
 {
+    if (a->blk) return -1; /* CPU layouts only: the engine keeps CUDA runs NCHW */
     const size_t planes = (size_t)a->n * a->c;
     gap_forward_kernel<<<hyfi_cuda_blocks(planes * 32), HYFI_CUDA_THREADS, 0, env->stream>>>(
         y, x, planes, a->h * a->w);
@@ -232,6 +237,7 @@ extern "C" int hyfi_gap_forward_cuda(hyfi_cuda_env *env, float *y, const float *
 extern "C" int hyfi_gap_backward_cuda(hyfi_cuda_env *env, float *dx, const float *dy,
                                       const hyfi_pool_args *a, int acc)
 {
+    if (a->blk) return -1; /* CPU layouts only: the engine keeps CUDA runs NCHW */
     const size_t count = (size_t)a->n * a->c * a->h * a->w;
     gap_backward_kernel<<<hyfi_cuda_blocks(count), HYFI_CUDA_THREADS, 0, env->stream>>>(
         dx, dy, count, a->h * a->w, acc);

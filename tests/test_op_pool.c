@@ -9,7 +9,9 @@
  *   (3) acc = 1 accumulates on the reference and CPU paths;
  *   (4) the max-pool tie rule: all-equal windows and all-negative padded
  *       windows give the gradient to the first in-image maximum, CPU == ref
- *       exactly on heavily tied data.
+ *       exactly on heavily tied data;
+ *   (5) max and average pooling on blocked layouts equal the NCHW loops exactly
+ *       (global average pooling: against the reference).
  */
 #include "kernels.h"
 #include "testutil.h"
@@ -204,6 +206,49 @@ static void test_ties(uint64_t *seed)
     }
 }
 
+/* (5) Max and average pooling on blocked layouts (nChw8c / nChw16c): the
+ * blocked loops against the NCHW loops, exactly (per lane the same window
+ * order): forward, backward, backward accumulated; max on tied data too. */
+static void test_blocked(pcase p, int blk, int kind, int cip, int tied, uint64_t *seed)
+{
+    hyfi_pool_args a = make_args(p, cip), ab = a;
+    ab.blk = blk;
+    const size_t nx = (size_t)a.n * a.c * a.h * a.w, ny = (size_t)a.n * a.c * a.ho * a.wo;
+    const int hw = a.h * a.w, ohw = a.ho * a.wo;
+    float *x = tu_alloc(nx), *xb = tu_alloc(nx), *y = tu_alloc(ny), *yb = tu_alloc(ny);
+    float *yp = tu_alloc(ny), *dy = tu_alloc(ny), *dyb = tu_alloc(ny), *dx = tu_alloc(nx);
+    float *dxb = tu_alloc(nx), *dxp = tu_alloc(nx);
+    if (tied)
+        for (size_t i = 0; i < nx; i++) x[i] = (float)tu_randint(seed, -1, 1);
+    else
+        tu_fill(x, nx, seed, -1.f, 1.f);
+    tu_fill(dy, ny, seed, -1.f, 1.f);
+    hyfi_layout_to_blocked(xb, x, a.n, a.c, hw, blk);
+    hyfi_layout_to_blocked(dyb, dy, a.n, a.c, ohw, blk);
+    char what[96], nm[192];
+    const char *kn = kind ? (cip ? "avgpool(cip)" : "avgpool") : tied ? "maxpool(tied)" : "maxpool";
+    int rc = kind ? hyfi_avgpool_forward_cpu(y, x, &a) | hyfi_avgpool_forward_cpu(yb, xb, &ab)
+                  : hyfi_maxpool_forward_cpu(y, x, &a) | hyfi_maxpool_forward_cpu(yb, xb, &ab);
+    hyfi_layout_to_plain(yp, yb, a.n, a.c, ohw, blk);
+    snprintf(what, sizeof what, "%s blocked %d fwd", kn, blk);
+    name_of(nm, sizeof nm, what, &a);
+    tu_check(rc != 0 || tu_compare(nm, yp, y, ny, TU_TOL_EXACT), nm);
+    for (int acc = 0; acc < 2; acc++) {
+        tu_fill(dx, nx, seed, -1.f, 1.f);
+        hyfi_layout_to_blocked(dxb, dx, a.n, a.c, hw, blk);
+        rc = kind ? hyfi_avgpool_backward_cpu(dx, dy, &a, acc) |
+                        hyfi_avgpool_backward_cpu(dxb, dyb, &ab, acc)
+                  : hyfi_maxpool_backward_cpu(dx, dy, x, &a, acc) |
+                        hyfi_maxpool_backward_cpu(dxb, dyb, xb, &ab, acc);
+        hyfi_layout_to_plain(dxp, dxb, a.n, a.c, hw, blk);
+        snprintf(what, sizeof what, "%s blocked %d bwd (acc %d)", kn, blk, acc);
+        name_of(nm, sizeof nm, what, &a);
+        tu_check(rc != 0 || tu_compare(nm, dxp, dx, nx, TU_TOL_EXACT), nm);
+    }
+    free(x); free(xb); free(y); free(yb); free(yp); free(dy); free(dyb); free(dx); free(dxb);
+    free(dxp);
+}
+
 int main(void)
 {
     uint64_t seed = getenv("TU_SEED") ? strtoull(getenv("TU_SEED"), NULL, 0) : 0x9001F00Dull;
@@ -251,5 +296,22 @@ int main(void)
         }
         free(x), free(xb), free(yr), free(yb), free(dy), free(dxr), free(dxb), free(dxp);
     }
+    /* blocked max and average pools: the geometries above with 16 and 24
+     * channels (blocks of 16 and of 8), and ResNet's stem pool */
+    static const pcase bcases[] = {
+        {2, 16, 7, 9, 3, 3, 2, 2, 1, 1}, {1, 16, 8, 8, 2, 2, 2, 2, 0, 0},
+        {2, 16, 7, 7, 2, 2, 2, 2, 0, 0}, {1, 16, 7, 5, 3, 3, 1, 1, 1, 1},
+        {2, 16, 9, 9, 3, 3, 2, 2, 0, 0}, {1, 16, 6, 5, 3, 3, 3, 3, 1, 1},
+        {1, 16, 9, 11, 3, 2, 2, 1, 1, 0}, {2, 64, 16, 16, 3, 3, 2, 2, 1, 1},
+    };
+    for (size_t k = 0; k < sizeof bcases / sizeof bcases[0]; k++)
+        for (int blk = 8; blk <= 16; blk += 8) {
+            pcase p = bcases[k];
+            if (blk == 8) p.c += 8; /* 24: three blocks of 8 */
+            test_blocked(p, blk, 0, 0, 0, &seed);
+            test_blocked(p, blk, 0, 0, 1, &seed);
+            test_blocked(p, blk, 1, 0, 0, &seed);
+            test_blocked(p, blk, 1, 1, 0, &seed);
+        }
     return tu_finish();
 }
