@@ -217,8 +217,9 @@ int hyfi_op_windowed(const node *nd);
 int hyfi_op_batch_statistics(const node *nd);
 /* The op's zero padding is part of its input (conv, average pool counting it). */
 int hyfi_op_zero_padded(const node *nd);
-/* Which activations stay in oneDNN's blocked layout (layout.c): sets t->blk and
- * the layouts in the convolutions' and global pools' arguments. After the plan. */
+/* Which activations and convolution weights stay in oneDNN's blocked layouts
+ * (layout.c): sets t->blk and the layouts in the convolutions' and pools'
+ * arguments. After the plan. */
 hyfi_status hyfi_layout_plan(hyfi_graph *g);
 /* A whole copy of t (t->numel floats, in place): from the layout t lives in
  * between tasks to plain NCHW / OIHW (to_plain), or back. -1: out of memory. */
