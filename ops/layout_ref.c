@@ -52,8 +52,9 @@ void hyfi_layout_to_plain(float *dst, const float *src, int n, int c, int hw, in
         }
 }
 
-/* dst (O/B, I/B, K, B i, B o), src (O, I, K): one B x B transpose per (ob, ib, k) */
-void hyfi_layout_wei_to_blocked(float *dst, const float *src, int o, int i, int k, int blk)
+/* Weights between plain (O, I, K) and blocked (O/B, I/B, K, B i, B o): one
+ * B x B transpose per (ob, ib, k), either way (to_plain). */
+static void wei_copy(float *dst, const float *src, int o, int i, int k, int blk, int to_plain)
 {
     const size_t I = (size_t)i, K = (size_t)k;
     if (blk <= 1) {
@@ -64,30 +65,27 @@ void hyfi_layout_wei_to_blocked(float *dst, const float *src, int o, int i, int 
     for (size_t ob = 0; ob < OB; ob++)
         for (size_t ib = 0; ib < IB; ib++)
             for (size_t kk = 0; kk < K; kk++) {
-                float *d = dst + ((ob * IB + ib) * K + kk) * B * B;
-                const float *s = src + (ob * B * I + ib * B) * K + kk;
+                const size_t bo = ((ob * IB + ib) * K + kk) * B * B; /* the block */
+                const size_t po = (ob * B * I + ib * B) * K + kk;   /* (ob B, ib B, kk) */
                 for (size_t oi = 0; oi < B; oi++)
-                    for (size_t ii = 0; ii < B; ii++) d[ii * B + oi] = s[(oi * I + ii) * K];
+                    for (size_t ii = 0; ii < B; ii++) {
+                        const size_t b = bo + ii * B + oi, q = po + (oi * I + ii) * K;
+                        if (to_plain) dst[q] = src[b];
+                        else dst[b] = src[q];
+                    }
             }
+}
+
+/* dst (O/B, I/B, K, B i, B o), src (O, I, K) */
+void hyfi_layout_wei_to_blocked(float *dst, const float *src, int o, int i, int k, int blk)
+{
+    wei_copy(dst, src, o, i, k, blk, 0);
 }
 
 /* dst (O, I, K), src (O/B, I/B, K, B i, B o) */
 void hyfi_layout_wei_to_plain(float *dst, const float *src, int o, int i, int k, int blk)
 {
-    const size_t I = (size_t)i, K = (size_t)k;
-    if (blk <= 1) {
-        memcpy(dst, src, (size_t)o * I * K * sizeof *dst);
-        return;
-    }
-    const size_t B = (size_t)blk, OB = (size_t)o / B, IB = I / B;
-    for (size_t ob = 0; ob < OB; ob++)
-        for (size_t ib = 0; ib < IB; ib++)
-            for (size_t kk = 0; kk < K; kk++) {
-                const float *s = src + ((ob * IB + ib) * K + kk) * B * B;
-                float *d = dst + (ob * B * I + ib * B) * K + kk;
-                for (size_t oi = 0; oi < B; oi++)
-                    for (size_t ii = 0; ii < B; ii++) d[(oi * I + ii) * K] = s[ii * B + oi];
-            }
+    wei_copy(dst, src, o, i, k, blk, 1);
 }
 
 int hyfi_cpu_channel_block(void)
