@@ -111,6 +111,14 @@ def parse_args(argv=None):
                         "compile)")
     p.add_argument("--use-torch-models", action="store_true",
                    help="take the cnn from bench/torch_models.py too")
+    p.add_argument("--device", default="cpu", choices=["cpu", "cuda"],
+                   help="where to train; cuda: model and the synthetic pool on the GPU, each "
+                        "step ends with loss.item() (a synchronisation, as in hyfi) [cpu]")
+    p.add_argument("--tf32", action="store_true",
+                   help="cuda: let cuDNN use TF32 for float32 convolutions (PyTorch's own "
+                        "default); without it both sides compute in full float32, as hyfi does")
+    p.add_argument("--cudnn-benchmark", action="store_true",
+                   help="cuda: torch.backends.cudnn.benchmark = True (autotuned algorithms)")
     p.add_argument("--profile", metavar="FILE",
                    help="after the run, profile 3 more steps with torch.profiler and write "
                         "the op table to FILE")
@@ -121,10 +129,17 @@ def main(argv=None):
     args = parse_args(argv)
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
+    dev = torch.device(args.device)
+    if args.device == "cuda":
+        if not torch.cuda.is_available():
+            sys.exit("torch_train.py: --device cuda, but PyTorch sees no GPU")
+        torch.backends.cudnn.allow_tf32 = args.tf32
+        torch.backends.cuda.matmul.allow_tf32 = args.tf32
+        torch.backends.cudnn.benchmark = args.cudnn_benchmark
     model, source = build_model(args)
     model.train()
     fmt = torch.channels_last if args.channels_last else torch.contiguous_format
-    model = model.to(memory_format=fmt)
+    model = model.to(device=dev, memory_format=fmt)
     opt = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=args.momentum,
                           weight_decay=args.weight_decay)
     if args.compile:
@@ -136,8 +151,8 @@ def main(argv=None):
     # hyfi's synthetic images: uint8 noise / 255, normalised per channel
     # (mean 0.5, std 0.25 here; the values do not change the speed).
     xs = [((torch.randint(0, 256, (B, 3, S, S), generator=g, dtype=torch.uint8).float() / 255.0
-            - 0.5) / 0.25).contiguous(memory_format=fmt) for _ in range(args.pool)]
-    ys = [torch.randint(0, args.num_classes, (B,), generator=g) for _ in range(args.pool)]
+            - 0.5) / 0.25).to(dev).contiguous(memory_format=fmt) for _ in range(args.pool)]
+    ys = [torch.randint(0, args.num_classes, (B,), generator=g).to(dev) for _ in range(args.pool)]
 
     def step(i):
         x, y = xs[i % args.pool], ys[i % args.pool]
@@ -170,12 +185,19 @@ def main(argv=None):
         "median_images_per_sec": statistics.median(rates) if rates else None,
         "mean_images_per_sec": statistics.fmean(rates) if rates else None,
         "first_loss": losses[0] if losses else None, "last_loss": losses[-1] if losses else None,
+        "device": args.device,
+        "gpu": torch.cuda.get_device_name() if args.device == "cuda" else None,
+        "tf32": args.tf32 if args.device == "cuda" else None,
+        "cudnn_benchmark": args.cudnn_benchmark if args.device == "cuda" else None,
+        "peak_gpu_memory_mb": (torch.cuda.max_memory_allocated() / 2**20
+                               if args.device == "cuda" else None),
         "torch": torch.__version__, "mkldnn": torch.backends.mkldnn.is_available(),
         "python": platform.python_version(),
     }
     if args.profile:
         from torch.profiler import profile, ProfilerActivity
-        with profile(activities=[ProfilerActivity.CPU]) as prof:
+        acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if args.device == "cuda" else [])
+        with profile(activities=acts) as prof:
             for i in range(3):
                 step(i)
         with open(args.profile, "w") as f:
