@@ -66,7 +66,8 @@ static int bnc_case(hyfi_cuda_env *env, int n, int c, int h, int w, uint64_t *se
     memcpy(dxa, dx0, cnt * sizeof(float));
     memcpy(dga, dg0, C * sizeof(float));
     memcpy(dba, db0, C * sizeof(float));
-    rc |= hyfi_batchnorm_backward_cpu(dxa, dga, dba, dy, x, g, mean, var, &a, 1, 0);
+    rc |= hyfi_batchnorm_backward_cpu(dxa, dga, dba, dy, x, g, mean, var, &a,
+                                      HYFI_BN_ACC_DX | HYFI_BN_ACC_PARAMS, 0);
     int fails = 0;
     if (rc != 0) {
         printf("FAIL batchnorm cpu path %s: rc %d\n", shp, rc);
