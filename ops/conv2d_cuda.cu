@@ -7,8 +7,9 @@
 //   backward weights cudnnConvolutionBackwardFilter, beta = acc, and
 //                    cudnnConvolutionBackwardBias for the bias gradient, beta = acc
 //
-// Algorithms come from the cudnnGet*Algorithm_v7 heuristics: the first result
-// that is supported, is not a tensor-core (TF32) one, and whose workspace the
+// Algorithms: per shape, the fastest that cudnnFind*Algorithm measures (once,
+// cached; HYFI_CUDNN_FIND=0: the cudnnGet*Algorithm_v7 heuristics' order) that
+// is supported, is not a tensor-core (TF32) one, and whose workspace the
 // worker can get from hyfi_cuda_workspace (at most CONV_WS_CAP bytes). The
 // convolution descriptor uses CUDNN_FMA_MATH: on Ampere and later
 // CUDNN_DEFAULT_MATH lets cuDNN use TF32 tensor cores for float, which would
@@ -17,6 +18,11 @@
 // Descriptors are created per call (host-only, cheap) and destroyed by RAII.
 // Everything is enqueued on env->stream (the cuDNN handle is bound to it).
 #include "cuda_common.h"
+
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <vector>
 
 namespace {
 
@@ -96,69 +102,173 @@ bool get_workspace(hyfi_cuda_env *env, size_t bytes, void **ws)
 
 const int NO_ALGO = -2000 - (int)CUDNN_STATUS_NOT_SUPPORTED;
 
-int pick_fwd(hyfi_cuda_env *env, const ConvDescs &d, cudnnConvolutionFwdAlgo_t *algo,
-             void **ws, size_t *bytes)
+// ------------------------------------------------------------ algorithm cache
+// One choice per (direction, device, shape), shared by the workers. The first
+// call of a shape benchmarks cuDNN's algorithms (cudnnFind*Algorithm, on
+// memory cuDNN allocates itself, so the task's buffers are not touched) and
+// keeps the fastest that is not a tensor-core one and whose workspace the
+// worker can get; HYFI_CUDNN_FIND=0, or a Find that fails (e.g. out of
+// memory), falls back to the heuristics' order (measured on an H100: the
+// heuristics' first FMA algorithms ran AmoebaNet's and ResNet-50's large
+// convolutions at 4-10 TFLOP/s, PyTorch's at about 20 on average).
+enum Dir { FWD, BWD_DATA, BWD_FILTER };
+struct AlgoKey {
+    int dir, dev, n, ci, h, w, co, ho, wo, kh, kw, ph, pw, sh, sw, g;
+};
+struct AlgoChoice {
+    AlgoKey key;
+    int algo;
+    size_t bytes;
+};
+std::mutex cache_mu;
+std::vector<AlgoChoice> cache;
+
+AlgoKey make_key(Dir dir, const hyfi_conv2d_args *a)
 {
-    cudnnConvolutionFwdAlgoPerf_t perf[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
-    int n = 0;
-    HYFI_CUDNN_CHECK(cudnnGetConvolutionForwardAlgorithm_v7(
-        env->cudnn, d.x, d.w, d.conv, d.y, CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &n, perf));
-    for (int i = 0; i < n; i++) {
-        if (perf[i].status != CUDNN_STATUS_SUCCESS || !not_tensor_op(perf[i].mathType)) continue;
-        size_t sz = 0;
-        if (cudnnGetConvolutionForwardWorkspaceSize(env->cudnn, d.x, d.w, d.conv, d.y,
-                                                    perf[i].algo, &sz) != CUDNN_STATUS_SUCCESS)
-            continue;
-        if (!get_workspace(env, sz, ws)) continue;
-        *algo = perf[i].algo;
-        *bytes = sz;
-        return 0;
-    }
-    return NO_ALGO;
+    int dev = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess) (void)cudaGetLastError();
+    const AlgoKey k = {dir, dev, a->n, a->c_in, a->h, a->w, a->c_out, a->ho, a->wo, a->kh, a->kw,
+         a->ph, a->pw, a->sh, a->sw, a->groups};
+    return k;
 }
 
-int pick_bwd_data(hyfi_cuda_env *env, const ConvDescs &d, cudnnConvolutionBwdDataAlgo_t *algo,
+bool cache_get(const AlgoKey &k, int *algo, size_t *bytes)
+{
+    std::lock_guard<std::mutex> lock(cache_mu);
+    for (const AlgoChoice &c : cache)
+        if (!memcmp(&c.key, &k, sizeof k)) {
+            *algo = c.algo;
+            *bytes = c.bytes;
+            return true;
+        }
+    return false;
+}
+
+void cache_put(const AlgoKey &k, int algo, size_t bytes)
+{
+    std::lock_guard<std::mutex> lock(cache_mu);
+    cache.push_back({k, algo, bytes});
+}
+
+bool use_find()
+{
+    static const bool on = [] {
+        const char *e = getenv("HYFI_CUDNN_FIND");
+        return !(e && !strcmp(e, "0"));
+    }();
+    return on;
+}
+
+// The first usable entry of perf[0..n): a supported, non-tensor-core algorithm
+// whose workspace (wsize(algo)) the worker can get.
+template <class Perf, class WsFn>
+bool first_usable(hyfi_cuda_env *env, const Perf *perf, int n, WsFn wsize, int *algo,
                   void **ws, size_t *bytes)
 {
-    cudnnConvolutionBwdDataAlgoPerf_t perf[CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT];
-    int n = 0;
-    HYFI_CUDNN_CHECK(cudnnGetConvolutionBackwardDataAlgorithm_v7(
-        env->cudnn, d.w, d.y, d.conv, d.x, CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &n, perf));
     for (int i = 0; i < n; i++) {
         if (perf[i].status != CUDNN_STATUS_SUCCESS || !not_tensor_op(perf[i].mathType)) continue;
         size_t sz = 0;
-        if (cudnnGetConvolutionBackwardDataWorkspaceSize(env->cudnn, d.w, d.y, d.conv, d.x,
-                                                         perf[i].algo,
-                                                         &sz) != CUDNN_STATUS_SUCCESS)
-            continue;
+        if (!wsize(perf[i].algo, &sz)) continue;
         if (!get_workspace(env, sz, ws)) continue;
-        *algo = perf[i].algo;
+        *algo = (int)perf[i].algo;
         *bytes = sz;
-        return 0;
+        return true;
     }
-    return NO_ALGO;
+    return false;
 }
 
-int pick_bwd_filter(hyfi_cuda_env *env, const ConvDescs &d,
-                    cudnnConvolutionBwdFilterAlgo_t *algo, void **ws, size_t *bytes)
+// The cached algorithm, else Find's fastest, else the heuristics' first.
+template <class Perf, int COUNT, class FindFn, class HeurFn, class WsFn>
+int pick(hyfi_cuda_env *env, Dir dir, const hyfi_conv2d_args *a, FindFn find, HeurFn heur,
+         WsFn wsize, int *algo, void **ws, size_t *bytes)
 {
-    cudnnConvolutionBwdFilterAlgoPerf_t perf[CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT];
+    const AlgoKey k = make_key(dir, a);
+    if (cache_get(k, algo, bytes) && get_workspace(env, *bytes, ws)) return 0;
+    Perf perf[COUNT];
     int n = 0;
-    HYFI_CUDNN_CHECK(cudnnGetConvolutionBackwardFilterAlgorithm_v7(
-        env->cudnn, d.x, d.y, d.conv, d.w, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &n, perf));
-    for (int i = 0; i < n; i++) {
-        if (perf[i].status != CUDNN_STATUS_SUCCESS || !not_tensor_op(perf[i].mathType)) continue;
-        size_t sz = 0;
-        if (cudnnGetConvolutionBackwardFilterWorkspaceSize(env->cudnn, d.x, d.y, d.conv, d.w,
-                                                           perf[i].algo,
-                                                           &sz) != CUDNN_STATUS_SUCCESS)
-            continue;
-        if (!get_workspace(env, sz, ws)) continue;
-        *algo = perf[i].algo;
-        *bytes = sz;
+    if (use_find() && find(COUNT, &n, perf) == CUDNN_STATUS_SUCCESS &&
+        first_usable(env, perf, n, wsize, algo, ws, bytes)) {
+        cache_put(k, *algo, *bytes);
         return 0;
     }
-    return NO_ALGO;
+    (void)cudaGetLastError(); // a failed Find's allocation
+    n = 0;
+    HYFI_CUDNN_CHECK(heur(COUNT, &n, perf));
+    if (!first_usable(env, perf, n, wsize, algo, ws, bytes)) return NO_ALGO;
+    cache_put(k, *algo, *bytes);
+    return 0;
+}
+
+int pick_fwd(hyfi_cuda_env *env, const ConvDescs &d, const hyfi_conv2d_args *a,
+             cudnnConvolutionFwdAlgo_t *algo, void **ws, size_t *bytes)
+{
+    int al = 0;
+    const int rc = pick<cudnnConvolutionFwdAlgoPerf_t, CUDNN_CONVOLUTION_FWD_ALGO_COUNT>(
+        env, FWD, a,
+        [&](int c, int *n, cudnnConvolutionFwdAlgoPerf_t *p) {
+            return cudnnFindConvolutionForwardAlgorithm(env->cudnn, d.x, d.w, d.conv, d.y, c, n,
+                                                        p);
+        },
+        [&](int c, int *n, cudnnConvolutionFwdAlgoPerf_t *p) {
+            return cudnnGetConvolutionForwardAlgorithm_v7(env->cudnn, d.x, d.w, d.conv, d.y, c,
+                                                          n, p);
+        },
+        [&](cudnnConvolutionFwdAlgo_t al2, size_t *sz) {
+            return cudnnGetConvolutionForwardWorkspaceSize(env->cudnn, d.x, d.w, d.conv, d.y,
+                                                           al2, sz) == CUDNN_STATUS_SUCCESS;
+        },
+        &al, ws, bytes);
+    *algo = (cudnnConvolutionFwdAlgo_t)al;
+    return rc;
+}
+
+int pick_bwd_data(hyfi_cuda_env *env, const ConvDescs &d, const hyfi_conv2d_args *a,
+                  cudnnConvolutionBwdDataAlgo_t *algo, void **ws, size_t *bytes)
+{
+    int al = 0;
+    const int rc = pick<cudnnConvolutionBwdDataAlgoPerf_t, CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT>(
+        env, BWD_DATA, a,
+        [&](int c, int *n, cudnnConvolutionBwdDataAlgoPerf_t *p) {
+            return cudnnFindConvolutionBackwardDataAlgorithm(env->cudnn, d.w, d.y, d.conv, d.x,
+                                                             c, n, p);
+        },
+        [&](int c, int *n, cudnnConvolutionBwdDataAlgoPerf_t *p) {
+            return cudnnGetConvolutionBackwardDataAlgorithm_v7(env->cudnn, d.w, d.y, d.conv, d.x,
+                                                               c, n, p);
+        },
+        [&](cudnnConvolutionBwdDataAlgo_t al2, size_t *sz) {
+            return cudnnGetConvolutionBackwardDataWorkspaceSize(env->cudnn, d.w, d.y, d.conv,
+                                                                d.x, al2, sz) ==
+                   CUDNN_STATUS_SUCCESS;
+        },
+        &al, ws, bytes);
+    *algo = (cudnnConvolutionBwdDataAlgo_t)al;
+    return rc;
+}
+
+int pick_bwd_filter(hyfi_cuda_env *env, const ConvDescs &d, const hyfi_conv2d_args *a,
+                    cudnnConvolutionBwdFilterAlgo_t *algo, void **ws, size_t *bytes)
+{
+    int al = 0;
+    const int rc =
+        pick<cudnnConvolutionBwdFilterAlgoPerf_t, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT>(
+            env, BWD_FILTER, a,
+            [&](int c, int *n, cudnnConvolutionBwdFilterAlgoPerf_t *p) {
+                return cudnnFindConvolutionBackwardFilterAlgorithm(env->cudnn, d.x, d.y, d.conv,
+                                                                   d.w, c, n, p);
+            },
+            [&](int c, int *n, cudnnConvolutionBwdFilterAlgoPerf_t *p) {
+                return cudnnGetConvolutionBackwardFilterAlgorithm_v7(env->cudnn, d.x, d.y,
+                                                                     d.conv, d.w, c, n, p);
+            },
+            [&](cudnnConvolutionBwdFilterAlgo_t al2, size_t *sz) {
+                return cudnnGetConvolutionBackwardFilterWorkspaceSize(env->cudnn, d.x, d.y,
+                                                                      d.conv, d.w, al2, sz) ==
+                       CUDNN_STATUS_SUCCESS;
+            },
+            &al, ws, bytes);
+    *algo = (cudnnConvolutionBwdFilterAlgo_t)al;
+    return rc;
 }
 
 } // namespace
@@ -175,7 +285,7 @@ extern "C" int hyfi_conv2d_forward_cuda(hyfi_cuda_env *env, float *y, const floa
     cudnnConvolutionFwdAlgo_t algo;
     void *ws;
     size_t bytes;
-    if ((rc = pick_fwd(env, d, &algo, &ws, &bytes))) return rc;
+    if ((rc = pick_fwd(env, d, a, &algo, &ws, &bytes))) return rc;
     const float one = 1.0f, zero = 0.0f;
     HYFI_CUDNN_CHECK(cudnnConvolutionForward(env->cudnn, &one, d.x, x, d.w, w, d.conv, algo, ws,
                                              bytes, &zero, d.y, y));
@@ -194,7 +304,7 @@ extern "C" int hyfi_conv2d_backward_data_cuda(hyfi_cuda_env *env, float *dx, con
     cudnnConvolutionBwdDataAlgo_t algo;
     void *ws;
     size_t bytes;
-    if ((rc = pick_bwd_data(env, d, &algo, &ws, &bytes))) return rc;
+    if ((rc = pick_bwd_data(env, d, a, &algo, &ws, &bytes))) return rc;
     const float one = 1.0f, beta = acc ? 1.0f : 0.0f;
     HYFI_CUDNN_CHECK(cudnnConvolutionBackwardData(env->cudnn, &one, d.w, w, d.y, dy, d.conv,
                                                   algo, ws, bytes, &beta, d.x, dx));
@@ -213,7 +323,7 @@ extern "C" int hyfi_conv2d_backward_weight_cuda(hyfi_cuda_env *env, float *dw, f
     cudnnConvolutionBwdFilterAlgo_t algo;
     void *ws;
     size_t bytes;
-    if ((rc = pick_bwd_filter(env, d, &algo, &ws, &bytes))) return rc;
+    if ((rc = pick_bwd_filter(env, d, a, &algo, &ws, &bytes))) return rc;
     const float one = 1.0f, beta = acc ? 1.0f : 0.0f;
     HYFI_CUDNN_CHECK(cudnnConvolutionBackwardFilter(env->cudnn, &one, d.x, x, d.y, dy, d.conv,
                                                     algo, ws, bytes, &beta, d.w, dw));
