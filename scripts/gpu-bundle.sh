@@ -4,7 +4,7 @@
 # Runs HERE, after scripts/setup.sh:
 #   1. builds a release build with CUDA codelets in build-gpu/
 #      (scripts/build.sh build-gpu -Dnvcc_arch=$HYFI_NVCC_ARCH, default sm_90);
-#   2. stages libhyfi, apps/hyfi-train and every test executable (the build
+#   2. stages libhyfi, apps/hyfi-train and the tests gpu-run.sh runs (the build
 #      tree's layout, for their $ORIGIN RPATHs), StarPU's shared libraries and
 #      tools, MPICH's mpiexec, every non-system non-CUDA shared library they
 #      need (from ldd), UCX's plugins, the Fashion-MNIST files, all stripped;
@@ -14,7 +14,8 @@
 # and the archive is rewritten only when its contents changed.
 #
 # Environment: HYFI_NVCC_ARCH (sm_90), HYFI_BUNDLE_DATA=0 (leave the data
-# out), HYFI_BUNDLE_MAX_MIB (58: above it the data is left out), HYFI_DEPS,
+# out), HYFI_BUNDLE_MAX_MIB (60: above it the data is left out;
+# the working tree, about 3 MiB, travels beside it within 64 MiB), HYFI_DEPS,
 # HYFI_BUILD_JOBS (ninja jobs when build-gpu/ exists already: 1).
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -27,7 +28,7 @@ arch="${HYFI_NVCC_ARCH:-sm_90}"
 bdir="$root/build-gpu"
 outdir="$root/.gpu-bundle"
 out="$outdir/hyfi-gpu.tar.xz"
-max_mib="${HYFI_BUNDLE_MAX_MIB:-58}"
+max_mib="${HYFI_BUNDLE_MAX_MIB:-60}"
 starpu_prefix="$HYFI_DEPS/starpu"
 datadir="${HYFI_FASHION_MNIST_DIR:-/usr/share/datasets/fashion-mnist}"
 ucx_plugins=/usr/lib/x86_64-linux-gnu/ucx
@@ -76,8 +77,11 @@ for f in "$bdir"/libhyfi.so*; do
 done
 [ -f "$stage/build-gpu/libhyfi.so" ] || die "$bdir/libhyfi.so missing after the build"
 cp "$bdir/apps/hyfi-train" "$stage/build-gpu/apps/"
+# The tests that gpu-run.sh runs (the others need no GPU; leaving them out
+# keeps room for the data).
 ntests=0
-for f in "$bdir"/tests/*; do
+for t in test_cuda_ops test_engine_cuda test_engine test_pipeline_exact; do
+  f="$bdir/tests/$t"
   if is_elf "$f" && [ -x "$f" ]; then cp "$f" "$stage/build-gpu/tests/"; ntests=$((ntests + 1)); fi
 done
 cp "$root/tests/e2e_fashion.sh" "$stage/tests/"
@@ -214,5 +218,5 @@ fi
 rm -f "$out.tmp"
 mib=$(awk -v s="$size" 'BEGIN { printf "%.1f", s / 1048576 }')
 log "bundle ${out#"$root"/}: $mib MiB ($size bytes), $( [ "$with_data" = 1 ] && echo "with" || echo "WITHOUT") the Fashion-MNIST data"
-[ "$size" -le $((60 * 1024 * 1024)) ] || log "warning: over 60 MiB: with the working tree it may not fit the 64 MiB that a run can carry"
+[ "$size" -le $((61 * 1024 * 1024)) ] || log "warning: over 61 MiB: with the working tree it may not fit the 64 MiB that a run can carry"
 log "on the GPU machine: carry '.gpu-bundle' and run: bash scripts/gpu-run.sh [tests|train|all]"

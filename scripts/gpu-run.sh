@@ -2,34 +2,54 @@
 # Run hyfi's CUDA checks on a lent GPU machine from the bundle that
 # scripts/gpu-bundle.sh made (.gpu-bundle/hyfi-gpu.tar.xz, carried along).
 # Runs THERE, from the repository root:
-#   bash scripts/gpu-run.sh [tests|train|all]      (default: all)
-#     tests: build-gpu/tests/test_cuda_ops, test_engine, test_engine_cuda
+#   bash scripts/gpu-run.sh [LIST]      LIST: comma-separated steps [all]
+#     tests: build-gpu/tests/test_cuda_ops, test_engine_cuda
 #     train: hyfi-train --device cuda on synthetic data (30 steps), then one
 #            epoch on the bundled Fashion-MNIST (tests/e2e_fashion.sh: test
 #            accuracy >= 0.85)
+#     exact: test_pipeline_exact's plans on CUDA workers only, then on CPU and
+#            CUDA workers mixed, against the CPU single-place reference
+#     bench: training images/s, hyfi-train --device cuda against PyTorch on
+#            the same GPU (bench/torch_train.py --device cuda), alternating
+#     all:   tests,train,exact,bench
 # Needs no StarPU, MPICH or oneDNN there (the bundle has them); takes CUDA,
 # cuBLAS and cuDNN from python3's site-packages/nvidia/*/lib (pip's
 # nvidia-cuda-runtime, nvidia-cublas, nvidia-cudnn-cu13, ...), then
-# /usr/local/cuda/lib64. Each step's output goes to $OUT/<step>.log when OUT is
-# set (else to a folder that is printed); the last line is "N passed, N failed";
-# the exit status is 0 when nothing failed.
+# /usr/local/cuda/lib64. Each step's output goes to its own log; with OUT set
+# they are packed into $OUT/gpu-logs.tar.gz (with StarPU's calibrated
+# performance models), and $OUT/summary.log holds the table; the last line is
+# "N passed, N failed"; the exit status is 0 when nothing failed.
 #
 # A CUDA test that skips (exit 77) counts as skipped without a visible GPU and
 # as failed when nvidia-smi lists one. Environment: HYFI_GPU_BUNDLE (the
 # archive), HYFI_GPU_DIR (unpack there, kept; else a temporary folder, removed),
-# HYFI_GPU_STEP_TIMEOUT (seconds per step, 300).
+# HYFI_GPU_STEP_TIMEOUT (seconds per step, 300), HYFI_GPU_DEADLINE (seconds
+# for the whole run: a step gets at most what is left, and steps that would
+# start with under 15 s left are skipped; default none), HYFI_GPU_BENCH_ROWS
+# (bench rows, comma-separated: r50-b32, r50-b64, amoeba-512, amoeba-1024,
+# tiled-1024; default all), HYFI_GPU_BENCH_REPS (alternating repetitions per
+# side, 2), HYFI_GPU_TORCH_FLAGS (extra torch_train.py flags, default
+# --cudnn-benchmark; empty: PyTorch's defaults), HYFI_GPU_BENCH_KNOBS (hyfi
+# sides as environment settings separated by ';', "default" for none, e.g.
+# 'default;STARPU_SCHED=eager': each side runs in every repetition).
 set -uo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 log() { printf '[gpu-run] %s\n' "$*"; }
 die() { printf '[gpu-run] error: %s\n' "$*" >&2; exit 2; }
-usage() { sed -n '5,9p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '5,16p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
+t_start=$(date +%s)
 
 what="${1:-all}"
-case "$what" in
-  tests|train|all) ;;
-  -h|--help) usage; exit 0 ;;
-  *) usage >&2; die "unknown selection '$what' (tests, train or all)" ;;
-esac
+case "$what" in -h|--help) usage; exit 0 ;; esac
+[ "$what" = all ] && what=tests,train,exact,bench
+declare -A want=()
+IFS=, read -r -a _sel <<<"$what"
+for w in "${_sel[@]}"; do
+  case "$w" in
+    tests|train|exact|bench) want[$w]=1 ;;
+    *) usage >&2; die "unknown step '$w' (tests, train, exact, bench or all)" ;;
+  esac
+done
 bundle="${HYFI_GPU_BUNDLE:-$root/.gpu-bundle/hyfi-gpu.tar.xz}"
 step_timeout="${HYFI_GPU_STEP_TIMEOUT:-300}"
 [ -f "$bundle" ] || die "no bundle at $bundle: run 'bash scripts/gpu-bundle.sh' on the development machine and carry '.gpu-bundle'"
@@ -65,8 +85,9 @@ EOF
 fi
 [ -x "$dest/build-gpu/apps/hyfi-train" ] || die "the bundle has no build-gpu/apps/hyfi-train"
 
+# Logs stay out of $OUT (only 8 files come back from there): packed at the end.
 if [ -n "${OUT:-}" ]; then
-  logdir="$OUT"
+  logdir="$work/logs"
 else
   logdir="$(mktemp -d "${TMPDIR:-/tmp}/hyfi-gpu-logs.XXXXXX")"
 fi
@@ -131,6 +152,8 @@ gpu=no
 } > "$machine_log"
 if command -v nvidia-smi >/dev/null 2>&1; then
   smi=$(nvidia-smi -L 2>&1); echo "$smi" >> "$machine_log"
+  nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv \
+    >> "$machine_log" 2>&1
   printf '%s\n' "$smi"
   grep -q '^GPU [0-9]' <<<"$smi" && gpu=yes
 else
@@ -185,13 +208,22 @@ else
   grep MISSING "$machine_log"
 fi
 
+# Seconds left for a step: HYFI_GPU_STEP_TIMEOUT, or less near the deadline.
+step_budget() {
+  local left
+  if [ -z "${HYFI_GPU_DEADLINE:-}" ]; then echo "$step_timeout"; return; fi
+  left=$(( HYFI_GPU_DEADLINE - ($(date +%s) - t_start) ))
+  [ "$left" -lt "$step_timeout" ] && echo "$left" || echo "$step_timeout"
+}
 run_step() {  # run_step NAME KIND CMD...   (KIND: cuda or plain)
   local name="$1" kind="$2"; shift 2
-  local lf="$logdir/$name.log" t0 rc
+  local lf="$logdir/$name.log" t0 rc budget
+  budget=$(step_budget)
+  if [ "$budget" -lt 15 ]; then skip_step "$name" "out of time (HYFI_GPU_DEADLINE)"; return; fi
   echo
   log "=== $name: $*"
   t0=$(date +%s)
-  timeout -k 10 "$step_timeout" "${runenv[@]}" "$@" 2>&1 | tee "$lf"
+  timeout -k 10 "$budget" "${runenv[@]}" "$@" 2>&1 | tee "$lf"
   rc=${PIPESTATUS[0]}
   local secs=$(( $(date +%s) - t0 ))
   if [ "$rc" = 0 ]; then
@@ -201,7 +233,7 @@ run_step() {  # run_step NAME KIND CMD...   (KIND: cuda or plain)
   elif [ "$rc" = 77 ]; then
     record SKIP "$name" "exit 77 (no usable GPU), ${secs}s"
   elif [ "$rc" = 124 ] || [ "$rc" = 137 ]; then
-    record FAIL "$name" "timed out after ${step_timeout}s"
+    record FAIL "$name" "timed out after ${budget}s"
   else
     record FAIL "$name" "exit $rc, ${secs}s"
   fi
@@ -210,14 +242,13 @@ run_step() {  # run_step NAME KIND CMD...   (KIND: cuda or plain)
 skip_step() { record SKIP "$1" "$2"; log "=== $1: skipped: $2"; }
 
 B="$dest/build-gpu"
-if [ "$what" = tests ] || [ "$what" = all ]; then
+if [ -n "${want[tests]:-}" ]; then
   run_step cuda_ops cuda "$B/tests/test_cuda_ops"
-  run_step engine plain "$B/tests/test_engine"
   if [ -x "$B/tests/test_engine_cuda" ]; then
     run_step engine_cuda cuda "$B/tests/test_engine_cuda"
   fi
 fi
-if [ "$what" = train ] || [ "$what" = all ]; then
+if [ -n "${want[train]:-}" ]; then
   if [ "$gpu" = no ]; then
     skip_step train_synthetic "no GPU visible"
     skip_step train_fashion "no GPU visible"
@@ -231,14 +262,120 @@ if [ "$what" = train ] || [ "$what" = all ]; then
     fi
   fi
 fi
+if [ -n "${want[exact]:-}" ]; then
+  # The reference on the CPU with one thread per kernel (as pipeline_exact.sh),
+  # then every plan of 'check' on CUDA workers, then on CPU + CUDA workers.
+  mkdir -p "$work/exact"
+  run_step exact_ref plain env HYFI_CPU_THREADS=1 HYFI_LEND_MIN_BYTES=0 \
+    "$B/tests/test_pipeline_exact" ref "$work/exact"
+  run_step exact_cuda cuda env HYFI_TEST_DEVICE=cuda "$B/tests/test_pipeline_exact" check-nompi \
+    "$work/exact"
+  run_step exact_mixed cuda env HYFI_TEST_DEVICE=mixed HYFI_CPU_THREADS=1 \
+    "$B/tests/test_pipeline_exact" check-nompi "$work/exact"
+fi
+if [ -n "${want[bench]:-}" ]; then
+  # Training images/s on synthetic data, fp32 (TF32 off on both sides: hyfi's
+  # cuDNN calls use FMA math), SGD momentum 0.9, weight decay 5e-4, 5 warm-up
+  # steps dropped; hyfi and PyTorch alternate (ABBA).
+  py=python3
+  for p in /opt/*/.venv/bin/python3; do [ -x "$p" ] && py="$p" && break; done
+  reps="${HYFI_GPU_BENCH_REPS:-2}"
+  # cuDNN's autotuner on for PyTorch too (hyfi measures its algorithms once per shape)
+  torch_flags="${HYFI_GPU_TORCH_FLAGS---cudnn-benchmark}"
+  rows="${HYFI_GPU_BENCH_ROWS:-r50-b32,r50-b64,amoeba-512,amoeba-1024,tiled-1024}"
+  bench_row() {  # NAME -> "model flags|batch|size|steps|hyfi-only extra flags"
+    case "$1" in
+      r50-b32) echo "--model resnet --resnet-version 1 --depth 50|32|224|20|" ;;
+      r50-b64) echo "--model resnet --resnet-version 1 --depth 50|64|224|20|" ;;
+      amoeba-512) echo "--model amoebanet --num-layers 6 --num-filters 64|8|512|10|" ;;
+      amoeba-1024) echo "--model amoebanet --num-layers 6 --num-filters 64|2|1024|10|" ;;
+      tiled-1024) echo "--model amoebanet --num-layers 6 --num-filters 64|2|1024|10|--split-size 2 --spatial-size 1 --num-spatial-parts 4 --slice-method square" ;;
+      *) return 1 ;;
+    esac
+  }
+  mkdir -p "$logdir/bench" "$logdir/homes"
+  # hyfi sides: one per knob (environment settings; "default": none), each
+  # with its own STARPU_HOME per row (its performance models: a clean profile)
+  IFS=';' read -r -a knobs <<<"${HYFI_GPU_BENCH_KNOBS:-default}"
+  IFS=, read -r -a rowlist <<<"$rows"
+  for row in "${rowlist[@]}"; do
+    def=$(bench_row "$row") || { skip_step "bench_$row" "unknown bench row"; continue; }
+    IFS='|' read -r mflags batch size nsteps extra <<<"$def"
+    # shellcheck disable=SC2206
+    common=($mflags --batch-size "$batch" --image-size "$size" --num-classes 10 --lr 0.05
+            --momentum 0.9 --weight-decay 5e-4)
+    sides=()
+    for k in "${!knobs[@]}"; do sides+=("hyfi$k"); done
+    [ -z "$extra" ] && sides+=(torch) # the tiled row: hyfi tiled against amoeba-1024
+    ns=${#sides[@]}
+    for ((r = 1; r <= reps; r++)); do
+      for ((j = 0; j < ns; j++)); do
+        # ABBA for two sides, rotation for more
+        if [ "$ns" = 2 ]; then i=$(( r % 2 ? j : 1 - j )); else i=$(( (j + r - 1) % ns )); fi
+        side="${sides[$i]}"
+        b="$logdir/bench/$row.$side.$r"
+        if [ "$side" = torch ]; then
+          # shellcheck disable=SC2086
+          run_step "bench_${row}_torch_$r" cuda env PYTHONUNBUFFERED=1 "$py" \
+            "$root/bench/torch_train.py" "${common[@]}" --use-torch-models --device cuda \
+            --warmup 5 --steps "$nsteps" $torch_flags
+          grep '^{' "$logdir/bench_${row}_torch_$r.log" | tail -1 > "$b.json"
+        else
+          k=${side#hyfi}
+          knob="${knobs[$k]}"
+          [ "$knob" = default ] && knob=""
+          home="$logdir/homes/$row.$side"
+          [ -d "$home" ] || cp -r "$work/starpu-home" "$home" 2>/dev/null || mkdir -p "$home"
+          # shellcheck disable=SC2086
+          run_step "bench_${row}_${side}_$r" cuda env STARPU_HOME="$home" $knob \
+            "$B/apps/hyfi-train" --device cuda --dataset synthetic "${common[@]}" $extra \
+            --steps $((nsteps + 5)) --print-freq 1000000 --metrics "$b.metrics"
+        fi
+      done
+    done
+  done
+  # the table: median over repetitions of each run's median images/s
+  "$py" - "$logdir/bench" "$rows" "${HYFI_GPU_BENCH_KNOBS:-default}" <<'PY' \
+    | tee "$logdir/bench.table" || true
+import glob, json, os, statistics, sys
+d, rows, knobs = sys.argv[1], sys.argv[2].split(","), sys.argv[3].split(";")
+def ips(path):
+    try:
+        if path.endswith(".json"):
+            return json.loads(open(path).read())["median_images_per_sec"]
+        for line in open(path):
+            j = json.loads(line)
+            if j.get("summary"):
+                return j.get("median_images_per_sec")
+    except Exception:
+        return None
+def runs(row, side, ext):
+    return [v for v in (ips(p) for p in glob.glob(os.path.join(d, "%s.%s.*.%s" % (row, side, ext))))
+            if v]
+fmt = lambda v: ("%.1f (%s)" % (statistics.median(v), "-".join("%.0f" % x for x in
+                                                               (min(v), max(v))))) if v else "-"
+print("%-12s %-34s %20s %20s %7s" % ("row", "hyfi side", "hyfi img/s", "torch img/s", "ratio"))
+for row in rows:
+    t = runs(row, "torch", "json")
+    for k, knob in enumerate(knobs):
+        h = runs(row, "hyfi%d" % k, "metrics")
+        ratio = "%.2f" % (statistics.median(h) / statistics.median(t)) if h and t else "-"
+        print("%-12s %-34s %20s %20s %7s" % (row, knob[:34], fmt(h), fmt(t), ratio))
+PY
+fi
 
 # ------------------------------------------------------------------ summary
 {
   echo
-  echo "== hyfi GPU run ($what): GPU visible: $gpu, StarPU CUDA workers: ${ncuda:-unknown}"
+  echo "== hyfi GPU run ($what, $(( $(date +%s) - t_start )) s): GPU visible: $gpu, StarPU CUDA workers: ${ncuda:-unknown}"
   printf '%s\n' "${results[@]}"
   [ "$skipped" = 0 ] || echo "($skipped skipped)"
   echo "$passed passed, $failed failed"
 } | tee "$logdir/summary.log"
+if [ -n "${OUT:-}" ]; then
+  cp "$logdir/summary.log" "$OUT/" 2>/dev/null
+  [ -d "$work/starpu-home" ] && cp -r "$work/starpu-home" "$logdir/starpu-home" 2>/dev/null
+  tar -C "$logdir" -czf "$OUT/gpu-logs.tar.gz" . 2>/dev/null && log "logs: \$OUT/gpu-logs.tar.gz"
+fi
 [ -n "${HYFI_GPU_DIR:-}" ] && log "bundle kept in $dest"
 [ "$failed" = 0 ]
