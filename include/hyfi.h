@@ -548,8 +548,9 @@ size_t hyfi_plan_describe(const hyfi_graph *g, char *buf, size_t len);
  *     copies and scratchpads, per CPU worker about 5 x the largest activation
  *     tile it computes; measured);
  *   - a stated allowance for the rest (runtime_mb = 64 + 3% of the data + 32
- *     per place of the rank: oneDNN's cached kernels, one set per tile shape,
- *     StarPU's task records, the heap's slack; docs/results.md measures it). */
+ *     per place of the rank + 256 per CUDA worker: oneDNN's cached kernels, one
+ *     set per tile shape, StarPU's task records, the heap's slack, cuDNN and
+ *     cuBLAS loaded by the CUDA workers; docs/results.md measures it). */
 typedef struct hyfi_memory_stats {
     double peak_mb;    /* resident memory at most so far (the kernel's high-water mark) */
     double start_mb;   /* resident memory when hyfi_ctx_create returned */
