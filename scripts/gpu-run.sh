@@ -154,6 +154,12 @@ if command -v nvidia-smi >/dev/null 2>&1; then
   smi=$(nvidia-smi -L 2>&1); echo "$smi" >> "$machine_log"
   nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv \
     >> "$machine_log" 2>&1
+  # the versions of PyTorch and its cuDNN (whose libraries hyfi loads too)
+  for p in /opt/*/.venv/bin/python3 python3; do
+    command -v "$p" >/dev/null 2>&1 || continue
+    timeout 60 "$p" -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda,
+          "cudnn", torch.backends.cudnn.version())' >> "$machine_log" 2>&1 && break
+  done
   printf '%s\n' "$smi"
   grep -q '^GPU [0-9]' <<<"$smi" && gpu=yes
 else
@@ -367,6 +373,7 @@ fi
 # ------------------------------------------------------------------ summary
 {
   echo
+  [ -f "$logdir/bench.table" ] && { echo; cat "$logdir/bench.table"; }
   echo "== hyfi GPU run ($what, $(( $(date +%s) - t_start )) s): GPU visible: $gpu, StarPU CUDA workers: ${ncuda:-unknown}"
   printf '%s\n' "${results[@]}"
   [ "$skipped" = 0 ] || echo "($skipped skipped)"
