@@ -108,9 +108,10 @@ const int NO_ALGO = -2000 - (int)CUDNN_STATUS_NOT_SUPPORTED;
 // memory cuDNN allocates itself, so the task's buffers are not touched) and
 // keeps the fastest that is not a tensor-core one and whose workspace the
 // worker can get; HYFI_CUDNN_FIND=0, or a Find that fails (e.g. out of
-// memory), falls back to the heuristics' order (measured on an H100: the
-// heuristics' first FMA algorithms ran AmoebaNet's and ResNet-50's large
-// convolutions at 4-10 TFLOP/s, PyTorch's at about 20 on average).
+// memory), falls back to the heuristics' order. Measured on an H100: asking the
+// heuristics at every task (the former code) kept the GPU waiting for the host,
+// 3-6x slower training; cached, Find's choice beats the heuristics' first by 4%
+// on ResNet-50 and 38% on AmoebaNet-D (docs/results.md, "CUDA").
 enum Dir { FWD, BWD_DATA, BWD_FILTER };
 struct AlgoKey {
     int dir, dev, n, ci, h, w, co, ho, wo, kh, kw, ph, pw, sh, sw, g;
@@ -127,8 +128,8 @@ AlgoKey make_key(Dir dir, const hyfi_conv2d_args *a)
 {
     int dev = 0;
     if (cudaGetDevice(&dev) != cudaSuccess) (void)cudaGetLastError();
-    const AlgoKey k = {dir, dev, a->n, a->c_in, a->h, a->w, a->c_out, a->ho, a->wo, a->kh, a->kw,
-         a->ph, a->pw, a->sh, a->sw, a->groups};
+    const AlgoKey k = {dir,      dev,   a->n,  a->c_in, a->h,  a->w,  a->c_out, a->ho,
+                       a->wo,    a->kh, a->kw, a->ph,   a->pw, a->sh, a->sw,    a->groups};
     return k;
 }
 
@@ -183,9 +184,15 @@ int pick(hyfi_cuda_env *env, Dir dir, const hyfi_conv2d_args *a, FindFn find, He
          WsFn wsize, int *algo, void **ws, size_t *bytes)
 {
     const AlgoKey k = make_key(dir, a);
-    if (cache_get(k, algo, bytes) && get_workspace(env, *bytes, ws)) return 0;
+    const bool cached = cache_get(k, algo, bytes);
+    if (cached && get_workspace(env, *bytes, ws)) return 0;
     Perf perf[COUNT];
     int n = 0;
+    if (cached) {
+        // its workspace cannot be had now: the heuristics' first that fits, this time only
+        HYFI_CUDNN_CHECK(heur(COUNT, &n, perf));
+        return first_usable(env, perf, n, wsize, algo, ws, bytes) ? 0 : NO_ALGO;
+    }
     if (use_find() && find(COUNT, &n, perf) == CUDNN_STATUS_SUCCESS &&
         first_usable(env, perf, n, wsize, algo, ws, bytes)) {
         cache_put(k, *algo, *bytes);
