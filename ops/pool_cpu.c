@@ -149,11 +149,9 @@ BLK_INLINE void maxpool_backward_group(float *dxp, const float *dyp, const float
     const int W = a->w;
     if (!acc) memset(dxp, 0, (size_t)a->h * W * B * sizeof(float));
     for (int oh = 0; oh < a->ho; oh++) {
-        const int hs = oh * a->sh - a->ph;
-        const int h0 = hs < 0 ? 0 : hs, h1 = hs + a->kh > a->h ? a->h : hs + a->kh;
         for (int ow = 0; ow < a->wo; ow++) {
-            const int ws = ow * a->sw - a->pw;
-            const int w0 = ws < 0 ? 0 : ws, w1 = ws + a->kw > W ? W : ws + a->kw;
+            int h0, h1, w0, w1, full;
+            pool_window(a, oh, ow, &h0, &h1, &w0, &w1, &full);
             float m[16];
             int arg[16];
             for (size_t j = 0; j < B; j++) m[j] = -INFINITY, arg[j] = -1;
@@ -263,11 +261,9 @@ int hyfi_maxpool_backward_cpu(float *dx, const float *dy, const float *x,
         float *dxp = dx + p * hw;                       /* dx (N,C,H,W) */
         const float *dyp = dy + p * a->ho * a->wo;      /* dy (N,C,Ho,Wo) */
         for (int oh = 0; oh < a->ho; oh++) {
-            const int hs = oh * a->sh - a->ph;
-            const int h0 = hs < 0 ? 0 : hs, h1 = hs + a->kh > a->h ? a->h : hs + a->kh;
             for (int ow = 0; ow < a->wo; ow++) {
-                const int ws = ow * a->sw - a->pw;
-                const int w0 = ws < 0 ? 0 : ws, w1 = ws + a->kw > W ? W : ws + a->kw;
+                int h0, h1, w0, w1, full;
+                pool_window(a, oh, ow, &h0, &h1, &w0, &w1, &full);
                 float m = -INFINITY;
                 int arg = -1;
                 for (int ih = h0; ih < h1; ih++) {
