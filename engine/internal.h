@@ -128,6 +128,10 @@ struct hyfi_tensor {
                              gradient (the next one accumulates) */
     int gwritten;         /* some gradient of the tensor was written (readable after a step) */
     int released;         /* activation handles are invalidated after their backward */
+    /* compile-time: the gradient is exactly that of galias (an add's output,
+     * compile.c "Gradient forwarding"); its own gh are never written and
+     * whoever reads the gradient reads galias's handles. NULL: its own. */
+    struct hyfi_tensor *galias;
     /* Partial gradients: a stage other than the tensor's own that consumes it
      * sums its contributions into its own handle gpart[stage * nh + m] (NULL
      * where none), which the owning stage adds into gh[m] at the start of its

@@ -1,0 +1,212 @@
+/* Gradient forwarding (engine/compile.c): an add whose input has no other
+ * consumer hands that input's producer its own output gradient instead of a
+ * copy. The step must be bit for bit the one with the copies.
+ *
+ * ResNet v1-8 and v2-11 (CIFAR style) at 16x16, batch 4, and AmoebaNet-D
+ * (3 layers, 8 filters) at 32x32, batch 2, train 2 steps under each plan twice
+ * in one process: with HYFI_GRAD_ALIAS=0 (every add's backward copies dy) and
+ * with the default. Plans: one place; 2 stages x 2 micro-batches (GPipe and
+ * 1F1B); 2 micro-batches with stage re-materialisation; layer
+ * re-materialisation (where forwarding is off). Compared bitwise: the losses,
+ * every parameter gradient and weight after step 2, and the gradient of the
+ * first residual block's add input (hyfi_grad_read: read through the alias)
+ * and of the add itself (one place). Micro-batches sum their parameter
+ * gradients in micro-batch order (deterministic), so that the runs can be
+ * compared bit for bit. Checked from the task records: the default run has
+ * fewer tasks per step than the copying one, except under layer
+ * re-materialisation, where both have the same. */
+#include "hyfi.h"
+#include "models.h"
+#include "testutil.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define STEPS 2
+
+typedef struct {
+    float loss[STEPS];
+    float *grad, *weight, *gin, *gadd;
+    size_t ngrad, nact;
+    size_t ntasks; /* tasks of the last step */
+} result;
+
+static hyfi_graph *build(hyfi_ctx *ctx, const model_config *mc, int image, int batch,
+                         const hyfi_plan_config *plan)
+{
+    hyfi_graph *g;
+    char err[512] = "";
+    hyfi_graph_create(ctx, 7, &g);
+    hyfi_tensor *x = hyfi_input(g, "image", batch, 3, image, image);
+    hyfi_tensor *y = hyfi_labels(g, "label", batch);
+    hyfi_tensor *logits = hyfi_model_build(g, mc, x, err, sizeof err);
+    hyfi_tensor *loss = logits ? hyfi_softmax_cross_entropy(g, "loss", logits, y) : NULL;
+    hyfi_train_config tc = {.lr = 0.05f, .momentum = 0.9f, .weight_decay = 5e-4f};
+    if (!loss || hyfi_graph_set_plan(g, plan) != HYFI_OK ||
+        hyfi_graph_compile(g, loss, &tc) != HYFI_OK) {
+        printf("build/compile failed: %s %s\n", err, hyfi_graph_error(g));
+        hyfi_graph_destroy(g);
+        return NULL;
+    }
+    return g;
+}
+
+
+static int read_grad(hyfi_graph *g, const char *name, float **out, size_t *n)
+{
+    hyfi_tensor *t = hyfi_tensor_find(g, name);
+    if (!t) {
+        printf("no tensor %s\n", name);
+        return -1;
+    }
+    *n = hyfi_tensor_numel(t);
+    *out = malloc(*n * sizeof(float));
+    if (!*out || hyfi_grad_read(g, t, *out, *n) != HYFI_OK) {
+        printf("hyfi_grad_read(%s): %s\n", name, hyfi_last_error());
+        return -1;
+    }
+    return 0;
+}
+
+static int run(hyfi_ctx *ctx, const model_config *mc, int image, int batch,
+               const hyfi_plan_config *plan, const char *in_name, const char *add_name,
+               result *r)
+{
+    memset(r, 0, sizeof *r);
+    hyfi_graph *g = build(ctx, mc, image, batch, plan);
+    if (!g) return -1;
+    hyfi_tensor *x = hyfi_tensor_find(g, "image"), *y = hyfi_tensor_find(g, "label");
+    const size_t nx = (size_t)batch * 3 * image * image;
+    float *xb = malloc(nx * sizeof *xb);
+    int32_t *yb = malloc((size_t)batch * sizeof *yb);
+    int rc = !xb || !yb;
+    for (int s = 0; s < STEPS && !rc; s++) {
+        uint64_t st = 900 + (uint64_t)s;
+        tu_fill(xb, nx, &st, -1.f, 1.f);
+        for (int i = 0; i < batch; i++) yb[i] = tu_randint(&st, 0, mc->num_classes - 1);
+        if (s == STEPS - 1) hyfi_ctx_set_task_records(ctx, true);
+        if (hyfi_set_input(g, x, xb, nx) != HYFI_OK ||
+            hyfi_set_labels(g, y, yb, (size_t)batch) != HYFI_OK ||
+            hyfi_train_step(g, &r->loss[s]) != HYFI_OK) {
+            printf("step %d failed: %s\n", s + 1, hyfi_last_error());
+            rc = -1;
+        }
+    }
+    r->ntasks = hyfi_ctx_task_records(ctx, NULL, 0);
+    hyfi_ctx_set_task_records(ctx, false);
+    free(xb);
+    free(yb);
+    /* one stage and one micro-batch keep the activations' gradients */
+    const int keeps = (!plan->stages || plan->stages == 1) && (!plan->parts || plan->parts == 1) &&
+                      plan->recompute == HYFI_RECOMPUTE_NONE;
+    size_t n2 = 0;
+    if (!rc && keeps && in_name[0] &&
+        (read_grad(g, in_name, &r->gin, &r->nact) || read_grad(g, add_name, &r->gadd, &n2) ||
+         n2 != r->nact))
+        rc = -1;
+    r->ngrad = hyfi_param_numel(g);
+    r->grad = malloc(r->ngrad * sizeof(float));
+    r->weight = malloc(r->ngrad * sizeof(float));
+    size_t off = 0;
+    for (int i = 0; i < hyfi_param_count(g) && !rc; i++) {
+        hyfi_tensor *p = hyfi_param(g, i);
+        const size_t n = hyfi_tensor_numel(p);
+        if (hyfi_grad_read(g, p, r->grad + off, n) != HYFI_OK ||
+            hyfi_tensor_read(g, p, r->weight + off, n) != HYFI_OK)
+            rc = -1;
+        off += n;
+    }
+    hyfi_graph_destroy(g);
+    return rc;
+}
+
+static void free_result(result *r) { free(r->grad), free(r->weight), free(r->gin), free(r->gadd); }
+
+static int same(const char *what, const float *a, const float *b, size_t n)
+{
+    const int ok = n == 0 || (a && b && memcmp(a, b, n * sizeof(float)) == 0);
+    if (!ok) printf("FAIL %s differs\n", what);
+    return ok;
+}
+
+int main(void)
+{
+    /* one CPU worker: no core lending, so every oneDNN call has the same threads
+     * (their reductions, e.g. the weight gradients, depend on the thread count) */
+    hyfi_ctx_config cfg = {.device = HYFI_DEVICE_CPU, .ncpus = 1, .mpi = 0};
+    hyfi_ctx *ctx;
+    if (hyfi_ctx_create(&cfg, &ctx) != HYFI_OK) {
+        printf("context: %s\n", hyfi_last_error());
+        return 1;
+    }
+    struct {
+        const char *name;
+        model_kind kind;
+        int version, depth, layers, filters, image, batch;
+        const char *in, *add; /* an add input with no other consumer, and the add */
+    } models[] = {
+        {"ResNet v1-8", MODEL_RESNET, 1, 8, 0, 0, 16, 4, "layer1.0.bn2", "layer1.0.add"},
+        {"ResNet v2-11", MODEL_RESNET, 2, 11, 0, 0, 16, 4, "layer1.0.conv3", "layer1.0.add"},
+        {"AmoebaNet-D (3, 8)", MODEL_AMOEBANET, 1, 0, 3, 8, 32, 2, NULL, NULL},
+    };
+    const hyfi_plan_config plans[] = {
+        {.stages = 1},
+        {.stages = 2, .parts = 2, .deterministic = true},
+        {.stages = 2, .parts = 2, .schedule = HYFI_SCHEDULE_1F1B, .deterministic = true},
+        {.parts = 2, .recompute = HYFI_RECOMPUTE_STAGE, .deterministic = true},
+        {.recompute = HYFI_RECOMPUTE_LAYER},
+    };
+    const char *plan_names[] = {"one place", "2 stages x 2 micro-batches",
+                                "2 stages x 2 micro-batches 1F1B",
+                                "2 micro-batches, stage recompute", "layer recompute"};
+    int fails = 0;
+    for (size_t mi = 0; mi < sizeof models / sizeof models[0]; mi++) {
+        model_config mc = model_config_default();
+        mc.kind = models[mi].kind;
+        mc.num_classes = 10;
+        if (mc.kind == MODEL_RESNET) {
+            mc.depth = models[mi].depth;
+            mc.resnet_version = models[mi].version;
+        } else {
+            mc.num_layers = models[mi].layers;
+            mc.num_filters = models[mi].filters;
+        }
+        for (size_t pi = 0; pi < sizeof plans / sizeof plans[0]; pi++) {
+            result copy, alias;
+            const char *in = models[mi].in, *add = models[mi].add;
+            setenv("HYFI_GRAD_ALIAS", "0", 1);
+            int rc = run(ctx, &mc, models[mi].image, models[mi].batch, &plans[pi],
+                         in ? in : "", add ? add : "", &copy);
+            unsetenv("HYFI_GRAD_ALIAS");
+            rc |= run(ctx, &mc, models[mi].image, models[mi].batch, &plans[pi], in ? in : "",
+                      add ? add : "", &alias);
+            if (!in) copy.nact = alias.nact = 0; /* no named pair to read */
+            int ok = !rc;
+            if (ok) {
+                for (int s = 0; s < STEPS; s++) ok &= same("loss", &alias.loss[s], &copy.loss[s], 1);
+                ok &= copy.ngrad == alias.ngrad;
+                ok &= same("gradients", alias.grad, copy.grad, copy.ngrad);
+                ok &= same("weights", alias.weight, copy.weight, copy.ngrad);
+                ok &= copy.nact == alias.nact;
+                ok &= same("add input gradient", alias.gin, copy.gin, copy.nact);
+                ok &= same("add input gradient = add gradient", alias.gin, alias.gadd, alias.nact);
+                const int layer = plans[pi].recompute == HYFI_RECOMPUTE_LAYER;
+                const int fewer = layer ? alias.ntasks == copy.ntasks
+                                        : alias.ntasks < copy.ntasks;
+                if (!fewer) printf("FAIL tasks per step: %zu forwarded vs %zu copying\n",
+                                   alias.ntasks, copy.ntasks);
+                ok &= fewer;
+            }
+            printf("%s %s, %s: loss %.7f, %zu tasks per step (copying: %zu)\n",
+                   ok ? "ok  " : "FAIL", models[mi].name, plan_names[pi], alias.loss[STEPS - 1],
+                   alias.ntasks, copy.ntasks);
+            fails += !ok;
+            free_result(&copy);
+            free_result(&alias);
+        }
+    }
+    hyfi_ctx_destroy(ctx);
+    printf("%s\n", fails ? "FAILED" : "all passed");
+    return fails ? 1 : 0;
+}
