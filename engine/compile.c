@@ -145,38 +145,30 @@ static int grad_alias_on(void)
     return !(v && v[0] == '0');
 }
 
-static hyfi_tensor *grad_source(hyfi_tensor *t)
-{
-    while (t->galias) t = t->galias;
-    return t;
-}
-
-/* Can input i of add node nd take its gradient from the add's output? */
-static int add_grad_alias(const emit_ctx *e, const node *nd, int i)
+/* Can input i of add node nd take its gradient from y, the tensor holding the
+ * add's output gradient (hyfi_grad_source)? */
+static int add_grad_alias(const emit_ctx *e, const node *nd, int i, const hyfi_tensor *y)
 {
     hyfi_graph *g = e->g;
-    hyfi_tensor *t = nd->in[i], *y = grad_source(nd->out);
+    hyfi_tensor *t = nd->in[i];
     if (nd->op != OP_ADD || !grad_alias_on() || t->producer < 0 || !t->requires_grad) return 0;
     if (t->tl || y->tl || hyfi_spatial_tiled(g, &g->nodes[t->producer])) return 0;
     if (t->stage != e->stage || y->stage != e->stage || t == y) return 0;
     if (t->blk != y->blk || t->nh != y->nh || t->mb_numel != y->mb_numel || !t->gh || !y->gh)
         return 0;
     if (g->cc->pl->recompute == HYFI_RECOMPUTE_LAYER || TGW(t, e->m)) return 0;
-    int uses = 0;
-    for (int j = 0; j < g->nnodes; j++)
-        for (int k = 0; k < g->nodes[j].nin; k++) uses += g->nodes[j].in[k] == t;
-    return uses == 1;
+    return hyfi_tensor_consumers(g, t) == 1;
 }
 
 static int emit_backward(emit_ctx *e, const node *nd)
 {
     hyfi_opview v;
     whole_view(e, nd, &v);
-    hyfi_tensor *ysrc = grad_source(nd->out);
+    hyfi_tensor *ysrc = hyfi_grad_source(nd->out);
     v.dy = HG(ysrc);
     for (int i = 0; i < nd->nin; i++) {
         if (!nd->in[i]->requires_grad && !hyfi_op_writes_dx(nd, i)) continue;
-        if (add_grad_alias(e, nd, i)) {
+        if (add_grad_alias(e, nd, i, ysrc)) {
             nd->in[i]->galias = ysrc;
             grad_done(e, nd->in[i]);
             continue;

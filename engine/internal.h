@@ -614,6 +614,15 @@ void hyfi_spatial_plan_free(hyfi_graph *g);    /* spatial_plan.c */
 size_t hyfi_spatial_halo_volume(const hyfi_graph *g);
 void hyfi_spatial_halo_counts(const hyfi_graph *g, int *groups, int *fused_ops, int *strips);
 int hyfi_spatial_tiled(const hyfi_graph *g, const node *nd);
+/* How many node inputs are t (a node reading t twice counts twice). */
+int hyfi_tensor_consumers(const hyfi_graph *g, const hyfi_tensor *t);
+/* The tensor whose gradient handles hold t's gradient: t, or the add output its
+ * gradient is forwarded from (hyfi_tensor.galias, compile.c). */
+static inline hyfi_tensor *hyfi_grad_source(hyfi_tensor *t)
+{
+    while (t->galias) t = t->galias;
+    return t;
+}
 /* Re-materialisation of fused-halo groups (spatial_plan.c): a group is re-run
  * whole, when its last output is dropped and its ops lie in one segment;
  * else its last output is kept and none of its ops re-run. */

@@ -563,7 +563,7 @@ hyfi_status hyfi_set_lr(hyfi_graph *g, float lr)
  * tiles: their handles th, gathered. */
 static hyfi_status read_tensor(hyfi_graph *g, hyfi_tensor *t, int grad, float *out)
 {
-    while (grad && t->galias) t = t->galias; /* forwarded gradient (compile.c) */
+    if (grad) t = hyfi_grad_source(t); /* a forwarded gradient (compile.c) */
     starpu_data_handle_t *h = grad ? t->gh : t->h;
     if (t->tl && (!t->tl->full || t->kind == T_INPUT)) {
         const int P = g->cc->pl->P;

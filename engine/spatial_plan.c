@@ -133,14 +133,6 @@ static int halo_op(const node *nd)
     return hyfi_op_windowed(nd) && (kh > 1 || kw > 1 || ph > 0 || pw > 0);
 }
 
-static int consumers(const hyfi_graph *g, const hyfi_tensor *t)
-{
-    int c = 0;
-    for (int i = 0; i < g->nnodes; i++)
-        for (int k = 0; k < g->nodes[i].nin; k++) c += g->nodes[i].in[k] == t;
-    return c;
-}
-
 /* Regions of every op of group fg, per tile, backwards from the last op's
  * own tile; the group input's assembled buffer in op[0]'s tnode. */
 static int fused_geometry(hyfi_graph *g, hyfi_fgroup *fg, char *err, size_t errlen)
@@ -227,7 +219,7 @@ static hyfi_status fused_plan(hyfi_graph *g)
         while (j + 1 < g->nnodes && halos < F) {
             const node *cur = &g->nodes[j], *nx = &g->nodes[j + 1];
             if (!hyfi_spatial_tiled(g, nx) || nx->stage != nd->stage || !hyfi_op_fusable(nx) ||
-                nx->in[0] != cur->out || consumers(g, cur->out) != 1 || j + 1 - i + 1 > FG_MAX)
+                nx->in[0] != cur->out || hyfi_tensor_consumers(g, cur->out) != 1 || j + 1 - i + 1 > FG_MAX)
                 break;
             j++;
             halos += halo_op(nx);
