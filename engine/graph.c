@@ -570,14 +570,6 @@ hyfi_tensor *hyfi_softmax_cross_entropy(hyfi_graph *g, const char *name, hyfi_te
 
 int hyfi_graph_op_count(const hyfi_graph *g) { return g ? g->nnodes : 0; }
 
-int hyfi_tensor_consumers(const hyfi_graph *g, const hyfi_tensor *t)
-{
-    int c = 0;
-    for (int i = 0; i < g->nnodes; i++)
-        for (int k = 0; k < g->nodes[i].nin; k++) c += g->nodes[i].in[k] == t;
-    return c;
-}
-
 hyfi_status hyfi_graph_op_info(const hyfi_graph *g, int i, hyfi_op_info *info)
 {
     if (!g || !info) return hyfi_fail(HYFI_ERR_ARG, "hyfi_graph_op_info: graph or info is NULL");

@@ -614,8 +614,15 @@ void hyfi_spatial_plan_free(hyfi_graph *g);    /* spatial_plan.c */
 size_t hyfi_spatial_halo_volume(const hyfi_graph *g);
 void hyfi_spatial_halo_counts(const hyfi_graph *g, int *groups, int *fused_ops, int *strips);
 int hyfi_spatial_tiled(const hyfi_graph *g, const node *nd);
-/* How many node inputs are t (a node reading t twice counts twice). */
-int hyfi_tensor_consumers(const hyfi_graph *g, const hyfi_tensor *t);
+/* How many node inputs are t (a node reading t twice counts twice). Inline:
+ * the planners below graph.c use it (scripts/check_layers.py). */
+static inline int hyfi_tensor_consumers(const hyfi_graph *g, const hyfi_tensor *t)
+{
+    int c = 0;
+    for (int i = 0; i < g->nnodes; i++)
+        for (int k = 0; k < g->nodes[i].nin; k++) c += g->nodes[i].in[k] == t;
+    return c;
+}
 /* The tensor whose gradient handles hold t's gradient: t, or the add output its
  * gradient is forwarded from (hyfi_tensor.galias, compile.c). */
 static inline hyfi_tensor *hyfi_grad_source(hyfi_tensor *t)
