@@ -2,15 +2,18 @@
  * vectorised loop in float:
  *   g' = g + wd * w;  v = momentum * v + g' (v = g' when momentum == 0,
  *   v may then be NULL);  w -= lr * v.
- * The health sums (norms) are taken in blocks of LANES elements that the
- * compiler vectorises, added up in double per block. */
+ * With the health sums (norms) the update and the sums are one pass over
+ * vectors of LANES floats: lane sums in float, added up in double per block. */
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC optimize("tree-vectorize")
 #endif
 
 #include "kernels.h"
 
+#include <string.h>
+
 #define LANES 16
+#define BLOCK 4096 /* elements per double-precision partial sum */
 
 static void update(float *w, float *v, const float *g, size_t n, float lr, float mom, float wd)
 {
@@ -31,6 +34,46 @@ static void update(float *w, float *v, const float *g, size_t n, float lr, float
     }
 }
 
+/* Four floats as one value (GCC/Clang vector extensions: one SSE register on
+ * any x86-64); LANES / 4 of them hold the LANES lane sums. */
+#define V 4
+typedef float f4 __attribute__((vector_size(V * sizeof(float))));
+
+static inline f4 load(const float *p)
+{
+    f4 x;
+    memcpy(&x, p, sizeof x);
+    return x;
+}
+
+static inline void store(float *p, f4 x) { memcpy(p, &x, sizeof x); }
+
+/* The update of n elements in groups of LANES and, in the same pass, the lane
+ * sums of g^2 and of the new w^2 (sg, sw: LANES floats each; element i goes to
+ * lane i % LANES). Returns the elements done (n rounded down to LANES). Every
+ * element gets the same operations, in the same order, as update(). */
+static size_t update_lanes(float *restrict w, float *restrict v, const float *restrict g,
+                           size_t n, float lr, float mom, float wd, float *sg, float *sw)
+{
+    f4 s_g[LANES / V] = {{0}}, s_w[LANES / V] = {{0}};
+    size_t i = 0;
+    for (; i + LANES <= n; i += LANES)
+        for (int j = 0; j < LANES / V; j++) {
+            const size_t e = i + (size_t)j * V;
+            const f4 gi = load(g + e);
+            f4 wi = load(w + e), vel = gi + wd * wi;
+            if (mom != 0.0f) vel = mom * load(v + e) + vel;
+            if (v) store(v + e, vel);
+            wi -= lr * vel;
+            store(w + e, wi);
+            s_g[j] += gi * gi;
+            s_w[j] += wi * wi;
+        }
+    for (int j = 0; j < LANES / V; j++)
+        for (int k = 0; k < V; k++) sg[j * V + k] = s_g[j][k], sw[j * V + k] = s_w[j][k];
+    return i;
+}
+
 /* w (count) and v (count) updated in place, norms (2) or NULL, g (count) */
 int hyfi_sgd_update_cpu(float *w, float *v, float *norms, const float *g, const hyfi_sgd_args *a)
 {
@@ -40,21 +83,18 @@ int hyfi_sgd_update_cpu(float *w, float *v, float *norms, const float *g, const 
         update(w, v, g, n, lr, mom, wd);
         return 0;
     }
-    /* update a block (stays in cache), then its sums */
+    /* one pass: blocks of BLOCK elements, their lane sums added up in double */
     double gg = 0, ww = 0;
-    for (size_t b = 0; b < n; b += 4096) {
-        const size_t m = n - b < 4096 ? n - b : 4096;
-        update(w + b, v ? v + b : NULL, g + b, m, lr, mom, wd);
-        float sg[LANES] = {0}, sw[LANES] = {0};
-        size_t i = 0;
-        for (; i + LANES <= m; i += LANES)
-            for (int k = 0; k < LANES; k++) {
-                sg[k] += g[b + i + k] * g[b + i + k];
-                sw[k] += w[b + i + k] * w[b + i + k];
-            }
-        for (; i < m; i++) {
-            sg[0] += g[b + i] * g[b + i];
-            sw[0] += w[b + i] * w[b + i];
+    for (size_t b = 0; b < n; b += BLOCK) {
+        const size_t m = n - b < BLOCK ? n - b : BLOCK;
+        float *wb = w + b, *vb = v ? v + b : NULL;
+        const float *gb = g + b;
+        float sg[LANES], sw[LANES];
+        size_t i = update_lanes(wb, vb, gb, m, lr, mom, wd, sg, sw);
+        if (i < m) update(wb + i, vb ? vb + i : NULL, gb + i, m - i, lr, mom, wd);
+        for (; i < m; i++) { /* the tail: lane 0 */
+            sg[0] += gb[i] * gb[i];
+            sw[0] += wb[i] * wb[i];
         }
         for (int k = 0; k < LANES; k++) gg += sg[k], ww += sw[k];
     }
