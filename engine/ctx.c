@@ -8,6 +8,8 @@
 
 #include <errno.h>
 #include <stdatomic.h>
+#include <stdint.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <starpu_mpi.h>
@@ -87,6 +89,57 @@ static double status_mb(const char *key)
     fclose(f);
     return mb;
 }
+
+#ifndef STARPU_SIMGRID
+/* The buffers StarPU allocates for data handles (activations, gradients,
+ * transfers) in CPU-only runs (with CUDA workers StarPU pins them with
+ * cudaHostAlloc, page-aligned). Each starts on 64 bytes, a cache line: oneDNN's
+ * Winograd kernels load and store aligned vectors (ops/conv2d_cpu.c,
+ * "algorithm choice"), and malloc gives 16. Those of HOST_MMAP_MIN bytes or more
+ * are their own mappings, returned to the system when freed: glibc's
+ * posix_memalign keeps freed large blocks in its heap (its mmap threshold
+ * rises with every large block freed), which measured 80-200 MB more resident
+ * memory with layer re-materialisation (tests/recompute_memory.sh). A header of
+ * HOST_HDR bytes before each buffer says which it is and its size, so that a
+ * free without the size (dim 0) is right too. */
+#define HOST_HDR ((size_t)64)
+#define HOST_MMAP_MIN ((size_t)256 << 10)
+#define HOST_MAGIC_MAP 0x68796669u /* "hyfi" */
+#define HOST_MAGIC_HEAP 0x68656170u
+
+static int host_alloc(unsigned node, void **A, size_t dim, int flags)
+{
+    (void)node, (void)flags;
+    const size_t total = dim + HOST_HDR;
+    char *p;
+    if (total >= HOST_MMAP_MIN) {
+        void *m = mmap(NULL, total, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (m == MAP_FAILED) return -ENOMEM;
+        p = m;
+        ((uint32_t *)p)[0] = HOST_MAGIC_MAP;
+    } else {
+        void *m = NULL;
+        if (posix_memalign(&m, HOST_HDR, total)) return -ENOMEM;
+        p = m;
+        ((uint32_t *)p)[0] = HOST_MAGIC_HEAP;
+    }
+    memcpy(p + 8, &total, sizeof total);
+    *A = p + HOST_HDR;
+    return 0;
+}
+
+static int host_free(unsigned node, void *A, size_t dim, int flags)
+{
+    (void)node, (void)dim, (void)flags;
+    if (!A) return 0;
+    char *p = (char *)A - HOST_HDR;
+    size_t total;
+    memcpy(&total, p + 8, sizeof total);
+    if (((uint32_t *)p)[0] == HOST_MAGIC_MAP) return munmap(p, total) ? -errno : 0;
+    free(p);
+    return 0;
+}
+#endif
 
 hyfi_status hyfi_ctx_create(const hyfi_ctx_config *cfg, hyfi_ctx **out)
 {
@@ -254,6 +307,11 @@ static hyfi_status ctx_create(hyfi_ctx **out, const hyfi_ctx_config *cfg_in)
         const char *lim = getenv("STARPU_LIMIT_CPU_MEM");
         ctx->mem_limit_mb = lim && atol(lim) > 0 ? atol(lim) : 0;
     }
+#ifndef STARPU_SIMGRID
+    /* CPU-only runs: StarPU's buffers from hyfi's allocator (host_alloc);
+     * with CUDA StarPU's own (pinned) */
+    starpu_malloc_set_hooks(want_cuda ? NULL : host_alloc, want_cuda ? NULL : host_free);
+#endif
     if (ctx->mpi) {
         /* StarPU-MPI counts bytes per destination only when told so before
          * its initialisation (and prints the counts at shutdown). */

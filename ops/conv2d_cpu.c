@@ -2,8 +2,9 @@
  * data, backward weights with the bias gradient).
  *
  * The primitive descriptors are created with format "any" for the activations
- * and the weights and the direct algorithm, so that oneDNN picks its fastest
- * (blocked) layouts, as PyTorch's oneDNN path does. The user buffers are plain
+ * and the weights, so that oneDNN picks its fastest (blocked) layouts, as
+ * PyTorch's oneDNN path does, and the direct algorithm, or Winograd for the
+ * 3x3 shapes where it is faster (see "algorithm choice" below). The user buffers are plain
  * NCHW / OIHW (GOIHW when grouped: (G, Cout/G, Cin/G, KH, KW), the same bytes
  * as (Cout, Cin/G, KH, KW)); an input whose chosen layout differs is reordered
  * into a per-thread scratch buffer (hyfi_cpu_scratch), an output is computed in
@@ -29,14 +30,17 @@
  *
  * Blocked weights (wei_blk > 0): w and dw are in OIhw8i8o / OIhw16i16o, the
  * layout oneDNN's forward and backward-weights kernels pick on blocked
- * activations, so they use w and write dw as they are; only the backward data
- * (which wants OIhw16o16i, or IOhw16o16i for 1x1) still reorders w.
+ * activations, so they use w and write dw as they are; only the direct
+ * backward data (which wants OIhw16o16i, or IOhw16o16i for 1x1) still reorders
+ * w (the Winograd one reads it as it is).
  */
 #include "kernels.h"
 #include "dnnl_common.h"
 
 #include <stddef.h>
+#include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 
 /* Inside the functions below: on failure set rc and jump to `out`. */
 #define CK_DNNL(call)                                                           \
@@ -116,16 +120,130 @@ static int conv_desc_init(conv_desc *d, const hyfi_conv2d_args *a)
     return 0;
 }
 
+/* ------------------------------------------------------ algorithm choice
+ *
+ * oneDNN's Winograd F(4x4, 3x3) convolutions (jit_wino_4x3, AVX-512 only) take
+ * the same blocked layouts as the direct ones (nChw16c, OIhw16i16o; its
+ * backward data reads the forward weights as they are, without the reorder the
+ * direct one needs) and do about 2.25x fewer multiplications, paid for by input,
+ * weight and output transforms per 4x4 output tile. Measured on this project's
+ * 2-core AVX-512 Xeon, one thread (docs/bench-cpu.md, "Winograd"): Winograd
+ * takes 0.5-0.75x the direct time once there are enough tiles
+ * (T = N ceil(Ho/4) ceil(Wo/4) >= 64) and channels (>= 32); with few tiles
+ * (ResNet-18's 4x4 and 2x2 layers at batch 8: T = 8-32) the transforms dominate
+ * and it takes 1.1-2.6x. The backward weights gains from T >= 32 on. So
+ *   forward, backward data: Cin, Cout >= 32 and T >= 64;
+ *   backward weights:       Cin, Cout >= 16 and T >= 32;
+ * for 3x3 kernels of stride 1 with Cin, Cout multiples of 16, blocked
+ * activations, and G == 1. The choice depends on the shape only, so every run
+ * of a shape (every place, plan and micro-batch of the same size) computes it
+ * the same way. Its round-off differs from the direct algorithm's (the
+ * transforms add and subtract before the products): the op tests bound it
+ * against the double-precision reference (tests/test_op_conv2d.c).
+ * HYFI_CONV_ALGO=direct turns it off, =winograd takes it wherever oneDNN has
+ * it (tests), =auto is the default rule. A shape oneDNN declines runs direct. */
+enum { DIR_FWD, DIR_BWD_DATA, DIR_BWD_WEIGHTS };
+
+static int conv_algo_env(void)
+{
+    static int mode = -1; /* 0 direct, 1 winograd where possible, 2 auto */
+    if (mode < 0) {
+        const char *e = getenv("HYFI_CONV_ALGO");
+        mode = !e || !*e || !strcmp(e, "auto") ? 2 : !strcmp(e, "winograd") ? 1 : 0;
+    }
+    return mode;
+}
+
+static dnnl_alg_kind_t conv_alg(const hyfi_conv2d_args *a, int dir)
+{
+    const int mode = conv_algo_env();
+    const int eligible = a->groups == 1 && a->kh == 3 && a->kw == 3 && a->sh == 1 &&
+                         a->sw == 1 && a->c_in % 16 == 0 && a->c_out % 16 == 0 &&
+                         a->src_blk == 16 && a->dst_blk == 16;
+    if (mode == 0 || !eligible) return dnnl_convolution_direct;
+    if (mode == 1) return dnnl_convolution_winograd;
+    const long tiles = (long)a->n * ((a->ho + 3) / 4) * ((a->wo + 3) / 4);
+    const int cmin = a->c_in < a->c_out ? a->c_in : a->c_out;
+    const int wino = dir == DIR_BWD_WEIGHTS ? cmin >= 16 && tiles >= 32 : cmin >= 32 && tiles >= 64;
+    return wino ? dnnl_convolution_winograd : dnnl_convolution_direct;
+}
+
 /* Forward-training primitive descriptor (also the hint of the backward ones). */
-static int fwd_pd_create(dnnl_primitive_desc_t *pd, const conv_desc *d, int with_bias)
+static int fwd_pd_create(dnnl_primitive_desc_t *pd, const conv_desc *d, int with_bias,
+                         dnnl_alg_kind_t alg)
 {
     dnnl_convolution_desc_t cd;
     HYFI_DNNL_CHECK(dnnl_convolution_forward_desc_init(
-        &cd, dnnl_forward_training, dnnl_convolution_direct, &d->src_any, &d->wei_any,
+        &cd, dnnl_forward_training, alg, &d->src_any, &d->wei_any,
         with_bias ? &d->bia : NULL, &d->dst_any, d->strides, d->pad_l, d->pad_r));
     HYFI_DNNL_CHECK(
         dnnl_primitive_desc_create(pd, &cd, hyfi_dnnl_attr(), hyfi_dnnl_engine(), NULL));
     return 0;
+}
+
+/* The primitive descriptor of direction dir (DIR_*) with algorithm alg, and
+ * for the backward ones their forward hint (*fpd, NULL for DIR_FWD). */
+static int dir_pd_create(dnnl_primitive_desc_t *pd, dnnl_primitive_desc_t *fpd,
+                         const conv_desc *d, int with_bias, int dir, dnnl_alg_kind_t alg)
+{
+    *pd = *fpd = NULL;
+    if (dir == DIR_FWD) return fwd_pd_create(pd, d, with_bias, alg);
+    dnnl_primitive_desc_t f = NULL;
+    int rc = fwd_pd_create(&f, d, with_bias, alg);
+    if (rc) return rc;
+    dnnl_convolution_desc_t cd;
+    dnnl_status_t st =
+        dir == DIR_BWD_DATA
+            ? dnnl_convolution_backward_data_desc_init(&cd, alg, &d->src_any, &d->wei_any,
+                                                       &d->dst_any, d->strides, d->pad_l,
+                                                       d->pad_r)
+            : dnnl_convolution_backward_weights_desc_init(
+                  &cd, alg, &d->src_any, &d->wei_any, with_bias ? &d->bia : NULL, &d->dst_any,
+                  d->strides, d->pad_l, d->pad_r);
+    if (st == dnnl_success)
+        st = dnnl_primitive_desc_create(pd, &cd, hyfi_dnnl_attr(), hyfi_dnnl_engine(), f);
+    if (st != dnnl_success) {
+        dnnl_primitive_desc_destroy(f);
+        return -(int)st - 1;
+    }
+    *fpd = f;
+    return 0;
+}
+
+/* Whether the buffers suit the Winograd kernels: they load and store aligned
+ * 64-byte vectors (a misaligned buffer crashes them). The engine's buffers all
+ * are (StarPU allocates on 64 bytes, engine/ctx.c); the kernels' other callers
+ * get the direct algorithm for a misaligned one. */
+static int aligned64(const void *p, const void *q, const void *r)
+{
+    return !(((uintptr_t)p | (uintptr_t)q | (uintptr_t)r) & 63);
+}
+
+int hyfi_conv2d_cpu_winograd(const hyfi_conv2d_args *a, int dir)
+{
+    static const int dirs[3] = {DIR_FWD, DIR_BWD_DATA, DIR_BWD_WEIGHTS};
+    if (dir < 0 || dir > 2 || conv_alg(a, dirs[dir]) != dnnl_convolution_winograd) return 0;
+    conv_desc d;
+    dnnl_primitive_desc_t pd, fpd;
+    if (conv_desc_init(&d, a) ||
+        dir_pd_create(&pd, &fpd, &d, a->has_bias, dirs[dir], dnnl_convolution_winograd))
+        return 0;
+    dnnl_primitive_desc_destroy(pd);
+    if (fpd) dnnl_primitive_desc_destroy(fpd);
+    return 1;
+}
+
+/* dir_pd_create with the algorithm conv_alg chooses, falling back to the
+ * direct one where oneDNN has no Winograd kernel for the shape or a buffer is
+ * not aligned for it (p, q, r: the call's three tensors). */
+static int conv_pd_create(dnnl_primitive_desc_t *pd, dnnl_primitive_desc_t *fpd,
+                          const conv_desc *d, const hyfi_conv2d_args *a, int with_bias, int dir,
+                          const void *p, const void *q, const void *r)
+{
+    const dnnl_alg_kind_t alg = aligned64(p, q, r) ? conv_alg(a, dir) : dnnl_convolution_direct;
+    if (alg != dnnl_convolution_direct && dir_pd_create(pd, fpd, d, with_bias, dir, alg) == 0)
+        return 0;
+    return dir_pd_create(pd, fpd, d, with_bias, dir, dnnl_convolution_direct);
 }
 
 /* One tensor argument: `user` wraps the caller's plain buffer, `prim` is what
@@ -236,11 +354,11 @@ int hyfi_conv2d_forward_cpu(float *y, const float *x, const float *w, const floa
 {
     const int with_bias = a->has_bias && b;
     conv_desc d;
-    dnnl_primitive_desc_t pd = NULL;
+    dnnl_primitive_desc_t pd = NULL, fpd = NULL;
     conv_arg src = {0}, wei = {0}, bia = {0}, dst = {0};
     int rc;
     CK(conv_desc_init(&d, a));
-    CK(fwd_pd_create(&pd, &d, with_bias));
+    CK(conv_pd_create(&pd, &fpd, &d, a, with_bias, DIR_FWD, y, x, w));
     CK(arg_in(&src, &d.src, x, dnnl_primitive_desc_query_md(pd, dnnl_query_src_md, 0), 0));
     CK(arg_in(&wei, &d.wei, w, dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0), 1));
     CK(arg_out(&dst, &d.dst, y, dnnl_primitive_desc_query_md(pd, dnnl_query_dst_md, 0), 2, 0));
@@ -261,6 +379,7 @@ out:
     arg_free(&bia);
     arg_free(&dst);
     if (pd) dnnl_primitive_desc_destroy(pd);
+    if (fpd) dnnl_primitive_desc_destroy(fpd);
     return rc;
 }
 
@@ -273,12 +392,7 @@ int hyfi_conv2d_backward_data_cpu(float *dx, const float *dy, const float *w,
     conv_arg ddst = {0}, wei = {0}, dsrc = {0};
     int rc;
     CK(conv_desc_init(&d, a));
-    CK(fwd_pd_create(&fpd, &d, 0));
-    dnnl_convolution_desc_t cd;
-    CK_DNNL(dnnl_convolution_backward_data_desc_init(&cd, dnnl_convolution_direct, &d.src_any,
-                                                     &d.wei_any, &d.dst_any, d.strides,
-                                                     d.pad_l, d.pad_r));
-    CK_DNNL(dnnl_primitive_desc_create(&pd, &cd, hyfi_dnnl_attr(), hyfi_dnnl_engine(), fpd));
+    CK(conv_pd_create(&pd, &fpd, &d, a, 0, DIR_BWD_DATA, dx, dy, w));
     CK(arg_in(&ddst, &d.dst, dy, dnnl_primitive_desc_query_md(pd, dnnl_query_diff_dst_md, 0),
               0));
     CK(arg_in(&wei, &d.wei, w, dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0), 1));
@@ -308,12 +422,7 @@ int hyfi_conv2d_backward_weight_cpu(float *dw, float *db, const float *dy, const
     conv_arg src = {0}, ddst = {0}, dwei = {0}, dbia = {0};
     int rc;
     CK(conv_desc_init(&d, a));
-    CK(fwd_pd_create(&fpd, &d, with_bias));
-    dnnl_convolution_desc_t cd;
-    CK_DNNL(dnnl_convolution_backward_weights_desc_init(
-        &cd, dnnl_convolution_direct, &d.src_any, &d.wei_any, with_bias ? &d.bia : NULL,
-        &d.dst_any, d.strides, d.pad_l, d.pad_r));
-    CK_DNNL(dnnl_primitive_desc_create(&pd, &cd, hyfi_dnnl_attr(), hyfi_dnnl_engine(), fpd));
+    CK(conv_pd_create(&pd, &fpd, &d, a, with_bias, DIR_BWD_WEIGHTS, dw, dy, x));
     CK(arg_in(&src, &d.src, x, dnnl_primitive_desc_query_md(pd, dnnl_query_src_md, 0), 0));
     CK(arg_in(&ddst, &d.dst, dy, dnnl_primitive_desc_query_md(pd, dnnl_query_diff_dst_md, 0),
               1));

@@ -82,6 +82,10 @@ int hyfi_conv2d_backward_data_cpu(float *dx, const float *dy, const float *w,
                                   const hyfi_conv2d_args *a, int acc);
 int hyfi_conv2d_backward_weight_cpu(float *dw, float *db, const float *dy, const float *x,
                                     const hyfi_conv2d_args *a, int acc);
+/* Whether the CPU path runs direction dir (0 forward, 1 backward data, 2
+ * backward weights) of this convolution with oneDNN's Winograd algorithm
+ * (given 64-byte aligned buffers; ops/conv2d_cpu.c, "algorithm choice"). */
+int hyfi_conv2d_cpu_winograd(const hyfi_conv2d_args *a, int dir);
 
 /* --------------------------------------------------------------- batchnorm */
 typedef struct {

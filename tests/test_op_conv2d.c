@@ -168,6 +168,9 @@ static void test_shape(const hyfi_conv2d_args *a, int do_fd, float amp, uint64_t
  * alone (a plain edge: the stem's input, a pool's output). wb: the weights
  * and their gradient in OIhw{wb}i{wb}o (wei_blk), the gradient also
  * accumulated. */
+/* count floats on 64 bytes, as the engine's buffers (Winograd needs them) */
+static float *al(size_t count) { return aligned_alloc(64, (count * 4 + 63) / 64 * 64); }
+
 static void test_blocked(hyfi_conv2d_args a, int sb, int db, int wb, uint64_t *seed)
 {
     a.src_blk = sb, a.dst_blk = db, a.wei_blk = wb;
@@ -175,11 +178,11 @@ static void test_blocked(hyfi_conv2d_args a, int sb, int db, int wb, uint64_t *s
     r.src_blk = r.dst_blk = r.wei_blk = 0;
     const size_t nx = x_count(&a), ny = y_count(&a), nw = w_count(&a);
     const int hwi = a.h * a.w, hwo = a.ho * a.wo;
-    float *x = malloc(nx * 4), *xb = malloc(nx * 4), *w = malloc(nw * 4), *b = malloc(a.c_out * 4);
-    float *dy = malloc(ny * 4), *dyb = malloc(ny * 4), *yr = malloc(ny * 4), *yb = malloc(ny * 4);
-    float *yp = malloc((nx > ny ? nx : ny) * 4), *dxr = malloc(nx * 4), *dxb = malloc(nx * 4);
-    float *dwr = malloc(nw * 4), *dwb = malloc(nw * 4), *dbr = malloc(a.c_out * 4);
-    float *dbb = malloc(a.c_out * 4), *wk = malloc(nw * 4), *dwk = malloc(nw * 4);
+    float *x = al(nx), *xb = al(nx), *w = al(nw), *b = al((size_t)a.c_out);
+    float *dy = al(ny), *dyb = al(ny), *yr = al(ny), *yb = al(ny);
+    float *yp = al(nx > ny ? nx : ny), *dxr = al(nx), *dxb = al(nx);
+    float *dwr = al(nw), *dwb = al(nw), *dbr = al((size_t)a.c_out);
+    float *dbb = al((size_t)a.c_out), *wk = al(nw), *dwk = al(nw);
     const int kk = a.kh * a.kw;
     tu_fill(x, nx, seed, -1.f, 1.f);
     tu_fill(w, nw, seed, -0.5f, 0.5f);
@@ -191,10 +194,18 @@ static void test_blocked(hyfi_conv2d_args a, int sb, int db, int wb, uint64_t *s
     char shp[160], nm[224];
     describe(shp, sizeof shp, &a);
     if (wb) snprintf(shp + strlen(shp), sizeof shp - strlen(shp), " w%d", wb);
+    tu_tol tol[3]; /* per direction: Winograd's round-off where it runs */
+    for (int dir = 0; dir < 3; dir++) {
+        const int wg = hyfi_conv2d_cpu_winograd(&a, dir);
+        tol[dir] = wg ? TU_TOL_WINOGRAD : TU_TOL_CPU_VS_REF;
+        if (wg)
+            snprintf(shp + strlen(shp), sizeof shp - strlen(shp), " %s", dir == 0 ? "Wf"
+                                                                   : dir == 1 ? "Wd" : "Ww");
+    }
     int rc = hyfi_conv2d_forward_ref(yr, x, w, b, &r) | hyfi_conv2d_forward_cpu(yb, xb, wk, b, &a);
     hyfi_layout_to_plain(yp, yb, a.n, a.c_out, hwo, db);
     snprintf(nm, sizeof nm, "conv blocked %d->%d fwd %s", sb, db, shp);
-    tu_check(rc != 0 || tu_compare(nm, yp, yr, ny, TU_TOL_CPU_VS_REF), nm);
+    tu_check(rc != 0 || tu_compare(nm, yp, yr, ny, tol[0]), nm);
     for (int acc = 0; acc < 2; acc++) {
         tu_fill(dxr, nx, seed, -1.f, 1.f);
         hyfi_layout_to_blocked(dxb, dxr, a.n, a.c_in, hwi, sb);
@@ -202,7 +213,7 @@ static void test_blocked(hyfi_conv2d_args a, int sb, int db, int wb, uint64_t *s
              hyfi_conv2d_backward_data_cpu(dxb, dyb, wk, &a, acc);
         hyfi_layout_to_plain(yp, dxb, a.n, a.c_in, hwi, sb);
         snprintf(nm, sizeof nm, "conv blocked %d->%d bwd data (acc %d) %s", sb, db, acc, shp);
-        tu_check(rc != 0 || tu_compare(nm, yp, dxr, nx, TU_TOL_CPU_VS_REF), nm);
+        tu_check(rc != 0 || tu_compare(nm, yp, dxr, nx, tol[1]), nm);
     }
     for (int acc = 0; acc < (wb ? 2 : 1); acc++) {
         tu_fill(dwr, nw, seed, -1.f, 1.f);
@@ -213,7 +224,7 @@ static void test_blocked(hyfi_conv2d_args a, int sb, int db, int wb, uint64_t *s
              hyfi_conv2d_backward_weight_cpu(dwk, dbb, dyb, xb, &a, acc);
         hyfi_layout_wei_to_plain(dwb, dwk, a.c_out, a.c_in, kk, wb);
         snprintf(nm, sizeof nm, "conv blocked %d->%d bwd weight (acc %d) %s", sb, db, acc, shp);
-        tu_check(rc != 0 || tu_compare(nm, dwb, dwr, nw, TU_TOL_CPU_VS_REF), nm);
+        tu_check(rc != 0 || tu_compare(nm, dwb, dwr, nw, tol[2]), nm);
         snprintf(nm, sizeof nm, "conv blocked %d->%d bwd bias (acc %d) %s", sb, db, acc, shp);
         if (a.has_bias)
             tu_check(tu_compare(nm, dbb, dbr, (size_t)a.c_out, TU_TOL_CPU_VS_REF), nm);
@@ -271,6 +282,24 @@ int main(void)
                 test_blocked(blk_cases[i], 0, 0, wb, &seed); /* NCHW, oneDNN's kernels */
             }
     test_blocked(mk(2, 3, 13, 13, 16, 7, 7, 2, 2, 3, 3, 1, 1), 0, 16, 0, &seed);
+    /* 3x3 stride 1 with enough 4x4 output tiles (4 * 4 * 4 = 64) and channels
+     * that the default rule takes oneDNN's Winograd algorithm where the CPU has
+     * it (AVX-512), in every direction (HYFI_CONV_ALGO=direct: the direct
+     * one); odd sizes (15x13: partial tiles), and Cin != Cout */
+    {
+        const hyfi_conv2d_args wa = mk(4, 32, 15, 13, 48, 3, 3, 1, 1, 1, 1, 1, 1);
+        hyfi_conv2d_args q = wa;
+        q.src_blk = q.dst_blk = q.wei_blk = 16;
+        const char *algo = getenv("HYFI_CONV_ALGO");
+        if (algo && !strcmp(algo, "winograd")) {
+            int have = 0;
+            for (int dir = 0; dir < 3; dir++) have += hyfi_conv2d_cpu_winograd(&q, dir);
+            printf("%-4s Winograd forced: %d of 3 directions on a 3x3 stride-1 convolution\n",
+                   have == 3 || have == 0 ? "ok" : "FAIL", have);
+            tu_check(have != 3 && have != 0, "Winograd in all directions or none");
+        }
+        for (int wb = 0; wb <= 16; wb += 16) test_blocked(wa, 16, 16, wb, &seed);
+    }
     /* the weight layout itself: (o, i, kh, kw) of a 32x48x3x3 at
      * ((o/16 * 3 + i/16) * 9 + kh * 3 + kw) * 256 + (i % 16) * 16 + o % 16 */
     {
