@@ -415,13 +415,14 @@ static hyfi_status ctx_create(hyfi_ctx **out, const hyfi_ctx_config *cfg_in)
                        : cfg.cpu_threads > 0 ? cfg.cpu_threads
                                              : (int)((cores > 0 ? cores : 1) /
                                                      (ctx->ncpu > 0 ? ctx->ncpu : 1));
+    ctx->cpu_threads_set = (ct && atoi(ct) > 0) || cfg.cpu_threads > 0;
     if (ctx->cpu_threads < 1) ctx->cpu_threads = 1;
     if (ctx->ncpu > 0)
         starpu_execute_on_each_worker(set_worker_threads, &ctx->cpu_threads, STARPU_CPU);
     {
         const char *e = getenv("HYFI_LEND_MIN_BYTES");
-        hyfi_ops_cores_init(ctx->ncpu, ctx->cpu_threads,
-                            e ? (size_t)strtoull(e, NULL, 10) : 1);
+        ctx->lend_min_bytes = e ? (size_t)strtoull(e, NULL, 10) : 1;
+        hyfi_ops_cores_init(ctx->ncpu, ctx->cpu_threads, ctx->lend_min_bytes);
     }
     rc = hyfi_ops_init();
     if (rc != 0) {

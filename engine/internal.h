@@ -304,6 +304,8 @@ struct hyfi_ctx {
     int *cuda_worker;     /* ncuda: StarPU worker of CUDA device k (-1: none) */
     double *cuda_mem;     /* ncuda: bytes of device k's memory, 0: unknown */
     int cpu_threads;
+    int cpu_threads_set;  /* cpu_threads from HYFI_CPU_THREADS or the config */
+    size_t lend_min_bytes;/* core lending (HYFI_LEND_MIN_BYTES), 0: off */
     int verbose;
     int records;          /* hyfi_ctx_set_task_records */
     char *trace_dir;      /* FxT tracing on (hyfi_ctx_config.trace_dir), else NULL */
@@ -561,6 +563,7 @@ typedef struct hyfi_plan {
     struct hyfi_pipe_event *events;
     int nevents, nticks;
     int trivial;           /* one stage, one micro-batch: the plain single-place program */
+    int one_cpu_worker;    /* every task on one CPU worker owning every core (plan.c) */
     /* estimates per stage */
     double *stage_flops;   /* forward FLOPs of the whole batch */
     size_t *stage_params, *stage_param_bytes, *stage_act_bytes;

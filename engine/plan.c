@@ -492,6 +492,56 @@ done:
     return st;
 }
 
+/* One CPU worker for a chain (docs/architecture.md, "One CPU worker for a
+ * chain"). A plan of one place and one micro-batch on CPU workers only, whose
+ * graph is a chain (its longest path holds at least 80% of its nodes: ResNets
+ * and plain CNNs; an AmoebaNet cell's branches make it about a third) has no
+ * two big kernels to run side by side, only the next layer's tasks and the
+ * previous layers' weight gradients and updates. On two cores that overlap ran
+ * each kernel about 1.5x slower than alone (cache and memory contention), and
+ * lending the idle cores happens only while nothing else is ready, so the chain
+ * measured faster with every task on one worker that owns every core: ResNet-110
+ * v2 +13-22%, ResNet-50 at 128^2 +11%, the CNN +8%, ResNet-18 +5%; AmoebaNet-D
+ * -20-29% (docs/bench-cpu.md). Off where the threads per kernel are set
+ * (HYFI_CPU_THREADS, hyfi_ctx_config.cpu_threads) or lending is
+ * (HYFI_LEND_MIN_BYTES=0), so the exactness tests keep one thread per kernel;
+ * HYFI_ONE_CPU_WORKER=0 turns it off, =1 takes it for any one-place plan. */
+static void one_cpu_worker(hyfi_graph *g, hyfi_plan *pl, int MB)
+{
+    hyfi_ctx *ctx = g->ctx;
+    const int total = ctx->ncpu * ctx->cpu_threads;
+    const char *e = getenv("HYFI_ONE_CPU_WORKER");
+    const int mode = e && *e ? atoi(e) : -1;
+    int on = mode != 0 && ctx->ncpu > 1 && ctx->ncuda == 0 && pl->nplaces == 1 && MB == 1 &&
+             pl->place_rank[0] == ctx->rank && !ctx->cpu_threads_set && ctx->lend_min_bytes > 0;
+    if (on && mode < 0) {
+        /* longest path, in nodes, of the graph (nodes are in topological order) */
+        int *depth = calloc((size_t)(g->nnodes > 0 ? g->nnodes : 1), sizeof *depth);
+        int longest = 0;
+        if (!depth) on = 0;
+        for (int i = 0; depth && i < g->nnodes; i++) {
+            int d = 0;
+            for (int k = 0; k < g->nodes[i].nin; k++) {
+                const int pi = g->nodes[i].in[k]->producer;
+                if (pi >= 0 && depth[pi] > d) d = depth[pi];
+            }
+            depth[i] = d + 1;
+            if (depth[i] > longest) longest = depth[i];
+        }
+        free(depth);
+        on = on && 5 * longest >= 4 * g->nnodes;
+    }
+    int w = -1;
+    if (on && starpu_worker_get_ids_by_type(STARPU_CPU_WORKER, &w, 1) < 1) on = 0;
+    if (on) {
+        pl->place_worker[0] = w;
+        hyfi_ops_cores_init(1, total, ctx->lend_min_bytes);
+    } else {
+        hyfi_ops_cores_init(ctx->ncpu, ctx->cpu_threads, ctx->lend_min_bytes);
+    }
+    pl->one_cpu_worker = on;
+}
+
 hyfi_status hyfi_plan_build(hyfi_graph *g)
 {
     hyfi_plan_free(g);
@@ -625,6 +675,7 @@ hyfi_status hyfi_plan_build(hyfi_graph *g)
             k++;
         }
     }
+    one_cpu_worker(g, pl, MB);
     for (int s = 0; s < S; s++) {
         pl->stage_rank[s] = pl->place_rank[pl->stage_place0[s]];
         pl->stage_worker[s] = pl->place_worker[pl->stage_place0[s]];
@@ -789,6 +840,9 @@ size_t hyfi_plan_describe(const hyfi_graph *g, char *buf, size_t len)
         pl->recompute == HYFI_RECOMPUTE_STAGE   ? ", recompute per stage"
         : pl->recompute == HYFI_RECOMPUTE_LAYER ? ", recompute per layer"
                                                 : "");
+    if (pl->one_cpu_worker)
+        OUT("  a chain: one CPU worker runs every task on all %d cores (HYFI_ONE_CPU_WORKER=0: "
+            "a worker per core)\n", g->ctx->ncpu * g->ctx->cpu_threads);
     if (g->ctx->mem_limit_mb > 0)
         OUT("  memory limit %ld MB per rank%s\n", g->ctx->mem_limit_mb,
             g->ctx->swap_node >= 0 ? ", disk swap" : "");
