@@ -307,6 +307,9 @@ static _Thread_local int t_threads; /* OpenMP threads last set on this worker */
 void hyfi_ops_cores_init(int ncpu_workers, int per_worker, size_t lend_min_bytes)
 {
     pthread_mutex_lock(&g_core_lock);
+    /* a new split of the cores (a plan: engine/plan.c) once the kernels that hold
+     * some under the old one have given them back */
+    while (g_core_free < g_core_pool) pthread_cond_wait(&g_core_cond, &g_core_lock);
     g_core_per_worker = per_worker > 0 ? per_worker : 1;
     g_core_pool = g_core_free = (ncpu_workers > 0 ? ncpu_workers : 1) * g_core_per_worker;
     g_core_lend = lend_min_bytes > 0 && ncpu_workers > 1;

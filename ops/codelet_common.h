@@ -105,7 +105,8 @@ int hyfi_ops_cuda_devices(void);
  * layers then runs each large kernel on every core instead of one, while
  * branches and small kernels keep one worker each. The lent cores return when
  * the kernel ends; a worker that gets a task while its cores are lent waits
- * for them (at most one kernel). lend_min_bytes 0: no lending.
+ * for them (at most one kernel). lend_min_bytes 0: no lending. A call while
+ * kernels hold cores waits until they have given them back.
  * Measured on 2 cores: docs/bench-cpu.md. */
 void hyfi_ops_cores_init(int ncpu_workers, int per_worker, size_t lend_min_bytes);
 int hyfi_ops_cores_take(void); /* returns the cores taken, >= 1 */

@@ -226,7 +226,8 @@ int hyfi_conv2d_cpu_winograd(const hyfi_conv2d_args *a, int dir)
     conv_desc d;
     dnnl_primitive_desc_t pd, fpd;
     if (conv_desc_init(&d, a) ||
-        dir_pd_create(&pd, &fpd, &d, a->has_bias, dirs[dir], dnnl_convolution_winograd))
+        dir_pd_create(&pd, &fpd, &d, dir != 1 && a->has_bias, dirs[dir],
+                      dnnl_convolution_winograd))
         return 0;
     dnnl_primitive_desc_destroy(pd);
     if (fpd) dnnl_primitive_desc_destroy(fpd);
