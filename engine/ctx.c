@@ -411,11 +411,12 @@ static hyfi_status ctx_create(hyfi_ctx **out, const hyfi_ctx_config *cfg_in)
     ctx->local_ranks = ctx->mpi && lr && atoi(lr) > 0 ? atoi(lr) : 0;
     cores = cores > 0 ? cores / (ctx->local_ranks ? ctx->local_ranks : 1) : 1;
     const char *ct = getenv("HYFI_CPU_THREADS");
-    ctx->cpu_threads = ct && atoi(ct) > 0   ? atoi(ct)
+    const int env_threads = ct ? atoi(ct) : 0;
+    ctx->cpu_threads_set = env_threads > 0 || cfg.cpu_threads > 0;
+    ctx->cpu_threads = env_threads > 0      ? env_threads
                        : cfg.cpu_threads > 0 ? cfg.cpu_threads
                                              : (int)((cores > 0 ? cores : 1) /
                                                      (ctx->ncpu > 0 ? ctx->ncpu : 1));
-    ctx->cpu_threads_set = (ct && atoi(ct) > 0) || cfg.cpu_threads > 0;
     if (ctx->cpu_threads < 1) ctx->cpu_threads = 1;
     if (ctx->ncpu > 0)
         starpu_execute_on_each_worker(set_worker_threads, &ctx->cpu_threads, STARPU_CPU);

@@ -219,7 +219,8 @@ static hyfi_status fused_plan(hyfi_graph *g)
         while (j + 1 < g->nnodes && halos < F) {
             const node *cur = &g->nodes[j], *nx = &g->nodes[j + 1];
             if (!hyfi_spatial_tiled(g, nx) || nx->stage != nd->stage || !hyfi_op_fusable(nx) ||
-                nx->in[0] != cur->out || hyfi_tensor_consumers(g, cur->out) != 1 || j + 1 - i + 1 > FG_MAX)
+                nx->in[0] != cur->out || hyfi_tensor_consumers(g, cur->out) != 1 ||
+                j + 1 - i + 1 > FG_MAX)
                 break;
             j++;
             halos += halo_op(nx);

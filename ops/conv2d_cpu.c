@@ -134,8 +134,8 @@ static int conv_desc_init(conv_desc *d, const hyfi_conv2d_args *a)
  * and it takes 1.1-2.6x. The backward weights gains from T >= 32 on. So
  *   forward, backward data: Cin, Cout >= 32 and T >= 64;
  *   backward weights:       Cin, Cout >= 16 and T >= 32;
- * for 3x3 kernels of stride 1 with Cin, Cout multiples of 16, blocked
- * activations, and G == 1. The choice depends on the shape only, so every run
+ * for 3x3 kernels of stride 1 and padding 0 or 1 with Cin, Cout multiples of
+ * 16, blocked activations, and G == 1, on AVX-512. The choice depends on the shape only, so every run
  * of a shape (every place, plan and micro-batch of the same size) computes it
  * the same way. Its round-off differs from the direct algorithm's (the
  * transforms add and subtract before the products): the op tests bound it
@@ -154,12 +154,23 @@ static int conv_algo_env(void)
     return mode;
 }
 
+/* Whether this CPU has oneDNN's Winograd kernels (AVX-512), asked once: a
+ * shape oneDNN declines would cost a failed primitive descriptor per call. */
+static int cpu_has_winograd(void)
+{
+    static int has = -1;
+    if (has < 0) has = dnnl_get_effective_cpu_isa() >= dnnl_cpu_isa_avx512_core;
+    return has;
+}
+
 static dnnl_alg_kind_t conv_alg(const hyfi_conv2d_args *a, int dir)
 {
     const int mode = conv_algo_env();
+    /* the shapes oneDNN's jit_wino_4x3 takes (padding 0 or 1 measured) */
     const int eligible = a->groups == 1 && a->kh == 3 && a->kw == 3 && a->sh == 1 &&
-                         a->sw == 1 && a->c_in % 16 == 0 && a->c_out % 16 == 0 &&
-                         a->src_blk == 16 && a->dst_blk == 16;
+                         a->sw == 1 && a->ph <= 1 && a->pw <= 1 && a->c_in % 16 == 0 &&
+                         a->c_out % 16 == 0 && a->src_blk == 16 && a->dst_blk == 16 &&
+                         cpu_has_winograd();
     if (mode == 0 || !eligible) return dnnl_convolution_direct;
     if (mode == 1) return dnnl_convolution_winograd;
     const long tiles = (long)a->n * ((a->ho + 3) / 4) * ((a->wo + 3) / 4);
