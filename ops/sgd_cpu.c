@@ -74,31 +74,49 @@ static size_t update_lanes(float *restrict w, float *restrict v, const float *re
     return i;
 }
 
-/* w (count) and v (count) updated in place, norms (2) or NULL, g (count) */
+/* Blocks per parallel region: their lane sums live on the stack (16 KB). */
+#define CHUNK 128
+/* Fewer blocks than this in a chunk: one thread (a region costs microseconds). */
+#define PAR_MIN 16
+
+/* w (count) and v (count) updated in place, norms (2) or NULL, g (count).
+ * Blocks of BLOCK elements are shared among the calling thread's OpenMP
+ * threads (the cores its task holds); their lane sums are added up in block
+ * order, so the sums do not depend on the thread count. */
 int hyfi_sgd_update_cpu(float *w, float *v, float *norms, const float *g, const hyfi_sgd_args *a)
 {
     const size_t n = a->count;
     const float lr = a->lr, mom = a->momentum, wd = a->weight_decay;
-    if (!norms) {
-        update(w, v, g, n, lr, mom, wd);
-        return 0;
-    }
-    /* one pass: blocks of BLOCK elements, their lane sums added up in double */
+    const size_t nb = (n + BLOCK - 1) / BLOCK;
     double gg = 0, ww = 0;
-    for (size_t b = 0; b < n; b += BLOCK) {
-        const size_t m = n - b < BLOCK ? n - b : BLOCK;
-        float *wb = w + b, *vb = v ? v + b : NULL;
-        const float *gb = g + b;
-        float sg[LANES], sw[LANES];
-        size_t i = update_lanes(wb, vb, gb, m, lr, mom, wd, sg, sw);
-        if (i < m) update(wb + i, vb ? vb + i : NULL, gb + i, m - i, lr, mom, wd);
-        for (; i < m; i++) { /* the tail: lane 0 */
-            sg[0] += gb[i] * gb[i];
-            sw[0] += wb[i] * wb[i];
+    for (size_t c0 = 0; c0 < nb; c0 += CHUNK) {
+        const size_t cn = nb - c0 < CHUNK ? nb - c0 : CHUNK;
+        float part[CHUNK][2][LANES];
+#pragma omp parallel for schedule(static) if (cn >= PAR_MIN)
+        for (size_t k = 0; k < cn; k++) {
+            const size_t b = (c0 + k) * BLOCK;
+            const size_t m = n - b < BLOCK ? n - b : BLOCK;
+            float *wb = w + b, *vb = v ? v + b : NULL;
+            const float *gb = g + b;
+            if (!norms) {
+                update(wb, vb, gb, m, lr, mom, wd);
+                continue;
+            }
+            float *sg = part[k][0], *sw = part[k][1];
+            size_t i = update_lanes(wb, vb, gb, m, lr, mom, wd, sg, sw);
+            if (i < m) update(wb + i, vb ? vb + i : NULL, gb + i, m - i, lr, mom, wd);
+            for (; i < m; i++) { /* the tail: lane 0 */
+                sg[0] += gb[i] * gb[i];
+                sw[0] += wb[i] * wb[i];
+            }
         }
-        for (int k = 0; k < LANES; k++) gg += sg[k], ww += sw[k];
+        if (norms)
+            for (size_t k = 0; k < cn; k++)
+                for (int l = 0; l < LANES; l++) gg += part[k][0][l], ww += part[k][1][l];
     }
-    norms[0] = (float)gg;
-    norms[1] = (float)ww;
+    if (norms) {
+        norms[0] = (float)gg;
+        norms[1] = (float)ww;
+    }
     return 0;
 }
