@@ -410,6 +410,7 @@ static hyfi_status ctx_create(hyfi_ctx **out, const hyfi_ctx_config *cfg_in)
     const char *lr = getenv("MPI_LOCALNRANKS");
     ctx->local_ranks = ctx->mpi && lr && atoi(lr) > 0 ? atoi(lr) : 0;
     cores = cores > 0 ? cores / (ctx->local_ranks ? ctx->local_ranks : 1) : 1;
+    ctx->cores = cores > 0 ? (int)cores : 1;
     const char *ct = getenv("HYFI_CPU_THREADS");
     const int env_threads = ct ? atoi(ct) : 0;
     ctx->cpu_threads_set = env_threads > 0 || cfg.cpu_threads > 0;

@@ -304,6 +304,7 @@ struct hyfi_ctx {
     int *cuda_worker;     /* ncuda: StarPU worker of CUDA device k (-1: none) */
     double *cuda_mem;     /* ncuda: bytes of device k's memory, 0: unknown */
     int cpu_threads;
+    int cores;            /* cores of this process (the node's, shared among its ranks) */
     int cpu_threads_set;  /* cpu_threads from HYFI_CPU_THREADS or the config */
     size_t lend_min_bytes;/* core lending (HYFI_LEND_MIN_BYTES), 0: off */
     int verbose;

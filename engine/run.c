@@ -134,6 +134,17 @@ static hyfi_status program_run(hyfi_graph *g, program *p)
     const double cpu0 = timed ? clock_ms(CLOCK_THREAD_CPUTIME_ID) : 0;
     const double wall0 = timed ? clock_ms(CLOCK_MONOTONIC) : 0;
     int submitted = 0;
+    /* This thread needs a core while it submits: where the CPU workers' kernel
+     * threads fill every core, kernels starting meanwhile run one thread fewer
+     * (docs/architecture.md, "The submitting thread's core"). Not where kernel
+     * thread counts are fixed (HYFI_CPU_THREADS, no core lending), which keeps
+     * such runs bitwise reproducible. HYFI_SUBMIT_CAP=0: off. */
+    const hyfi_ctx *cx = g->ctx;
+    const char *cap = getenv("HYFI_SUBMIT_CAP");
+    const int share = cx->ncpu > 0 && cx->ncpu * cx->cpu_threads >= cx->cores &&
+                      !cx->cpu_threads_set && cx->lend_min_bytes > 0 &&
+                      !(cap && !strcmp(cap, "0"));
+    if (share) hyfi_ops_cores_submitting(1);
     for (int i = 0; i < p->n; i++) {
         prog_task *t = &p->t[i];
         if (p->skip && p->skip[i]) continue;
@@ -181,6 +192,7 @@ static hyfi_status program_run(hyfi_graph *g, program *p)
                                     STARPU_CL_ARGS_NFREE, &t->args, sizeof t->args, STARPU_NAME,
                                     t->name, STARPU_PRIORITY, t->prio, STARPU_FLOPS, t->flops, STARPU_CALLBACK, cb, 0);
         if (rc != 0) {
+            if (share) hyfi_ops_cores_submitting(0);
             if (mpi) starpu_mpi_wait_for_all(MPI_COMM_WORLD);
             else starpu_task_wait_for_all();
             return hyfi_call_fail(g, HYFI_ERR_RUNTIME, "submitting task %s failed (%d): no "
@@ -189,6 +201,7 @@ static hyfi_status program_run(hyfi_graph *g, program *p)
         }
         submitted++;
     }
+    if (share) hyfi_ops_cores_submitting(0);
     if (timed)
         fprintf(stderr, "hyfi: rank %d submitted %d tasks of a training step in %.3f ms of CPU "
                         "time (%.3f ms wall)\n", me, submitted,

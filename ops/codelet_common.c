@@ -6,6 +6,7 @@
 
 #include <math.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -300,6 +301,7 @@ static pthread_mutex_t g_core_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t g_core_cond = PTHREAD_COND_INITIALIZER;
 static int g_core_pool = 1, g_core_free = 1, g_core_per_worker = 1, g_core_lend;
 static size_t g_core_min_bytes = 1;
+static atomic_int g_core_submitting;
 #ifndef STARPU_SIMGRID
 static _Thread_local int t_threads; /* OpenMP threads last set on this worker */
 #endif
@@ -348,9 +350,11 @@ int hyfi_ops_cores_take(void)
     }
     pthread_mutex_unlock(&g_core_lock);
 #ifndef STARPU_SIMGRID
-    if (n != t_threads) {
-        hyfi_cpu_set_threads(n);
-        t_threads = n;
+    /* one thread fewer while the submitting thread needs a core of them */
+    const int threads = n > 1 && atomic_load(&g_core_submitting) ? n - 1 : n;
+    if (threads != t_threads) {
+        hyfi_cpu_set_threads(threads);
+        t_threads = threads;
     }
 #endif
     return n;
@@ -363,6 +367,8 @@ void hyfi_ops_cores_give(int n)
     pthread_cond_broadcast(&g_core_cond);
     pthread_mutex_unlock(&g_core_lock);
 }
+
+void hyfi_ops_cores_submitting(int on) { atomic_store(&g_core_submitting, on); }
 
 int hyfi_ops_cores_busy(void)
 {

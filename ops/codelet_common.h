@@ -111,6 +111,12 @@ int hyfi_ops_cuda_devices(void);
 void hyfi_ops_cores_init(int ncpu_workers, int per_worker, size_t lend_min_bytes);
 int hyfi_ops_cores_take(void); /* returns the cores taken, >= 1 */
 void hyfi_ops_cores_give(int n);
+/* While on is 1, a kernel that starts runs one OpenMP thread fewer than the
+ * cores it takes (at least one): the engine's thread submitting tasks needs a
+ * core of them, and an OpenMP team with a thread waiting for a core stalls at
+ * every barrier (a kernel took 2-5 ms instead of 0.5). Cores are still
+ * counted as taken. */
+void hyfi_ops_cores_submitting(int on);
 /* Cores taken by CPU kernels running now (0: none is running). */
 int hyfi_ops_cores_busy(void);
 
