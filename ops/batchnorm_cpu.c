@@ -17,6 +17,14 @@
  * Training forward: 2 passes over x (statistics, then y). Backward: 2 passes
  * over x and dy (sums, then dx).
  *
+ * Fused ReLU (a->relu, engine/layout.c's hyfi_fuse_plan): the forwards
+ * write max(0, y) in the same pass (the same y as without fusion, bit for
+ * bit), and the backward reads that output and masks dy by it in its two
+ * passes: 10 passes over the activations for batch norm + ReLU instead of
+ * 13, and one task instead of two each way. Its results are ReLU's backward
+ * followed by the plain backward's bit for bit (NCHW: both sum through
+ * chan_block_sums).
+ *
  * Blocked layouts (blk = B > 0, nChw8c / nChw16c, between oneDNN
  * convolutions: hyfi_layout_plan): the same formulas over one block of B
  * channels at a time, whose values sit side by side, so the inner loops run
@@ -34,15 +42,24 @@
 /* y = (x - mu) * scale + shift over channel block cb, per lane j.
  * y, x (N, C/B, H, W, B). */
 static void block_affine(float *y, const float *x, size_t N, size_t CB, size_t hw, int B,
-                         size_t cb, const float *mu, const float *scale, const float *shift)
+                         size_t cb, const float *mu, const float *scale, const float *shift,
+                         int relu)
 {
     for (size_t n = 0; n < N; n++) {
         const float *xp = x + (n * CB + cb) * hw * B;
         float *yp = y + (n * CB + cb) * hw * B;
         for (size_t i = 0; i < hw; i++) {
+            if (relu) {
 #pragma omp simd
-            for (int j = 0; j < B; j++)
-                yp[i * B + j] = (xp[i * B + j] - mu[j]) * scale[j] + shift[j];
+                for (int j = 0; j < B; j++) {
+                    const float v = (xp[i * B + j] - mu[j]) * scale[j] + shift[j];
+                    yp[i * B + j] = v > 0.0f ? v : 0.0f;
+                }
+            } else {
+#pragma omp simd
+                for (int j = 0; j < B; j++)
+                    yp[i * B + j] = (xp[i * B + j] - mu[j]) * scale[j] + shift[j];
+            }
         }
     }
 }
@@ -96,7 +113,7 @@ static int bn_forward_train_blk(float *y, float *mean, float *var, float *run_me
             run_mean[c] = (float)((1.0 - mom) * run_mean[c] + mom * m);
             run_var[c] = (float)((1.0 - mom) * run_var[c] + mom * v * unbias);
         }
-        block_affine(y, x, N, CB, hw, B, cb, mu, scale, shift);
+        block_affine(y, x, N, CB, hw, B, cb, mu, scale, shift, a->relu);
     }
     return 0;
 }
@@ -119,14 +136,20 @@ static int bn_forward_eval_blk(float *y, const float *x, const float *gamma, con
             scale[j] = (float)(gamma[c] * invstd);
             shift[j] = beta[c];
         }
-        block_affine(y, x, N, CB, hw, B, cb, mu, scale, shift);
+        block_affine(y, x, N, CB, hw, B, cb, mu, scale, shift, a->relu);
     }
     return 0;
 }
 
+/* dy where the fused ReLU's output y let it through; both are loaded first (a
+ * load under the condition would keep the loop scalar, with a branch on a
+ * random mask: 15x slower, measured) */
+static inline float bn_masked(float dy, float y) { return y > 0.0f ? dy : 0.0f; }
+
 static int bn_backward_blk(float *dx, float *dgamma, float *dbeta, const float *dy,
-                           const float *x, const float *gamma, const float *mean,
-                           const float *var, const hyfi_batchnorm_args *a, int acc, int B)
+                           const float *x, const float *gamma, const float *y,
+                           const float *mean, const float *var, const hyfi_batchnorm_args *a,
+                           int acc, int B)
 {
     const size_t hw = (size_t)a->h * a->w, N = (size_t)a->n, CB = (size_t)a->c / (size_t)B;
     const double M = (double)N * (double)hw;
@@ -141,14 +164,24 @@ static int bn_backward_blk(float *dx, float *dgamma, float *dbeta, const float *
         for (size_t n = 0; n < N; n++) {
             const float *xp = x + (n * CB + cb) * hw * B;
             const float *dyp = dy + (n * CB + cb) * hw * B;
+            const float *yp = a->relu ? y + (n * CB + cb) * hw * B : dyp;
             for (size_t i0 = 0; i0 < hw; i0 += HYFI_BN_BLOCK) {
                 const size_t i1 = i0 + HYFI_BN_BLOCK < hw ? i0 + HYFI_BN_BLOCK : hw;
                 float p[HYFI_BN_MAXB] = {0}, q[HYFI_BN_MAXB] = {0};
                 for (size_t i = i0; i < i1; i++) {
+                    if (a->relu) {
 #pragma omp simd
-                    for (int j = 0; j < B; j++) {
-                        p[j] += dyp[i * B + j];
-                        q[j] += dyp[i * B + j] * (xp[i * B + j] - mu[j]);
+                        for (int j = 0; j < B; j++) {
+                            const float g = bn_masked(dyp[i * B + j], yp[i * B + j]);
+                            p[j] += g;
+                            q[j] += g * (xp[i * B + j] - mu[j]);
+                        }
+                    } else {
+#pragma omp simd
+                        for (int j = 0; j < B; j++) {
+                            p[j] += dyp[i * B + j];
+                            q[j] += dyp[i * B + j] * (xp[i * B + j] - mu[j]);
+                        }
                     }
                 }
                 for (int j = 0; j < B; j++) sdy[j] += p[j], sdyx[j] += q[j];
@@ -167,11 +200,20 @@ static int bn_backward_blk(float *dx, float *dgamma, float *dbeta, const float *
         for (size_t n = 0; n < N; n++) {
             const float *xp = x + (n * CB + cb) * hw * B;
             const float *dyp = dy + (n * CB + cb) * hw * B;
+            const float *yp = a->relu ? y + (n * CB + cb) * hw * B : dyp;
             float *dxp = dx + (n * CB + cb) * hw * B;
             for (size_t i = 0; i < hw; i++) {
-                const float *xi = xp + i * B, *dyi = dyp + i * B;
+                const float *xi = xp + i * B, *dyi = dyp + i * B, *yi = yp + i * B;
                 float *dxi = dxp + i * B;
-                if (acc & HYFI_BN_ACC_DX) {
+                if (a->relu) {
+                    const int add = (acc & HYFI_BN_ACC_DX) != 0;
+#pragma omp simd
+                    for (int j = 0; j < B; j++) {
+                        const float v =
+                            A[j] * bn_masked(dyi[j], yi[j]) + Bc[j] * (xi[j] - mu[j]) + D[j];
+                        dxi[j] = add ? dxi[j] + v : v;
+                    }
+                } else if (acc & HYFI_BN_ACC_DX) {
 #pragma omp simd
                     for (int j = 0; j < B; j++)
                         dxi[j] += A[j] * dyi[j] + Bc[j] * (xi[j] - mu[j]) + D[j];
@@ -214,13 +256,21 @@ static void chan_moments(const float *x, size_t N, size_t C, size_t hw, size_t c
 /* y = (x - mu) * scale + shift over one channel (x - mu rather than a folded
  * shift, which would cancel when |mean| >> std). y, x (N,C,H,W). */
 static void chan_affine(float *y, const float *x, size_t N, size_t C, size_t hw, size_t c,
-                        float mu, float scale, float shift)
+                        float mu, float scale, float shift, int relu)
 {
     for (size_t n = 0; n < N; n++) {
         const float *xp = x + (n * C + c) * hw;
         float *yp = y + (n * C + c) * hw;
+        if (relu) {
 #pragma omp simd
-        for (size_t i = 0; i < hw; i++) yp[i] = (xp[i] - mu) * scale + shift;
+            for (size_t i = 0; i < hw; i++) {
+                const float v = (xp[i] - mu) * scale + shift;
+                yp[i] = v > 0.0f ? v : 0.0f;
+            }
+        } else {
+#pragma omp simd
+            for (size_t i = 0; i < hw; i++) yp[i] = (xp[i] - mu) * scale + shift;
+        }
     }
 }
 
@@ -246,7 +296,7 @@ int hyfi_batchnorm_forward_train_cpu(float *y, float *mean, float *var, float *r
         const double mu = k + d;
         const double invstd = 1.0 / sqrt(v + (double)a->eps);
         const double scale = gamma[c] * invstd;
-        chan_affine(y, x, N, C, hw, c, (float)mu, (float)scale, beta[c]);
+        chan_affine(y, x, N, C, hw, c, (float)mu, (float)scale, beta[c], a->relu);
         mean[c] = (float)mu;
         var[c] = (float)v;
         run_mean[c] = (float)((1.0 - mom) * run_mean[c] + mom * mu);
@@ -267,17 +317,34 @@ int hyfi_batchnorm_forward_eval_cpu(float *y, const float *x, const float *gamma
         const size_t c = (size_t)ci;
         const double invstd = 1.0 / sqrt((double)run_var[c] + (double)a->eps);
         const double scale = gamma[c] * invstd;
-        chan_affine(y, x, N, C, hw, c, run_mean[c], (float)scale, beta[c]);
+        chan_affine(y, x, N, C, hw, c, run_mean[c], (float)scale, beta[c], a->relu);
     }
     return 0;
 }
 
-int hyfi_batchnorm_backward_cpu(float *dx, float *dgamma, float *dbeta, const float *dy,
-                                const float *x, const float *gamma, const float *mean,
-                                const float *var, const hyfi_batchnorm_args *a, int acc,
-                                int blk)
+/* p = sum(d), q = sum(d * (x - mu)) over n values, as float. Not inlined, so
+ * that the fused backward (d: the masked dy) and the plain one (d: dy) run the
+ * same instructions and agree bit for bit with ReLU's backward + the plain one. */
+__attribute__((noinline)) static void chan_block_sums(const float *d, const float *xp, size_t n,
+                                                      float mu, float *p_out, float *q_out)
 {
-    if (blk) return bn_backward_blk(dx, dgamma, dbeta, dy, x, gamma, mean, var, a, acc, blk);
+    float p = 0, q = 0;
+#pragma omp simd reduction(+ : p, q)
+    for (size_t i = 0; i < n; i++) {
+        p += d[i];
+        q += d[i] * (xp[i] - mu);
+    }
+    *p_out = p;
+    *q_out = q;
+}
+
+int hyfi_batchnorm_backward_cpu(float *dx, float *dgamma, float *dbeta, const float *dy,
+                                const float *x, const float *gamma, const float *y,
+                                const float *mean, const float *var, const hyfi_batchnorm_args *a,
+                                int acc, int blk)
+{
+    if (a->relu && !y) return -1;
+    if (blk) return bn_backward_blk(dx, dgamma, dbeta, dy, x, gamma, y, mean, var, a, acc, blk);
     const size_t hw = (size_t)a->h * a->w, C = (size_t)a->c, N = (size_t)a->n;
     const double M = (double)N * (double)hw;
     const long nc = (long)C;
@@ -290,13 +357,19 @@ int hyfi_batchnorm_backward_cpu(float *dx, float *dgamma, float *dbeta, const fl
         for (size_t n = 0; n < N; n++) {
             const float *xp = x + (n * C + c) * hw;   /* x (N,C,H,W) */
             const float *dyp = dy + (n * C + c) * hw; /* dy (N,C,H,W) */
+            const float *yp = a->relu ? y + (n * C + c) * hw : dyp; /* y (N,C,H,W) */
             for (size_t i0 = 0; i0 < hw; i0 += HYFI_BN_BLOCK) {
                 const size_t i1 = i0 + HYFI_BN_BLOCK < hw ? i0 + HYFI_BN_BLOCK : hw;
-                float p = 0, q = 0;
-#pragma omp simd reduction(+ : p, q)
-                for (size_t i = i0; i < i1; i++) {
-                    p += dyp[i];
-                    q += dyp[i] * (xp[i] - mu);
+                float p, q;
+                if (a->relu) {
+                    /* the masked dy of this block, then the same sums as without
+                     * fusion (one function: the same bits) */
+                    float gbuf[HYFI_BN_BLOCK];
+#pragma omp simd
+                    for (size_t i = i0; i < i1; i++) gbuf[i - i0] = bn_masked(dyp[i], yp[i]);
+                    chan_block_sums(gbuf, xp + i0, i1 - i0, mu, &p, &q);
+                } else {
+                    chan_block_sums(dyp + i0, xp + i0, i1 - i0, mu, &p, &q);
                 }
                 sdy += p;
                 sdyx += q;
@@ -309,8 +382,16 @@ int hyfi_batchnorm_backward_cpu(float *dx, float *dgamma, float *dbeta, const fl
         for (size_t n = 0; n < N; n++) {
             const float *xp = x + (n * C + c) * hw;
             const float *dyp = dy + (n * C + c) * hw;
+            const float *yp = a->relu ? y + (n * C + c) * hw : dyp;
             float *dxp = dx + (n * C + c) * hw;       /* dx (N,C,H,W) */
-            if (acc & HYFI_BN_ACC_DX) {
+            if (a->relu) {
+                const int add = (acc & HYFI_BN_ACC_DX) != 0;
+#pragma omp simd
+                for (size_t i = 0; i < hw; i++) {
+                    const float v = A * bn_masked(dyp[i], yp[i]) + B * (xp[i] - mu) + D;
+                    dxp[i] = add ? dxp[i] + v : v;
+                }
+            } else if (acc & HYFI_BN_ACC_DX) {
 #pragma omp simd
                 for (size_t i = 0; i < hw; i++) dxp[i] += A * dyp[i] + B * (xp[i] - mu) + D;
             } else {

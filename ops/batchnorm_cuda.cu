@@ -128,7 +128,7 @@ extern "C" int hyfi_batchnorm_forward_train_cuda(hyfi_cuda_env *env, float *y, f
                                                  const float *beta,
                                                  const hyfi_batchnorm_args *a, int blk)
 {
-    if (blk) return -1; /* blocked layouts are CPU only (hyfi_layout_plan) */
+    if (blk || a->relu) return -1; /* blocked layouts, fused ReLU: CPU only (engine/layout.c) */
     const int hw = a->h * a->w;
     const double m = (double)a->n * (double)hw;
     const float unbias = m > 1.0 ? (float)(m / (m - 1.0)) : 1.0f;
@@ -144,7 +144,7 @@ extern "C" int hyfi_batchnorm_forward_eval_cuda(hyfi_cuda_env *env, float *y, co
                                                 const float *run_mean, const float *run_var,
                                                 const hyfi_batchnorm_args *a, int blk)
 {
-    if (blk) return -1;
+    if (blk || a->relu) return -1;
     const int hw = a->h * a->w;
     const size_t count = (size_t)a->n * a->c * hw;
     bn_forward_eval_kernel<<<hyfi_cuda_blocks(count), HYFI_CUDA_THREADS, 0, env->stream>>>(
@@ -155,11 +155,12 @@ extern "C" int hyfi_batchnorm_forward_eval_cuda(hyfi_cuda_env *env, float *y, co
 
 extern "C" int hyfi_batchnorm_backward_cuda(hyfi_cuda_env *env, float *dx, float *dgamma,
                                             float *dbeta, const float *dy, const float *x,
-                                            const float *gamma, const float *mean,
-                                            const float *var, const hyfi_batchnorm_args *a,
-                                            int acc, int blk)
+                                            const float *gamma, const float *y,
+                                            const float *mean, const float *var,
+                                            const hyfi_batchnorm_args *a, int acc, int blk)
 {
-    if (blk) return -1;
+    (void)y;
+    if (blk || a->relu) return -1; /* fused ReLU: CPU only (hyfi_fuse_plan) */
     bn_backward_kernel<<<a->c, BN_THREADS, 0, env->stream>>>(
         dx, dgamma, dbeta, dy, x, gamma, mean, var, a->n, a->c, a->h * a->w, a->eps, acc);
     HYFI_CUDA_LAUNCHED();

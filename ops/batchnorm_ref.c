@@ -12,6 +12,9 @@
  *     dbeta = sum(dy), dgamma = sum(dy*xhat),
  *     dx = gamma*invstd/M * (M*dy - dbeta - xhat*dgamma).
  * Sums are accumulated in double.
+ * With a->relu (batch norm and the ReLU after it as one op, CPU only): the
+ * forwards write y = max(0, bn(x)); the backward takes that y and first masks
+ * dy where y <= 0 (ReLU's backward).
  */
 #include "kernels.h"
 
@@ -46,7 +49,10 @@ int hyfi_batchnorm_forward_train_ref(float *y, float *mean, float *var, float *r
         for (size_t n = 0; n < N; n++) {
             const float *xp = x + (n * C + c) * hw;
             float *yp = y + (n * C + c) * hw;                 /* y (N,C,H,W) */
-            for (size_t i = 0; i < hw; i++) yp[i] = (float)(g * (xp[i] - mu) * invstd + b);
+            for (size_t i = 0; i < hw; i++) {
+                const float v = (float)(g * (xp[i] - mu) * invstd + b);
+                yp[i] = a->relu && !(v > 0.0f) ? 0.0f : v;
+            }
         }
         mean[c] = (float)mu;
         var[c] = (float)v;
@@ -68,15 +74,19 @@ int hyfi_batchnorm_forward_eval_ref(float *y, const float *x, const float *gamma
         for (size_t n = 0; n < N; n++) {
             const float *xp = x + (n * C + c) * hw;           /* x (N,C,H,W) */
             float *yp = y + (n * C + c) * hw;                 /* y (N,C,H,W) */
-            for (size_t i = 0; i < hw; i++) yp[i] = (float)(g * (xp[i] - mu) * invstd + b);
+            for (size_t i = 0; i < hw; i++) {
+                const float v = (float)(g * (xp[i] - mu) * invstd + b);
+                yp[i] = a->relu && !(v > 0.0f) ? 0.0f : v;
+            }
         }
     }
     return 0;
 }
 
 int hyfi_batchnorm_backward_ref(float *dx, float *dgamma, float *dbeta, const float *dy,
-                                const float *x, const float *gamma, const float *mean,
-                                const float *var, const hyfi_batchnorm_args *a, int acc)
+                                const float *x, const float *gamma, const float *y,
+                                const float *mean, const float *var, const hyfi_batchnorm_args *a,
+                                int acc)
 {
     const size_t hw = (size_t)a->h * a->w, C = (size_t)a->c, N = (size_t)a->n;
     const double M = (double)N * (double)hw;
@@ -87,19 +97,23 @@ int hyfi_batchnorm_backward_ref(float *dx, float *dgamma, float *dbeta, const fl
         for (size_t n = 0; n < N; n++) {
             const float *xp = x + (n * C + c) * hw;           /* x (N,C,H,W) */
             const float *dyp = dy + (n * C + c) * hw;         /* dy (N,C,H,W) */
+            const float *yp = a->relu ? y + (n * C + c) * hw : dyp; /* y (N,C,H,W) */
             for (size_t i = 0; i < hw; i++) {
-                sdy += dyp[i];
-                sdyx += dyp[i] * ((xp[i] - mu) * invstd);
+                const float g = a->relu && !(yp[i] > 0.0f) ? 0.0f : dyp[i];
+                sdy += g;
+                sdyx += g * ((xp[i] - mu) * invstd);
             }
         }
         const double k = gamma[c] * invstd / M;
         for (size_t n = 0; n < N; n++) {
             const float *xp = x + (n * C + c) * hw;
             const float *dyp = dy + (n * C + c) * hw;
+            const float *yp = a->relu ? y + (n * C + c) * hw : dyp;
             float *dxp = dx + (n * C + c) * hw;               /* dx (N,C,H,W) */
             for (size_t i = 0; i < hw; i++) {
+                const float d = a->relu && !(yp[i] > 0.0f) ? 0.0f : dyp[i];
                 double xhat = (xp[i] - mu) * invstd;
-                double g = k * (M * dyp[i] - sdy - xhat * sdyx);
+                double g = k * (M * d - sdy - xhat * sdyx);
                 dxp[i] = (float)((acc & HYFI_BN_ACC_DX) ? dxp[i] + g : g);
             }
         }

@@ -92,6 +92,8 @@ typedef struct {
     int n, c, h, w;           /* x and y (N, C, H, W) */
     float eps;                /* added to the variance, e.g. 1e-5 */
     float momentum;           /* running-statistics momentum, e.g. 0.1 */
+    int relu;                 /* 1: fused ReLU (CPU only): y = max(0, bn(x)); the backward
+                               * takes that y and masks dy by y > 0 */
 } hyfi_batchnorm_args;
 
 /* Training mode: normalise with batch statistics, save them, update running ones.
@@ -107,14 +109,16 @@ int hyfi_batchnorm_forward_eval_ref(float *y, const float *x, const float *gamma
                                     const float *run_var, const hyfi_batchnorm_args *a);
 /* Backward of the training-mode forward (batch statistics are functions of x).
  * dx (N,C,H,W), dgamma (C), dbeta (C), dy (N,C,H,W), x (N,C,H,W), gamma (C),
- * mean (C), var (C) as saved by the forward. acc is a bit mask: HYFI_BN_ACC_DX adds
+ * y (N,C,H,W): the fused forward's output, read only with relu (else may be
+ * NULL), mean (C), var (C) as saved by the forward. acc is a bit mask: HYFI_BN_ACC_DX adds
  * into dx, HYFI_BN_ACC_PARAMS adds into dgamma and dbeta (micro-batches sum the
  * parameter gradients while dx starts fresh). */
 #define HYFI_BN_ACC_DX 1
 #define HYFI_BN_ACC_PARAMS 2
 int hyfi_batchnorm_backward_ref(float *dx, float *dgamma, float *dbeta, const float *dy,
-                                const float *x, const float *gamma, const float *mean,
-                                const float *var, const hyfi_batchnorm_args *a, int acc);
+                                const float *x, const float *gamma, const float *y,
+                                const float *mean, const float *var, const hyfi_batchnorm_args *a,
+                                int acc);
 
 /* The CPU and CUDA paths take `blk` last: the layout of x, y, dx and dy, 0
  * plain NCHW or a channel block B (CPU only; see hyfi_conv2d_args). */
@@ -125,9 +129,9 @@ int hyfi_batchnorm_forward_eval_cpu(float *y, const float *x, const float *gamma
                                     const float *beta, const float *run_mean,
                                     const float *run_var, const hyfi_batchnorm_args *a, int blk);
 int hyfi_batchnorm_backward_cpu(float *dx, float *dgamma, float *dbeta, const float *dy,
-                                const float *x, const float *gamma, const float *mean,
-                                const float *var, const hyfi_batchnorm_args *a, int acc,
-                                int blk);
+                                const float *x, const float *gamma, const float *y,
+                                const float *mean, const float *var, const hyfi_batchnorm_args *a,
+                                int acc, int blk);
 
 /* ---------------------------------------------------------------- eltwise */
 /* y = max(x, 0); y, x (count) */

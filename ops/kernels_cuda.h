@@ -51,7 +51,7 @@ int hyfi_batchnorm_forward_eval_cuda(hyfi_cuda_env *env, float *y, const float *
                                      const hyfi_batchnorm_args *a, int blk);
 int hyfi_batchnorm_backward_cuda(hyfi_cuda_env *env, float *dx, float *dgamma, float *dbeta,
                                  const float *dy, const float *x, const float *gamma,
-                                 const float *mean, const float *var,
+                                 const float *y, const float *mean, const float *var,
                                  const hyfi_batchnorm_args *a, int acc, int blk);
 
 int hyfi_relu_forward_cuda(hyfi_cuda_env *env, float *y, const float *x, size_t count);

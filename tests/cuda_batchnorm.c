@@ -24,7 +24,7 @@ static int bnc_check(const char *what, const char *shp, int rc, const float *d,
 
 static int bnc_case(hyfi_cuda_env *env, int n, int c, int h, int w, uint64_t *seed)
 {
-    hyfi_batchnorm_args a = {n, c, h, w, 1e-5f, 0.1f};
+    hyfi_batchnorm_args a = {n, c, h, w, 1e-5f, 0.1f, 0};
     const size_t cnt = (size_t)n * c * h * w, C = (size_t)c;
     const double M = (double)n * h * w;
     char shp[64];
@@ -62,11 +62,11 @@ static int bnc_case(hyfi_cuda_env *env, int n, int c, int h, int w, uint64_t *se
     memcpy(rv, rv0, C * sizeof(float));
     int rc = hyfi_batchnorm_forward_train_cpu(y, mean, var, rm, rv, x, g, b, &a, 0);
     rc |= hyfi_batchnorm_forward_eval_cpu(ye, x, g, b, rm, rv, &a, 0);
-    rc |= hyfi_batchnorm_backward_cpu(dx, dg, db, dy, x, g, mean, var, &a, 0, 0);
+    rc |= hyfi_batchnorm_backward_cpu(dx, dg, db, dy, x, g, b, mean, var, &a, 0, 0);
     memcpy(dxa, dx0, cnt * sizeof(float));
     memcpy(dga, dg0, C * sizeof(float));
     memcpy(dba, db0, C * sizeof(float));
-    rc |= hyfi_batchnorm_backward_cpu(dxa, dga, dba, dy, x, g, mean, var, &a,
+    rc |= hyfi_batchnorm_backward_cpu(dxa, dga, dba, dy, x, g, b, mean, var, &a,
                                       HYFI_BN_ACC_DX | HYFI_BN_ACC_PARAMS, 0);
     int fails = 0;
     if (rc != 0) {
@@ -103,7 +103,7 @@ static int bnc_case(hyfi_cuda_env *env, int n, int c, int h, int w, uint64_t *se
     fails += bnc_check("bn fwd_eval y", shp, rc, d_y, ye, cnt, env->stream, tol);
 
     /* Backward from the CPU's saved statistics, acc = 0 then acc = 1. */
-    rc = hyfi_batchnorm_backward_cuda(env, d_dx, d_dg, d_db, d_dy, d_x, d_g, d_meanc, d_varc,
+    rc = hyfi_batchnorm_backward_cuda(env, d_dx, d_dg, d_db, d_dy, d_x, d_g, d_b, d_meanc, d_varc,
                                       &a, 0, 0);
     fails += bnc_check("bn bwd dx", shp, rc, d_dx, dx, cnt, env->stream, tol);
     fails += bnc_check("bn bwd dgamma", shp, rc, d_dg, dg, C, env->stream, tsum);
@@ -114,7 +114,7 @@ static int bnc_case(hyfi_cuda_env *env, int n, int c, int h, int w, uint64_t *se
         fails++;
         goto out;
     }
-    rc = hyfi_batchnorm_backward_cuda(env, d_dx, d_dg, d_db, d_dy, d_x, d_g, d_meanc, d_varc,
+    rc = hyfi_batchnorm_backward_cuda(env, d_dx, d_dg, d_db, d_dy, d_x, d_g, d_b, d_meanc, d_varc,
                                       &a, HYFI_BN_ACC_DX | HYFI_BN_ACC_PARAMS, 0);
     fails += bnc_check("bn bwd acc dx", shp, rc, d_dx, dxa, cnt, env->stream, tol);
     fails += bnc_check("bn bwd acc dgamma", shp, rc, d_dg, dga, C, env->stream, tsum);

@@ -26,7 +26,7 @@ static const shape g_shapes[] = {
 
 static hyfi_batchnorm_args make_args(shape s)
 {
-    hyfi_batchnorm_args a = {s.n, s.c, s.h, s.w, 1e-5f, 0.1f};
+    hyfi_batchnorm_args a = {s.n, s.c, s.h, s.w, 1e-5f, 0.1f, 0};
     return a;
 }
 
@@ -92,8 +92,8 @@ static void test_cpu_vs_ref(shape s, uint64_t *seed)
     tu_check(tu_compare(nm, y_c, y_r, cnt, TU_TOL_CPU_VS_REF), nm);
 
     /* Backward with the reference's saved statistics. */
-    rc = hyfi_batchnorm_backward_ref(dx_r, dg_r, db_r, dy, x, g, mean_r, var_r, &a, 0);
-    rc |= hyfi_batchnorm_backward_cpu(dx_c, dg_c, db_c, dy, x, g, mean_r, var_r, &a, 0, 0);
+    rc = hyfi_batchnorm_backward_ref(dx_r, dg_r, db_r, dy, x, g, b, mean_r, var_r, &a, 0);
+    rc |= hyfi_batchnorm_backward_cpu(dx_c, dg_c, db_c, dy, x, g, b, mean_r, var_r, &a, 0, 0);
     tu_check(rc != 0, "batchnorm backward return codes");
     name_of(nm, sizeof nm, "bn bwd dx", s);
     tu_check(tu_compare(nm, dx_c, dx_r, cnt, TU_TOL_CPU_VS_REF), nm);
@@ -122,9 +122,11 @@ static void test_cpu_vs_ref(shape s, uint64_t *seed)
             memcpy(dx_a, dx0, cnt * sizeof(float));
             memcpy(dg_a, dg0, C * sizeof(float));
             memcpy(db_a, db0, C * sizeof(float));
-            rc = path ? hyfi_batchnorm_backward_cpu(dx_a, dg_a, db_a, dy, x, g, mean_r, var_r, &a,
+            rc = path ? hyfi_batchnorm_backward_cpu(dx_a, dg_a, db_a, dy, x, g, b, mean_r, var_r,
+                                                    &a,
                                                     acc, 0)
-                      : hyfi_batchnorm_backward_ref(dx_a, dg_a, db_a, dy, x, g, mean_r, var_r, &a,
+                      : hyfi_batchnorm_backward_ref(dx_a, dg_a, db_a, dy, x, g, b, mean_r, var_r,
+                                                    &a,
                                                     acc);
             tu_check(rc != 0, "batchnorm backward acc return code");
             const float *base_dx = path ? dx_c : dx_r, *base_dg = path ? dg_c : dg_r;
@@ -205,7 +207,7 @@ static void test_fd(shape s, uint64_t *seed)
     tu_fill(c.g, C, seed, 0.5f, 1.5f);
     tu_fill(c.b, C, seed, -0.5f, 0.5f);
     fd_loss(&c);
-    hyfi_batchnorm_backward_ref(dx, dg, db, c.r, c.x, c.g, c.mean, c.var, &c.a, 0);
+    hyfi_batchnorm_backward_ref(dx, dg, db, c.r, c.x, c.g, c.b, c.mean, c.var, &c.a, 0);
     name_of(nm, sizeof nm, "bn fd dx", s);
     tu_check(tu_grad_check(nm, c.x, c.cnt, dx, fd_loss, &c, 64, 1e-2f, TU_TOL_FD, seed), nm);
     name_of(nm, sizeof nm, "bn fd dgamma", s);
@@ -219,7 +221,7 @@ static void test_fd(shape s, uint64_t *seed)
 /* M == 1: variance 0, unbiased factor 1; running stats stay finite on both paths. */
 static void test_m1(void)
 {
-    hyfi_batchnorm_args a = {1, 2, 1, 1, 1e-5f, 0.1f};
+    hyfi_batchnorm_args a = {1, 2, 1, 1, 1e-5f, 0.1f, 0};
     float x[2] = {0.7f, -1.3f}, g[2] = {1.f, 2.f}, b[2] = {0.1f, -0.2f};
     for (int path = 0; path < 2; path++) {
         float y[2], mean[2], var[2], rm[2] = {0.5f, -0.5f}, rv[2] = {1.f, 2.f};
@@ -245,7 +247,7 @@ static void test_blocked(shape s, int B, uint64_t *seed)
 {
     const size_t cnt = (size_t)s.n * s.c * s.h * s.w, C = (size_t)s.c;
     const int hw = s.h * s.w;
-    hyfi_batchnorm_args a = {s.n, s.c, s.h, s.w, 1e-5f, 0.1f};
+    hyfi_batchnorm_args a = {s.n, s.c, s.h, s.w, 1e-5f, 0.1f, 0};
     float *x = malloc(cnt * 4), *dy = malloc(cnt * 4), *xb = malloc(cnt * 4);
     float *dyb = malloc(cnt * 4), *yr = malloc(cnt * 4), *yb = malloc(cnt * 4);
     float *yp = malloc(cnt * 4), *dxr = malloc(cnt * 4), *dxb = malloc(cnt * 4);
@@ -280,8 +282,9 @@ static void test_blocked(shape s, int B, uint64_t *seed)
         tu_fill(dxr, cnt, seed, -1.f, 1.f);
         hyfi_layout_to_blocked(dxb, dxr, s.n, s.c, hw, B);
         const int bits = acc ? HYFI_BN_ACC_DX : 0;
-        rc = hyfi_batchnorm_backward_ref(dxr, dgr, dbr, dy, x, g, st[0], st[1], &a, bits);
-        rc |= hyfi_batchnorm_backward_cpu(dxb, dgb, dbb, dyb, xb, g, st[0], st[1], &a, bits, B);
+        rc = hyfi_batchnorm_backward_ref(dxr, dgr, dbr, dy, x, g, b, st[0], st[1], &a, bits);
+        rc |= hyfi_batchnorm_backward_cpu(dxb, dgb, dbb, dyb, xb, g, b, st[0], st[1], &a, bits,
+                                          B);
         hyfi_layout_to_plain(yp, dxb, s.n, s.c, hw, B);
         snprintf(nm, sizeof nm, "bn blocked %d bwd dx (acc %d)", B, acc);
         tu_check(rc != 0 || tu_compare(nm, yp, dxr, cnt, TU_TOL_CPU_VS_REF), nm);
@@ -300,6 +303,105 @@ static void test_blocked(shape s, int B, uint64_t *seed)
     for (int i = 0; i < 8; i++) free(st[i]);
 }
 
+/* Batch norm with its ReLU fused (a.relu): on the CPU path (NCHW, B = 0, or
+ * blocked), (1) the fused forward's output is the plain forward's followed by
+ * ReLU, bit for bit; (2) the fused backward equals ReLU's backward followed
+ * by the plain backward, bit for bit; (3) the forwards and
+ * the backward match the reference's fused op; (4) dx also accumulated. */
+static void test_relu(shape s, int B, uint64_t *seed)
+{
+    const size_t cnt = (size_t)s.n * s.c * s.h * s.w, C = (size_t)s.c;
+    const int hw = s.h * s.w;
+    hyfi_batchnorm_args a = {s.n, s.c, s.h, s.w, 1e-5f, 0.1f, 1}, plain = a;
+    plain.relu = 0;
+    float *x = malloc(cnt * 4), *dy = malloc(cnt * 4), *xk = malloc(cnt * 4);
+    float *dyk = malloc(cnt * 4), *yk = malloc(cnt * 4), *yr = malloc(cnt * 4);
+    float *t = malloc(cnt * 4), *dxk = malloc(cnt * 4), *dxc = malloc(cnt * 4);
+    float *dxr = malloc(cnt * 4), *g = malloc(C * 4), *b = malloc(C * 4), *st[8];
+    float *dg[3], *db[3];
+    for (int i = 0; i < 8; i++) st[i] = calloc(C, 4);
+    for (int i = 0; i < 3; i++) dg[i] = calloc(C, 4), db[i] = calloc(C, 4);
+    tu_fill(x, cnt, seed, -1.f, 3.f);
+    tu_fill(dy, cnt, seed, -1.f, 1.f);
+    tu_fill(g, C, seed, 0.5f, 1.5f);
+    tu_fill(b, C, seed, -0.5f, 0.5f);
+    for (size_t i = 0; i < C; i++) st[3][i] = st[7][i] = 1.f;
+    /* the CPU path's own layout: k = kernel's */
+#define TO_K(dst, src)                                                         \
+    (B ? hyfi_layout_to_blocked(dst, src, s.n, s.c, hw, B) : (void)memcpy(dst, src, cnt * 4))
+#define TO_PLAIN(dst, src)                                                     \
+    (B ? hyfi_layout_to_plain(dst, src, s.n, s.c, hw, B) : (void)memcpy(dst, src, cnt * 4))
+    TO_K(xk, x);
+    TO_K(dyk, dy);
+    char nm[112];
+    int rc = hyfi_batchnorm_forward_train_ref(yr, st[0], st[1], st[2], st[3], x, g, b, &a);
+    rc |= hyfi_batchnorm_forward_train_cpu(yk, st[4], st[5], st[6], st[7], xk, g, b, &a, B);
+    TO_PLAIN(t, yk);
+    snprintf(nm, sizeof nm, "bn+relu B=%d fwd_train y %dx%dx%dx%d", B, s.n, s.c, s.h, s.w);
+    tu_check(rc != 0 || tu_compare(nm, t, yr, cnt, TU_TOL_CPU_VS_REF), nm);
+    int neg = 0;
+    for (size_t i = 0; i < cnt; i++) neg += t[i] < 0.f;
+    tu_check(neg != 0, "bn+relu: no negative output");
+    {   /* the plain forward, then ReLU: the same bits */
+        float *m2 = calloc(C, 4), *v2 = calloc(C, 4), *r2 = calloc(C, 4), *q2 = calloc(C, 4);
+        for (size_t i = 0; i < C; i++) q2[i] = 1.f;
+        rc = hyfi_batchnorm_forward_train_cpu(dxc, m2, v2, r2, q2, xk, g, b, &plain, B);
+        rc |= hyfi_relu_forward_cpu(dxc, dxc, cnt);
+        snprintf(nm, sizeof nm, "bn+relu B=%d fwd_train == bn fwd + relu fwd (bits)", B);
+        const int same = rc == 0 && !memcmp(dxc, yk, cnt * 4) && !memcmp(m2, st[4], C * 4) &&
+                         !memcmp(v2, st[5], C * 4);
+        printf("%-4s %s\n", same ? "ok" : "FAIL", nm);
+        tu_check(!same, nm);
+        free(m2), free(v2), free(r2), free(q2);
+    }
+    for (int acc = 0; acc < 2; acc++) {
+        const int bits = acc ? HYFI_BN_ACC_DX | HYFI_BN_ACC_PARAMS : 0;
+        tu_fill(dxr, cnt, seed, -1.f, 1.f);
+        TO_K(dxk, dxr);
+        memcpy(dxc, dxk, cnt * 4);
+        for (int i = 0; i < 3; i++) tu_fill(dg[i], C, seed, -1.f, 1.f);
+        memcpy(dg[1], dg[0], C * 4), memcpy(dg[2], dg[0], C * 4);
+        memcpy(db[0], dg[0], C * 4), memcpy(db[1], dg[0], C * 4), memcpy(db[2], dg[0], C * 4);
+        /* fused */
+        rc = hyfi_batchnorm_backward_cpu(dxk, dg[0], db[0], dyk, xk, g, yk, st[4], st[5], &a,
+                                         bits, B);
+        /* ReLU's backward on the fused forward's output, then the plain backward */
+        rc |= hyfi_relu_backward_cpu(t, dyk, yk, cnt, 0);
+        rc |= hyfi_batchnorm_backward_cpu(dxc, dg[1], db[1], t, xk, g, NULL, st[4], st[5], &plain,
+                                          bits, B);
+        snprintf(nm, sizeof nm, "bn+relu B=%d bwd: fused == relu bwd + bn bwd (acc %d)", B, acc);
+        const int same = rc == 0 && !memcmp(dxk, dxc, cnt * 4) && !memcmp(dg[0], dg[1], C * 4) &&
+                         !memcmp(db[0], db[1], C * 4);
+        printf("%-4s %s\n", same ? "ok" : "FAIL", nm);
+        tu_check(!same, nm);
+        /* against the reference's fused op (its statistics) */
+        rc = hyfi_batchnorm_backward_ref(dxr, dg[2], db[2], dy, x, g, yr, st[0], st[1], &a, bits);
+        TO_PLAIN(t, dxk);
+        snprintf(nm, sizeof nm, "bn+relu B=%d bwd dx vs ref (acc %d)", B, acc);
+        tu_check(rc != 0 || tu_compare(nm, t, dxr, cnt, TU_TOL_CPU_VS_REF), nm);
+        tu_tol tsum = TU_TOL_CPU_VS_REF;
+        tsum.atol *= sqrt((double)s.n * hw);
+        snprintf(nm, sizeof nm, "bn+relu B=%d bwd dgamma vs ref", B);
+        tu_check(tu_compare(nm, dg[0], dg[2], C, tsum), nm);
+        snprintf(nm, sizeof nm, "bn+relu B=%d bwd dbeta vs ref", B);
+        tu_check(tu_compare(nm, db[0], db[2], C, tsum), nm);
+    }
+    rc = hyfi_batchnorm_forward_eval_ref(yr, x, g, b, st[2], st[3], &a);
+    rc |= hyfi_batchnorm_forward_eval_cpu(yk, xk, g, b, st[2], st[3], &a, B);
+    TO_PLAIN(t, yk);
+    snprintf(nm, sizeof nm, "bn+relu B=%d fwd_eval y", B);
+    tu_check(rc != 0 || tu_compare(nm, t, yr, cnt, TU_TOL_CPU_VS_REF), nm);
+    tu_check(hyfi_batchnorm_backward_cpu(dxk, dg[0], db[0], dyk, xk, g, NULL, st[4], st[5], &a,
+                                         0, B) == 0,
+             "bn+relu: backward without y refused");
+#undef TO_K
+#undef TO_PLAIN
+    free(x), free(dy), free(xk), free(dyk), free(yk), free(yr), free(t), free(dxk), free(dxc);
+    free(dxr), free(g), free(b);
+    for (int i = 0; i < 8; i++) free(st[i]);
+    for (int i = 0; i < 3; i++) free(dg[i]), free(db[i]);
+}
+
 int main(void)
 {
     uint64_t seed = getenv("TU_SEED") ? strtoull(getenv("TU_SEED"), NULL, 0) : 0x5EEDB47C4A11ull;
@@ -314,5 +416,8 @@ int main(void)
         test_blocked(blk_shapes[i], 16, &seed);
         test_blocked(blk_shapes[i], 8, &seed);
     }
+    const shape relu_shapes[] = {{2, 32, 5, 7}, {3, 16, 4, 4}, {4, 16, 1, 1}, {8, 32, 14, 14}};
+    for (size_t i = 0; i < sizeof relu_shapes / sizeof relu_shapes[0]; i++)
+        for (int B = 0; B <= 16; B += 8) test_relu(relu_shapes[i], B, &seed);
     return tu_finish();
 }

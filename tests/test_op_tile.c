@@ -109,7 +109,7 @@ static void test_bn_tiles(int N, int C, int H, int W, int rows, int cols, const 
           *rv = tu_alloc(C), *dx = tu_alloc(cnt), *dg = tu_alloc(C), *db = tu_alloc(C);
     for (int c = 0; c < C; c++) rm[c] = 0.1f * c, rv[c] = 1.f + 0.1f * c;
     hyfi_batchnorm_forward_train_ref(y, mean, var, rm, rv, x, g, b, &full);
-    hyfi_batchnorm_backward_ref(dx, dg, db, dy, x, g, mean, var, &full, 0);
+    hyfi_batchnorm_backward_ref(dx, dg, db, dy, x, g, NULL, mean, var, &full, 0);
 
     float *xt[HYFI_MAX_TILES], *dyt[HYFI_MAX_TILES], *yt[HYFI_MAX_TILES], *dxt[HYFI_MAX_TILES];
     double *part[HYFI_MAX_TILES];
