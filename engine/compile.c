@@ -76,7 +76,7 @@ static void whole_view(emit_ctx *e, const node *nd, hyfi_opview *v)
     v->a = hyfi_node_args(nd, e->M);
     v->n = nd->out->dims[0] / e->M;
     v->hw = nd->out->dims[2] * nd->out->dims[3];
-    hyfi_tensor *y = nd->out;
+    hyfi_tensor *y = nd->relu_out ? nd->relu_out : nd->out; /* a fused ReLU's */
     v->y = HV(y);
     for (int i = 0; i < nd->nin; i++) {
         v->x[i] = HV(nd->in[i]);
@@ -164,7 +164,8 @@ static int emit_backward(emit_ctx *e, const node *nd)
 {
     hyfi_opview v;
     whole_view(e, nd, &v);
-    hyfi_tensor *ysrc = hyfi_grad_source(nd->out);
+    /* a fused batch norm takes the gradient of its ReLU's output */
+    hyfi_tensor *ysrc = hyfi_grad_source(nd->relu_out ? nd->relu_out : nd->out);
     v.dy = HG(ysrc);
     for (int i = 0; i < nd->nin; i++) {
         if (!nd->in[i]->requires_grad && !hyfi_op_writes_dx(nd, i)) continue;
@@ -415,9 +416,11 @@ static int build_train(hyfi_graph *g, const int *first)
                     if (!rc) rerun_at[2 * nre] = r0, rerun_at[2 * nre + 1] = ec.P->n, nre++;
                 }
             }
-            /* Only ops whose output received a gradient propagate one. */
-            if (!rc && nd->out->requires_grad &&
-                (tiled ? nd->out->tl->gw[ev->mb * pl->P] : TGW(nd->out, ev->mb)))
+            /* Only ops whose output received a gradient propagate one (a batch
+             * norm with its ReLU fused: the ReLU's output). */
+            const hyfi_tensor *go = nd->relu_out ? nd->relu_out : nd->out;
+            if (!rc && go->requires_grad &&
+                (tiled ? go->tl->gw[ev->mb * pl->P] : TGW(go, ev->mb)))
                 rc = tiled ? hyfi_spatial_backward(e, nd) : emit_backward(e, nd);
             /* layer segments: what only the segment used, dropped after its backward */
             if (!rc && pl->recompute == HYFI_RECOMPUTE_LAYER && segment_begin(g, first, i) == i)
@@ -624,6 +627,7 @@ hyfi_status hyfi_graph_compile(hyfi_graph *g, hyfi_tensor *loss, const hyfi_trai
     if (!g->cc) return hyfi_call_fail(g, HYFI_ERR_NOMEM, "out of memory compiling the graph");
     s = hyfi_plan_build(g);
     if (s == HYFI_OK) s = hyfi_layout_plan(g);
+    if (s == HYFI_OK) s = hyfi_fuse_plan(g);
     if (s != HYFI_OK) {
         hyfi_compiled_free(g);
         return s;

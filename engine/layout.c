@@ -137,6 +137,77 @@ hyfi_status hyfi_layout_plan(hyfi_graph *g)
     return HYFI_OK;
 }
 
+/* Batch norm + ReLU fusion. A batch norm whose output only a ReLU reads runs
+ * the ReLU in its own tasks (ops/batchnorm_cpu.c): the forward writes the
+ * ReLU's output, the backward reads that output and its gradient and masks
+ * the gradient by it, so the batch norm's own output and its gradient are
+ * never made: 10 passes over the activations instead of 13, and two tasks
+ * fewer per pair and micro-batch. The values are those of the two ops bit for
+ * bit (tests/test_op_batchnorm.c), so fusing changes no result. Like the blocked layouts, only
+ * for CPU-only runs (every rank), and only where both ops are in one stage
+ * and one layer (so in one re-materialisation segment), untiled.
+ * Every plan fuses the same pairs as its one-place run, so the plans still
+ * compute what it computes, bit for bit where they did. The fused output is
+ * not readable (hyfi_tensor_read, hyfi_grad_read: HYFI_ERR_STATE naming the
+ * switch): HYFI_FUSE_BN_RELU=0 turns fusion off. */
+hyfi_status hyfi_fuse_plan(hyfi_graph *g)
+{
+    for (int k = 0; k < g->nnodes; k++) {
+        node *nd = &g->nodes[k];
+        nd->relu_out = NULL;
+        nd->fused = 0;
+        if (nd->op == OP_BATCHNORM) nd->a.bn.relu = 0;
+    }
+    for (int i = 0; i < g->ntensors; i++) g->tensors[i]->fused = 0;
+    int can = 1;
+#ifdef STARPU_SIMGRID
+    can = 0; /* the calibrated models are of the separate kernels */
+#endif
+    const char *e = getenv("HYFI_FUSE_BN_RELU");
+    if ((e && !strcmp(e, "0")) || g->ctx->ncuda > 0) can = 0;
+    bool none = !can;
+    if (g->ctx->mpi && g->ctx->nranks > 1) {
+        hyfi_status s = hyfi_ctx_any(g->ctx, !can, &none);
+        if (s != HYFI_OK) return s;
+    }
+    if (none) return HYFI_OK;
+    /* readers of each tensor: how many, and the last one */
+    int *nread = calloc((size_t)g->ntensors, sizeof *nread);
+    int *reader = calloc((size_t)g->ntensors, sizeof *reader);
+    if (!nread || !reader) {
+        free(nread), free(reader);
+        return HYFI_OK; /* unfused: slower, never wrong */
+    }
+    for (int k = 0; k < g->nnodes; k++) {
+        const node *nd = &g->nodes[k];
+        for (int i = 0; i < nd->nin; i++) {
+            nread[nd->in[i]->id]++;
+            reader[nd->in[i]->id] = k;
+        }
+    }
+    for (int k = 0; k < g->nnodes; k++) {
+        node *bn = &g->nodes[k];
+        if (bn->op != OP_BATCHNORM) continue;
+        hyfi_tensor *t = bn->out;
+        if (nread[t->id] != 1 || t == g->loss) continue;
+        node *r = &g->nodes[reader[t->id]];
+        /* one layer and one stage: one re-materialisation segment in either
+         * mode, where the batch norm (its output read only there) is re-run
+         * whenever the ReLU is; a re-run batch norm re-makes the ReLU's output,
+         * the same values bit for bit, also where that output is kept */
+        if (r->op != OP_RELU || r->stage != bn->stage || r->layer != bn->layer ||
+            hyfi_spatial_tiled(g, bn) || hyfi_spatial_tiled(g, r) || r->out->blk != t->blk)
+            continue;
+        bn->relu_out = r->out;
+        bn->a.bn.relu = 1;
+        r->fused = 1;
+        t->fused = 1;
+    }
+    free(nread);
+    free(reader);
+    return HYFI_OK;
+}
+
 void hyfi_layout_copy(const hyfi_tensor *t, float *dst, const float *src, int to_plain)
 {
     const int k = t->dims[2] * t->dims[3];

@@ -273,6 +273,7 @@ int hyfi_op_forward(emit_ctx *e, const hyfi_opview *v)
         }
         break;
     case OP_RELU:
+        if (nd->fused) return 0; /* the batch norm's task wrote y */
         PUSH(&hyfi_cl_relu_forward, "fwd", a);
         W(v->y), R(v->x[0]);
         break;
@@ -341,10 +342,11 @@ int hyfi_op_backward_data(emit_ctx *e, const hyfi_opview *v)
         hyfi_prog_buf(P, v->dp[0].h, mg);
         hyfi_prog_buf(P, v->dp[1].h, mb);
         R(v->dy), R(v->x[0]), R(v->p[0]), R(v->s[0]), R(v->s[1]);
+        if (a.u.bn.relu) R(v->y); /* fused ReLU: its output, the mask of dy */
         break;
     }
     case OP_RELU:
-        if (!dx->h) return 0;
+        if (!dx->h || nd->fused) return 0; /* fused: the batch norm's backward masks dy */
         a.acc = gout_acc(dx);
         PUSH(&hyfi_cl_relu_backward, "bwd", &a);
         ins_gout(P, dx), R(v->dy), R(v->y);

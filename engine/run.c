@@ -622,6 +622,21 @@ static hyfi_status check_released(hyfi_graph *g, const hyfi_tensor *t, const cha
     return HYFI_OK;
 }
 
+/* A batch norm's output fused with its ReLU is never made (layout.c). */
+static hyfi_status check_fused(hyfi_graph *g, const hyfi_tensor *t, const char *who)
+{
+    if (!t->fused) return HYFI_OK;
+    const char *relu = "its ReLU";
+    for (int k = 0; k < g->nnodes; k++)
+        if (g->nodes[k].op == OP_RELU && g->nodes[k].fused && g->nodes[k].in[0] == t)
+            relu = g->nodes[k].name;
+    return hyfi_call_fail(g, HYFI_ERR_STATE,
+                          "%s: \"%s\" is not kept: on CPUs its batch norm and %s run as one "
+                          "task that writes only the ReLU's output; read that, or set "
+                          "HYFI_FUSE_BN_RELU=0 before compiling to keep both",
+                          who, t->name, relu);
+}
+
 hyfi_status hyfi_tensor_read(hyfi_graph *g, const hyfi_tensor *t, float *out, size_t count)
 {
     hyfi_status s = need_compiled(g, "hyfi_tensor_read");
@@ -632,6 +647,7 @@ hyfi_status hyfi_tensor_read(hyfi_graph *g, const hyfi_tensor *t, float *out, si
         return hyfi_call_fail(g, HYFI_ERR_ARG, "hyfi_tensor_read: \"%s\" holds int32 labels",
                               t->name);
     if ((s = check_released(g, t, "hyfi_tensor_read")) != HYFI_OK) return s;
+    if ((s = check_fused(g, t, "hyfi_tensor_read")) != HYFI_OK) return s;
     if (t == g->loss) {
         out[0] = loss_value(g);
         return HYFI_OK;
@@ -645,6 +661,7 @@ hyfi_status hyfi_grad_read(hyfi_graph *g, const hyfi_tensor *t, float *out, size
     if (s == HYFI_OK) s = check_tensor(g, t, count, "hyfi_grad_read");
     if (s != HYFI_OK) return s;
     if (!out) return hyfi_call_fail(g, HYFI_ERR_ARG, "hyfi_grad_read: output buffer is NULL");
+    if ((s = check_fused(g, t, "hyfi_grad_read")) != HYFI_OK) return s;
     if (!g->cc->stepped || !t->gh || !t->gwritten)
         return hyfi_call_fail(g, HYFI_ERR_STATE, "hyfi_grad_read: \"%s\" has no gradient%s",
                               t->name, g->cc->stepped ? " (it is not on the loss's path)"

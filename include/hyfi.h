@@ -614,7 +614,11 @@ bool hyfi_tensor_is_param(const hyfi_tensor *t);
 /* Copy a tensor's current values out (parameters, running statistics,
  * activations after hyfi_forward / hyfi_infer, and after hyfi_train_step when
  * the plan is one stage and one micro-batch: other plans release activations as
- * soon as their backward is done). count must equal its number of elements. */
+ * soon as their backward is done). count must equal its number of elements.
+ * On CPU-only contexts a batch norm whose output only a ReLU reads runs with
+ * that ReLU as one task, and its own output (and gradient) is not made:
+ * HYFI_ERR_STATE; read the ReLU's output, or set HYFI_FUSE_BN_RELU=0 before
+ * hyfi_graph_compile to keep both. */
 hyfi_status hyfi_tensor_read(hyfi_graph *g, const hyfi_tensor *t, float *out, size_t count);
 /* Gradient of the loss with respect to t after the last hyfi_train_step
  * (parameters and activations). */

@@ -2,11 +2,14 @@
  *
  * ResNet v1-8 (CIFAR: 16, 32, 64 channels) at 16x16 and ResNet-18 (ImageNet
  * style: a 7x7 stem, max pool, 64-512 channels) at 64x64 train 2 steps twice
- * in one process, with HYFI_BLOCKED=0 (every activation NCHW) and with the
- * default (activations between convolutions, batch norms, ReLUs and adds in
- * nChw16c / nChw8c where the CPU has AVX-512 / AVX2). Compared: the losses
+ * in one process: the reference with HYFI_BLOCKED=0 (every activation NCHW)
+ * and HYFI_FUSE_BN_RELU=0 (batch norm and ReLU as separate tasks), then with
+ * batch norm + ReLU fused (the default) on NCHW, then with the default
+ * layouts too (activations between convolutions, batch norms, ReLUs and adds
+ * in nChw16c / nChw8c where the CPU has AVX-512 / AVX2). Compared: the losses
  * (1e-6 + 1e-5 |x|), every parameter gradient and weight after step 2, and
- * an activation and its gradient read back with hyfi_tensor_read /
+ * an activation (a ReLU's output, fused with its batch norm by default) and
+ * its gradient read back with hyfi_tensor_read /
  * hyfi_grad_read (NCHW either way). The kernels differ (blocked 1x1
  * convolutions instead of GEMMs, batch-norm sums per lane), so round-off
  * differs, and a value within round-off of a ReLU's kink may fall on its
@@ -143,8 +146,10 @@ static int run(hyfi_ctx *ctx, const model_config *mc, int image, int batch, cons
         hyfi_tensor *p = hyfi_param(g, i);
         const size_t n = hyfi_tensor_numel(p);
         if (hyfi_grad_read(g, p, r->grad + off, n) != HYFI_OK ||
-            hyfi_tensor_read(g, p, r->weight + off, n) != HYFI_OK)
+            hyfi_tensor_read(g, p, r->weight + off, n) != HYFI_OK) {
+            printf("reading %s failed: %s\n", hyfi_tensor_name(p), hyfi_last_error());
             rc = -1;
+        }
         off += n;
     }
     hyfi_graph_destroy(g);
@@ -264,6 +269,41 @@ out:
     return fails;
 }
 
+/* Batch norm + ReLU fusion (engine/layout.c): after a step, the fused batch
+ * norm's output and its gradient are refused with HYFI_ERR_STATE, and read
+ * with HYFI_FUSE_BN_RELU=0. */
+static int fused_reads(hyfi_ctx *ctx, const model_config *mc, int image, int batch)
+{
+    int fails = 0;
+    for (int fuse = 1; fuse >= 0; fuse--) {
+        if (!fuse) setenv("HYFI_FUSE_BN_RELU", "0", 1);
+        hyfi_graph *g = build(ctx, mc, image, batch);
+        float loss[1];
+        int rc = !g || steps(g, mc, image, batch, 0, 1, loss);
+        hyfi_tensor *t = g ? hyfi_tensor_find(g, "layer2.0.bn1") : NULL;
+        float *buf = t ? malloc(hyfi_tensor_numel(t) * sizeof *buf) : NULL;
+        if (rc || !buf) {
+            printf("FAIL fused reads: a run failed\n");
+            fails++;
+        } else {
+            const size_t n = hyfi_tensor_numel(t);
+            const hyfi_status sv = hyfi_tensor_read(g, t, buf, n);
+            const hyfi_status sg = hyfi_grad_read(g, t, buf, n);
+            const hyfi_status want = fuse ? HYFI_ERR_STATE : HYFI_OK;
+            const int ok = sv == want && sg == want &&
+                           (!fuse || strstr(hyfi_last_error(), "HYFI_FUSE_BN_RELU=0"));
+            printf("%s layer2.0.bn1 %s (HYFI_FUSE_BN_RELU=%d)%s%s\n", ok ? "ok  " : "FAIL",
+                   fuse ? "refused" : "read", fuse, fuse ? ": " : "",
+                   fuse ? hyfi_last_error() : "");
+            fails += !ok;
+        }
+        free(buf);
+        if (g) hyfi_graph_destroy(g);
+    }
+    unsetenv("HYFI_FUSE_BN_RELU");
+    return fails;
+}
+
 int main(void)
 {
     hyfi_ctx_config cfg = {.device = HYFI_DEVICE_CPU, .mpi = 0};
@@ -276,39 +316,49 @@ int main(void)
         const char *name, *act;
         int depth, image, batch;
     } models[] = {{"ResNet v1-8 (CIFAR)", "layer2.0.add", 8, 16, 4},
-                  {"ResNet-18 (ImageNet style)", "layer3.1.bn1", 18, 64, 4}};
+                  {"ResNet-18 (ImageNet style)", "layer3.1.relu1", 18, 64, 4}};
     int fails = 0, any_blocked = 0;
     for (size_t mi = 0; mi < sizeof models / sizeof models[0]; mi++) {
         model_config mc = model_config_default();
         mc.kind = MODEL_RESNET;
         mc.depth = models[mi].depth;
         mc.resnet_version = 1;
-        result plain, blocked;
+        /* the reference: NCHW without fusion; then NCHW fused, blocked fused */
+        result plain, fused, blocked;
         setenv("HYFI_BLOCKED", "0", 1);
+        setenv("HYFI_FUSE_BN_RELU", "0", 1);
         int rc = run(ctx, &mc, models[mi].image, models[mi].batch, models[mi].act, &plain);
+        unsetenv("HYFI_FUSE_BN_RELU");
+        rc |= run(ctx, &mc, models[mi].image, models[mi].batch, models[mi].act, &fused);
         unsetenv("HYFI_BLOCKED");
         rc |= run(ctx, &mc, models[mi].image, models[mi].batch, models[mi].act, &blocked);
-        printf("%s: %d ops with a blocked output (NCHW run: %d)\n", models[mi].name,
-               blocked.nblocked, plain.nblocked);
+        printf("%s: %d ops with a blocked output (NCHW runs: %d, %d)\n", models[mi].name,
+               blocked.nblocked, plain.nblocked, fused.nblocked);
         any_blocked |= blocked.nblocked > 0;
-        if (rc || plain.nblocked) {
+        if (rc || plain.nblocked || fused.nblocked) {
             printf("FAIL %s: %s\n", models[mi].name,
                    rc ? "a run failed" : "HYFI_BLOCKED=0 blocked");
             fails++;
         } else {
-            for (int s = 0; s < STEPS; s++) {
-                const double d = fabs((double)blocked.loss[s] - plain.loss[s]);
-                const int ok = d <= 1e-6 + 1e-5 * fabs(plain.loss[s]);
-                printf("%s loss %d: %.7f vs %.7f\n", ok ? "ok  " : "FAIL", s + 1,
-                       blocked.loss[s], plain.loss[s]);
-                fails += !ok;
+            for (int k = 0; k < 2; k++) {
+                const result *r = k ? &blocked : &fused;
+                printf("%s against NCHW without fusion:\n",
+                       k ? "blocked, fused" : "NCHW, batch norm + ReLU fused");
+                for (int s = 0; s < STEPS; s++) {
+                    const double d = fabs((double)r->loss[s] - plain.loss[s]);
+                    const int ok = d <= 1e-6 + 1e-5 * fabs(plain.loss[s]);
+                    printf("%s loss %d: %.7f vs %.7f\n", ok ? "ok  " : "FAIL", s + 1,
+                           r->loss[s], plain.loss[s]);
+                    fails += !ok;
+                }
+                fails += !close_enough("gradients", r->grad, plain.grad, plain.ngrad);
+                fails += !close_enough("weights", r->weight, plain.weight, plain.ngrad);
+                fails += !close_enough(models[mi].act, r->act, plain.act, plain.nact);
+                fails += !close_enough("its gradient", r->gact, plain.gact, plain.nact);
             }
-            fails += !close_enough("gradients", blocked.grad, plain.grad, plain.ngrad);
-            fails += !close_enough("weights", blocked.weight, plain.weight, plain.ngrad);
-            fails += !close_enough(models[mi].act, blocked.act, plain.act, plain.nact);
-            fails += !close_enough("its gradient", blocked.gact, plain.gact, plain.nact);
         }
         free_result(&plain);
+        free_result(&fused);
         free_result(&blocked);
     }
     if (any_blocked) {
@@ -317,6 +367,7 @@ int main(void)
         mc.depth = 8;
         mc.resnet_version = 1;
         fails += files(ctx, &mc, 16, 4);
+        fails += fused_reads(ctx, &mc, 16, 4);
     }
     hyfi_ctx_destroy(ctx);
     if (!fails && !any_blocked) {
