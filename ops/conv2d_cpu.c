@@ -258,6 +258,31 @@ static int conv_pd_create(dnnl_primitive_desc_t *pd, dnnl_primitive_desc_t *fpd,
     return dir_pd_create(pd, fpd, d, with_bias, dir, dnnl_convolution_direct);
 }
 
+/* The thread's cached primitive (dnnl_common.h) of direction dir for the
+ * call's shape, made by conv_pd_create on a miss: *out, or a negative rc. The
+ * key holds what conv_pd_create's choice depends on: the shape arguments and
+ * whether the buffers are aligned. */
+static int conv_prim(const hyfi_dnnl_prim **out, const conv_desc *d, const hyfi_conv2d_args *a,
+                     int with_bias, int dir, const void *p, const void *q, const void *r)
+{
+    struct {
+        char tag[8];
+        hyfi_conv2d_args a;
+        int with_bias, dir, aligned;
+    } key;
+    memset(&key, 0, sizeof key);
+    memcpy(key.tag, "conv2d", 7);
+    key.a = *a;
+    key.with_bias = with_bias;
+    key.dir = dir;
+    key.aligned = aligned64(p, q, r);
+    if ((*out = hyfi_dnnl_cache_find(&key, sizeof key))) return 0;
+    dnnl_primitive_desc_t pd, fpd;
+    const int rc = conv_pd_create(&pd, &fpd, d, a, with_bias, dir, p, q, r);
+    if (rc) return rc;
+    return (*out = hyfi_dnnl_cache_add(&key, sizeof key, pd, fpd)) ? 0 : -1;
+}
+
 /* One tensor argument: `user` wraps the caller's plain buffer, `prim` is what
  * the primitive reads or writes (== user, or scratch in the chosen layout). */
 typedef struct {
@@ -366,11 +391,14 @@ int hyfi_conv2d_forward_cpu(float *y, const float *x, const float *w, const floa
 {
     const int with_bias = a->has_bias && b;
     conv_desc d;
-    dnnl_primitive_desc_t pd = NULL, fpd = NULL;
+    const hyfi_dnnl_prim *cp = NULL;
+    dnnl_primitive_desc_t pd;
     conv_arg src = {0}, wei = {0}, bia = {0}, dst = {0};
     int rc;
+    hyfi_dnnl_cache_trim();
     CK(conv_desc_init(&d, a));
-    CK(conv_pd_create(&pd, &fpd, &d, a, with_bias, DIR_FWD, y, x, w));
+    CK(conv_prim(&cp, &d, a, with_bias, DIR_FWD, y, x, w));
+    pd = cp->pd;
     CK(arg_in(&src, &d.src, x, dnnl_primitive_desc_query_md(pd, dnnl_query_src_md, 0), 0));
     CK(arg_in(&wei, &d.wei, w, dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0), 1));
     CK(arg_out(&dst, &d.dst, y, dnnl_primitive_desc_query_md(pd, dnnl_query_dst_md, 0), 2, 0));
@@ -383,15 +411,13 @@ int hyfi_conv2d_forward_cpu(float *y, const float *x, const float *w, const floa
                   3));
         args[3].memory = bia.prim;
     }
-    CK(hyfi_dnnl_run(pd, with_bias ? 4 : 3, args));
+    CK(hyfi_dnnl_exec(cp, with_bias ? 4 : 3, args));
     CK(arg_out_finish(&dst, 0, 0));
 out:
     arg_free(&src);
     arg_free(&wei);
     arg_free(&bia);
     arg_free(&dst);
-    if (pd) dnnl_primitive_desc_destroy(pd);
-    if (fpd) dnnl_primitive_desc_destroy(fpd);
     return rc;
 }
 
@@ -400,11 +426,14 @@ int hyfi_conv2d_backward_data_cpu(float *dx, const float *dy, const float *w,
                                   const hyfi_conv2d_args *a, int acc)
 {
     conv_desc d;
-    dnnl_primitive_desc_t fpd = NULL, pd = NULL;
+    const hyfi_dnnl_prim *cp = NULL;
+    dnnl_primitive_desc_t pd;
     conv_arg ddst = {0}, wei = {0}, dsrc = {0};
     int rc;
+    hyfi_dnnl_cache_trim();
     CK(conv_desc_init(&d, a));
-    CK(conv_pd_create(&pd, &fpd, &d, a, 0, DIR_BWD_DATA, dx, dy, w));
+    CK(conv_prim(&cp, &d, a, 0, DIR_BWD_DATA, dx, dy, w));
+    pd = cp->pd;
     CK(arg_in(&ddst, &d.dst, dy, dnnl_primitive_desc_query_md(pd, dnnl_query_diff_dst_md, 0),
               0));
     CK(arg_in(&wei, &d.wei, w, dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0), 1));
@@ -413,14 +442,12 @@ int hyfi_conv2d_backward_data_cpu(float *dx, const float *dy, const float *w,
     dnnl_exec_arg_t args[3] = {{DNNL_ARG_DIFF_DST, ddst.prim},
                                {DNNL_ARG_WEIGHTS, wei.prim},
                                {DNNL_ARG_DIFF_SRC, dsrc.prim}};
-    CK(hyfi_dnnl_run(pd, 3, args));
+    CK(hyfi_dnnl_exec(cp, 3, args));
     CK(arg_out_finish(&dsrc, acc, 0));
 out:
     arg_free(&ddst);
     arg_free(&wei);
     arg_free(&dsrc);
-    if (pd) dnnl_primitive_desc_destroy(pd);
-    if (fpd) dnnl_primitive_desc_destroy(fpd);
     return rc;
 }
 
@@ -430,11 +457,14 @@ int hyfi_conv2d_backward_weight_cpu(float *dw, float *db, const float *dy, const
 {
     const int with_bias = a->has_bias && db;
     conv_desc d;
-    dnnl_primitive_desc_t fpd = NULL, pd = NULL;
+    const hyfi_dnnl_prim *cp = NULL;
+    dnnl_primitive_desc_t pd;
     conv_arg src = {0}, ddst = {0}, dwei = {0}, dbia = {0};
     int rc;
+    hyfi_dnnl_cache_trim();
     CK(conv_desc_init(&d, a));
-    CK(conv_pd_create(&pd, &fpd, &d, a, with_bias, DIR_BWD_WEIGHTS, dw, dy, x));
+    CK(conv_prim(&cp, &d, a, with_bias, DIR_BWD_WEIGHTS, dw, dy, x));
+    pd = cp->pd;
     CK(arg_in(&src, &d.src, x, dnnl_primitive_desc_query_md(pd, dnnl_query_src_md, 0), 0));
     CK(arg_in(&ddst, &d.dst, dy, dnnl_primitive_desc_query_md(pd, dnnl_query_diff_dst_md, 0),
               1));
@@ -449,7 +479,7 @@ int hyfi_conv2d_backward_weight_cpu(float *dw, float *db, const float *dy, const
                    dnnl_primitive_desc_query_md(pd, dnnl_query_diff_weights_md, 1), 3, acc));
         args[3].memory = dbia.prim;
     }
-    CK(hyfi_dnnl_run(pd, with_bias ? 4 : 3, args));
+    CK(hyfi_dnnl_exec(cp, with_bias ? 4 : 3, args));
     /* The inputs are consumed: slots 0 and 1 are free for the add fallback. */
     CK(arg_out_finish(&dwei, acc, 0));
     if (with_bias) CK(arg_out_finish(&dbia, acc, 1));
@@ -458,7 +488,5 @@ out:
     arg_free(&ddst);
     arg_free(&dwei);
     arg_free(&dbia);
-    if (pd) dnnl_primitive_desc_destroy(pd);
-    if (fpd) dnnl_primitive_desc_destroy(fpd);
     return rc;
 }

@@ -4,6 +4,7 @@
 
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -50,10 +51,22 @@ const_dnnl_primitive_attr_t hyfi_dnnl_attr(void)
  * The last slot holds oneDNN's scratchpad (hyfi_dnnl_run). */
 #define HYFI_SCRATCH_SLOTS 5
 #define SLOT_DNNL (HYFI_SCRATCH_SLOTS - 1)
+/* Primitive cache: open addressing over PC_SLOTS, emptied at PC_MAX entries. */
+#define PC_SLOTS 1024
+#define PC_MAX 768
+typedef struct {
+    uint64_t hash;
+    size_t len;
+    unsigned char *key; /* NULL: a free slot */
+    hyfi_dnnl_prim p;
+} pc_entry;
+
 typedef struct {
     dnnl_stream_t stream;
     float *scratch[HYFI_SCRATCH_SLOTS];
     size_t scratch_count[HYFI_SCRATCH_SLOTS];
+    pc_entry *pc; /* PC_SLOTS, allocated on first use */
+    int pc_n;
 } thread_state;
 
 static pthread_key_t g_key;
@@ -78,9 +91,31 @@ size_t hyfi_cpu_scratch_bytes(int peak)
     return peak ? atomic_load(&g_scratch_peak) : atomic_load(&g_scratch_bytes);
 }
 
+static void prim_destroy(hyfi_dnnl_prim *p)
+{
+    if (p->prim) dnnl_primitive_destroy(p->prim);
+    if (p->pd) dnnl_primitive_desc_destroy(p->pd);
+    if (p->hint) dnnl_primitive_desc_destroy(p->hint);
+    p->prim = NULL;
+    p->pd = p->hint = NULL;
+}
+
+static void pc_clear(thread_state *t)
+{
+    for (int i = 0; t->pc && i < PC_SLOTS; i++)
+        if (t->pc[i].key) {
+            prim_destroy(&t->pc[i].p);
+            free(t->pc[i].key);
+            t->pc[i].key = NULL;
+        }
+    t->pc_n = 0;
+}
+
 static void thread_state_free(void *p)
 {
     thread_state *t = p;
+    pc_clear(t);
+    free(t->pc);
     if (t->stream) dnnl_stream_destroy(t->stream);
     for (int i = 0; i < HYFI_SCRATCH_SLOTS; i++) {
         if (t->scratch[i]) scratch_account(slot_bytes(t->scratch_count[i]), 0);
@@ -132,7 +167,95 @@ int hyfi_dnnl_mem(dnnl_memory_t *mem, const dnnl_memory_desc_t *md, void *ptr)
     return 0;
 }
 
-int hyfi_dnnl_run(const_dnnl_primitive_desc_t pd, int nargs, const dnnl_exec_arg_t *args)
+/* --------------------------------------------------------- primitive cache */
+extern int omp_get_max_threads(void);
+
+static int pc_cap(void)
+{
+    static int cap; /* 0: not asked yet */
+    if (!cap) {
+        const char *e = getenv("HYFI_DNNL_CACHE");
+        cap = e && !strcmp(e, "0") ? 1 : PC_MAX;
+    }
+    return cap;
+}
+
+/* FNV-1a of the thread count and the key */
+static uint64_t pc_hash(int nthr, const unsigned char *k, size_t len)
+{
+    uint64_t h = 1469598103934665603ull ^ (uint64_t)nthr;
+    h *= 1099511628211ull;
+    for (size_t i = 0; i < len; i++) h = (h ^ k[i]) * 1099511628211ull;
+    return h;
+}
+
+/* The slot of key: its entry, or the free slot where it would go. Stored keys
+ * begin with the thread count. */
+static pc_entry *pc_slot(thread_state *t, const void *key, size_t len, uint64_t h, int nthr)
+{
+    for (size_t i = h % PC_SLOTS;; i = (i + 1) % PC_SLOTS) {
+        pc_entry *e = &t->pc[i];
+        if (!e->key) return e;
+        if (e->hash == h && e->len == len + sizeof nthr && !memcmp(e->key, &nthr, sizeof nthr) &&
+            !memcmp(e->key + sizeof nthr, key, len))
+            return e;
+    }
+}
+
+const hyfi_dnnl_prim *hyfi_dnnl_cache_find(const void *key, size_t len)
+{
+    thread_state *t = thread_get();
+    if (!t || !t->pc) return NULL;
+    const int nthr = omp_get_max_threads();
+    pc_entry *e = pc_slot(t, key, len, pc_hash(nthr, key, len), nthr);
+    return e->key ? &e->p : NULL;
+}
+
+const hyfi_dnnl_prim *hyfi_dnnl_cache_add(const void *key, size_t len, dnnl_primitive_desc_t pd,
+                                          dnnl_primitive_desc_t hint)
+{
+    hyfi_dnnl_prim p = {.pd = pd, .hint = hint};
+    thread_state *t = thread_get();
+    if (t && !t->pc) t->pc = calloc(PC_SLOTS, sizeof *t->pc);
+    if (!t || !t->pc || dnnl_primitive_create(&p.prim, pd) != dnnl_success) {
+        p.prim = NULL;
+        prim_destroy(&p);
+        return NULL;
+    }
+    if (t->pc_n >= PC_SLOTS - 1) { /* a kernel without hyfi_dnnl_cache_trim */
+        prim_destroy(&p);
+        return NULL;
+    }
+    const int nthr = omp_get_max_threads();
+    const uint64_t h = pc_hash(nthr, key, len);
+    pc_entry *e = pc_slot(t, key, len, h, nthr);
+    if (e->key) { /* already there (not looked up first): keep the old one */
+        prim_destroy(&p);
+        return &e->p;
+    }
+    e->key = malloc(len + sizeof nthr);
+    if (!e->key) {
+        prim_destroy(&p);
+        return NULL;
+    }
+    memcpy(e->key, &nthr, sizeof nthr);
+    memcpy(e->key + sizeof nthr, key, len);
+    e->hash = h;
+    e->len = len + sizeof nthr;
+    e->p = p;
+    t->pc_n++;
+    return &e->p;
+}
+
+void hyfi_dnnl_cache_trim(void)
+{
+    thread_state *t = thread_get();
+    if (t && t->pc_n >= pc_cap()) pc_clear(t);
+}
+
+/* Execute primitive p of descriptor pd with args and its scratchpad, and wait. */
+static int prim_exec(dnnl_primitive_t p, const_dnnl_primitive_desc_t pd, int nargs,
+                     const dnnl_exec_arg_t *args)
 {
     dnnl_stream_t s = hyfi_dnnl_stream();
     if (!s || nargs < 0 || nargs >= HYFI_DNNL_MAX_ARGS) return -1;
@@ -143,20 +266,30 @@ int hyfi_dnnl_run(const_dnnl_primitive_desc_t pd, int nargs, const dnnl_exec_arg
     const dnnl_memory_desc_t *pmd = dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0);
     const size_t pbytes = pmd ? dnnl_memory_desc_get_size(pmd) : 0;
     if (pbytes > 0) {
-        float *p = hyfi_cpu_scratch(SLOT_DNNL, (pbytes + sizeof(float) - 1) / sizeof(float));
-        if (!p) return -1;
-        if (hyfi_dnnl_mem(&pad, pmd, p)) return -1;
+        float *q = hyfi_cpu_scratch(SLOT_DNNL, (pbytes + sizeof(float) - 1) / sizeof(float));
+        if (!q) return -1;
+        if (hyfi_dnnl_mem(&pad, pmd, q)) return -1;
         all[nargs++] = (dnnl_exec_arg_t){DNNL_ARG_SCRATCHPAD, pad};
     }
-    dnnl_primitive_t p;
-    dnnl_status_t st = dnnl_primitive_create(&p, pd);
-    if (st == dnnl_success) {
-        st = dnnl_primitive_execute(p, s, nargs, all);
-        if (st == dnnl_success) st = dnnl_stream_wait(s);
-        dnnl_primitive_destroy(p);
-    }
+    dnnl_status_t st = dnnl_primitive_execute(p, s, nargs, all);
+    if (st == dnnl_success) st = dnnl_stream_wait(s);
     if (pad) dnnl_memory_destroy(pad);
     return st == dnnl_success ? 0 : -(int)st - 1;
+}
+
+int hyfi_dnnl_exec(const hyfi_dnnl_prim *p, int nargs, const dnnl_exec_arg_t *args)
+{
+    return prim_exec(p->prim, p->pd, nargs, args);
+}
+
+int hyfi_dnnl_run(const_dnnl_primitive_desc_t pd, int nargs, const dnnl_exec_arg_t *args)
+{
+    dnnl_primitive_t p;
+    dnnl_status_t st = dnnl_primitive_create(&p, pd);
+    if (st != dnnl_success) return -(int)st - 1;
+    const int rc = prim_exec(p, pd, nargs, args);
+    dnnl_primitive_destroy(p);
+    return rc;
 }
 
 int hyfi_dnnl_reorder(dnnl_memory_t src, dnnl_memory_t dst)
@@ -164,13 +297,24 @@ int hyfi_dnnl_reorder(dnnl_memory_t src, dnnl_memory_t dst)
     const dnnl_memory_desc_t *smd, *dmd;
     HYFI_DNNL_CHECK(dnnl_memory_get_memory_desc(src, &smd));
     HYFI_DNNL_CHECK(dnnl_memory_get_memory_desc(dst, &dmd));
-    dnnl_engine_t e = hyfi_dnnl_engine();
-    dnnl_primitive_desc_t pd;
-    HYFI_DNNL_CHECK(dnnl_reorder_primitive_desc_create(&pd, smd, e, dmd, e, hyfi_dnnl_attr()));
+    struct {
+        char tag[8];
+        dnnl_memory_desc_t s, d;
+    } key;
+    memset(&key, 0, sizeof key);
+    memcpy(key.tag, "reorder", 8);
+    key.s = *smd;
+    key.d = *dmd;
+    const hyfi_dnnl_prim *p = hyfi_dnnl_cache_find(&key, sizeof key);
+    if (!p) {
+        dnnl_engine_t e = hyfi_dnnl_engine();
+        dnnl_primitive_desc_t pd;
+        HYFI_DNNL_CHECK(
+            dnnl_reorder_primitive_desc_create(&pd, smd, e, dmd, e, hyfi_dnnl_attr()));
+        if (!(p = hyfi_dnnl_cache_add(&key, sizeof key, pd, NULL))) return -1;
+    }
     dnnl_exec_arg_t args[2] = {{DNNL_ARG_FROM, src}, {DNNL_ARG_TO, dst}};
-    int rc = hyfi_dnnl_run(pd, 2, args);
-    dnnl_primitive_desc_destroy(pd);
-    return rc;
+    return hyfi_dnnl_exec(p, 2, args);
 }
 
 float *hyfi_cpu_scratch(int slot, size_t count)

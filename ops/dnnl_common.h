@@ -2,9 +2,8 @@
  * for the process, one stream per thread, plain-layout memory descriptors and
  * a small primitive-run helper. No StarPU here.
  *
- * oneDNN keeps its own cache of primitives keyed by descriptor, so kernels
- * create their primitive descriptor and primitive per call; the cache makes the
- * second call with the same shape cheap.
+ * Kernels look their primitives up in a per-thread cache keyed by their shape
+ * arguments (hyfi_dnnl_cache_find), and create them on a miss.
  */
 #ifndef HYFI_OPS_DNNL_COMMON_H
 #define HYFI_OPS_DNNL_COMMON_H
@@ -34,8 +33,32 @@ const_dnnl_primitive_attr_t hyfi_dnnl_attr(void);
 #define HYFI_DNNL_MAX_ARGS 16
 int hyfi_dnnl_run(const_dnnl_primitive_desc_t pd, int nargs, const dnnl_exec_arg_t *args);
 
-/* Run a reorder between two memories (e.g. plain <-> blocked layouts). */
+/* Run a reorder between two memories (e.g. plain <-> blocked layouts), its
+ * primitive from the thread's cache. */
 int hyfi_dnnl_reorder(dnnl_memory_t src, dnnl_memory_t dst);
+
+/* The calling thread's primitive cache. oneDNN's own cache is global and keyed
+ * by the whole descriptor, so a kernel that creates its descriptor and
+ * primitive per call pays 15-30 us for them even on a hit; this cache is
+ * keyed by the few bytes that determine the primitive (a kernel's shape
+ * arguments) plus the thread's OpenMP thread count, which oneDNN's kernels
+ * are made for. A kernel calls hyfi_dnnl_cache_trim first, which empties
+ * the cache when it is full; the entries it then finds or adds stay valid until
+ * its next call. HYFI_DNNL_CACHE=0: emptied at every trim (measurements). */
+typedef struct {
+    dnnl_primitive_desc_t pd, hint; /* hint: a backward one's forward descriptor, or NULL */
+    dnnl_primitive_t prim;
+} hyfi_dnnl_prim;
+void hyfi_dnnl_cache_trim(void);
+/* The entry of key (len bytes), or NULL. */
+const hyfi_dnnl_prim *hyfi_dnnl_cache_find(const void *key, size_t len);
+/* A new entry for key, owning pd and hint (destroyed here on failure too),
+ * with its primitive created; NULL when that fails (or when over a thousand
+ * entries were added without a trim). */
+const hyfi_dnnl_prim *hyfi_dnnl_cache_add(const void *key, size_t len, dnnl_primitive_desc_t pd,
+                                          dnnl_primitive_desc_t hint);
+/* hyfi_dnnl_run with the entry's primitive. */
+int hyfi_dnnl_exec(const hyfi_dnnl_prim *p, int nargs, const dnnl_exec_arg_t *args);
 
 /* Return -(int)status from the enclosing int function when a dnnl call fails. */
 #define HYFI_DNNL_CHECK(call)                                                   \
