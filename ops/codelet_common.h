@@ -64,6 +64,7 @@ typedef struct {
         struct {
             size_t count;
             float value;
+            int nsrc;                 /* accumulate_n: source buffers */
         } elt;
     } u;
 } hyfi_task_args;
@@ -222,7 +223,7 @@ extern struct starpu_codelet hyfi_cl_conv2d_forward, hyfi_cl_conv2d_backward_dat
 extern struct starpu_codelet hyfi_cl_batchnorm_forward_train, hyfi_cl_batchnorm_forward_eval,
     hyfi_cl_batchnorm_backward;
 extern struct starpu_codelet hyfi_cl_relu_forward, hyfi_cl_relu_backward, hyfi_cl_add_forward,
-    hyfi_cl_accumulate, hyfi_cl_fill;
+    hyfi_cl_accumulate, hyfi_cl_accumulate_n, hyfi_cl_fill;
 extern struct starpu_codelet hyfi_cl_maxpool_forward, hyfi_cl_maxpool_backward,
     hyfi_cl_avgpool_forward, hyfi_cl_avgpool_backward, hyfi_cl_gap_forward, hyfi_cl_gap_backward;
 extern struct starpu_codelet hyfi_cl_concat_forward, hyfi_cl_concat_backward;

@@ -12,6 +12,51 @@ HYFI_CODELET(accumulate, "wr", HYFI_F(0), HYFI_F(1), t->u.elt.count, t->acc)
 /* dst */
 HYFI_CODELET(fill, "w", HYFI_F(0), t->u.elt.value, t->u.elt.count)
 
+/* dst, src_0 .. src_(nsrc-1): accumulate's chain in one task, dst = src_0
+ * (dst += src_0 with acc), then dst += src_k in order: the same floats as a
+ * chain of accumulate tasks, without a task per source (the step's health
+ * sums: two floats per parameter). */
+static struct starpu_perfmodel accumulate_n_model = {
+    .type = STARPU_HISTORY_BASED,
+    .symbol = "hyfi_accumulate_n",
+    .footprint = hyfi_ops_footprint,
+};
+
+static void accumulate_n_cpu_func(void *buffers[], void *cl_arg)
+{
+    const hyfi_task_args *t = cl_arg;
+    if (!hyfi_ops_buffers_ok(buffers, "accumulate_n", "w", t->u.elt.nsrc, 'r', "")) return;
+    for (int k = 0; k < t->u.elt.nsrc; k++)
+        HYFI_REPORT("accumulate_n", hyfi_accumulate_cpu(HYFI_F(0), HYFI_F(1 + k),
+                                                        t->u.elt.count, t->acc || k > 0));
+}
+
+#if HYFI_HAVE_CUDA
+static void accumulate_n_cuda_func(void *buffers[], void *cl_arg)
+{
+    const hyfi_task_args *t = cl_arg;
+    if (!hyfi_ops_buffers_ok(buffers, "accumulate_n", "w", t->u.elt.nsrc, 'r', "")) return;
+    for (int k = 0; k < t->u.elt.nsrc; k++)
+        hyfi_ops_report("accumulate_n",
+                        hyfi_accumulate_cuda(hyfi_ops_cuda_env(), HYFI_F(0), HYFI_F(1 + k),
+                                             t->u.elt.count, t->acc || k > 0));
+}
+#endif
+
+struct starpu_codelet hyfi_cl_accumulate_n = {
+    .cpu_funcs = {accumulate_n_cpu_func},
+    .cpu_funcs_name = {"accumulate_n_cpu_func"},
+#if HYFI_HAVE_CUDA
+    .cuda_funcs = {accumulate_n_cuda_func},
+    .cuda_flags = {STARPU_CUDA_ASYNC},
+#else
+    HYFI_SIM_CUDA
+#endif
+    .nbuffers = STARPU_VARIABLE_NBUFFERS,
+    .model = &accumulate_n_model,
+    .name = "hyfi_accumulate_n",
+};
+
 /* Reduction methods of parameter gradients summed over micro-batches
  * (starpu_data_set_reduction_methods): zero a per-worker copy, add one copy
  * into another. Fixed buffers, no argument block: the count is the vector's. */

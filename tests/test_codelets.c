@@ -40,6 +40,8 @@ static const entry table[] = {
     {&hyfi_cl_relu_backward, "relu_backward", {0}, "wrr"},
     {&hyfi_cl_add_forward, "add_forward", {0}, "wrr"},
     {&hyfi_cl_accumulate, "accumulate", {0}, "wr"},
+    {&hyfi_cl_accumulate_n, "accumulate_n", {.u.elt = {.nsrc = 1}}, "wr"},
+    {&hyfi_cl_accumulate_n, "accumulate_n", {.u.elt = {.nsrc = 3}}, "wrrr"},
     {&hyfi_cl_fill, "fill", {0}, "w"},
     {&hyfi_cl_maxpool_forward, "maxpool_forward", {0}, "wr"},
     {&hyfi_cl_maxpool_backward, "maxpool_backward", {0}, "wrr"},
