@@ -144,12 +144,17 @@ static int conv_desc_init(conv_desc *d, const hyfi_conv2d_args *a)
  * it (tests), =auto is the default rule. A shape oneDNN declines runs direct. */
 enum { DIR_FWD, DIR_BWD_DATA, DIR_BWD_WEIGHTS };
 
+/* 0 direct, 1 Winograd wherever possible, 2 auto, 3 auto with the GEMM weight
+ * gradient wherever possible */
 static int conv_algo_env(void)
 {
-    static int mode = -1; /* 0 direct, 1 winograd where possible, 2 auto */
+    static int mode = -1;
     if (mode < 0) {
         const char *e = getenv("HYFI_CONV_ALGO");
-        mode = !e || !*e || !strcmp(e, "auto") ? 2 : !strcmp(e, "winograd") ? 1 : 0;
+        mode = !e || !*e || !strcmp(e, "auto") ? 2
+               : !strcmp(e, "winograd")        ? 1
+               : !strcmp(e, "gemm")            ? 3
+                                               : 0;
     }
     return mode;
 }
@@ -173,6 +178,7 @@ static dnnl_alg_kind_t conv_alg(const hyfi_conv2d_args *a, int dir)
                          cpu_has_winograd();
     if (mode == 0 || !eligible) return dnnl_convolution_direct;
     if (mode == 1) return dnnl_convolution_winograd;
+    /* mode 2 or 3: the rule */
     const long tiles = (long)a->n * ((a->ho + 3) / 4) * ((a->wo + 3) / 4);
     const int cmin = a->c_in < a->c_out ? a->c_in : a->c_out;
     const int wino = dir == DIR_BWD_WEIGHTS ? cmin >= 16 && tiles >= 32 : cmin >= 32 && tiles >= 64;
@@ -281,6 +287,86 @@ static int conv_prim(const hyfi_dnnl_prim **out, const conv_desc *d, const hyfi_
     const int rc = conv_pd_create(&pd, &fpd, d, a, with_bias, dir, p, q, r);
     if (rc) return rc;
     return (*out = hyfi_dnnl_cache_add(&key, sizeof key, pd, fpd)) ? 0 : -1;
+}
+
+/* ------------------------------------------------ weight gradient by GEMM
+ *
+ * With few output pixels per batch (K = N·Ho·Wo: ResNets' last stage at 64²
+ * images, 2x2 at batch 8) oneDNN's weight-gradient kernels run far below the
+ * machine's speed (ResNet-50's 512→512 3x3 at 2x2: 1.7-3.0 ms), while the
+ * same sums as a GEMM with inner dimension K are fast (0.7 ms). So for
+ * blocked activations and weights (16), one group, and K <= 64:
+ *   colT (K, Cin/16·KH·KW·16): for each output pixel (n, oh, ow) the 16
+ *     channels of input block ib under kernel tap (kh, kw), 0 in the padding
+ *     (64-byte copies out of nChw16c);
+ *   dyg (Cout/16, K, 16): dy's blocks gathered per output block;
+ *   for each output block ob: dw[ob] (Cin/16·KH·KW·16, 16) = colTᵀ · dyg[ob]:
+ *     exactly the OIhw16i16o block of ob, written in place (acc: beta 1).
+ * The GEMMs of the output blocks are shared among the threads, each one on
+ * one thread, so the result does not depend on the thread count. Measured
+ * (2 threads; docs/bench-cpu.md): K = 32 0.4-0.5x oneDNN's time, K = 64 0.5x,
+ * K = 128 1.1-1.6x, hence the bound. HYFI_CONV_ALGO=gemm takes it wherever
+ * the layouts allow (tests), =direct never. */
+#define BWDW_GEMM_MAX_K 64
+
+static int bwdw_gemm_eligible(const hyfi_conv2d_args *a)
+{
+    return a->groups == 1 && a->src_blk == 16 && a->dst_blk == 16 && a->wei_blk == 16 &&
+           a->c_in % 16 == 0 && a->c_out % 16 == 0;
+}
+
+int hyfi_conv2d_cpu_bwdw_gemm(const hyfi_conv2d_args *a)
+{
+    const int mode = conv_algo_env();
+    if (!bwdw_gemm_eligible(a) || mode == 0 || mode == 1) return 0;
+    return mode == 3 || (long)a->n * a->ho * a->wo <= BWDW_GEMM_MAX_K;
+}
+
+/* dw (Cout/16, Cin/16, KH, KW, 16i, 16o), db (Cout) or NULL,
+ * dy (N, Cout/16, Ho, Wo, 16), x (N, Cin/16, H, W, 16) */
+static int bwdw_gemm(float *dw, float *db, const float *dy, const float *x,
+                     const hyfi_conv2d_args *a, int acc)
+{
+    const int N = a->n, IB = a->c_in / 16, OB = a->c_out / 16, H = a->h, W = a->w;
+    const int Ho = a->ho, Wo = a->wo, KH = a->kh, KW = a->kw, P = Ho * Wo, K = N * P;
+    const size_t M = (size_t)IB * KH * KW * 16;
+    float *colT = hyfi_cpu_scratch(0, (size_t)K * M);
+    float *dyg = hyfi_cpu_scratch(1, (size_t)K * OB * 16);
+    if (!colT || !dyg) return -1;
+#pragma omp parallel for schedule(static)
+    for (int kk = 0; kk < K; kk++) {
+        const int n = kk / P, oh = kk % P / Wo, ow = kk % Wo;
+        float *row = colT + (size_t)kk * M;
+        for (int ib = 0; ib < IB; ib++)
+            for (int kh = 0; kh < KH; kh++)
+                for (int kw = 0; kw < KW; kw++) {
+                    float *d = row + (((size_t)ib * KH + kh) * KW + kw) * 16;
+                    const int ih = oh * a->sh + kh - a->ph, iw = ow * a->sw + kw - a->pw;
+                    if (ih < 0 || ih >= H || iw < 0 || iw >= W)
+                        memset(d, 0, 16 * sizeof *d);
+                    else
+                        memcpy(d, x + (((size_t)n * IB + ib) * H * W + (size_t)ih * W + iw) * 16,
+                               16 * sizeof *d);
+                }
+    }
+    for (int ob = 0; ob < OB; ob++)
+        for (int n = 0; n < N; n++)
+            memcpy(dyg + ((size_t)ob * K + (size_t)n * P) * 16,
+                   dy + ((size_t)n * OB + ob) * P * 16, (size_t)P * 16 * sizeof *dy);
+    int bad = 0;
+#pragma omp parallel for schedule(static) reduction(| : bad)
+    for (int ob = 0; ob < OB; ob++)
+        bad |= dnnl_sgemm('T', 'N', (dnnl_dim_t)M, 16, K, 1.0f, colT, (dnnl_dim_t)M,
+                          dyg + (size_t)ob * K * 16, 16, acc ? 1.0f : 0.0f,
+                          dw + (size_t)ob * M * 16, 16) != dnnl_success;
+    if (db)
+        for (int ob = 0; ob < OB; ob++)
+            for (int o = 0; o < 16; o++) {
+                float sum = 0;
+                for (int kk = 0; kk < K; kk++) sum += dyg[((size_t)ob * K + kk) * 16 + o];
+                db[ob * 16 + o] = acc ? db[ob * 16 + o] + sum : sum;
+            }
+    return bad ? -1 : 0;
 }
 
 /* One tensor argument: `user` wraps the caller's plain buffer, `prim` is what
@@ -461,6 +547,7 @@ int hyfi_conv2d_backward_weight_cpu(float *dw, float *db, const float *dy, const
     dnnl_primitive_desc_t pd;
     conv_arg src = {0}, ddst = {0}, dwei = {0}, dbia = {0};
     int rc;
+    if (hyfi_conv2d_cpu_bwdw_gemm(a)) return bwdw_gemm(dw, with_bias ? db : NULL, dy, x, a, acc);
     hyfi_dnnl_cache_trim();
     CK(conv_desc_init(&d, a));
     CK(conv_prim(&cp, &d, a, with_bias, DIR_BWD_WEIGHTS, dw, dy, x));

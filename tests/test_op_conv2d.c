@@ -272,6 +272,10 @@ int main(void)
     const hyfi_conv2d_args blk_cases[] = {
         mk(2, 32, 9, 9, 16, 3, 3, 1, 1, 1, 1, 1, 1), mk(2, 16, 8, 8, 32, 1, 1, 1, 1, 0, 0, 1, 0),
         mk(2, 16, 9, 9, 32, 1, 1, 2, 2, 0, 0, 1, 0), mk(1, 32, 10, 10, 32, 3, 3, 2, 2, 1, 1, 1, 1),
+        /* few output pixels (N·Ho·Wo <= 64): the weight gradient by GEMM in
+         * OIhw16i16o (ops/conv2d_cpu.c), with a bias and padding on every side */
+        mk(4, 32, 2, 2, 48, 3, 3, 1, 1, 1, 1, 1, 1), mk(2, 16, 4, 3, 32, 3, 3, 2, 2, 1, 1, 1, 0),
+        mk(3, 48, 2, 2, 32, 1, 1, 1, 1, 0, 0, 1, 0),
     };
     for (size_t i = 0; i < sizeof blk_cases / sizeof blk_cases[0]; i++)
         for (int B = 8; B <= 16; B += 8)
@@ -282,6 +286,22 @@ int main(void)
                 test_blocked(blk_cases[i], 0, 0, wb, &seed); /* NCHW, oneDNN's kernels */
             }
     test_blocked(mk(2, 3, 13, 13, 16, 7, 7, 2, 2, 3, 3, 1, 1), 0, 16, 0, &seed);
+    {
+        /* which weight-gradient path the default rule takes: GEMM at N·Ho·Wo =
+         * 16, oneDNN at 162 (HYFI_CONV_ALGO=direct: never GEMM, =gemm: both) */
+        hyfi_conv2d_args few = mk(4, 32, 2, 2, 48, 3, 3, 1, 1, 1, 1, 1, 1);
+        hyfi_conv2d_args many = mk(2, 32, 9, 9, 16, 3, 3, 1, 1, 1, 1, 1, 1);
+        few.src_blk = few.dst_blk = few.wei_blk = many.src_blk = many.dst_blk = 16;
+        many.wei_blk = 16;
+        const char *algo = getenv("HYFI_CONV_ALGO");
+        const int gemm = algo && !strcmp(algo, "gemm"), none = algo && (!strcmp(algo, "direct") ||
+                                                                        !strcmp(algo, "winograd"));
+        const int f = hyfi_conv2d_cpu_bwdw_gemm(&few), m = hyfi_conv2d_cpu_bwdw_gemm(&many);
+        const int ok = f == !none && m == gemm;
+        printf("%-4s GEMM weight gradient: %d at N*Ho*Wo = 16, %d at 162\n", ok ? "ok" : "FAIL",
+               f, m);
+        tu_check(!ok, "GEMM weight gradient rule");
+    }
     /* 3x3 stride 1 with enough 4x4 output tiles (4 * 4 * 4 = 64) and channels
      * that the default rule takes oneDNN's Winograd algorithm where the CPU has
      * it (AVX-512), in every direction (HYFI_CONV_ALGO=direct: the direct
