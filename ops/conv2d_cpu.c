@@ -4,9 +4,10 @@
  * The primitive descriptors are created with format "any" for the activations
  * and the weights, so that oneDNN picks its fastest (blocked) layouts, as
  * PyTorch's oneDNN path does, and the direct algorithm, or Winograd for the
- * 3x3 shapes where it is faster (see "algorithm choice" below). The user buffers are plain
- * NCHW / OIHW (GOIHW when grouped: (G, Cout/G, Cin/G, KH, KW), the same bytes
- * as (Cout, Cin/G, KH, KW)); an input whose chosen layout differs is reordered
+ * 3x3 shapes where it is faster (see "algorithm choice" below); convolutions
+ * with few output pixels run as GEMMs of hyfi's own ("GEMMs of our own"). The
+ * user buffers are plain NCHW / OIHW (GOIHW when grouped: (G, Cout/G, Cin/G,
+ * KH, KW), the same bytes as (Cout, Cin/G, KH, KW)); an input whose chosen layout differs is reordered
  * into a per-thread scratch buffer (hyfi_cpu_scratch), an output is computed in
  * scratch and reordered back. acc == 1 outputs are always computed in scratch
  * and added to the user buffer by a reorder with a sum post-op (plain C add as
@@ -239,7 +240,9 @@ static int aligned64(const void *p, const void *q, const void *r)
 int hyfi_conv2d_cpu_winograd(const hyfi_conv2d_args *a, int dir)
 {
     static const int dirs[3] = {DIR_FWD, DIR_BWD_DATA, DIR_BWD_WEIGHTS};
-    if (dir < 0 || dir > 2 || conv_alg(a, dirs[dir]) != dnnl_convolution_winograd) return 0;
+    if (dir < 0 || dir > 2 || hyfi_conv2d_cpu_gemm(a, dir) ||
+        conv_alg(a, dirs[dir]) != dnnl_convolution_winograd)
+        return 0;
     conv_desc d;
     dnnl_primitive_desc_t pd, fpd;
     if (conv_desc_init(&d, a) ||
@@ -289,50 +292,54 @@ static int conv_prim(const hyfi_dnnl_prim **out, const conv_desc *d, const hyfi_
     return (*out = hyfi_dnnl_cache_add(&key, sizeof key, pd, fpd)) ? 0 : -1;
 }
 
-/* ------------------------------------------------ weight gradient by GEMM
+/* ------------------------------------------------------ GEMMs of our own
  *
  * With few output pixels per batch (K = N·Ho·Wo: ResNets' last stage at 64²
- * images, 2x2 at batch 8) oneDNN's weight-gradient kernels run far below the
- * machine's speed (ResNet-50's 512→512 3x3 at 2x2: 1.7-3.0 ms), while the
- * same sums as a GEMM with inner dimension K are fast (0.7 ms). So for
- * blocked activations and weights (16), one group, and K <= 64:
- *   colT (K, Cin/16·KH·KW·16): for each output pixel (n, oh, ow) the 16
- *     channels of input block ib under kernel tap (kh, kw), 0 in the padding
- *     (64-byte copies out of nChw16c);
- *   dyg (Cout/16, K, 16): dy's blocks gathered per output block;
- *   for each output block ob: dw[ob] (Cin/16·KH·KW·16, 16) = colTᵀ · dyg[ob]:
- *     exactly the OIhw16i16o block of ob, written in place (acc: beta 1).
- * The GEMMs of the output blocks are shared among the threads, each one on
- * one thread, so the result does not depend on the thread count. Measured
- * (2 threads; docs/bench-cpu.md): K = 32 0.4-0.5x oneDNN's time, K = 64 0.5x,
- * K = 128 1.1-1.6x, hence the bound. HYFI_CONV_ALGO=gemm takes it wherever
- * the layouts allow (tests), =direct never. */
-#define BWDW_GEMM_MAX_K 64
+ * images, 2x2 at batch 8) oneDNN's convolution kernels run far below the
+ * machine's speed (ResNet-50's 512→512 3x3 at 2x2: weight gradient 1.7-3.0
+ * ms, backward data 1.0 ms plus 0.9 ms to reorder the weights), while the
+ * same sums as GEMMs are fast. So for blocked activations and weights (16),
+ * one group, and K <= 64, the CPU path computes the convolution itself:
+ *   colT (K, M), M = Cin·KH·KW: for each output pixel kk = (n, oh, ow), the
+ *     16 channels of input block ib under kernel tap (kh, kw) at column
+ *     ((ib·KH + kh)·KW + kw)·16, 0 in the padding (64-byte copies out of
+ *     nChw16c);
+ *   g (Cout/16, K, 16): y's or dy's blocks gathered per output block ob;
+ *   w[ob], the OIhw16i16o block of ob, is an (M, 16) matrix;
+ *   forward:          g[ob] = colT · w[ob], then bias and scatter into y;
+ *   weight gradient:  dw[ob] = colTᵀ · g[ob], written in place (acc: beta 1);
+ *   backward data:    dcolT = sum over ob of g[ob] · w[ob]ᵀ, then each dx
+ *                     pixel adds up its taps (col2im).
+ * Each GEMM runs on one thread (the output blocks, or for the backward data
+ * a range of input blocks, are shared among the threads), so the results do
+ * not depend on the thread count (checked bitwise by tests/test_op_conv2d.c).
+ * Measured (2 threads; docs/bench-cpu.md): weight gradient at K = 32 and 64
+ * 0.4-0.6x oneDNN's time, at K = 128 1.1-1.6x, hence the bound; backward data
+ * of the 3x3 at K = 32 0.7x (no weight reorder), of 1x1 alike; the forward
+ * alike or slower (one narrow GEMM per output block), so the default rule
+ * takes the two backward directions only. HYFI_CONV_ALGO=gemm takes all three
+ * wherever the layouts allow (tests), =direct and =winograd never. */
+#define GEMM_MAX_K 64
 
-static int bwdw_gemm_eligible(const hyfi_conv2d_args *a)
-{
-    return a->groups == 1 && a->src_blk == 16 && a->dst_blk == 16 && a->wei_blk == 16 &&
-           a->c_in % 16 == 0 && a->c_out % 16 == 0;
-}
-
-int hyfi_conv2d_cpu_bwdw_gemm(const hyfi_conv2d_args *a)
+int hyfi_conv2d_cpu_gemm(const hyfi_conv2d_args *a, int dir)
 {
     const int mode = conv_algo_env();
-    if (!bwdw_gemm_eligible(a) || mode == 0 || mode == 1) return 0;
-    return mode == 3 || (long)a->n * a->ho * a->wo <= BWDW_GEMM_MAX_K;
+    const int eligible = a->groups == 1 && a->src_blk == 16 && a->dst_blk == 16 &&
+                         a->wei_blk == 16 && a->c_in % 16 == 0 && a->c_out % 16 == 0;
+    if (dir < 0 || dir > 2 || !eligible || mode == 0 || mode == 1) return 0;
+    /* the forward's GEMMs (K x 16 x Cin·KH·KW each) were no faster than
+     * oneDNN's kernel: only where forced */
+    return mode == 3 || (dir > 0 && (long)a->n * a->ho * a->wo <= GEMM_MAX_K);
 }
 
-/* dw (Cout/16, Cin/16, KH, KW, 16i, 16o), db (Cout) or NULL,
- * dy (N, Cout/16, Ho, Wo, 16), x (N, Cin/16, H, W, 16) */
-static int bwdw_gemm(float *dw, float *db, const float *dy, const float *x,
-                     const hyfi_conv2d_args *a, int acc)
+extern int omp_get_max_threads(void);
+
+/* colT (K, M) from x (N, Cin/16, H, W, 16); see above */
+static void im2col_t(float *colT, const float *x, const hyfi_conv2d_args *a)
 {
-    const int N = a->n, IB = a->c_in / 16, OB = a->c_out / 16, H = a->h, W = a->w;
-    const int Ho = a->ho, Wo = a->wo, KH = a->kh, KW = a->kw, P = Ho * Wo, K = N * P;
+    const int IB = a->c_in / 16, H = a->h, W = a->w, Ho = a->ho, Wo = a->wo;
+    const int KH = a->kh, KW = a->kw, P = Ho * Wo, K = a->n * P;
     const size_t M = (size_t)IB * KH * KW * 16;
-    float *colT = hyfi_cpu_scratch(0, (size_t)K * M);
-    float *dyg = hyfi_cpu_scratch(1, (size_t)K * OB * 16);
-    if (!colT || !dyg) return -1;
 #pragma omp parallel for schedule(static)
     for (int kk = 0; kk < K; kk++) {
         const int n = kk / P, oh = kk % P / Wo, ow = kk % Wo;
@@ -349,21 +356,118 @@ static int bwdw_gemm(float *dw, float *db, const float *dy, const float *x,
                                16 * sizeof *d);
                 }
     }
+}
+
+/* g (OB, N·P, 16) from t (N, OB, P, 16), or back (to_t) */
+static void blocks_gather(float *g, float *t, int N, int OB, int P, int to_t)
+{
+    const size_t len = (size_t)P * 16 * sizeof *g;
     for (int ob = 0; ob < OB; ob++)
-        for (int n = 0; n < N; n++)
-            memcpy(dyg + ((size_t)ob * K + (size_t)n * P) * 16,
-                   dy + ((size_t)n * OB + ob) * P * 16, (size_t)P * 16 * sizeof *dy);
+        for (int n = 0; n < N; n++) {
+            float *gp = g + ((size_t)ob * N + n) * P * 16, *tp = t + ((size_t)n * OB + ob) * P * 16;
+            if (to_t) memcpy(tp, gp, len);
+            else memcpy(gp, tp, len);
+        }
+}
+
+/* y (N, Cout/16, Ho, Wo, 16), x (N, Cin/16, H, W, 16), w (Cout/16, M, 16), b or NULL */
+static int fwd_gemm(float *y, const float *x, const float *w, const float *b,
+                    const hyfi_conv2d_args *a)
+{
+    const int N = a->n, OB = a->c_out / 16, P = a->ho * a->wo, K = N * P;
+    const size_t M = (size_t)a->c_in * a->kh * a->kw;
+    float *colT = hyfi_cpu_scratch(0, (size_t)K * M);
+    float *g = hyfi_cpu_scratch(1, (size_t)K * OB * 16);
+    if (!colT || !g) return -1;
+    im2col_t(colT, x, a);
+    int bad = 0;
+#pragma omp parallel for schedule(static) reduction(| : bad)
+    for (int ob = 0; ob < OB; ob++) {
+        float *gb = g + (size_t)ob * K * 16;
+        bad |= dnnl_sgemm('N', 'N', K, 16, (dnnl_dim_t)M, 1.0f, colT, (dnnl_dim_t)M,
+                          w + (size_t)ob * M * 16, 16, 0.0f, gb, 16) != dnnl_success;
+        if (b)
+            for (int kk = 0; kk < K; kk++)
+                for (int o = 0; o < 16; o++) gb[(size_t)kk * 16 + o] += b[ob * 16 + o];
+    }
+    blocks_gather(g, y, N, OB, P, 1);
+    return bad ? -1 : 0;
+}
+
+/* dx (N, Cin/16, H, W, 16), dy (N, Cout/16, Ho, Wo, 16), w (Cout/16, M, 16) */
+static int bwdd_gemm(float *dx, const float *dy, const float *w, const hyfi_conv2d_args *a,
+                     int acc)
+{
+    const int N = a->n, IB = a->c_in / 16, OB = a->c_out / 16, H = a->h, W = a->w;
+    const int Ho = a->ho, Wo = a->wo, KH = a->kh, KW = a->kw, P = Ho * Wo, K = N * P;
+    const int cols = KH * KW * 16; /* columns of dcolT per input block */
+    const size_t M = (size_t)IB * cols;
+    float *dcolT = hyfi_cpu_scratch(0, (size_t)K * M);
+    float *g = hyfi_cpu_scratch(1, (size_t)K * OB * 16);
+    if (!dcolT || !g) return -1;
+    blocks_gather(g, (float *)dy, N, OB, P, 0);
+    int nt = omp_get_max_threads();
+    nt = nt < 1 ? 1 : nt > IB ? IB : nt;
+    int bad = 0;
+    /* thread t: the columns of input blocks [IB t / nt, IB (t+1) / nt), summed
+     * over the output blocks in order */
+#pragma omp parallel for num_threads(nt) schedule(static, 1) reduction(| : bad)
+    for (int t = 0; t < nt; t++) {
+        const int ib0 = IB * t / nt, ib1 = IB * (t + 1) / nt;
+        if (ib1 == ib0) continue;
+        for (int ob = 0; ob < OB; ob++)
+            bad |= dnnl_sgemm('N', 'T', K, (dnnl_dim_t)(ib1 - ib0) * cols, 16, 1.0f,
+                              g + (size_t)ob * K * 16, 16,
+                              w + ((size_t)ob * M + (size_t)ib0 * cols) * 16, 16,
+                              ob ? 1.0f : 0.0f, dcolT + (size_t)ib0 * cols, (dnnl_dim_t)M) !=
+                   dnnl_success;
+    }
+    /* col2im: every dx pixel adds its taps in (oh, ow, kh, kw) order */
+#pragma omp parallel for collapse(2) schedule(static)
+    for (int n = 0; n < N; n++)
+        for (int ib = 0; ib < IB; ib++) {
+            float *d = dx + ((size_t)n * IB + ib) * H * W * 16;
+            if (!acc) memset(d, 0, (size_t)H * W * 16 * sizeof *d);
+            for (int oh = 0; oh < Ho; oh++)
+                for (int ow = 0; ow < Wo; ow++) {
+                    const float *row = dcolT + ((size_t)(n * Ho + oh) * Wo + ow) * M +
+                                       (size_t)ib * cols;
+                    for (int kh = 0; kh < KH; kh++)
+                        for (int kw = 0; kw < KW; kw++) {
+                            const int ih = oh * a->sh + kh - a->ph, iw = ow * a->sw + kw - a->pw;
+                            if (ih < 0 || ih >= H || iw < 0 || iw >= W) continue;
+                            float *dp = d + ((size_t)ih * W + iw) * 16;
+                            const float *sp = row + (kh * KW + kw) * 16;
+                            for (int i = 0; i < 16; i++) dp[i] += sp[i];
+                        }
+                }
+        }
+    return bad ? -1 : 0;
+}
+
+/* dw (Cout/16, M, 16), db (Cout) or NULL, dy (N, Cout/16, Ho, Wo, 16),
+ * x (N, Cin/16, H, W, 16) */
+static int bwdw_gemm(float *dw, float *db, const float *dy, const float *x,
+                     const hyfi_conv2d_args *a, int acc)
+{
+    const int N = a->n, OB = a->c_out / 16, P = a->ho * a->wo, K = N * P;
+    const size_t M = (size_t)a->c_in * a->kh * a->kw;
+    float *colT = hyfi_cpu_scratch(0, (size_t)K * M);
+    float *g = hyfi_cpu_scratch(1, (size_t)K * OB * 16);
+    if (!colT || !g) return -1;
+    im2col_t(colT, x, a);
+    blocks_gather(g, (float *)dy, N, OB, P, 0);
     int bad = 0;
 #pragma omp parallel for schedule(static) reduction(| : bad)
     for (int ob = 0; ob < OB; ob++)
         bad |= dnnl_sgemm('T', 'N', (dnnl_dim_t)M, 16, K, 1.0f, colT, (dnnl_dim_t)M,
-                          dyg + (size_t)ob * K * 16, 16, acc ? 1.0f : 0.0f,
+                          g + (size_t)ob * K * 16, 16, acc ? 1.0f : 0.0f,
                           dw + (size_t)ob * M * 16, 16) != dnnl_success;
     if (db)
         for (int ob = 0; ob < OB; ob++)
             for (int o = 0; o < 16; o++) {
                 float sum = 0;
-                for (int kk = 0; kk < K; kk++) sum += dyg[((size_t)ob * K + kk) * 16 + o];
+                for (int kk = 0; kk < K; kk++) sum += g[((size_t)ob * K + kk) * 16 + o];
                 db[ob * 16 + o] = acc ? db[ob * 16 + o] + sum : sum;
             }
     return bad ? -1 : 0;
@@ -481,6 +585,7 @@ int hyfi_conv2d_forward_cpu(float *y, const float *x, const float *w, const floa
     dnnl_primitive_desc_t pd;
     conv_arg src = {0}, wei = {0}, bia = {0}, dst = {0};
     int rc;
+    if (hyfi_conv2d_cpu_gemm(a, 0)) return fwd_gemm(y, x, w, with_bias ? b : NULL, a);
     hyfi_dnnl_cache_trim();
     CK(conv_desc_init(&d, a));
     CK(conv_prim(&cp, &d, a, with_bias, DIR_FWD, y, x, w));
@@ -516,6 +621,7 @@ int hyfi_conv2d_backward_data_cpu(float *dx, const float *dy, const float *w,
     dnnl_primitive_desc_t pd;
     conv_arg ddst = {0}, wei = {0}, dsrc = {0};
     int rc;
+    if (hyfi_conv2d_cpu_gemm(a, 1)) return bwdd_gemm(dx, dy, w, a, acc);
     hyfi_dnnl_cache_trim();
     CK(conv_desc_init(&d, a));
     CK(conv_prim(&cp, &d, a, 0, DIR_BWD_DATA, dx, dy, w));
@@ -547,7 +653,7 @@ int hyfi_conv2d_backward_weight_cpu(float *dw, float *db, const float *dy, const
     dnnl_primitive_desc_t pd;
     conv_arg src = {0}, ddst = {0}, dwei = {0}, dbia = {0};
     int rc;
-    if (hyfi_conv2d_cpu_bwdw_gemm(a)) return bwdw_gemm(dw, with_bias ? db : NULL, dy, x, a, acc);
+    if (hyfi_conv2d_cpu_gemm(a, 2)) return bwdw_gemm(dw, with_bias ? db : NULL, dy, x, a, acc);
     hyfi_dnnl_cache_trim();
     CK(conv_desc_init(&d, a));
     CK(conv_prim(&cp, &d, a, with_bias, DIR_BWD_WEIGHTS, dw, dy, x));

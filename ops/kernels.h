@@ -86,10 +86,10 @@ int hyfi_conv2d_backward_weight_cpu(float *dw, float *db, const float *dy, const
  * backward weights) of this convolution with oneDNN's Winograd algorithm
  * (given 64-byte aligned buffers; ops/conv2d_cpu.c, "algorithm choice"). */
 int hyfi_conv2d_cpu_winograd(const hyfi_conv2d_args *a, int dir);
-/* Whether the CPU path computes this convolution's weight gradient as GEMMs
- * of its own instead of oneDNN's convolution (few output pixels:
- * ops/conv2d_cpu.c, "weight gradient by GEMM"). */
-int hyfi_conv2d_cpu_bwdw_gemm(const hyfi_conv2d_args *a);
+/* Whether the CPU path computes direction dir of this convolution as GEMMs of
+ * its own instead of oneDNN's convolution (few output pixels:
+ * ops/conv2d_cpu.c, "GEMMs of our own"). */
+int hyfi_conv2d_cpu_gemm(const hyfi_conv2d_args *a, int dir);
 
 /* --------------------------------------------------------------- batchnorm */
 typedef struct {

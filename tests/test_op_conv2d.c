@@ -3,6 +3,7 @@
  * shapes (odd sizes, 1x7 / 7x1, strides, padding, groups, depthwise, with and
  * without bias), the reference backwards against finite differences of the
  * reference forward, and acc = 1 accumulation on both paths. */
+#include "dnnl_common.h"
 #include "kernels.h"
 #include "testutil.h"
 
@@ -168,6 +169,8 @@ static void test_shape(const hyfi_conv2d_args *a, int do_fd, float amp, uint64_t
  * alone (a plain edge: the stem's input, a pool's output). wb: the weights
  * and their gradient in OIhw{wb}i{wb}o (wei_blk), the gradient also
  * accumulated. */
+extern int omp_get_max_threads(void);
+
 /* count floats on 64 bytes, as the engine's buffers (Winograd needs them) */
 static float *al(size_t count) { return aligned_alloc(64, (count * 4 + 63) / 64 * 64); }
 
@@ -201,6 +204,9 @@ static void test_blocked(hyfi_conv2d_args a, int sb, int db, int wb, uint64_t *s
         if (wg)
             snprintf(shp + strlen(shp), sizeof shp - strlen(shp), " %s", dir == 0 ? "Wf"
                                                                    : dir == 1 ? "Wd" : "Ww");
+        if (hyfi_conv2d_cpu_gemm(&a, dir))
+            snprintf(shp + strlen(shp), sizeof shp - strlen(shp), " %s", dir == 0 ? "Gf"
+                                                                   : dir == 1 ? "Gd" : "Gw");
     }
     int rc = hyfi_conv2d_forward_ref(yr, x, w, b, &r) | hyfi_conv2d_forward_cpu(yb, xb, wk, b, &a);
     hyfi_layout_to_plain(yp, yb, a.n, a.c_out, hwo, db);
@@ -287,8 +293,8 @@ int main(void)
             }
     test_blocked(mk(2, 3, 13, 13, 16, 7, 7, 2, 2, 3, 3, 1, 1), 0, 16, 0, &seed);
     {
-        /* which weight-gradient path the default rule takes: GEMM at N·Ho·Wo =
-         * 16, oneDNN at 162 (HYFI_CONV_ALGO=direct: never GEMM, =gemm: both) */
+        /* where the default rule takes GEMMs: at N·Ho·Wo = 16, not at 162
+         * (HYFI_CONV_ALGO=direct or winograd: never, =gemm: both) */
         hyfi_conv2d_args few = mk(4, 32, 2, 2, 48, 3, 3, 1, 1, 1, 1, 1, 1);
         hyfi_conv2d_args many = mk(2, 32, 9, 9, 16, 3, 3, 1, 1, 1, 1, 1, 1);
         few.src_blk = few.dst_blk = few.wei_blk = many.src_blk = many.dst_blk = 16;
@@ -296,11 +302,44 @@ int main(void)
         const char *algo = getenv("HYFI_CONV_ALGO");
         const int gemm = algo && !strcmp(algo, "gemm"), none = algo && (!strcmp(algo, "direct") ||
                                                                         !strcmp(algo, "winograd"));
-        const int f = hyfi_conv2d_cpu_bwdw_gemm(&few), m = hyfi_conv2d_cpu_bwdw_gemm(&many);
-        const int ok = f == !none && m == gemm;
-        printf("%-4s GEMM weight gradient: %d at N*Ho*Wo = 16, %d at 162\n", ok ? "ok" : "FAIL",
+        int f = 0, m = 0;
+        for (int dir = 0; dir < 3; dir++)
+            f += hyfi_conv2d_cpu_gemm(&few, dir), m += hyfi_conv2d_cpu_gemm(&many, dir);
+        /* the default: the backward directions; forced: all three */
+        const int ok = f == (none ? 0 : gemm ? 3 : 2) && m == 3 * gemm;
+        printf("%-4s GEMM directions: %d of 3 at N*Ho*Wo = 16, %d at 162\n", ok ? "ok" : "FAIL",
                f, m);
-        tu_check(!ok, "GEMM weight gradient rule");
+        tu_check(!ok, "GEMM convolution rule");
+        /* the same bits on 1 and 2 threads (each GEMM runs on one thread; not
+         * so oneDNN's kernels, which the other algorithm settings take) */
+        few.n = 8; /* K = 32, the 2x2 stage of ResNets at batch 8 */
+        const size_t nx = x_count(&few), ny = y_count(&few), nw = w_count(&few);
+        float *x = al(nx), *w = al(nw), *dy = al(ny), *b = al(48), *out[2][4];
+        tu_fill(x, nx, &seed, -1.f, 1.f);
+        tu_fill(w, nw, &seed, -0.5f, 0.5f);
+        tu_fill(dy, ny, &seed, -1.f, 1.f);
+        tu_fill(b, 48, &seed, -0.5f, 0.5f);
+        int rc = 0;
+        const int threads0 = omp_get_max_threads();
+        for (int t = 0; t < 2; t++) {
+            hyfi_cpu_set_threads(t + 1);
+            out[t][0] = al(ny), out[t][1] = al(nx), out[t][2] = al(nw), out[t][3] = al(48);
+            rc |= hyfi_conv2d_forward_cpu(out[t][0], x, w, b, &few);
+            rc |= hyfi_conv2d_backward_data_cpu(out[t][1], dy, w, &few, 0);
+            rc |= hyfi_conv2d_backward_weight_cpu(out[t][2], out[t][3], dy, x, &few, 0);
+        }
+        hyfi_cpu_set_threads(threads0);
+        const int same = none || (!rc && (!gemm || !memcmp(out[0][0], out[1][0], ny * 4)) &&
+                                  !memcmp(out[0][1], out[1][1], nx * 4) &&
+                                  !memcmp(out[0][2], out[1][2], nw * 4) &&
+                                  !memcmp(out[0][3], out[1][3], 48 * 4));
+        printf("%-4s convolution N8 32->48 2x2, %s: the same bits on 1 and 2 threads%s\n",
+               same ? "ok" : "FAIL", gemm ? "all directions" : "backward",
+               none ? " (not checked: oneDNN's kernels)" : "");
+        tu_check(!same, "thread-count independence");
+        for (int t = 0; t < 2; t++)
+            for (int k = 0; k < 4; k++) free(out[t][k]);
+        free(x), free(w), free(dy), free(b);
     }
     /* 3x3 stride 1 with enough 4x4 output tiles (4 * 4 * 4 = 64) and channels
      * that the default rule takes oneDNN's Winograd algorithm where the CPU has
