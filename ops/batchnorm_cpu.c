@@ -28,93 +28,156 @@
  * Blocked layouts (blk = B > 0, nChw8c / nChw16c, between oneDNN
  * convolutions: hyfi_layout_plan): the same formulas over one block of B
  * channels at a time, whose values sit side by side, so the inner loops run
- * over the B channels (SIMD lanes) and the sums are per lane.
+ * over the B channels (SIMD lanes) and the sums are per lane, taken per
+ * (channel block, image) pair and added over the images in order (the
+ * threads take whole blocks, or share the pairs where there are fewer blocks
+ * than threads).
  */
 #include "kernels.h"
 
 #include <math.h>
 #include <stddef.h>
+#include <stdlib.h>
 
 #define HYFI_BN_BLOCK 4096
 #define HYFI_BN_MAXB 16 /* largest channel block */
 
 /* ------------------------------------------------------- blocked layouts */
-/* y = (x - mu) * scale + shift over channel block cb, per lane j.
+/* y = (x - mu) * scale + shift over image n of channel block cb, per lane j.
  * y, x (N, C/B, H, W, B). */
-static void block_affine(float *y, const float *x, size_t N, size_t CB, size_t hw, int B,
-                         size_t cb, const float *mu, const float *scale, const float *shift,
-                         int relu)
+static void block_affine(float *y, const float *x, size_t CB, size_t hw, int B, size_t n,
+                         size_t cb, const float *coef, int relu)
 {
-    for (size_t n = 0; n < N; n++) {
-        const float *xp = x + (n * CB + cb) * hw * B;
-        float *yp = y + (n * CB + cb) * hw * B;
-        for (size_t i = 0; i < hw; i++) {
-            if (relu) {
+    const float *xp = x + (n * CB + cb) * hw * B;
+    float *yp = y + (n * CB + cb) * hw * B;
+    float mu[HYFI_BN_MAXB], scale[HYFI_BN_MAXB], shift[HYFI_BN_MAXB]; /* coef (3, B) */
+    for (int j = 0; j < B; j++) mu[j] = coef[j], scale[j] = coef[B + j], shift[j] = coef[2 * B + j];
+    for (size_t i = 0; i < hw; i++) {
+        if (relu) {
 #pragma omp simd
-                for (int j = 0; j < B; j++) {
-                    const float v = (xp[i * B + j] - mu[j]) * scale[j] + shift[j];
-                    yp[i * B + j] = v > 0.0f ? v : 0.0f;
-                }
-            } else {
-#pragma omp simd
-                for (int j = 0; j < B; j++)
-                    yp[i * B + j] = (xp[i * B + j] - mu[j]) * scale[j] + shift[j];
+            for (int j = 0; j < B; j++) {
+                const float v = (xp[i * B + j] - mu[j]) * scale[j] + shift[j];
+                yp[i * B + j] = v > 0.0f ? v : 0.0f;
             }
+        } else {
+#pragma omp simd
+            for (int j = 0; j < B; j++)
+                yp[i * B + j] = (xp[i * B + j] - mu[j]) * scale[j] + shift[j];
         }
     }
 }
 
-/* x, y (N, C/B, H, W, B); the B channels of block cb from c0 = cb B. */
+/* The sums of a blocked pass are taken per (channel block, image) pair, in
+ * double across the row blocks, and added over the images in order, so that
+ * they do not depend on how the pairs are shared among threads. With at
+ * least as many channel blocks as threads, each thread takes whole blocks
+ * (both passes over a block while it is in cache); with fewer (ResNets'
+ * first stage: one block of 16 channels, which ran on one thread) the threads
+ * share the pairs of each pass. part: (CB, N, 2, B) doubles. */
+extern int omp_get_max_threads(void);
+
+static double *blk_parts(size_t CB, size_t N, int B)
+{
+    return malloc(CB * N * 2 * (size_t)B * sizeof(double));
+}
+
+/* part (2, B) of pair (cb, n): sums of x - k and (x - k)^2, k = x[0, cb, 0, 0] */
+static void fwd_pair_sums(double *part, const float *x, size_t CB, size_t hw, int B, size_t n,
+                          size_t cb)
+{
+    float k[HYFI_BN_MAXB];
+    for (int j = 0; j < B; j++) k[j] = x[cb * hw * B + j]; /* x[0, c0 + j, 0, 0] */
+    const float *xp = x + (n * CB + cb) * hw * B;
+    double s1[HYFI_BN_MAXB] = {0}, s2[HYFI_BN_MAXB] = {0};
+    for (size_t i0 = 0; i0 < hw; i0 += HYFI_BN_BLOCK) {
+        const size_t i1 = i0 + HYFI_BN_BLOCK < hw ? i0 + HYFI_BN_BLOCK : hw;
+        float fa[HYFI_BN_MAXB] = {0}, fb[HYFI_BN_MAXB] = {0};
+        for (size_t i = i0; i < i1; i++) {
+#pragma omp simd
+            for (int j = 0; j < B; j++) {
+                const float d = xp[i * B + j] - k[j];
+                fa[j] += d;
+                fb[j] += d * d;
+            }
+        }
+        for (int j = 0; j < B; j++) s1[j] += fa[j], s2[j] += fb[j];
+    }
+    for (int j = 0; j < B; j++) part[j] = s1[j], part[B + j] = s2[j];
+}
+
+/* Block cb's statistics from its pairs' sums: coef (3, B) = mu, scale, shift,
+ * and the saved and running statistics. */
+static void fwd_block_coef(float *coef, const double *part, size_t cb, size_t N, int B,
+                           const float *x, size_t hw, float *mean, float *var, float *run_mean,
+                           float *run_var, const float *gamma, const float *beta,
+                           const hyfi_batchnorm_args *a)
+{
+    const double M = (double)N * (double)hw;
+    const double unbias = M > 1.0 ? M / (M - 1.0) : 1.0;
+    const double mom = a->momentum;
+    for (int j = 0; j < B; j++) {
+        const size_t c = cb * (size_t)B + (size_t)j;
+        double t1 = 0, t2 = 0;
+        for (size_t n = 0; n < N; n++) {
+            t1 += part[(cb * N + n) * 2 * B + j];
+            t2 += part[((cb * N + n) * 2 + 1) * B + j];
+        }
+        const double d = t1 / M;
+        double v = t2 / M - d * d;
+        if (v < 0) v = 0;
+        const double m = x[cb * hw * B + j] + d;
+        const double invstd = 1.0 / sqrt(v + (double)a->eps);
+        coef[j] = (float)m;
+        coef[B + j] = (float)(gamma[c] * invstd);
+        coef[2 * B + j] = beta[c];
+        mean[c] = (float)m;
+        var[c] = (float)v;
+        run_mean[c] = (float)((1.0 - mom) * run_mean[c] + mom * m);
+        run_var[c] = (float)((1.0 - mom) * run_var[c] + mom * v * unbias);
+    }
+}
+
+/* x, y (N, C/B, H, W, B) */
 static int bn_forward_train_blk(float *y, float *mean, float *var, float *run_mean,
                                 float *run_var, const float *x, const float *gamma,
                                 const float *beta, const hyfi_batchnorm_args *a, int B)
 {
     const size_t hw = (size_t)a->h * a->w, N = (size_t)a->n, CB = (size_t)a->c / (size_t)B;
-    const double M = (double)N * (double)hw;
-    const double unbias = M > 1.0 ? M / (M - 1.0) : 1.0;
-    const double mom = a->momentum;
     if (B > HYFI_BN_MAXB || a->c % B) return -1;
-    const long ncb = (long)CB;
-#pragma omp parallel for schedule(static)
-    for (long cbi = 0; cbi < ncb; cbi++) {
-        const size_t cb = (size_t)cbi, c0 = cb * (size_t)B;
-        float k[HYFI_BN_MAXB];
-        double s1[HYFI_BN_MAXB] = {0}, s2[HYFI_BN_MAXB] = {0};
-        for (int j = 0; j < B; j++) k[j] = x[cb * hw * B + j]; /* x[0, c0 + j, 0, 0] */
-        for (size_t n = 0; n < N; n++) {
-            const float *xp = x + (n * CB + cb) * hw * B;
-            for (size_t i0 = 0; i0 < hw; i0 += HYFI_BN_BLOCK) {
-                const size_t i1 = i0 + HYFI_BN_BLOCK < hw ? i0 + HYFI_BN_BLOCK : hw;
-                float fa[HYFI_BN_MAXB] = {0}, fb[HYFI_BN_MAXB] = {0};
-                for (size_t i = i0; i < i1; i++) {
-#pragma omp simd
-                    for (int j = 0; j < B; j++) {
-                        const float d = xp[i * B + j] - k[j];
-                        fa[j] += d;
-                        fb[j] += d * d;
-                    }
-                }
-                for (int j = 0; j < B; j++) s1[j] += fa[j], s2[j] += fb[j];
-            }
-        }
-        float mu[HYFI_BN_MAXB], scale[HYFI_BN_MAXB], shift[HYFI_BN_MAXB];
-        for (int j = 0; j < B; j++) {
-            const size_t c = c0 + (size_t)j;
-            const double d = s1[j] / M;
-            double v = s2[j] / M - d * d;
-            if (v < 0) v = 0;
-            const double m = k[j] + d;
-            const double invstd = 1.0 / sqrt(v + (double)a->eps);
-            mu[j] = (float)m;
-            scale[j] = (float)(gamma[c] * invstd);
-            shift[j] = beta[c];
-            mean[c] = (float)m;
-            var[c] = (float)v;
-            run_mean[c] = (float)((1.0 - mom) * run_mean[c] + mom * m);
-            run_var[c] = (float)((1.0 - mom) * run_var[c] + mom * v * unbias);
-        }
-        block_affine(y, x, N, CB, hw, B, cb, mu, scale, shift, a->relu);
+    double *part = blk_parts(CB, N, B);
+    float *coef = malloc(3 * CB * (size_t)B * sizeof(float)); /* (CB, 3, B) */
+    if (!part || !coef) {
+        free(part), free(coef);
+        return -1;
     }
+    if (CB >= (size_t)omp_get_max_threads()) {
+        const long ncb = (long)CB;
+#pragma omp parallel for schedule(static)
+        for (long cbi = 0; cbi < ncb; cbi++) {
+            const size_t cb = (size_t)cbi;
+            for (size_t n = 0; n < N; n++)
+                fwd_pair_sums(part + (cb * N + n) * 2 * B, x, CB, hw, B, n, cb);
+            fwd_block_coef(coef + 3 * cb * B, part, cb, N, B, x, hw, mean, var, run_mean,
+                           run_var, gamma, beta, a);
+            for (size_t n = 0; n < N; n++)
+                block_affine(y, x, CB, hw, B, n, cb, coef + 3 * cb * B, a->relu);
+        }
+    } else {
+        const long npair = (long)(CB * N);
+#pragma omp parallel for schedule(static)
+        for (long pi = 0; pi < npair; pi++)
+            fwd_pair_sums(part + (size_t)pi * 2 * B, x, CB, hw, B, (size_t)pi % N,
+                          (size_t)pi / N);
+        for (size_t cb = 0; cb < CB; cb++)
+            fwd_block_coef(coef + 3 * cb * B, part, cb, N, B, x, hw, mean, var, run_mean,
+                           run_var, gamma, beta, a);
+#pragma omp parallel for schedule(static)
+        for (long pi = 0; pi < npair; pi++) {
+            const size_t cb = (size_t)pi / N;
+            block_affine(y, x, CB, hw, B, (size_t)pi % N, cb, coef + 3 * cb * B, a->relu);
+        }
+    }
+    free(part), free(coef);
     return 0;
 }
 
@@ -124,20 +187,25 @@ static int bn_forward_eval_blk(float *y, const float *x, const float *gamma, con
 {
     const size_t hw = (size_t)a->h * a->w, N = (size_t)a->n, CB = (size_t)a->c / (size_t)B;
     if (B > HYFI_BN_MAXB || a->c % B) return -1;
-    const long ncb = (long)CB;
-#pragma omp parallel for schedule(static)
-    for (long cbi = 0; cbi < ncb; cbi++) {
-        const size_t cb = (size_t)cbi, c0 = cb * (size_t)B;
-        float mu[HYFI_BN_MAXB], scale[HYFI_BN_MAXB], shift[HYFI_BN_MAXB];
+    float *coef = malloc(3 * CB * (size_t)B * sizeof(float));
+    if (!coef) return -1;
+    for (size_t cb = 0; cb < CB; cb++) {
+        float *mu = coef + 3 * cb * B, *scale = mu + B, *shift = scale + B;
         for (int j = 0; j < B; j++) {
-            const size_t c = c0 + (size_t)j;
+            const size_t c = cb * (size_t)B + (size_t)j;
             mu[j] = run_mean[c];
             const double invstd = 1.0 / sqrt((double)run_var[c] + (double)a->eps);
             scale[j] = (float)(gamma[c] * invstd);
             shift[j] = beta[c];
         }
-        block_affine(y, x, N, CB, hw, B, cb, mu, scale, shift, a->relu);
     }
+    const long npair = (long)(CB * N);
+#pragma omp parallel for schedule(static)
+    for (long pi = 0; pi < npair; pi++) {
+        const size_t cb = (size_t)pi / N;
+        block_affine(y, x, CB, hw, B, (size_t)pi % N, cb, coef + 3 * cb * B, a->relu);
+    }
+    free(coef);
     return 0;
 }
 
@@ -146,85 +214,143 @@ static int bn_forward_eval_blk(float *y, const float *x, const float *gamma, con
  * random mask: 15x slower, measured) */
 static inline float bn_masked(float dy, float y) { return y > 0.0f ? dy : 0.0f; }
 
+/* part (2, B) of pair (cb, n): sums of dy' and dy' (x - mean), dy' = dy masked
+ * by the fused ReLU's y > 0 */
+static void bwd_pair_sums(double *part, const float *dy, const float *x, const float *y,
+                          const float *mean, size_t CB, size_t hw, int B, size_t n, size_t cb,
+                          int relu)
+{
+    float mu[HYFI_BN_MAXB];
+    for (int j = 0; j < B; j++) mu[j] = mean[cb * (size_t)B + (size_t)j];
+    double sdy[HYFI_BN_MAXB] = {0}, sdyx[HYFI_BN_MAXB] = {0};
+    const float *xp = x + (n * CB + cb) * hw * B;
+    const float *dyp = dy + (n * CB + cb) * hw * B;
+    const float *yp = relu ? y + (n * CB + cb) * hw * B : dyp;
+    for (size_t i0 = 0; i0 < hw; i0 += HYFI_BN_BLOCK) {
+        const size_t i1 = i0 + HYFI_BN_BLOCK < hw ? i0 + HYFI_BN_BLOCK : hw;
+        float p[HYFI_BN_MAXB] = {0}, q[HYFI_BN_MAXB] = {0};
+        for (size_t i = i0; i < i1; i++) {
+            if (relu) {
+#pragma omp simd
+                for (int j = 0; j < B; j++) {
+                    const float g = bn_masked(dyp[i * B + j], yp[i * B + j]);
+                    p[j] += g;
+                    q[j] += g * (xp[i * B + j] - mu[j]);
+                }
+            } else {
+#pragma omp simd
+                for (int j = 0; j < B; j++) {
+                    p[j] += dyp[i * B + j];
+                    q[j] += dyp[i * B + j] * (xp[i * B + j] - mu[j]);
+                }
+            }
+        }
+        for (int j = 0; j < B; j++) sdy[j] += p[j], sdyx[j] += q[j];
+    }
+    for (int j = 0; j < B; j++) part[j] = sdy[j], part[B + j] = sdyx[j];
+}
+
+/* Block cb's coefficients from its pairs' sums: coef (4, B) = mean, A, Bc, D
+ * (dx = A dy' + Bc (x - mean) + D), and dgamma, dbeta. */
+static void bwd_block_coef(float *coef, const double *part, size_t cb, size_t N, size_t hw, int B,
+                           float *dgamma, float *dbeta, const float *gamma, const float *mean,
+                           const float *var, const hyfi_batchnorm_args *a, int acc)
+{
+    const double M = (double)N * (double)hw;
+    for (int j = 0; j < B; j++) {
+        const size_t c = cb * (size_t)B + (size_t)j;
+        double sdy = 0, sdyx = 0;
+        for (size_t n = 0; n < N; n++) {
+            sdy += part[(cb * N + n) * 2 * B + j];
+            sdyx += part[((cb * N + n) * 2 + 1) * B + j];
+        }
+        const double invstd = 1.0 / sqrt((double)var[c] + (double)a->eps);
+        const double dg = sdyx * invstd;
+        const double k = gamma[c] * invstd / M;
+        coef[j] = mean[c];
+        coef[B + j] = (float)(k * M);
+        coef[2 * B + j] = (float)(-k * invstd * dg);
+        coef[3 * B + j] = (float)(-k * sdy);
+        dgamma[c] = (acc & HYFI_BN_ACC_PARAMS) ? dgamma[c] + (float)dg : (float)dg;
+        dbeta[c] = (acc & HYFI_BN_ACC_PARAMS) ? dbeta[c] + (float)sdy : (float)sdy;
+    }
+}
+
+/* dx of pair (cb, n) from coef (4, B) */
+static void bwd_pair_dx(float *dx, const float *dy, const float *x, const float *y,
+                        const float *coef, size_t CB, size_t hw, int B, size_t n, size_t cb,
+                        int relu, int add)
+{
+    float mu[HYFI_BN_MAXB], A[HYFI_BN_MAXB], Bc[HYFI_BN_MAXB], D[HYFI_BN_MAXB];
+    for (int j = 0; j < B; j++)
+        mu[j] = coef[j], A[j] = coef[B + j], Bc[j] = coef[2 * B + j], D[j] = coef[3 * B + j];
+    const float *xp = x + (n * CB + cb) * hw * B;
+    const float *dyp = dy + (n * CB + cb) * hw * B;
+    const float *yp = relu ? y + (n * CB + cb) * hw * B : dyp;
+    float *dxp = dx + (n * CB + cb) * hw * B;
+    for (size_t i = 0; i < hw; i++) {
+        const float *xi = xp + i * B, *dyi = dyp + i * B, *yi = yp + i * B;
+        float *dxi = dxp + i * B;
+        if (relu) {
+#pragma omp simd
+            for (int j = 0; j < B; j++) {
+                const float v = A[j] * bn_masked(dyi[j], yi[j]) + Bc[j] * (xi[j] - mu[j]) + D[j];
+                dxi[j] = add ? dxi[j] + v : v;
+            }
+        } else if (add) {
+#pragma omp simd
+            for (int j = 0; j < B; j++) dxi[j] += A[j] * dyi[j] + Bc[j] * (xi[j] - mu[j]) + D[j];
+        } else {
+#pragma omp simd
+            for (int j = 0; j < B; j++) dxi[j] = A[j] * dyi[j] + Bc[j] * (xi[j] - mu[j]) + D[j];
+        }
+    }
+}
+
 static int bn_backward_blk(float *dx, float *dgamma, float *dbeta, const float *dy,
                            const float *x, const float *gamma, const float *y,
                            const float *mean, const float *var, const hyfi_batchnorm_args *a,
                            int acc, int B)
 {
     const size_t hw = (size_t)a->h * a->w, N = (size_t)a->n, CB = (size_t)a->c / (size_t)B;
-    const double M = (double)N * (double)hw;
     if (B > HYFI_BN_MAXB || a->c % B) return -1;
-    const long ncb = (long)CB;
+    double *part = blk_parts(CB, N, B);
+    float *coef = malloc(4 * CB * (size_t)B * sizeof(float)); /* (CB, 4, B) */
+    if (!part || !coef) {
+        free(part), free(coef);
+        return -1;
+    }
+    const int add = (acc & HYFI_BN_ACC_DX) != 0, relu = a->relu;
+    if (CB >= (size_t)omp_get_max_threads()) {
+        const long ncb = (long)CB;
 #pragma omp parallel for schedule(static)
-    for (long cbi = 0; cbi < ncb; cbi++) {
-        const size_t cb = (size_t)cbi, c0 = cb * (size_t)B;
-        float mu[HYFI_BN_MAXB];
-        double sdy[HYFI_BN_MAXB] = {0}, sdyx[HYFI_BN_MAXB] = {0};
-        for (int j = 0; j < B; j++) mu[j] = mean[c0 + (size_t)j];
-        for (size_t n = 0; n < N; n++) {
-            const float *xp = x + (n * CB + cb) * hw * B;
-            const float *dyp = dy + (n * CB + cb) * hw * B;
-            const float *yp = a->relu ? y + (n * CB + cb) * hw * B : dyp;
-            for (size_t i0 = 0; i0 < hw; i0 += HYFI_BN_BLOCK) {
-                const size_t i1 = i0 + HYFI_BN_BLOCK < hw ? i0 + HYFI_BN_BLOCK : hw;
-                float p[HYFI_BN_MAXB] = {0}, q[HYFI_BN_MAXB] = {0};
-                for (size_t i = i0; i < i1; i++) {
-                    if (a->relu) {
-#pragma omp simd
-                        for (int j = 0; j < B; j++) {
-                            const float g = bn_masked(dyp[i * B + j], yp[i * B + j]);
-                            p[j] += g;
-                            q[j] += g * (xp[i * B + j] - mu[j]);
-                        }
-                    } else {
-#pragma omp simd
-                        for (int j = 0; j < B; j++) {
-                            p[j] += dyp[i * B + j];
-                            q[j] += dyp[i * B + j] * (xp[i * B + j] - mu[j]);
-                        }
-                    }
-                }
-                for (int j = 0; j < B; j++) sdy[j] += p[j], sdyx[j] += q[j];
-            }
+        for (long cbi = 0; cbi < ncb; cbi++) {
+            const size_t cb = (size_t)cbi;
+            for (size_t n = 0; n < N; n++)
+                bwd_pair_sums(part + (cb * N + n) * 2 * B, dy, x, y, mean, CB, hw, B, n, cb,
+                              relu);
+            bwd_block_coef(coef + 4 * cb * B, part, cb, N, hw, B, dgamma, dbeta, gamma, mean,
+                           var, a, acc);
+            for (size_t n = 0; n < N; n++)
+                bwd_pair_dx(dx, dy, x, y, coef + 4 * cb * B, CB, hw, B, n, cb, relu, add);
         }
-        float A[HYFI_BN_MAXB], Bc[HYFI_BN_MAXB], D[HYFI_BN_MAXB];
-        for (int j = 0; j < B; j++) {
-            const size_t c = c0 + (size_t)j;
-            const double invstd = 1.0 / sqrt((double)var[c] + (double)a->eps);
-            const double dg = sdyx[j] * invstd;
-            const double k = gamma[c] * invstd / M;
-            A[j] = (float)(k * M), Bc[j] = (float)(-k * invstd * dg), D[j] = (float)(-k * sdy[j]);
-            dgamma[c] = (acc & HYFI_BN_ACC_PARAMS) ? dgamma[c] + (float)dg : (float)dg;
-            dbeta[c] = (acc & HYFI_BN_ACC_PARAMS) ? dbeta[c] + (float)sdy[j] : (float)sdy[j];
-        }
-        for (size_t n = 0; n < N; n++) {
-            const float *xp = x + (n * CB + cb) * hw * B;
-            const float *dyp = dy + (n * CB + cb) * hw * B;
-            const float *yp = a->relu ? y + (n * CB + cb) * hw * B : dyp;
-            float *dxp = dx + (n * CB + cb) * hw * B;
-            for (size_t i = 0; i < hw; i++) {
-                const float *xi = xp + i * B, *dyi = dyp + i * B, *yi = yp + i * B;
-                float *dxi = dxp + i * B;
-                if (a->relu) {
-                    const int add = (acc & HYFI_BN_ACC_DX) != 0;
-#pragma omp simd
-                    for (int j = 0; j < B; j++) {
-                        const float v =
-                            A[j] * bn_masked(dyi[j], yi[j]) + Bc[j] * (xi[j] - mu[j]) + D[j];
-                        dxi[j] = add ? dxi[j] + v : v;
-                    }
-                } else if (acc & HYFI_BN_ACC_DX) {
-#pragma omp simd
-                    for (int j = 0; j < B; j++)
-                        dxi[j] += A[j] * dyi[j] + Bc[j] * (xi[j] - mu[j]) + D[j];
-                } else {
-#pragma omp simd
-                    for (int j = 0; j < B; j++)
-                        dxi[j] = A[j] * dyi[j] + Bc[j] * (xi[j] - mu[j]) + D[j];
-                }
-            }
+    } else {
+        const long npair = (long)(CB * N);
+#pragma omp parallel for schedule(static)
+        for (long pi = 0; pi < npair; pi++)
+            bwd_pair_sums(part + (size_t)pi * 2 * B, dy, x, y, mean, CB, hw, B, (size_t)pi % N,
+                          (size_t)pi / N, relu);
+        for (size_t cb = 0; cb < CB; cb++)
+            bwd_block_coef(coef + 4 * cb * B, part, cb, N, hw, B, dgamma, dbeta, gamma, mean,
+                           var, a, acc);
+#pragma omp parallel for schedule(static)
+        for (long pi = 0; pi < npair; pi++) {
+            const size_t cb = (size_t)pi / N;
+            bwd_pair_dx(dx, dy, x, y, coef + 4 * cb * B, CB, hw, B, (size_t)pi % N, cb, relu,
+                        add);
         }
     }
+    free(part), free(coef);
     return 0;
 }
 
