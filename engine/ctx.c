@@ -425,6 +425,17 @@ static hyfi_status ctx_create(hyfi_ctx **out, const hyfi_ctx_config *cfg_in)
         const char *e = getenv("HYFI_LEND_MIN_BYTES");
         ctx->lend_min_bytes = e ? (size_t)strtoull(e, NULL, 10) : 1;
         hyfi_ops_cores_init(ctx->ncpu, ctx->cpu_threads, ctx->lend_min_bytes);
+        /* The thread that submits a program needs a core: where the CPU
+         * workers' kernel threads fill every core, kernels starting meanwhile
+         * run one thread fewer (docs/architecture.md, "The submitting thread's
+         * core"). Only where the thread counts are hyfi's to vary (several CPU
+         * workers lending cores or one of them holding all); fixed ones (one
+         * CPU worker, HYFI_CPU_THREADS, no lending) keep runs bitwise
+         * reproducible. HYFI_SUBMIT_CAP=0: off. */
+        const char *cap = getenv("HYFI_SUBMIT_CAP");
+        ctx->submit_cap = ctx->ncpu > 1 && ctx->ncpu * ctx->cpu_threads >= ctx->cores &&
+                          !ctx->cpu_threads_set && ctx->lend_min_bytes > 0 &&
+                          !(cap && !strcmp(cap, "0"));
     }
     rc = hyfi_ops_init();
     if (rc != 0) {

@@ -317,6 +317,7 @@ struct hyfi_ctx {
     int cores;            /* cores of this process (the node's, shared among its ranks) */
     int cpu_threads_set;  /* cpu_threads from HYFI_CPU_THREADS or the config */
     size_t lend_min_bytes;/* core lending (HYFI_LEND_MIN_BYTES), 0: off */
+    int submit_cap;       /* kernels run a thread fewer while a program is submitted (run.c) */
     int verbose;
     int records;          /* hyfi_ctx_set_task_records */
     char *trace_dir;      /* FxT tracing on (hyfi_ctx_config.trace_dir), else NULL */

@@ -134,17 +134,8 @@ static hyfi_status program_run(hyfi_graph *g, program *p)
     const double cpu0 = timed ? clock_ms(CLOCK_THREAD_CPUTIME_ID) : 0;
     const double wall0 = timed ? clock_ms(CLOCK_MONOTONIC) : 0;
     int submitted = 0;
-    /* This thread needs a core while it submits: where the CPU workers' kernel
-     * threads fill every core, kernels starting meanwhile run one thread fewer
-     * (docs/architecture.md, "The submitting thread's core"). Only where the
-     * thread counts are hyfi's to vary (several CPU workers lending cores or
-     * one of them holding all); fixed ones (one CPU worker, HYFI_CPU_THREADS,
-     * no lending) keep runs bitwise reproducible. HYFI_SUBMIT_CAP=0: off. */
-    const hyfi_ctx *cx = g->ctx;
-    const char *cap = getenv("HYFI_SUBMIT_CAP");
-    const int share = cx->ncpu > 1 && cx->ncpu * cx->cpu_threads >= cx->cores &&
-                      !cx->cpu_threads_set && cx->lend_min_bytes > 0 &&
-                      !(cap && !strcmp(cap, "0"));
+    /* kernels run a thread fewer while this thread submits (ctx.c, submit_cap) */
+    const int share = g->ctx->submit_cap;
     if (share) hyfi_ops_cores_submitting(1);
     for (int i = 0; i < p->n; i++) {
         prog_task *t = &p->t[i];

@@ -358,6 +358,16 @@ static void im2col_t(float *colT, const float *x, const hyfi_conv2d_args *a)
     }
 }
 
+/* The GEMM paths' scratch: the (K, M) matrix (slot 0) and the gathered output
+ * blocks g (Cout/16, K, 16) (slot 1); -1 when out of memory. */
+static int gemm_scratch(const hyfi_conv2d_args *a, float **colT, float **g)
+{
+    const size_t K = (size_t)a->n * a->ho * a->wo, M = (size_t)a->c_in * a->kh * a->kw;
+    *colT = hyfi_cpu_scratch(0, K * M);
+    *g = hyfi_cpu_scratch(1, K * (size_t)a->c_out);
+    return *colT && *g ? 0 : -1;
+}
+
 /* g (OB, N·P, 16) from t (N, OB, P, 16), or back (to_t) */
 static void blocks_gather(float *g, float *t, int N, int OB, int P, int to_t)
 {
@@ -376,9 +386,8 @@ static int fwd_gemm(float *y, const float *x, const float *w, const float *b,
 {
     const int N = a->n, OB = a->c_out / 16, P = a->ho * a->wo, K = N * P;
     const size_t M = (size_t)a->c_in * a->kh * a->kw;
-    float *colT = hyfi_cpu_scratch(0, (size_t)K * M);
-    float *g = hyfi_cpu_scratch(1, (size_t)K * OB * 16);
-    if (!colT || !g) return -1;
+    float *colT, *g;
+    if (gemm_scratch(a, &colT, &g)) return -1;
     im2col_t(colT, x, a);
     int bad = 0;
 #pragma omp parallel for schedule(static) reduction(| : bad)
@@ -402,9 +411,8 @@ static int bwdd_gemm(float *dx, const float *dy, const float *w, const hyfi_conv
     const int Ho = a->ho, Wo = a->wo, KH = a->kh, KW = a->kw, P = Ho * Wo, K = N * P;
     const int cols = KH * KW * 16; /* columns of dcolT per input block */
     const size_t M = (size_t)IB * cols;
-    float *dcolT = hyfi_cpu_scratch(0, (size_t)K * M);
-    float *g = hyfi_cpu_scratch(1, (size_t)K * OB * 16);
-    if (!dcolT || !g) return -1;
+    float *dcolT, *g;
+    if (gemm_scratch(a, &dcolT, &g)) return -1;
     blocks_gather(g, (float *)dy, N, OB, P, 0);
     int nt = omp_get_max_threads();
     nt = nt < 1 ? 1 : nt > IB ? IB : nt;
@@ -452,9 +460,8 @@ static int bwdw_gemm(float *dw, float *db, const float *dy, const float *x,
 {
     const int N = a->n, OB = a->c_out / 16, P = a->ho * a->wo, K = N * P;
     const size_t M = (size_t)a->c_in * a->kh * a->kw;
-    float *colT = hyfi_cpu_scratch(0, (size_t)K * M);
-    float *g = hyfi_cpu_scratch(1, (size_t)K * OB * 16);
-    if (!colT || !g) return -1;
+    float *colT, *g;
+    if (gemm_scratch(a, &colT, &g)) return -1;
     im2col_t(colT, x, a);
     blocks_gather(g, (float *)dy, N, OB, P, 0);
     int bad = 0;
