@@ -16,6 +16,7 @@
 #include <inttypes.h>
 #include <stdarg.h>
 #include <starpu_mpi.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,25 +24,6 @@
 #undef SEED /* SimGrid's mpi.h (simulation build) defines it */
 
 #define AGREE_TAG_BASE (INT64_C(1) << 60)
-
-typedef struct {
-    uint64_t hash;
-    char value[HYFI_AGREE_VALUE]; /* text for the message (may be truncated) */
-} agree_item;
-
-/* What each rank sends rank 0 (fixed size: every receive matches every send). */
-typedef struct {
-    int32_t status;
-    int32_t n;
-    char msg[400];
-    agree_item item[HYFI_AGREE_MAX];
-} agree_payload;
-
-/* What rank 0 sends back. */
-typedef struct {
-    int32_t status;
-    char msg[512];
-} agree_verdict;
 
 /* Blocking send / receive of a local buffer through StarPU-MPI. */
 static void coll_send(void *buf, size_t bytes, int to, int64_t tag)
@@ -61,11 +43,12 @@ static void coll_recv(void *buf, size_t bytes, int from, int64_t tag)
     starpu_data_unregister(h);
 }
 
-/* Rank 0: the verdict from every rank's payload. */
-static void judge(const hyfi_agree_spec *sp, const agree_payload *all, int nranks,
-                  agree_verdict *v)
+void hyfi_agree_judge(const hyfi_agree_spec *sp, const hyfi_agree_payload *all, int nranks,
+                      hyfi_agree_verdict *v)
 {
     v->status = HYFI_OK;
+    v->rank = -1;
+    v->alike = 0;
     v->msg[0] = 0;
     /* every rank failed alike (e.g. the same damaged file): no rank to name */
     int alike = 1;
@@ -74,11 +57,16 @@ static void judge(const hyfi_agree_spec *sp, const agree_payload *all, int nrank
     for (int r = 0; r < nranks; r++)
         if (all[r].status != HYFI_OK) {
             v->status = all[r].status;
-            if (alike) snprintf(v->msg, sizeof v->msg, "%s", all[r].msg);
-            else snprintf(v->msg, sizeof v->msg, "rank %d: %s", r, all[r].msg);
+            if (alike) {
+                v->alike = 1;
+                snprintf(v->msg, sizeof v->msg, "%s", all[r].msg);
+            } else {
+                v->rank = r;
+                snprintf(v->msg, sizeof v->msg, "rank %d: %s", r, all[r].msg);
+            }
             return;
         }
-    const agree_payload *p0 = &all[0];
+    const hyfi_agree_payload *p0 = &all[0];
     int first = -1, others = 0;
     for (int r = 1; r < nranks; r++) {
         int same = all[r].n == p0->n;
@@ -89,7 +77,7 @@ static void judge(const hyfi_agree_spec *sp, const agree_payload *all, int nrank
     }
     if (first < 0) return;
     v->status = HYFI_ERR_MISMATCH;
-    const agree_payload *pk = &all[first];
+    const hyfi_agree_payload *pk = &all[first];
     char what[384] = "";
     size_t used = 0;
     int listed = 0, more = 0;
@@ -132,21 +120,41 @@ static void judge(const hyfi_agree_spec *sp, const agree_payload *all, int nrank
              sp->fix ? sp->fix : "every rank must run the same program (SPMD)");
 }
 
-hyfi_status hyfi_agree(hyfi_ctx *ctx, hyfi_status local, const char *local_msg,
-                       const hyfi_agree_spec *sp, char *msg, size_t len)
+void hyfi_agree_fill(hyfi_agree_payload *p, hyfi_status local, const char *local_msg,
+                     const hyfi_agree_spec *sp)
+{
+    memset(p, 0, sizeof *p);
+    p->status = local;
+    p->n = sp->n < HYFI_AGREE_MAX ? sp->n : HYFI_AGREE_MAX;
+    if (local != HYFI_OK) snprintf(p->msg, sizeof p->msg, "%s", local_msg ? local_msg : "");
+    for (int i = 0; i < p->n; i++) {
+        const uint64_t name = hyfi_hash_str(UINT64_C(0xcbf29ce484222325), sp->names[i]);
+        const uint64_t by = sp->hashes ? sp->hashes[i] : 0;
+        p->item[i].hash = by ? hyfi_hash_bytes(name, &by, sizeof by)
+                             : hyfi_hash_str(name, sp->values[i]);
+        snprintf(p->item[i].value, sizeof p->item[i].value, "%s",
+                 sp->values[i] ? sp->values[i] : "(none)");
+    }
+}
+
+/* One round: hyfi_agree, and the logical or of every rank's flag into *any. */
+static hyfi_status agree_round(hyfi_ctx *ctx, hyfi_status local, const char *local_msg,
+                               const hyfi_agree_spec *sp, int flag, int *any, char *msg,
+                               size_t len)
 {
     static const hyfi_agree_spec none = {0};
     if (!sp) sp = &none;
     if (msg && len) msg[0] = 0;
+    if (any) *any = flag;
     if (!ctx || !ctx->mpi || ctx->nranks < 2) {
         if (local != HYFI_OK && msg && len) snprintf(msg, len, "%s", local_msg ? local_msg : "");
         return local;
     }
     const int me = ctx->rank, R = ctx->nranks;
     const int64_t tag = AGREE_TAG_BASE + 2 * ctx->agree_seq++;
-    agree_payload *mine = calloc(1, sizeof *mine);
-    agree_payload *all = me == 0 ? calloc((size_t)R, sizeof *all) : NULL;
-    agree_verdict v = {HYFI_OK, ""};
+    hyfi_agree_payload *mine = calloc(1, sizeof *mine);
+    hyfi_agree_payload *all = me == 0 ? calloc((size_t)R, sizeof *all) : NULL;
+    hyfi_agree_verdict v = {HYFI_OK, -1, 0, 0, ""};
     if (!mine || (me == 0 && !all)) {
         /* cannot take part: the others will wait; the watchdog ends them */
         free(mine);
@@ -154,36 +162,39 @@ hyfi_status hyfi_agree(hyfi_ctx *ctx, hyfi_status local, const char *local_msg,
         if (msg && len) snprintf(msg, len, "out of memory for the agreement between the ranks");
         return HYFI_ERR_NOMEM;
     }
-    mine->status = local;
-    mine->n = sp->n < HYFI_AGREE_MAX ? sp->n : HYFI_AGREE_MAX;
-    if (local != HYFI_OK) snprintf(mine->msg, sizeof mine->msg, "%s", local_msg ? local_msg : "");
-    for (int i = 0; i < mine->n; i++) {
-        mine->item[i].hash = hyfi_hash_str(hyfi_hash_str(UINT64_C(0xcbf29ce484222325),
-                                                         sp->names[i]),
-                                           sp->values[i]);
-        if (sp->hashes) mine->item[i].hash ^= sp->hashes[i];
-        snprintf(mine->item[i].value, sizeof mine->item[i].value, "%s",
-                 sp->values[i] ? sp->values[i] : "(none)");
-    }
-    hyfi_wait_begin(ctx, "a check that the ranks agree");
+    hyfi_agree_fill(mine, local, local_msg, sp);
+    mine->flag = flag != 0;
+    /* without settings (every rank calls with the same spec: SPMD) only the
+     * head travels: the rounds of every training step stay small */
+    const size_t bytes =
+        mine->n > 0 ? sizeof *mine : offsetof(hyfi_agree_payload, item);
+    hyfi_wait_begin(ctx, HYFI_WAIT_AGREE);
     if (me == 0) {
         all[0] = *mine;
-        for (int r = 1; r < R; r++) coll_recv(&all[r], sizeof *all, r, tag);
-        judge(sp, all, R, &v);
+        for (int r = 1; r < R; r++) coll_recv(&all[r], bytes, r, tag);
+        hyfi_agree_judge(sp, all, R, &v);
+        for (int r = 0; r < R; r++) v.any |= all[r].flag;
         for (int r = 1; r < R; r++) coll_send(&v, sizeof v, r, tag + 1);
     } else {
-        coll_send(mine, sizeof *mine, 0, tag);
+        coll_send(mine, bytes, 0, tag);
         coll_recv(&v, sizeof v, 0, tag + 1);
     }
     hyfi_wait_end(ctx);
     free(mine);
     free(all);
+    if (any) *any = v.any != 0;
     if (local != HYFI_OK) {
         if (msg && len) snprintf(msg, len, "%s", local_msg ? local_msg : "");
         return local;
     }
     if (msg && len) snprintf(msg, len, "%s", v.msg);
     return (hyfi_status)v.status;
+}
+
+hyfi_status hyfi_agree(hyfi_ctx *ctx, hyfi_status local, const char *local_msg,
+                       const hyfi_agree_spec *sp, char *msg, size_t len)
+{
+    return agree_round(ctx, local, local_msg, sp, 0, NULL, msg, len);
 }
 
 void hyfi_ctx_share_rows(hyfi_ctx *ctx, size_t *rows, size_t cols)
@@ -246,11 +257,23 @@ hyfi_status hyfi_ctx_agree(hyfi_ctx *ctx, hyfi_status local, const char *msg)
 hyfi_status hyfi_ctx_any(hyfi_ctx *ctx, bool local, bool *any)
 {
     if (!ctx || !any) return hyfi_fail(HYFI_ERR_ARG, "hyfi_ctx_any: ctx or any is NULL");
-    char out[512];
-    /* a "failure" stands for true: it reaches every rank */
-    *any = hyfi_agree(ctx, local ? HYFI_ERR_STATE : HYFI_OK, local ? "yes" : "", NULL, out,
-                      sizeof out) != HYFI_OK;
+    int a = local;
+    agree_round(ctx, HYFI_OK, "", NULL, local, &a, NULL, 0);
+    *any = a != 0;
     return HYFI_OK;
+}
+
+hyfi_status hyfi_ctx_agree_any(hyfi_ctx *ctx, hyfi_status local, const char *msg, bool flag,
+                               bool *any)
+{
+    if (any) *any = flag;
+    if (!ctx) return hyfi_fail(HYFI_ERR_ARG, "hyfi_ctx_agree_any: ctx is NULL");
+    char own[512], out[512];
+    snprintf(own, sizeof own, "%s", msg ? msg : hyfi_last_error());
+    int a = flag;
+    const hyfi_status s = agree_round(ctx, local, own, NULL, flag, &a, out, sizeof out);
+    if (any) *any = a != 0;
+    return s == HYFI_OK ? HYFI_OK : hyfi_fail(s, "%s", out);
 }
 
 hyfi_status hyfi_ctx_check_same(hyfi_ctx *ctx, const char *what, const hyfi_setting *settings,
@@ -267,15 +290,17 @@ hyfi_status hyfi_ctx_check_same(hyfi_ctx *ctx, const char *what, const hyfi_sett
         n = 0;
     }
     const char *names[HYFI_AGREE_MAX], *values[HYFI_AGREE_MAX];
+    uint64_t hashes[HYFI_AGREE_MAX];
     for (int i = 0; i < n; i++) {
         names[i] = settings[i].name;
         values[i] = settings[i].value;
+        hashes[i] = settings[i].hash;
     }
     if (!what || !*what) what = "arguments";
     char intro[160], fix[160], out[512];
     snprintf(intro, sizeof intro, "the ranks were started with different %s", what);
     snprintf(fix, sizeof fix, "start every rank with the same %s", what);
-    const hyfi_agree_spec sp = {intro, fix, names, values, NULL, n};
+    const hyfi_agree_spec sp = {intro, fix, names, values, hashes, n};
     const hyfi_status s = hyfi_agree(ctx, local, lmsg, &sp, out, sizeof out);
     return s == HYFI_OK ? HYFI_OK : hyfi_fail(s, "%s", out);
 }

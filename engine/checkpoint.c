@@ -561,3 +561,55 @@ hyfi_status hyfi_load_safetensors(hyfi_graph *g, const char *path, const hyfi_ex
 {
     return load(g, "hyfi_load_safetensors", path, opt, 0, NULL);
 }
+
+hyfi_status hyfi_checkpoint_peek(const char *path, hyfi_checkpoint_meta *meta,
+                                 hyfi_train_config *tc)
+{
+    static const char who[] = "hyfi_checkpoint_peek";
+    if (!path) return hyfi_fail(HYFI_ERR_ARG, "%s: path is NULL", who);
+    unsigned char *buf = NULL;
+    size_t len = 0;
+    int has_sum = 0, parsed = 0;
+    st_file f = {0};
+    hyfi_status st = hyfi_io_read_whole(NULL, who, path, &buf, &len);
+    if (st == HYFI_OK && check_sum(NULL, who, path, buf, len, &has_sum)) st = HYFI_ERR_IO;
+    if (st == HYFI_OK) {
+        char err[512] = "";
+        if (st_parse(buf, len, &f, err, sizeof err))
+            st = hyfi_fail(HYFI_ERR_IO, "%s: %s is not a valid safetensors file: %s%s", who,
+                           path, err,
+                           has_sum ? "" : " (a truncated or damaged file, or another format)");
+        else parsed = 1;
+    }
+    const char *kind = parsed ? st_meta(&f, "hyfi.kind") : NULL;
+    if (st == HYFI_OK && (!kind || strcmp(kind, "checkpoint") || !has_sum))
+        st = hyfi_fail(HYFI_ERR_IO, "%s: %s is %s, not a hyfi checkpoint", who, path,
+                       kind && !strcmp(kind, "model") ? "an exported model" : "a safetensors file");
+    /* the training settings in force */
+    static const char *const keys[3] = {"hyfi.lr", "hyfi.momentum", "hyfi.weight_decay"};
+    float v[3] = {0, 0, 0};
+    for (int k = 0; st == HYFI_OK && k < 3; k++) {
+        const char *t = st_meta(&f, keys[k]);
+        char *end = NULL;
+        v[k] = t ? strtof(t, &end) : 0;
+        if (!t || end == t || *end || !(k == 0 ? v[k] > 0 : v[k] >= 0))
+            st = hyfi_fail(HYFI_ERR_IO, "%s: %s has no valid %s (%s)", who, path, keys[k],
+                           t ? t : "missing");
+    }
+    if (st == HYFI_OK && meta) {
+        memset(meta, 0, sizeof *meta);
+        for (int k = 0; k < f.nmeta && st == HYFI_OK; k++)
+            if (!strncmp(f.meta_keys[k], "app.", 4) &&
+                hyfi_checkpoint_meta_set(meta, f.meta_keys[k] + 4, f.meta_values[k]) != HYFI_OK)
+                st = hyfi_fail(HYFI_ERR_IO, "%s: %s: metadata \"%s\": %s", who, path,
+                               f.meta_keys[k], hyfi_last_error());
+    }
+    if (st == HYFI_OK && tc) {
+        tc->lr = v[0];
+        tc->momentum = v[1];
+        tc->weight_decay = v[2];
+    }
+    if (parsed) st_free(&f);
+    free(buf);
+    return st;
+}

@@ -21,16 +21,6 @@
 /* 1 while a context exists (claimed atomically: one per process). */
 static atomic_int g_ctx_alive;
 
-#ifndef STARPU_SIMGRID
-static int launched_by_mpiexec(void)
-{
-    static const char *vars[] = {"PMI_RANK", "PMI_SIZE", "PMIX_RANK", "OMPI_COMM_WORLD_SIZE",
-                                 "MPI_LOCALNRANKS"};
-    for (size_t i = 0; i < sizeof vars / sizeof *vars; i++)
-        if (getenv(vars[i])) return 1;
-    return 0;
-}
-#endif
 
 static void set_worker_threads(void *arg)
 {
@@ -153,7 +143,7 @@ hyfi_status hyfi_ctx_create(const hyfi_ctx_config *cfg, hyfi_ctx **out)
 #ifdef STARPU_SIMGRID
     const int mpi = 0; /* a simulation: no sentinel (its child would watch the simulator) */
 #else
-    const int mpi = cfg && cfg->mpi >= 0 ? cfg->mpi : launched_by_mpiexec();
+    const int mpi = cfg && cfg->mpi >= 0 ? cfg->mpi : hyfi_launched_by_mpiexec();
 #endif
     int inited = 0;
     if (mpi) MPI_Initialized(&inited);
@@ -164,45 +154,100 @@ hyfi_status hyfi_ctx_create(const hyfi_ctx_config *cfg, hyfi_ctx **out)
         atomic_store(&g_ctx_alive, 0);
     } else if ((*out)->nranks > 1) {
         hyfi_sentinel_arm((*out)->rank, (*out)->nranks);
+        if (!hyfi_launch_peers_done() && !HYFI_SIMULATION) {
+            /* the children's addresses (hyfi_launch_begin gathers them where it runs);
+             * collective: every rank, whether its notice runs or not */
+            const int R = (*out)->nranks;
+            size_t *rows = calloc((size_t)R * HYFI_SENTINEL_ENTRY, sizeof *rows);
+            uint64_t *table = calloc((size_t)R * HYFI_SENTINEL_ENTRY, sizeof *table);
+            if (rows && table) {
+                uint64_t mine[HYFI_SENTINEL_ENTRY];
+                hyfi_sentinel_local(mine);
+                for (int k = 0; k < HYFI_SENTINEL_ENTRY; k++)
+                    rows[(size_t)(*out)->rank * HYFI_SENTINEL_ENTRY + (size_t)k] = (size_t)mine[k];
+            }
+            /* collective: every rank takes part, with zeros when out of memory */
+            if (rows) hyfi_ctx_share_rows(*out, rows, HYFI_SENTINEL_ENTRY);
+            if (rows && table) {
+                for (size_t k = 0; k < (size_t)R * HYFI_SENTINEL_ENTRY; k++) table[k] = rows[k];
+                if (table[0]) hyfi_sentinel_peers(table, R);
+            }
+            free(rows);
+            free(table);
+        }
     } else {
         hyfi_sentinel_stop();
     }
     return s;
 }
 
-static hyfi_status ctx_create(hyfi_ctx **out, const hyfi_ctx_config *cfg_in)
+/* The checks of hyfi_ctx_config_check; *swap_mb: the swap size it allows. */
+static hyfi_status config_check(const hyfi_ctx_config *cfg, long *swap_mb)
 {
-    const hyfi_ctx_config cfg = cfg_in ? *cfg_in : hyfi_ctx_config_default();
-    if (cfg.watchdog_s < 0)
+    *swap_mb = 0;
+    if (cfg->watchdog_s < 0)
         return hyfi_fail(HYFI_ERR_ARG, "hyfi_ctx_create: watchdog_s %d must be >= 0 (0: off)",
-                         cfg.watchdog_s);
-    if (cfg.device != HYFI_DEVICE_AUTO && cfg.device != HYFI_DEVICE_CPU &&
-        cfg.device != HYFI_DEVICE_CUDA)
+                         cfg->watchdog_s);
+    if (cfg->device != HYFI_DEVICE_AUTO && cfg->device != HYFI_DEVICE_CPU &&
+        cfg->device != HYFI_DEVICE_CUDA)
         return hyfi_fail(HYFI_ERR_ARG, "hyfi_ctx_create: unknown device %d; use "
-                                       "HYFI_DEVICE_AUTO, _CPU or _CUDA", (int)cfg.device);
-    if (cfg.device == HYFI_DEVICE_CUDA && !HYFI_HAVE_CUDA && !HYFI_SIMULATION)
+                                       "HYFI_DEVICE_AUTO, _CPU or _CUDA", (int)cfg->device);
+    if (cfg->device == HYFI_DEVICE_CUDA && !HYFI_HAVE_CUDA && !HYFI_SIMULATION)
         return hyfi_fail(HYFI_ERR_UNSUPPORTED, "CUDA requested but this hyfi was built without "
                                                "CUDA codelets; rebuild with nvcc and cuDNN, or "
                                                "use the CPU device");
-
-    if (cfg.mem_limit_mb < 0)
+    if (cfg->device == HYFI_DEVICE_CUDA && cfg->ncuda != 0 && hyfi_ops_cuda_devices() <= 0)
+        return hyfi_fail(HYFI_ERR_UNSUPPORTED,
+                         "device cuda: no CUDA GPU is visible to this process (no GPU, no "
+                         "driver, or CUDA_VISIBLE_DEVICES empty); use device cpu or auto");
+    if (cfg->mem_limit_mb < 0)
         return hyfi_fail(HYFI_ERR_ARG, "hyfi_ctx_create: mem_limit_mb %d must be >= 0 (0: none)",
-                         cfg.mem_limit_mb);
-    long swap_mb = 0;
-    if (cfg.swap_dir) {
-        hyfi_status ss = swap_check(&cfg, &swap_mb);
+                         cfg->mem_limit_mb);
+    if (cfg->swap_dir) {
+        hyfi_status ss = swap_check(cfg, swap_mb);
         if (ss != HYFI_OK) return ss;
-    } else if (cfg.swap_mb) {
+    } else if (cfg->swap_mb) {
         return hyfi_fail(HYFI_ERR_ARG, "hyfi_ctx_create: swap_mb %d needs swap_dir (where to "
-                                       "swap)", cfg.swap_mb);
+                                       "swap)", cfg->swap_mb);
+    }
+    if (cfg->trace_dir) {
+#ifndef STARPU_USE_FXT
+        return hyfi_fail(HYFI_ERR_UNSUPPORTED, "tracing asked for (%s) but this StarPU was built "
+                                               "without FxT; rebuild it with --with-fxt "
+                                               "(scripts/setup.sh does)", cfg->trace_dir);
+#else
+        char raw[4096];
+        snprintf(raw, sizeof raw, "%s/raw", cfg->trace_dir);
+        if ((mkdir(cfg->trace_dir, 0777) && errno != EEXIST) ||
+            (mkdir(raw, 0777) && errno != EEXIST) || access(raw, W_OK | X_OK))
+            return hyfi_fail(HYFI_ERR_IO, "trace folder %s: cannot create it or write in it "
+                                          "(%s); give a writable path", raw, strerror(errno));
+#endif
     }
 #ifdef STARPU_SIMGRID
     {
         char why[512];
-        if (hyfi_ops_sim_models(why, sizeof why))
-            return hyfi_fail(HYFI_ERR_ARG, "%s", why);
+        if (hyfi_ops_sim_models(why, sizeof why)) return hyfi_fail(HYFI_ERR_ARG, "%s", why);
     }
 #endif
+    return HYFI_OK;
+}
+
+hyfi_status hyfi_ctx_config_check(const hyfi_ctx_config *cfg_in)
+{
+    const hyfi_ctx_config cfg = cfg_in ? *cfg_in : hyfi_ctx_config_default();
+    long mb;
+    return config_check(&cfg, &mb);
+}
+
+static hyfi_status ctx_create(hyfi_ctx **out, const hyfi_ctx_config *cfg_in)
+{
+    const hyfi_ctx_config cfg = cfg_in ? *cfg_in : hyfi_ctx_config_default();
+    long swap_mb = 0;
+    {
+        const hyfi_status cs = config_check(&cfg, &swap_mb);
+        if (cs != HYFI_OK) return cs;
+    }
     hyfi_ctx *ctx = calloc(1, sizeof *ctx);
     if (!ctx) return hyfi_fail(HYFI_ERR_NOMEM, "hyfi_ctx_create: out of memory");
     ctx->swap_node = -1;
@@ -211,7 +256,7 @@ static hyfi_status ctx_create(hyfi_ctx **out, const hyfi_ctx_config *cfg_in)
      * launcher environment to look at. */
     ctx->mpi = cfg.mpi < 0 ? 1 : cfg.mpi;
 #else
-    ctx->mpi = cfg.mpi < 0 ? launched_by_mpiexec() : cfg.mpi;
+    ctx->mpi = cfg.mpi < 0 ? hyfi_launched_by_mpiexec() : cfg.mpi;
 #endif
     ctx->verbose = cfg.verbose;
     if (ctx->mpi) {
@@ -254,22 +299,10 @@ static hyfi_status ctx_create(hyfi_ctx **out, const hyfi_ctx_config *cfg_in)
     /* FxT: StarPU reads these at initialisation (TOOLCHAIN: 1.4 records only
      * with STARPU_FXT_TRACE=1). Each rank writes raw/prof_file_<user>_<rank>. */
     if (cfg.trace_dir) {
-#ifndef STARPU_USE_FXT
-        free(ctx);
-        return hyfi_fail(HYFI_ERR_UNSUPPORTED, "tracing asked for (%s) but this StarPU was built "
-                                               "without FxT; rebuild it with --with-fxt "
-                                               "(scripts/setup.sh does)", cfg.trace_dir);
-#else
+#ifdef STARPU_USE_FXT
         char raw[4096];
-        snprintf(raw, sizeof raw, "%s/raw", cfg.trace_dir);
-        if ((mkdir(cfg.trace_dir, 0777) && errno != EEXIST) || (mkdir(raw, 0777) && errno != EEXIST)) {
-            const int e = errno;
-            free(ctx);
-            return hyfi_fail(HYFI_ERR_IO, "trace folder %s: cannot create it (%s); give a "
-                                          "writable path", raw, strerror(e));
-        }
+        snprintf(raw, sizeof raw, "%s/raw/", cfg.trace_dir); /* made by config_check */
         ctx->trace_dir = strdup(cfg.trace_dir);
-        strcat(raw, "/");
         setenv("STARPU_FXT_TRACE", "1", 1);
         setenv("STARPU_FXT_PREFIX", raw, 1);
 #endif
@@ -316,7 +349,11 @@ static hyfi_status ctx_create(hyfi_ctx **out, const hyfi_ctx_config *cfg_in)
         /* StarPU-MPI counts bytes per destination only when told so before
          * its initialisation (and prints the counts at shutdown). */
         if (cfg.comm_stats) setenv("STARPU_MPI_STATS", "1", 1);
-        rc = starpu_mpi_init_conf(NULL, NULL, !ctx->own_mpi, MPI_COMM_WORLD, &conf);
+        /* MPI may run already: started here (a trace), by hyfi_launch_begin,
+         * or by the application; StarPU-MPI starts it only where none did */
+        int inited = 0;
+        MPI_Initialized(&inited);
+        rc = starpu_mpi_init_conf(NULL, NULL, !inited, MPI_COMM_WORLD, &conf);
     } else {
         rc = starpu_init(&conf);
     }
@@ -473,6 +510,8 @@ static hyfi_status ctx_create(hyfi_ctx **out, const hyfi_ctx_config *cfg_in)
                         "scheduler %s\n", ctx->rank, ctx->nranks, ctx->ncpu,
                 ctx->cpu_threads, ctx->ncuda,
                 getenv("STARPU_SCHED") ? getenv("STARPU_SCHED") : conf.sched_policy_name);
+    /* MPI started by hyfi_launch_begin is this context's to finalise */
+    if (ctx->mpi && hyfi_launch_take()) ctx->own_mpi = 1;
     *out = ctx;
     return HYFI_OK;
 }

@@ -432,11 +432,41 @@ typedef struct hyfi_agree_spec {
     const char *fix;           /* "start every rank with the same arguments" */
     const char *const *names;  /* n settings, the same on every rank */
     const char *const *values; /* their values as text: hashed and shown */
-    const uint64_t *hashes;    /* NULL, or per setting a hash of what the text does not show */
+    const uint64_t *hashes;    /* NULL, or per setting 0 (the text is compared) or a hash of
+                                  everything the setting stands for, compared instead of
+                                  the text (which is then only shown) */
     int n;
 } hyfi_agree_spec;
 hyfi_status hyfi_agree(hyfi_ctx *ctx, hyfi_status local, const char *local_msg,
                        const hyfi_agree_spec *spec, char *msg, size_t len);
+/* What each rank sends rank 0 in an agreement, and rank 0's verdict (fixed
+ * sizes: every receive matches every send). Shared by the context's
+ * agreements (agree.c, over StarPU-MPI) and the start-up's (launch.c, over
+ * MPI before StarPU runs). */
+typedef struct hyfi_agree_item {
+    uint64_t hash;
+    char value[HYFI_AGREE_VALUE]; /* text for the message (may be truncated) */
+} hyfi_agree_item;
+typedef struct hyfi_agree_payload {
+    int32_t status;
+    int32_t n;
+    int32_t flag; /* hyfi_ctx_agree_any's */
+    char msg[400];
+    hyfi_agree_item item[HYFI_AGREE_MAX];
+} hyfi_agree_payload;
+typedef struct hyfi_agree_verdict {
+    int32_t status;
+    int32_t rank;  /* the failing rank named, -1: none (agreed, a mismatch, or all alike) */
+    int32_t alike; /* every rank failed with the same status and message */
+    int32_t any;   /* some rank's flag was set */
+    char msg[512];
+} hyfi_agree_verdict;
+/* A rank's payload from its outcome and settings. */
+void hyfi_agree_fill(hyfi_agree_payload *p, hyfi_status local, const char *local_msg,
+                     const hyfi_agree_spec *sp);
+/* Rank 0: the verdict from every rank's payload (all[0..nranks)). */
+void hyfi_agree_judge(const hyfi_agree_spec *sp, const hyfi_agree_payload *all, int nranks,
+                      hyfi_agree_verdict *v);
 
 /* agree.c: rows[r * cols .. (r + 1) * cols) as rank r has it, on every rank
  * (collective; nothing without MPI or on one rank). */
@@ -501,9 +531,21 @@ uint64_t hyfi_sum_end(const hyfi_sum *s);
  * no task completes on it. Two atomic operations each; nothing without a
  * watchdog. `what` (a string literal) names the wait in the message. */
 hyfi_status hyfi_watchdog_start(hyfi_ctx *ctx, int limit_s);
+/* The wait of an agreement (hyfi_agree): a watchdog firing there names
+ * mismatched arguments as a likely cause (a rank that took another path). */
+#define HYFI_WAIT_AGREE "a check that the ranks agree"
 void hyfi_watchdog_stop(hyfi_ctx *ctx);
 void hyfi_wait_begin(hyfi_ctx *ctx, const char *what);
 void hyfi_wait_end(hyfi_ctx *ctx);
+
+/* launch.c: whether the process was launched by mpiexec (its environment). */
+int hyfi_launched_by_mpiexec(void);
+/* launch.c: 1 once, when hyfi_launch_begin started MPI and no context has
+ * taken it over yet: the caller (hyfi_ctx_create) then finalises it. */
+int hyfi_launch_take(void);
+/* launch.c: hyfi_launch_begin gathered the death notices' addresses (on every
+ * rank alike, whether its notice runs or not). */
+int hyfi_launch_peers_done(void);
 
 /* sentinel.c: the death notice of MPI runs (one per process). _start forks
  * the child that prints the rank's line if the process dies without ending
@@ -513,6 +555,18 @@ void hyfi_sentinel_start(void);
 void hyfi_sentinel_arm(int rank, int nranks);
 void hyfi_sentinel_quiet(void);
 void hyfi_sentinel_stop(void);
+/* The rank is about to end the job itself (the watchdog, a start-up time
+ * limit; its own line says why): the children of the others do not report
+ * the deaths that follow. */
+void hyfi_sentinel_ending(void);
+/* The peers of the job, so that the children of all ranks name one first
+ * death across nodes: _local fills this rank's entry (job id, UDP port,
+ * IPv4 addresses; zeros without a child), every rank gathers every entry
+ * (rank r's at table[r * HYFI_SENTINEL_ENTRY]), and _peers hands the table
+ * to the child. */
+#define HYFI_SENTINEL_ENTRY 6
+void hyfi_sentinel_local(uint64_t v[HYFI_SENTINEL_ENTRY]);
+void hyfi_sentinel_peers(const uint64_t *table, int nranks);
 
 /* graph.c */
 void hyfi_tensor_free(hyfi_tensor *t);

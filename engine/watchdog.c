@@ -23,6 +23,7 @@
 #include <starpu_mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -48,18 +49,26 @@ static double mono_s(void)
 static void fire(struct hyfi_watchdog *wd, double waited)
 {
     const char *what = atomic_load(&wd->what);
+    /* an agreement waits for a rank to reach the same call: one that took
+     * another path through the program (other arguments) never does */
+    const int agree = what && !strcmp(what, HYFI_WAIT_AGREE);
     fprintf(stderr,
-            "hyfi: rank %d of %d: watchdog: no progress for %.0f s in %s: no task has completed "
-            "on this rank while it waits for the others. A peer rank was probably stopped "
-            "(SIGSTOP, a debugger) or died, or the run hangs; ending every rank (MPI_Abort). "
-            "The limit is hyfi_ctx_config.watchdog_s (hyfi-train: --watchdog SECONDS or "
-            "HYFI_WATCHDOG_S; 0: off); raise it if a rank legitimately waits that long for "
-            "another's work\n",
-            wd->rank, wd->nranks, waited, what ? what : "a hyfi call");
+            "hyfi: rank %d of %d: watchdog: no progress for %.0f s in %s: %s. %s; ending every "
+            "rank (MPI_Abort). The limit is hyfi_ctx_config.watchdog_s (hyfi-train: --watchdog "
+            "SECONDS or HYFI_WATCHDOG_S; 0: off); raise it if a rank legitimately waits that "
+            "long for another's work\n",
+            wd->rank, wd->nranks, waited, what ? what : "a hyfi call",
+            agree ? "another rank has not reached it"
+                  : "no task has completed on this rank while it waits for the others",
+            agree ? "A peer rank was probably stopped (SIGSTOP, a debugger) or died, or the "
+                    "ranks took different paths through the program (started with different "
+                    "arguments, e.g. --save or --checkpoint-dir given to some ranks only)"
+                  : "A peer rank was probably stopped (SIGSTOP, a debugger) or died, or the "
+                    "run hangs");
     fflush(stderr);
     /* let mpiexec forward the line before it tears the job down */
     nanosleep(&(struct timespec){0, 500000000L}, NULL);
-    hyfi_sentinel_quiet(); /* this line says it all */
+    hyfi_sentinel_ending(); /* this line says it all: the deaths that follow are not news */
     MPI_Abort(MPI_COMM_WORLD, 1);
     _exit(1); /* MPI_Abort does not return */
 }

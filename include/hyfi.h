@@ -186,6 +186,14 @@ int hyfi_ctx_nranks(const hyfi_ctx *ctx);     /* MPI size, 1 without MPI */
 int hyfi_ctx_ncpu_workers(const hyfi_ctx *ctx);
 int hyfi_ctx_ncuda_workers(const hyfi_ctx *ctx);
 
+/* Check a configuration as hyfi_ctx_create would, without starting anything:
+ * the fields' ranges, CUDA asked for where this build or node has none, the
+ * swap folder (created if missing, writable, room), the trace folder
+ * (created). HYFI_OK, or the status and message hyfi_ctx_create would give.
+ * Under MPI a program calls it during its start-up, before hyfi_launch_agree,
+ * so that a node that cannot run the context stops every rank at once. */
+hyfi_status hyfi_ctx_config_check(const hyfi_ctx_config *cfg);
+
 /* ---------------------------------------------------------------- MPI runs */
 /* Collective calls for programs that run on several MPI ranks: every rank
  * calls them, in the same order. Without MPI, or on one rank, they
@@ -205,12 +213,20 @@ hyfi_status hyfi_ctx_agree(hyfi_ctx *ctx, hyfi_status local, const char *msg);
 /* True on every rank when `local` is true on at least one (a logical or over
  * the ranks: e.g. "a signal arrived, stop after this step"). */
 hyfi_status hyfi_ctx_any(hyfi_ctx *ctx, bool local, bool *any);
+/* Both in one round (the check of every training step: a rank that cannot go
+ * on, and a stop signal on any rank): returns as hyfi_ctx_agree, and *any
+ * (may be NULL) as hyfi_ctx_any, also when the call fails. */
+hyfi_status hyfi_ctx_agree_any(hyfi_ctx *ctx, hyfi_status local, const char *msg, bool flag,
+                               bool *any);
 
 /* A setting that every rank must have alike: a name ("--steps") and its value
- * as text ("100"). */
+ * as text ("100"). hash: 0, or a hash of everything the setting stands for
+ * (e.g. a data set's contents), compared instead of the text, which is then
+ * only shown in the message (two paths to the same data agree). */
 typedef struct hyfi_setting {
     const char *name;
     const char *value;
+    uint64_t hash;
 } hyfi_setting;
 /* Compare n settings (at most 64, the same names in the same order on every
  * rank) across the ranks, by a 64-bit hash of each. HYFI_OK on every rank when
@@ -220,6 +236,63 @@ typedef struct hyfi_setting {
  * check by itself for the graph, the plan and the training settings. */
 hyfi_status hyfi_ctx_check_same(hyfi_ctx *ctx, const char *what, const hyfi_setting *settings,
                                 int n);
+
+/* ------------------------------------------------- start-up of MPI programs */
+/* Under mpiexec a program's own start-up (its arguments, its input files, its
+ * output folders) comes before any context, and a rank that stops there
+ * leaves the others waiting forever: in MPI's start, which waits for every
+ * rank, or in the first collective call. These calls make the start-up
+ * collective, so that no rank waits for one that failed:
+ *
+ *     int rank, nranks;
+ *     hyfi_launch_config lc = hyfi_launch_config_default();
+ *     hyfi_launch_begin(&lc, &rank, &nranks);     // first thing in main
+ *     ... parse arguments, open files: local status and message ...
+ *     hyfi_setting set[] = {{"--steps", steps_text}, ...};
+ *     bool alike;
+ *     if (hyfi_launch_agree(local, msg, "arguments", set, n, &alike) != HYFI_OK) {
+ *         if (local != HYFI_OK ? !alike || rank == 0 : true)
+ *             fprintf(stderr, "%s\n", hyfi_last_error());
+ *         return 1;                               // MPI is already finalised
+ *     }
+ *     hyfi_ctx_create(&cc, &ctx);                 // takes MPI over
+ *
+ * Without MPI (not launched by mpiexec, or mpi = 0) they start nothing and
+ * hyfi_launch_agree returns the local outcome. */
+typedef struct hyfi_launch_config {
+    int mpi;               /* 1: MPI; 0: a single process; -1: MPI when launched by mpiexec */
+    int timeout_s;         /* > 0: the longest this rank waits for the others, in MPI's start
+                              and in hyfi_launch_agree (from its own arrival there): past it,
+                              a line on stderr names the ranks missing and the likely causes
+                              (a rank stopped, hung or started with other arguments) and the
+                              job ends (MPI_Abort; before MPI runs, exit status 1, after
+                              which mpiexec ends the others). 0: wait forever */
+    int end_with_launcher; /* 1: the kernel kills this process when the process that started
+                              it (mpiexec's proxy) ends, so that no rank, not even a stopped
+                              one, outlives its job (Linux PR_SET_PDEATHSIG); 0: not */
+} hyfi_launch_config;
+/* mpi -1, timeout_s 120, end_with_launcher 1. */
+hyfi_launch_config hyfi_launch_config_default(void);
+/* Under MPI: start the death notice (the line that names a rank that dies
+ * without shutting down), then MPI itself (MPI_THREAD_SERIALIZED, unless the
+ * application started it), and give this rank and the rank count (0 and 1
+ * without MPI). cfg NULL: the default. */
+hyfi_status hyfi_launch_begin(const hyfi_launch_config *cfg, int *rank, int *nranks);
+/* Collective, once, after hyfi_launch_begin and before hyfi_ctx_create: this
+ * rank's start-up outcome (local, msg; msg NULL: hyfi_last_error()) and n
+ * settings every rank must have alike (as hyfi_ctx_check_same; what names them
+ * in the message, e.g. "arguments"). HYFI_OK on every rank when every rank
+ * succeeded with the same settings. Otherwise a failure on every rank, after
+ * which MPI is finalised (return from main): a rank that failed gets its own
+ * status and message; the others the lowest failing rank's status with "rank
+ * k: <message>", or HYFI_ERR_MISMATCH naming the settings that differ.
+ * *alike (may be NULL): every rank failed with the same status and message
+ * (print it once). */
+hyfi_status hyfi_launch_agree(hyfi_status local, const char *msg, const char *what,
+                              const hyfi_setting *settings, int n, bool *alike);
+/* Finalise MPI where hyfi_launch_begin started it and no context took it over
+ * (a program that ends without creating one); nothing otherwise. */
+void hyfi_launch_end(void);
 
 /* ------------------------------------------------------------------- graph */
 typedef struct hyfi_graph hyfi_graph;
@@ -703,6 +776,14 @@ const char *hyfi_checkpoint_meta_get(const hyfi_checkpoint_meta *m, const char *
  * hyfi_load_safetensors for it. */
 hyfi_status hyfi_save_checkpoint(hyfi_graph *g, const char *path, const hyfi_checkpoint_meta *meta);
 hyfi_status hyfi_load_checkpoint(hyfi_graph *g, const char *path, hyfi_checkpoint_meta *meta);
+/* A checkpoint's settings without a graph, before one is built (e.g. the image
+ * size and learning rate a run resumes with): the file is read and its
+ * checksum checked (a damaged or truncated file is refused as such, so a
+ * caller can fall back to an older one), *meta (may be NULL) gets the
+ * application's entries and *tc (may be NULL) the learning rate, momentum and
+ * weight decay in force when it was written. Reads only: not collective. */
+hyfi_status hyfi_checkpoint_peek(const char *path, hyfi_checkpoint_meta *meta,
+                                 hyfi_train_config *tc);
 
 /* A model for other frameworks: parameters and running statistics as F32,
  * each under the name rename gives it (NULL: the hyfi name), in PyTorch's

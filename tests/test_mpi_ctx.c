@@ -81,7 +81,7 @@ static void disagreements(hyfi_ctx *ctx)
     tu_check(st != HYFI_OK, "the same graph on every rank compiles after the refusals");
     hyfi_graph_destroy(g);
 
-    const hyfi_setting set[] = {{"--steps", last ? "4" : "3"}, {"--data", "x"}};
+    const hyfi_setting set[] = {{"--steps", last ? "4" : "3", 0}, {"--data", "x", 0}};
     st = hyfi_ctx_check_same(ctx, "arguments", set, 2);
     snprintf(want, sizeof want, "different arguments: rank %d differs from rank 0 in --steps "
              "(rank %d: 4; rank 0: 3)", size - 1, size - 1);
