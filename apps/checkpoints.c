@@ -68,77 +68,109 @@ int ckpt_prepare_dir(const char *dir, char *err, size_t errlen)
     return 0;
 }
 
-int ckpt_find_newest(const char *path, char *out, size_t len, long long *step, char *err,
-                     size_t errlen)
-{
-    struct stat st;
-    if (stat(path, &st) != 0) {
-        snprintf(err, errlen, "--resume %s: %s; give a checkpoint folder or file", path,
-                 strerror(errno));
-        return -1;
-    }
-    if (!S_ISDIR(st.st_mode)) {
-        const char *base = strrchr(path, '/');
-        snprintf(out, len, "%s", path);
-        *step = name_step(base ? base + 1 : path);
-        return 0;
-    }
-    DIR *d = opendir(path);
-    if (!d) {
-        snprintf(err, errlen, "--resume %s: cannot list it: %s", path, strerror(errno));
-        return -1;
-    }
-    long long best = -1;
-    struct dirent *e;
-    while ((e = readdir(d))) {
-        long long s = name_step(e->d_name);
-        if (s > best) best = s;
-    }
-    closedir(d);
-    if (best < 0) {
-        snprintf(err, errlen, "--resume %s: no checkpoint (" PREFIX "N" SUFFIX ") in it; "
-                              "start without --resume, or point it at the folder a run wrote "
-                              "with --checkpoint-dir", path);
-        return -1;
-    }
-    ckpt_path(path, best, out, len);
-    *step = best;
-    return 0;
-}
-
 static int cmp_ll(const void *a, const void *b)
 {
     long long x = *(const long long *)a, y = *(const long long *)b;
     return (x > y) - (x < y);
 }
 
+/* Newest first. */
+static int cmp_ll_desc(const void *a, const void *b) { return cmp_ll(b, a); }
+
+/* The steps of dir's checkpoints, newest first (*steps malloc'd, *n of them);
+ * -1 when dir cannot be listed. */
+static int list_steps(const char *dir, long long **steps, size_t *n)
+{
+    *steps = NULL;
+    *n = 0;
+    DIR *d = opendir(dir);
+    if (!d) return -1;
+    size_t cap = 0;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        const long long s = name_step(e->d_name);
+        if (s < 0) continue;
+        if (*n == cap) {
+            long long *ns = realloc(*steps, (cap = cap ? 2 * cap : 16) * sizeof *ns);
+            if (!ns) break;
+            *steps = ns;
+        }
+        (*steps)[(*n)++] = s;
+    }
+    closedir(d);
+    if (*n) qsort(*steps, *n, sizeof **steps, cmp_ll_desc);
+    return 0;
+}
+
+int ckpt_candidates(const char *path, char ***out, int *count, char *err, size_t errlen)
+{
+    *out = NULL;
+    *count = 0;
+    struct stat st;
+    if (stat(path, &st) != 0) {
+        snprintf(err, errlen, "--resume %s: %s; give a checkpoint folder or file", path,
+                 strerror(errno));
+        return -1;
+    }
+    long long *steps = NULL;
+    size_t n = 0;
+    if (S_ISDIR(st.st_mode)) {
+        if (list_steps(path, &steps, &n)) {
+            snprintf(err, errlen, "--resume %s: cannot list it: %s", path, strerror(errno));
+            return -1;
+        }
+        if (!n) {
+            free(steps);
+            snprintf(err, errlen, "--resume %s: no checkpoint (" PREFIX "N" SUFFIX ") in it; "
+                                  "start without --resume, or point it at the folder a run "
+                                  "wrote with --checkpoint-dir", path);
+            return -1;
+        }
+    }
+    const size_t files = n ? n : 1;
+    char **list = calloc(files, sizeof *list);
+    for (size_t i = 0; list && i < files; i++) {
+        char p[4096];
+        if (n) ckpt_path(path, steps[i], p, sizeof p);
+        else snprintf(p, sizeof p, "%s", path);
+        if (!(list[i] = strdup(p))) {
+            ckpt_candidates_free(list, (int)i);
+            list = NULL;
+        }
+    }
+    free(steps);
+    if (!list) {
+        snprintf(err, errlen, "--resume %s: out of memory", path);
+        return -1;
+    }
+    *out = list;
+    *count = (int)files;
+    return 0;
+}
+
+void ckpt_candidates_free(char **list, int n)
+{
+    for (int i = 0; list && i < n; i++) free(list[i]);
+    free(list);
+}
+
+long long ckpt_name_step(const char *path)
+{
+    const char *base = strrchr(path, '/');
+    return name_step(base ? base + 1 : path);
+}
+
 int ckpt_prune(const char *dir, int keep)
 {
     if (keep <= 0) return 0;
-    DIR *d = opendir(dir);
-    if (!d) return 0;
     long long *steps = NULL;
-    size_t n = 0, cap = 0;
-    struct dirent *e;
-    while ((e = readdir(d))) {
-        long long s = name_step(e->d_name);
-        if (s < 0) continue;
-        if (n == cap) {
-            long long *ns = realloc(steps, (cap = cap ? 2 * cap : 16) * sizeof *ns);
-            if (!ns) break;
-            steps = ns;
-        }
-        steps[n++] = s;
-    }
-    closedir(d);
+    size_t n = 0;
+    if (list_steps(dir, &steps, &n)) return 0;
     int removed = 0;
-    if (n > (size_t)keep) {
-        qsort(steps, n, sizeof *steps, cmp_ll);
-        for (size_t i = 0; i + (size_t)keep < n; i++) {
-            char p[4096];
-            ckpt_path(dir, steps[i], p, sizeof p);
-            removed += unlink(p) == 0;
-        }
+    for (size_t i = (size_t)keep; i < n; i++) { /* newest first: the oldest beyond keep */
+        char p[4096];
+        ckpt_path(dir, steps[i], p, sizeof p);
+        removed += unlink(p) == 0;
     }
     free(steps);
     return removed;

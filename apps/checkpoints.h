@@ -16,12 +16,15 @@ void ckpt_path(const char *dir, long long step, char *out, size_t len);
  * created in it. 0, or -1 with a message in err. */
 int ckpt_prepare_dir(const char *dir, char *err, size_t errlen);
 
-/* The checkpoint to resume from: path itself when it is a file, else the
- * newest step-*.safetensors in the folder path. 0 (out, *step: its steps from
- * the name; -1 for a file named otherwise), or -1 with a message in err (no
+/* The checkpoints to resume from, newest first: path itself when it is a
+ * file, else every step-*.safetensors of the folder path, most steps first
+ * (the caller takes the first one that is valid). 0 (*list: *n malloc'd
+ * paths, freed with ckpt_candidates_free), or -1 with a message in err (no
  * such folder, no checkpoint in it). */
-int ckpt_find_newest(const char *path, char *out, size_t len, long long *step, char *err,
-                     size_t errlen);
+int ckpt_candidates(const char *path, char ***list, int *n, char *err, size_t errlen);
+void ckpt_candidates_free(char **list, int n);
+/* The steps in a checkpoint file's name, -1 for a file named otherwise. */
+long long ckpt_name_step(const char *path);
 
 /* Remove the oldest step-*.safetensors of dir beyond the keep newest (keep 0:
  * none). Returns how many were removed. */

@@ -249,6 +249,15 @@ size_t hyfi_dataset_image_numel(const hyfi_dataset *ds);
 float hyfi_dataset_mean(const hyfi_dataset *ds, int c);
 float hyfi_dataset_std(const hyfi_dataset *ds, int c);
 
+/* A 64-bit fingerprint of the data set's contents, cheap next to loading it:
+ * the kind, the size, the native geometry and the labels; the pixel bytes
+ * where they are held in memory (idx, CIFAR-10); for folder and slides data
+ * sets each file's path below the data set's folder (the part after the
+ * paths' common prefix, so that two copies in different places agree) and
+ * its size; the seed of synthetic data. Two ranks that loaded the same data
+ * get the same fingerprint. */
+uint64_t hyfi_dataset_fingerprint(const hyfi_dataset *ds);
+
 /* Labels (N int32 values, 0..num_classes-1). */
 const int32_t *hyfi_dataset_labels(const hyfi_dataset *ds);
 int32_t hyfi_dataset_label(const hyfi_dataset *ds, size_t i);

@@ -242,6 +242,32 @@ int hd_load_folder_kind(const char *dir, hyfi_data_split split, hyfi_data_kind k
                      train_dir, train_dir, FOLDER_HINT);
         goto done;
     }
+    /* A folder of data sets (DIR/A/train/CLASS, DIR/B/train/CLASS, as
+     * scripts/make_slides.py writes one per format) would train on the data
+     * sets as classes, train and test splits mixed: refused. */
+    for (size_t k = 0; k < classes.n; k++) {
+        const size_t n = strlen(train_dir) + strlen(classes.v[k]) + 2;
+        char *cdir = malloc(n), *ct = NULL, *cv = NULL;
+        if (!cdir) continue;
+        snprintf(cdir, n, "%s/%s", train_dir, classes.v[k]);
+        const int lr = hd_folder_layout(cdir, &ct, &cv);
+        const bool nested = lr == 0 && cv != NULL;
+        free(ct);
+        free(cv);
+        if (nested) {
+            rc = hd_fail(err, errlen, HYFI_DATA_ERR_FORMAT,
+                         "%s: %s holds train/ and %s/ folders: it is a data set of its own, not "
+                         "a class, and %s would train on its subfolders (%s%s) as classes with "
+                         "train and test images mixed; give --datapath %s (a folder whose "
+                         "subfolders are classes, or train/ and val/)",
+                         hyfi_data_kind_name(kind_), cdir, path_kind2(cdir, "val") == PATH_DIR
+                                                               ? "val" : "test",
+                         train_dir, classes.v[0], classes.n > 1 ? ", ..." : "", cdir);
+            free(cdir);
+            goto done;
+        }
+        free(cdir);
+    }
     if (classes.n > (size_t)INT32_MAX) {
         rc = hd_fail(err, errlen, HYFI_DATA_ERR_FORMAT, "folder: %s: too many classes", train_dir);
         goto done;

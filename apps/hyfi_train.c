@@ -10,9 +10,10 @@
  * --num-epochs, --datapath, --learning-rate) so scripts carry over.
  *
  * A step's images/s is B divided by the wall time since the end of the
- * previous step (waiting for the batch, copying it in, forward, backward and
- * update); batches are prepared by a prefetch thread (apps/data.h) meanwhile.
- * Single process for now: the context is created with mpi = 0.
+ * previous step (waiting for the batch, under MPI the check between the ranks
+ * that every one can go on, copying it in, forward, backward and update;
+ * checkpoints are not counted); batches are prepared by a prefetch thread
+ * (apps/data.h) meanwhile.
  *
  * Output: `step S loss L images/s R` every --print-freq steps (and the first
  * and last), then a summary:
@@ -27,16 +28,19 @@
  * errors; the message says which), 2 a bad command line, model or plan (the
  * flags cannot work: fix them).
  *
- * Under mpiexec an error that every rank hits alike (it follows from the
- * flags, the model, the plan or the data's geometry) is printed once, by rank
- * 0; one that may differ between ranks (a data file one node cannot read, a
- * failure of its workers) by each rank that hits it, with its rank.
+ * Under mpiexec no rank waits for one that failed: the start-up is collective
+ * (apps/train_startup.c), and before every step and evaluation batch the
+ * ranks agree that each can go on (its batch prepared, rank 0's metrics
+ * written) and whether a stop signal came. An error every rank hits alike is
+ * printed once, by rank 0; one of some ranks by each of them, with its rank,
+ * while the others say they stop because of it.
  *
- * The command line is apps/train_options.c's. main runs the phases below in
- * order, each returning 0 or the exit status to stop with: load the data, fit
- * its geometry to the model, (--dry-run, or) start the engine, build the
- * model, compile it, train, evaluate, print the summary; finish() frees
- * everything and merges the trace. */
+ * The command line is apps/train_options.c's. main runs the start-up (MPI,
+ * the command line, the data and its geometry, the checkpoint to resume, the
+ * outputs, agreed by every rank), then the phases below in order, each
+ * returning 0 or the exit status to stop with: (--dry-run, or) start the
+ * engine, build the model, compile it, train, evaluate, print the summary;
+ * finish() frees everything and merges the trace. */
 #ifndef _GNU_SOURCE
 #define _POSIX_C_SOURCE 200809L /* clock_gettime */
 #endif
@@ -45,6 +49,7 @@
 #include "models.h"
 #include "train_options.h"
 #include "train_regions.h"
+#include "train_run.h"
 
 #include <hyfi.h>
 
@@ -63,60 +68,7 @@
 #include <sys/stat.h>
 #include <time.h>
 
-#define WARMUP_STEPS 5
-
-/* ----------------------------------------------------------------- errors */
-/* This process's rank and the rank count: from the launcher's environment
- * until the context exists (MPICH/Hydra, PMIx, Open MPI), then the context's. */
-static int g_rank, g_nranks = 1;
-
-static void launcher_rank(void)
-{
-    static const char *const rank_vars[] = {"PMI_RANK", "PMIX_RANK", "OMPI_COMM_WORLD_RANK"};
-    static const char *const size_vars[] = {"PMI_SIZE", "OMPI_COMM_WORLD_SIZE"};
-    for (size_t i = 0; i < sizeof rank_vars / sizeof *rank_vars; i++)
-        if (getenv(rank_vars[i])) {
-            g_rank = atoi(getenv(rank_vars[i]));
-            break;
-        }
-    for (size_t i = 0; i < sizeof size_vars / sizeof *size_vars; i++)
-        if (getenv(size_vars[i])) {
-            g_nranks = atoi(getenv(size_vars[i]));
-            break;
-        }
-    if (g_rank < 0) g_rank = 0;
-    if (g_nranks <= g_rank) g_nranks = g_rank + 1;
-}
-
-/* An error. alike: every rank hits it alike; only rank 0 prints it. Otherwise
- * it is printed with the rank (in multi-rank runs). One write per message, so
- * that the ranks' lines do not interleave. */
-__attribute__((format(printf, 2, 3)))
-static void report(bool alike, const char *fmt, ...)
-{
-    if (alike && g_rank != 0) return;
-    char msg[2048];
-    int n = snprintf(msg, sizeof msg, "hyfi-train: ");
-    if (!alike && g_nranks > 1) n += snprintf(msg + n, sizeof msg - (size_t)n, "rank %d: ", g_rank);
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg + n, sizeof msg - (size_t)n, fmt, ap);
-    va_end(ap);
-    fprintf(stderr, "%s\n", msg);
-}
-
-/* Statuses that follow from the flags (the model or the plan cannot work):
- * exit status 2. */
-static bool config_error(hyfi_status s) { return s == HYFI_ERR_ARG || s == HYFI_ERR_SHAPE; }
-
 /* ---------------------------------------------------------------- helpers */
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 /* Learning rate of step s (0-based) of `total` under --lr-schedule cosine. */
 static float cosine_lr(float lr, long long s, long long total)
 {
@@ -137,242 +89,7 @@ static void json_num(FILE *f, bool have, double v)
     else fputs("null", f);
 }
 
-/* A failed hyfi call. Argument, shape, state and data errors come from what
- * every rank computes alike (flags, plan, the same batches): printed once. */
-static int lib_fail(const char *what, hyfi_status s, const hyfi_graph *g)
-{
-    const char *msg = g ? hyfi_graph_error(g) : "";
-    if (!msg || !*msg) msg = hyfi_last_error();
-    const bool alike = config_error(s) || s == HYFI_ERR_STATE || s == HYFI_ERR_DATA;
-    report(alike, "%s failed (%s): %s", what, hyfi_status_name(s),
-           msg && *msg ? msg : "no message");
-    return 1;
-}
-
-/* Under mpiexec every rank runs this program in lock step (SPMD): what makes
- * the ranks' collective work differ beyond the graph, plan and training
- * settings (which hyfi_graph_compile compares) is compared here: the steps,
- * the data, the evaluation, the trace. Each rank may choose the rest
- * (--device, --watchdog, -v), or only rank 0 uses it (--metrics,
- * --print-freq). */
-static hyfi_status check_same_args(hyfi_ctx *ctx, const train_options *o, const hyfi_dataset *train,
-                                   const hyfi_dataset *test, long long total)
-{
-    char steps[64], data[256], eval[32];
-    snprintf(steps, sizeof steps, "%lld steps", total);
-    snprintf(data, sizeof data, "%s, %zu train and %zu test images of %dx%dx%d, %d classes%s%s",
-             hyfi_data_kind_name(o->dataset), hyfi_dataset_size(train),
-             test ? hyfi_dataset_size(test) : 0, hyfi_dataset_channels(train),
-             hyfi_dataset_height(train), hyfi_dataset_width(train),
-             hyfi_dataset_num_classes(train), o->datapath ? " in " : "",
-             o->datapath ? o->datapath : "");
-    snprintf(eval, sizeof eval, "%lld", o->eval_batches);
-    const hyfi_setting set[] = {
-        {"--steps/--num-epochs", steps},
-        {"--dataset/--datapath", data},
-        {"--eval-batches", eval},
-        {"--lr-schedule", o->cosine ? "cosine" : "constant"},
-        {"--trace", o->trace ? o->trace : "(none)"},
-    };
-    return hyfi_ctx_check_same(ctx, "arguments", set, (int)(sizeof set / sizeof *set));
-}
-
-/* ---------------------------------------------------------------- dry run */
-/* --dry-run: build the model on a CPU-only context (no data is read beyond
- * the geometry), print one line per op and the totals, exit 0 without
- * compiling. FLOPs and activation bytes are per image (the op's values for the
- * batch divided by B). Returns the exit status. */
-static int dry_run(const train_options *o, int C, int H, int W, int K)
-{
-    const int B = o->batch_size;
-    char err[1024], what[200];
-    hyfi_ctx *ctx = NULL;
-    hyfi_graph *g = NULL;
-    hyfi_status st;
-    int rc = 1;
-    hyfi_ctx_config cc = {.device = HYFI_DEVICE_CPU, .ncpus = 1, .mpi = 0,
-                          .verbose = o->verbose};
-    if ((st = hyfi_ctx_create(&cc, &ctx)) != HYFI_OK) {
-        lib_fail("starting the engine (hyfi_ctx_create)", st, NULL);
-        return 1;
-    }
-    if ((st = hyfi_graph_create(ctx, o->seed, &g)) != HYFI_OK) {
-        lib_fail("hyfi_graph_create", st, NULL);
-        goto done;
-    }
-    hyfi_tensor *x = hyfi_input(g, "image", B, C, H, W);
-    hyfi_tensor *y = hyfi_labels(g, "label", B);
-    hyfi_tensor *logits = hyfi_model_build(g, &o->mc, x, err, sizeof err);
-    if (!logits) {
-        fprintf(stderr, "hyfi-train: %s\n", err);
-        goto done;
-    }
-    hyfi_softmax_cross_entropy(g, "loss", logits, y);
-    if ((st = hyfi_graph_status(g)) != HYFI_OK) {
-        lib_fail("building the loss", st, g);
-        goto done;
-    }
-    model_describe(&o->mc, what, sizeof what);
-    printf("hyfi-train: dry run: %s on %dx%dx%d images, %d classes, batch %d\n", what, C, H, W,
-           K, B);
-    printf("%5s  %-40s %-22s %-22s %12s %16s  %s\n", "op", "name", "kind", "output (N,C,H,W)",
-           "params", "FLOPs/image", "layer");
-    const int nops = hyfi_graph_op_count(g);
-    size_t params = 0, act = 0;
-    double flops = 0;
-    for (int i = 0; i < nops; i++) {
-        hyfi_op_info oi;
-        if ((st = hyfi_graph_op_info(g, i, &oi)) != HYFI_OK) {
-            lib_fail("hyfi_graph_op_info", st, g);
-            goto done;
-        }
-        char shape[64];
-        snprintf(shape, sizeof shape, "(%d,%d,%d,%d)", oi.out_dims[0], oi.out_dims[1],
-                 oi.out_dims[2], oi.out_dims[3]);
-        printf("%5d  %-40s %-22s %-22s %12zu %16.0f  %d %s\n", i, oi.name, oi.kind, shape,
-               oi.params, oi.flops / B, oi.layer, oi.layer_name);
-        params += oi.params;
-        flops += oi.flops / B;
-        act += oi.act_bytes;
-    }
-    const double act_img = (double)act / B;
-    printf("ops: %d\n", nops);
-    printf("layers: %d (the units of --balance)\n", hyfi_layer_count(g));
-    printf("parameters: %zu (%.3f M)\n", params, (double)params / 1e6);
-    printf("forward FLOPs per image: %.0f (%.3f GFLOPs; the backward costs about twice that)\n",
-           flops, flops / 1e9);
-    printf("activation memory per image: %.0f bytes (%.2f MiB; sum of the op outputs, float32; "
-           "x %d images: %.1f MiB)\n",
-           act_img, act_img / (1 << 20), B, (double)act / (1 << 20));
-    if (params != hyfi_param_numel(g))
-        fprintf(stderr, "hyfi-train: warning: op parameters %zu differ from the graph's %zu\n",
-                params, hyfi_param_numel(g));
-    rc = 0;
-done:
-    if (g) hyfi_graph_destroy(g);
-    hyfi_ctx_destroy(ctx);
-    return rc;
-}
-
 /* ------------------------------------------------------------------- run */
-/* What the phases share. */
-typedef struct run {
-    train_options o;
-    hyfi_dataset *train, *test;
-    int C, H, W, K;             /* output geometry of the images, classes */
-    int nrep, B;                /* replicas; B: the global batch */
-    size_t ntrain, numel, spe;  /* train images, floats per image, steps per epoch */
-    long long total;            /* training steps */
-    hyfi_ctx *ctx;
-    hyfi_graph *g;
-    hyfi_tensor *tx, *ty, *tlogits, *loss;
-    hyfi_prefetch *pf;
-    train_regions *tr;          /* slides: batches read region by region instead of pf */
-    FILE *mf;                   /* --metrics, on rank 0 */
-    double *rates;              /* (total) images/s of each step */
-    float *logits_buf;          /* (B, K) */
-    int lead, nranks;
-    /* long runs */
-    long long first;            /* steps done before this process (--resume) */
-    long long done;             /* steps done */
-    long long saved_at;         /* steps of the last checkpoint written, -1: none */
-    float loss0;                /* the run's first step's loss and gradient norm */
-    double gnorm0;              /*   (divergence warnings; kept in checkpoints) */
-    int nwarn;
-    int stop_sig;               /* the signal that stopped the run, 0: none */
-    bool stopped;               /* by a signal or --stop-at-step */
-    /* results */
-    long long nmeas;            /* steps after the warm-up */
-    double mean, median;        /* their images/s */
-    bool have_acc;
-    double acc;
-    size_t correct, counted;
-} run;
-
-/* The train split and, where the kind has one, the test split. */
-static int load_data(run *r)
-{
-    const train_options *o = &r->o;
-    char err[1024] = "";
-    hyfi_data_spec spec = {.kind = o->dataset, .split = HYFI_SPLIT_TRAIN, .dir = o->datapath};
-    if (o->dataset == HYFI_DATA_SYNTHETIC) {
-        spec.channels = 3;
-        spec.height = spec.width = o->image_size ? o->image_size : 32;
-        spec.num_classes = o->num_classes ? o->num_classes : 10;
-        spec.count = (size_t)10 * (size_t)o->batch_size * (size_t)train_replicas(o);
-        spec.seed = o->seed;
-    }
-    int drc = hyfi_dataset_open(&spec, &r->train, err, sizeof err);
-    if (drc == 0 && hyfi_data_has_test_split(o->dataset, o->datapath)) {
-        spec.split = HYFI_SPLIT_TEST;
-        drc = hyfi_dataset_open(&spec, &r->test, err, sizeof err);
-    }
-    if (drc) {
-        report(false, "%s", err); /* a file one node lacks: per rank */
-        return 1;
-    }
-    return 0;
-}
-
-/* The images at --image-size (test at the train geometry), the model and the
- * classes checked against them, the batch and the step count. */
-static int fit_geometry(run *r)
-{
-    train_options *o = &r->o;
-    hyfi_dataset *train = r->train, *test = r->test;
-    char err[1024] = "";
-    const int C = hyfi_dataset_channels(train);
-    int H = hyfi_dataset_height(train), W = hyfi_dataset_width(train);
-    if (o->image_size && (o->image_size != H || o->image_size != W)) {
-        H = W = o->image_size;
-        if (hyfi_dataset_set_output(train, C, H, W, err, sizeof err) ||
-            (test && hyfi_dataset_set_output(test, C, H, W, err, sizeof err))) {
-            report(true, "%s", err);
-            return 1;
-        }
-    }
-    /* A folder's test split may differ from train in channels (grey only) or
-     * native size (its first image): give it the train geometry. */
-    if (test && (hyfi_dataset_channels(test) != C || hyfi_dataset_height(test) != H ||
-                 hyfi_dataset_width(test) != W) &&
-        hyfi_dataset_set_output(test, C, H, W, err, sizeof err)) {
-        report(true, "%s", err);
-        return 1;
-    }
-    if (model_check(&o->mc, C, H, W, err, sizeof err)) {
-        report(true, "%s", err);
-        return 2;
-    }
-    const int K = o->num_classes ? o->num_classes : hyfi_dataset_num_classes(train);
-    if (K < hyfi_dataset_num_classes(train)) {
-        report(true, "--num-classes %d is smaller than the %d classes of %s; pass "
-                     "--num-classes %d or more (or leave it out)",
-               K, hyfi_dataset_num_classes(train), hyfi_data_kind_name(o->dataset),
-               hyfi_dataset_num_classes(train));
-        return 2;
-    }
-    if (K < 2) { /* a 1-way classifier learns nothing: its loss is always 0 */
-        report(true, "%s%s%s has %d class; a classifier needs at least 2: give each class its "
-                     "own subfolder (or pass --num-classes 2 or more to train anyway)",
-               hyfi_data_kind_name(o->dataset), o->datapath ? " " : "",
-               o->datapath ? o->datapath : "", K);
-        return 2;
-    }
-    r->C = C;
-    r->H = H;
-    r->W = W;
-    r->K = K;
-    /* B: the global batch (--batch-size per replica, as in MPI4DL) */
-    r->nrep = train_replicas(o);
-    r->B = o->batch_size * r->nrep;
-    r->ntrain = hyfi_dataset_size(train);
-    r->numel = hyfi_dataset_image_numel(train);
-    r->spe = hyfi_data_steps_per_epoch(r->ntrain, r->B);
-    r->total = o->steps > 0 ? o->steps : (long long)o->num_epochs * (long long)r->spe;
-    o->mc.num_classes = K;
-    return 0;
-}
-
 /* Engine: StarPU-MPI when launched by mpiexec. Every rank runs this same
  * program on the same data (seeded); rank 0 prints and writes the metrics. */
 static int start_engine(run *r)
@@ -395,19 +112,17 @@ static int start_engine(run *r)
         lib_fail("starting the engine (hyfi_ctx_create)", st, NULL);
         return 1;
     }
-    r->lead = hyfi_ctx_rank(r->ctx) == 0;
-    r->nranks = hyfi_ctx_nranks(r->ctx);
+    /* (the launch's rank and count; in a simulation, where SMPI's ranks have
+     * no launcher, only the context knows them) */
+    r->nranks = g_nranks = hyfi_ctx_nranks(r->ctx);
     g_rank = hyfi_ctx_rank(r->ctx);
-    g_nranks = r->nranks;
-    if (!r->lead) {
-        /* other ranks stay quiet on stdout */
-        if (!freopen("/dev/null", "w", stdout)) {
-            fprintf(stderr, "hyfi-train: rank %d: cannot silence stdout\n", hyfi_ctx_rank(r->ctx));
-            return 1;
-        }
+    if (r->lead && g_rank != 0) {
+        FILE *quiet = freopen("/dev/null", "w", stdout); /* other ranks: quiet on stdout */
+        (void)quiet;
     }
-    /* Only rank 0 writes the metrics, but every rank stops when it cannot:
-     * the others would wait for it forever. */
+    r->lead = g_rank == 0;
+    /* Only rank 0 writes the metrics (its folder was probed at start-up),
+     * but every rank stops when it cannot: the others would wait for it. */
     st = HYFI_OK;
     /* a resumed run appends to the metrics of the steps before it */
     if (r->lead && o->metrics && !(r->mf = fopen(o->metrics, o->resume ? "a" : "w"))) {
@@ -415,8 +130,9 @@ static int start_engine(run *r)
                  strerror(errno));
         st = HYFI_ERR_IO;
     }
-    if (hyfi_ctx_agree(r->ctx, st, err) != HYFI_OK) {
-        if (r->lead) fprintf(stderr, "hyfi-train: %s\n", hyfi_last_error());
+    const hyfi_status a = hyfi_ctx_agree(r->ctx, st, err);
+    if (a != HYFI_OK) {
+        report_agreed(a, st != HYFI_OK, false);
         return 1;
     }
     /* line-buffered: a killed run leaves whole lines (each written at its '\n') */
@@ -473,12 +189,7 @@ static int compile_model(run *r)
         if (r->lead || st != HYFI_ERR_MISMATCH) lib_fail("hyfi_graph_compile", st, r->g);
         return config_error(st) ? 2 : 1; /* 2: a plan the flags cannot make */
     }
-    /* The graph, plan and training settings agree (compile checked them);
-     * the rest of what every rank must share, too. */
-    if ((st = check_same_args(r->ctx, o, r->train, r->test, r->total)) != HYFI_OK) {
-        if (r->lead) fprintf(stderr, "hyfi-train: %s\n", hyfi_last_error());
-        return 1;
-    }
+    /* the rest of what every rank must share was agreed at start-up */
     return 0;
 }
 
@@ -590,6 +301,9 @@ static int write_checkpoint(run *r, long long steps)
     META("lr", "%.9g", (double)o->lr);
     META("lr_schedule", "%s", o->cosine ? "cosine" : "constant");
     META("global_batch", "%d", r->B);
+    META("batch_size", "%d", o->batch_size);
+    META("image_size", "%d", r->H);
+    META("num_classes", "%d", r->K);
     META("loss0", "%.9g", (double)r->loss0);
     META("grad_norm0", "%.17g", r->gnorm0);
     model_describe(&o->mc, v, sizeof v);
@@ -611,32 +325,13 @@ static int write_checkpoint(run *r, long long steps)
     return 0;
 }
 
-/* A metadata entry of a checkpoint as a number; false when absent or bad. */
-static bool meta_ll(const hyfi_checkpoint_meta *m, const char *key, long long *out)
-{
-    const char *v = hyfi_checkpoint_meta_get(m, key);
-    char *end;
-    if (!v) return false;
-    errno = 0;
-    *out = strtoll(v, &end, 10);
-    return !errno && end != v && !*end;
-}
-
-/* The checkpoint folder made ready, then --resume or --load. */
+/* --load, or --resume from the checkpoint chosen at start-up (the newest
+ * valid one; train_startup.c). */
 static int restore(run *r)
 {
     train_options *o = &r->o;
-    char err[1024] = "", file[4096];
     hyfi_status st;
     r->saved_at = -1;
-    if (o->checkpoint_dir) {
-        st = HYFI_OK;
-        if (r->lead && ckpt_prepare_dir(o->checkpoint_dir, err, sizeof err)) st = HYFI_ERR_IO;
-        if (hyfi_ctx_agree(r->ctx, st, err) != HYFI_OK) {
-            if (r->lead) fprintf(stderr, "hyfi-train: %s\n", hyfi_last_error());
-            return 1;
-        }
-    }
     if (o->load_path) {
         hyfi_export_options eo = {.rename = model_export_rename, .user = &o->mc};
         if ((st = hyfi_load_safetensors(r->g, o->load_path, &eo)) != HYFI_OK)
@@ -644,57 +339,62 @@ static int restore(run *r)
         printf("hyfi-train: parameters loaded from %s\n", o->load_path);
     }
     if (!o->resume) return 0;
-    long long named = -1;
-    st = HYFI_OK;
-    if (ckpt_find_newest(o->resume_path ? o->resume_path : o->checkpoint_dir, file, sizeof file,
-                         &named, err, sizeof err))
-        st = HYFI_ERR_IO;
-    if (hyfi_ctx_agree(r->ctx, st, err) != HYFI_OK) {
-        report(true, "%s", hyfi_last_error());
-        return 1;
-    }
+    const char *file = r->resume_file;
     hyfi_checkpoint_meta m;
     if ((st = hyfi_load_checkpoint(r->g, file, &m)) != HYFI_OK)
         return lib_fail("--resume (hyfi_load_checkpoint)", st, r->g);
-    long long step = 0, batch = 0;
-    const char *seed = hyfi_checkpoint_meta_get(&m, "seed");
+    /* an explicit --lr wins over the rate in force in the checkpoint (the
+     * cosine schedule sets it at every step from --lr anyway) */
+    if (train_given(o, "--lr") && !o->cosine && (st = hyfi_set_lr(r->g, o->lr)) != HYFI_OK)
+        return lib_fail("hyfi_set_lr", st, r->g);
+    const char *step_s = hyfi_checkpoint_meta_get(&m, "step");
+    const long long step = step_s ? strtoll(step_s, NULL, 10) : 0;
     const char *l0 = hyfi_checkpoint_meta_get(&m, "loss0");
     const char *g0 = hyfi_checkpoint_meta_get(&m, "grad_norm0");
-    if (!meta_ll(&m, "step", &step) || step < 0 || !seed || !l0 || !g0) {
-        report(true, "--resume %s: the checkpoint lacks hyfi-train's entries (step, seed, "
-                     "loss0, grad_norm0); it was written by another program", file);
-        return 1;
-    }
-    r->first = step;
-    r->loss0 = strtof(l0, NULL);
-    r->gnorm0 = strtod(g0, NULL);
-    const uint64_t s = strtoull(seed, NULL, 10);
-    if (s != o->seed && r->lead)
-        printf("hyfi-train: the checkpoint's seed %" PRIu64 " orders the data (not --seed %" PRIu64
-               ")\n", s, o->seed);
-    o->seed = s;
-    if (meta_ll(&m, "global_batch", &batch) && batch != r->B && r->lead)
-        fprintf(stderr, "hyfi-train: warning: the checkpoint was trained with a global batch of "
-                        "%lld, this run has %d (--batch-size x replicas): the data order and "
-                        "the steps differ from an uninterrupted run\n", batch, r->B);
+    r->first = step > 0 ? step : 0;
+    r->loss0 = l0 ? strtof(l0, NULL) : 0;
+    r->gnorm0 = g0 ? strtod(g0, NULL) : 0;
     if (r->lead) {
+        train_print_lines(stderr, "hyfi-train: ", r->notes); /* what the resume rule decided */
         printf("hyfi-train: resumed from %s: %lld steps done (epoch %lld), %lld to go\n", file,
-               step, step / (long long)r->spe, step < r->total ? r->total - step : 0);
+               r->first, r->first / (long long)r->spe, r->first < r->total ? r->total - r->first : 0);
         fflush(stdout);
     }
-    r->saved_at = step;
-    r->done = step;
+    r->saved_at = r->first;
+    r->done = r->first;
     return 0;
 }
 
-/* After a step: a stop signal on any rank stops every rank (they agree
- * every step). True: stop. */
-static bool stop_now(run *r)
+/* Before each step and evaluation batch, one round between the ranks: this
+ * rank's outcome so far (its batch prepared, rank 0's metrics written) made
+ * common, so that a rank that cannot go on stops every rank at once instead
+ * of leaving them waiting in the step for its tasks; and a stop signal on
+ * any rank (flag in, *any out: may be NULL). 0: go on; 1: stop on an error
+ * (the reason printed). */
+static int go_on(run *r, hyfi_status st, const char *msg, bool flag, bool *any)
 {
-    bool any = stop_requested() != 0;
-    if (r->nranks > 1) hyfi_ctx_any(r->ctx, any, &any);
-    if (any) r->stop_sig = stop_requested() ? stop_requested() : SIGTERM;
-    return any;
+    if (any) *any = flag;
+    if (r->nranks < 2) {
+        if (st != HYFI_OK) report(false, "%s", msg);
+        return st != HYFI_OK;
+    }
+    const hyfi_status a = hyfi_ctx_agree_any(r->ctx, st, msg, flag, any);
+    if (a == HYFI_OK) return 0;
+    report_agreed(a, st != HYFI_OK, false);
+    return 1;
+}
+
+/* Rank 0's metrics file: whether every write so far reached it (a full file
+ * system, /dev/full); the message names the file and the error. */
+static hyfi_status metrics_status(run *r, char *msg, size_t len)
+{
+    if (!r->mf) return HYFI_OK;
+    if (!r->metrics_errno && (fflush(r->mf) != 0 || ferror(r->mf)))
+        r->metrics_errno = errno ? errno : EIO;
+    if (!r->metrics_errno) return HYFI_OK;
+    snprintf(msg, len, "--metrics %s: write failed: %s; the file is incomplete (free some space "
+                       "or give another path)", r->o.metrics, strerror(r->metrics_errno));
+    return HYFI_ERR_IO;
 }
 
 /* The batch's images into the input: prefetched whole images, or (slides)
@@ -768,15 +468,29 @@ static int train_loop(run *r)
         return 1;
     }
     double t_prev = now_s();
-    for (long long s = r->first; s < total; s++) {
+    /* s == total: the check after the last step (a stop signal, the metrics) */
+    for (long long s = r->first;; s++) {
         hyfi_batch b;
-        int prc = r->tr ? train_regions_next(r->tr, (uint64_t)s, &b)
-                        : hyfi_prefetch_next(r->pf, &b);
+        int prc = 0;
+        if (s < total)
+            prc = r->tr ? train_regions_next(r->tr, (uint64_t)s, &b) : hyfi_prefetch_next(r->pf, &b);
+        st = HYFI_OK;
         if (prc) {
-            report(false, "preparing batch %lld failed: %s: %s", s + 1,
-                   hyfi_data_status_name(prc), hyfi_prefetch_error(r->pf));
-            return 1;
+            snprintf(err, sizeof err, "preparing batch %lld failed: %s: %s", s + 1,
+                     hyfi_data_status_name(prc), hyfi_prefetch_error(r->pf));
+            st = HYFI_ERR_IO;
+        } else {
+            st = metrics_status(r, err, sizeof err);
         }
+        /* SIGTERM / SIGINT on any rank: stop after the step before */
+        bool sig = s > r->first && stop_requested() != 0;
+        if (go_on(r, st, err, sig, &sig)) return 1;
+        if (sig || (o->stop_at && s == o->stop_at && s > r->first && s < total)) {
+            r->stop_sig = sig ? (stop_requested() ? stop_requested() : SIGTERM) : 0;
+            r->stopped = true;
+            break;
+        }
+        if (s == total) break;
         float l = NAN;
         if (o->cosine && (st = hyfi_set_lr(g, cosine_lr(o->lr, s, total))) != HYFI_OK) {
             lib_fail("hyfi_set_lr", st, g);
@@ -809,10 +523,6 @@ static int train_loop(run *r)
         if (o->checkpoint_every && (s + 1) % o->checkpoint_every == 0 && s + 1 < total &&
             write_checkpoint(r, s + 1))
             return 1;
-        if (stop_now(r) || (o->stop_at && s + 1 == o->stop_at && s + 1 < total)) {
-            r->stopped = true;
-            break;
-        }
         t_prev = now_s(); /* checkpoints are not counted in the step times */
     }
     hyfi_prefetch_stop(r->pf);
@@ -881,11 +591,13 @@ static int evaluate(run *r)
     for (size_t k = 0; k < nb; k++) {
         hyfi_batch b;
         int prc = r->tr ? train_regions_next(r->tr, k, &b) : hyfi_prefetch_next(r->pf, &b);
+        st = HYFI_OK;
         if (prc) {
-            report(false, "preparing test batch %zu failed: %s: %s", k + 1,
-                   hyfi_data_status_name(prc), hyfi_prefetch_error(r->pf));
-            return 1;
+            snprintf(err, sizeof err, "preparing test batch %zu failed: %s: %s", k + 1,
+                     hyfi_data_status_name(prc), hyfi_prefetch_error(r->pf));
+            st = HYFI_ERR_IO;
         }
+        if (go_on(r, st, err, false, NULL)) return 1;
         if ((st = set_batch(r, &b)) != HYFI_OK ||
             (st = hyfi_set_labels(r->g, r->ty, b.y, (size_t)B)) != HYFI_OK ||
             (st = hyfi_infer(r->g, NULL)) != HYFI_OK ||
@@ -958,11 +670,17 @@ static int finish(run *r, int rc)
     hyfi_status st;
     hyfi_prefetch_stop(r->pf);
     train_regions_free(r->tr);
-    if (r->mf && fclose(r->mf) != 0 && rc == 0) {
-        fprintf(stderr, "hyfi-train: --metrics %s: write failed: %s\n", o->metrics,
-                strerror(errno));
-        rc = 1;
+    /* rank 0's metrics complete, or every rank ends with status 1 */
+    char err[1024] = "";
+    hyfi_status st_m = metrics_status(r, err, sizeof err);
+    if (r->mf && fclose(r->mf) != 0 && st_m == HYFI_OK) {
+        snprintf(err, sizeof err, "--metrics %s: write failed: %s; the file is incomplete",
+                 o->metrics, strerror(errno));
+        st_m = HYFI_ERR_IO;
     }
+    r->mf = NULL;
+    if (rc == 0 && r->ctx && go_on(r, st_m, err, false, NULL)) rc = 1;
+    else if (rc == 0 && !r->ctx && st_m != HYFI_OK) rc = (report(false, "%s", err), 1);
     free(r->rates);
     free(r->logits_buf);
     free(r->o.balance);
@@ -982,6 +700,7 @@ static int finish(run *r, int rc)
     }
     hyfi_dataset_free(r->train);
     hyfi_dataset_free(r->test);
+    hyfi_launch_end(); /* MPI, where no context took it over (--dry-run) */
     return rc;
 }
 
@@ -1002,22 +721,17 @@ static int save_model(run *r)
 int main(int argc, char **argv)
 {
     run r = {.nranks = 1};
-    launcher_rank();
-    int pr = train_parse_args(argc, argv, g_rank, &r.o);
-    if (pr != 0) free(r.o.balance);
-    if (pr > 0) return 0;
-    if (pr < 0) return 2;
-
-    int rc = load_data(&r);
-    if (rc == 0 && r.o.eval_only && !r.test) {
-        report(true, "--eval-only evaluates on the test split, and %s%s%s has none; give a data "
-                     "set with one", hyfi_data_kind_name(r.o.dataset), r.o.datapath ? " " : "",
-               r.o.datapath ? r.o.datapath : "");
-        rc = 2;
+    /* MPI's start, the command line, the data and the outputs, agreed by
+     * every rank (train_startup.c) */
+    int rc = train_startup(&r, argc, argv);
+    if (rc != 0) {
+        free(r.o.balance);
+        hyfi_dataset_free(r.train);
+        hyfi_dataset_free(r.test);
+        return rc < 0 ? 0 : rc;
     }
-    if (rc == 0) rc = fit_geometry(&r);
-    if (rc == 0 && r.o.dry_run) return finish(&r, dry_run(&r.o, r.C, r.H, r.W, r.K));
-    if (rc == 0) rc = start_engine(&r);
+    if (r.o.dry_run) return finish(&r, train_dry_run(&r.o, r.C, r.H, r.W, r.K));
+    rc = start_engine(&r);
     if (rc == 0) rc = build_model(&r);
     if (rc == 0) rc = compile_model(&r);
     if (rc == 0) {

@@ -197,20 +197,60 @@ void train_usage(FILE *f)
 }
 
 /* ---------------------------------------------------------------- parsing */
-/* Not rank 0: bad_usage prints nothing (every rank has the same command line). */
-static bool g_quiet;
+/* The message of a bad command line (train_parse_args copies it out) and the
+ * warnings about flags without effect, one per line. */
+static char g_msg[1024];
 
 __attribute__((format(printf, 1, 2)))
 static int bad_usage(const char *fmt, ...)
 {
-    if (g_quiet) return -1;
     va_list ap;
-    fputs("hyfi-train: ", stderr);
     va_start(ap, fmt);
-    vfprintf(stderr, fmt, ap);
+    vsnprintf(g_msg, sizeof g_msg, fmt, ap);
     va_end(ap);
-    fputs("\n(hyfi-train --help lists the flags)\n", stderr);
     return -1;
+}
+
+void train_add_line(char *buf, size_t len, const char *fmt, ...)
+{
+    const size_t used = strlen(buf);
+    if (used + 2 >= len) return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf + used, len - used - 1, fmt, ap);
+    va_end(ap);
+    strcat(buf, "\n");
+}
+
+void train_print_lines(FILE *f, const char *prefix, const char *lines)
+{
+    for (const char *l = lines; *l;) {
+        const char *e = strchr(l, '\n');
+        const int n = e ? (int)(e - l) : (int)strlen(l);
+        fprintf(f, "%s%.*s\n", prefix, n, l);
+        l += n + (e != NULL);
+    }
+}
+
+#define warn(o, ...) train_add_line((o)->warnings, sizeof (o)->warnings, __VA_ARGS__)
+
+/* Flags given on the command line, by their canonical names (" --lr --seed "). */
+static void mark_given(train_options *o, const char *flag)
+{
+    if (!strcmp(flag, "--learning-rate")) flag = "--lr";
+    else if (!strcmp(flag, "--times")) flag = "--replications";
+    else if (!strcmp(flag, "--halo-d2")) flag = "--fused-layers";
+    if (train_given(o, flag)) return;
+    const size_t used = strlen(o->given);
+    if (used + strlen(flag) + 2 < sizeof o->given)
+        snprintf(o->given + used, sizeof o->given - used, "%s%s ", used ? "" : " ", flag);
+}
+
+bool train_given(const train_options *o, const char *flag)
+{
+    char key[72];
+    snprintf(key, sizeof key, " %s ", flag);
+    return strstr(o->given, key) != NULL;
 }
 
 static int parse_ll(const char *flag, const char *s, long long lo, long long hi, long long *out)
@@ -461,6 +501,7 @@ static int parse_flag(int argc, char **argv, int *i, train_options *o)
     bool known = false;
     for (size_t k = 0; k < sizeof KNOWN / sizeof KNOWN[0]; k++) known |= !strcmp(flag, KNOWN[k]);
     if (!known) return bad_usage("unknown flag '%s'", flag);
+    mark_given(o, flag);
     if (eq) {
         val = eq + 1;
     } else if (*i + 1 < argc) {
@@ -507,6 +548,44 @@ static int check_options(train_options *o)
             return bad_usage("--balance has %d entries but --split-size is %d; give one layer "
                              "count per stage", o->nbalance, o->split_size);
     }
+    /* Flags that would change nothing: refused where the run would not be
+     * what was asked for, warned about where it is all the same. */
+    if (!o->spatial_size) {
+        const char *sp = train_given(o, "--num-spatial-parts") ? "--num-spatial-parts"
+                         : train_given(o, "--slice-method")    ? "--slice-method"
+                         : train_given(o, "--fused-layers")    ? "--fused-layers (--halo-d2)"
+                                                               : NULL;
+        if (sp)
+            return bad_usage("%s has no effect without --spatial-size K (the number of leading "
+                             "stages cut into tiles), which is 0 here: no stage is tiled. Add "
+                             "--spatial-size 1 to tile the first stage (MPI4DL's default; "
+                             "hyfi's is 0), or leave %s out", sp, sp);
+    }
+    if (o->swap_dir && !o->mem_limit_mb)
+        return bad_usage("--swap-dir %s has no effect without --mem-limit-mb N: StarPU swaps "
+                         "data out only above a memory limit; add --mem-limit-mb (the memory "
+                         "this rank may use, in MB), or leave --swap-dir out", o->swap_dir);
+    if (o->schedule == HYFI_SCHEDULE_1F1B && o->parts <= 1)
+        warn(o, "--schedule 1f1b has no effect with one micro-batch (--parts 1): add --parts M");
+    if (train_replicas(o) <= 1) {
+        if (train_given(o, "--allreduce"))
+            warn(o, "--allreduce has no effect without model replicas (--gems or "
+                    "--data-parallel): there is no all-reduce");
+        if (train_given(o, "--bucket-kib"))
+            warn(o, "--bucket-kib has no effect without model replicas (--gems or "
+                    "--data-parallel): there is no all-reduce");
+    }
+    if (train_given(o, "--keep") && !o->checkpoint_dir)
+        warn(o, "--keep has no effect without --checkpoint-dir DIR");
+    if (o->mc.kind != MODEL_RESNET)
+        for (const char *const *f = (const char *const[]){"--depth", "--resnet-version",
+                                                          "--resnet-style", NULL}; *f; f++)
+            if (train_given(o, *f)) warn(o, "%s has no effect: it is a ResNet flag (--model resnet)", *f);
+    if (o->mc.kind != MODEL_AMOEBANET)
+        for (const char *const *f = (const char *const[]){"--num-layers", "--num-filters", NULL};
+             *f; f++)
+            if (train_given(o, *f))
+                warn(o, "%s has no effect: it is an AmoebaNet-D flag (--model amoebanet)", *f);
     /* The model's own rules (ResNet depths, L and F of AmoebaNet-D); the
      * image size is checked once the data set's is known. */
     char err[512];
@@ -517,42 +596,46 @@ static int check_options(train_options *o)
     return 0;
 }
 
-int train_parse_args(int argc, char **argv, int rank, train_options *o)
+static int parse_all(int argc, char **argv, train_options *o)
 {
-    g_quiet = rank != 0;
     *o = (train_options){.batch_size = 64, .dataset = HYFI_DATA_SYNTHETIC,
                          .num_epochs = 1, .lr = 0.05f, .momentum = 0.9f, .weight_decay = 5e-4f,
                          .seed = 42, .device = HYFI_DEVICE_AUTO, .print_freq = 50,
                          .divergence = 1000, .keep = 3,
                          .mc = model_config_default(), .watchdog_s = DEFAULT_WATCHDOG_S};
+    for (int i = 1; i < argc; i++)
+        if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
+            o->help = 1;
+            return 1;
+        }
     const char *wd = getenv("HYFI_WATCHDOG_S");
     if (wd && *wd && parse_int("HYFI_WATCHDOG_S", wd, 0, 1 << 24, &o->watchdog_s)) return -1;
     for (int i = 1; i < argc; i++) {
         const char *arg = argv[i];
-        if (strcmp(arg, "-h") == 0 || strcmp(arg, "--help") == 0) {
-            train_usage(stdout);
-            return 1;
-        }
         if (strcmp(arg, "-v") == 0 || strcmp(arg, "--verbose") == 0) {
             o->verbose = 1;
             continue;
         }
         if (strcmp(arg, "--dry-run") == 0) {
             o->dry_run = 1;
+            mark_given(o, arg);
             continue;
         }
         if (strcmp(arg, "--deterministic") == 0) {
             o->deterministic = 1;
+            mark_given(o, arg);
             continue;
         }
         if (strcmp(arg, "--eval-only") == 0) {
             o->eval_only = 1;
+            mark_given(o, arg);
             continue;
         }
         if (strcmp(arg, "--resume") == 0 || strncmp(arg, "--resume=", 9) == 0) {
             /* an optional value: --resume=PATH, or --resume PATH when PATH is
              * not a flag */
             o->resume = 1;
+            mark_given(o, "--resume");
             if (arg[8] == '=') o->resume_path = arg + 9;
             else if (i + 1 < argc && strncmp(argv[i + 1], "--", 2) != 0)
                 o->resume_path = argv[++i];
@@ -562,6 +645,7 @@ int train_parse_args(int argc, char **argv, int rank, train_options *o)
         }
         if (strcmp(arg, "--halo-d2") == 0) {
             o->fused_layers = 2;
+            mark_given(o, arg);
             continue;
         }
         if (strncmp(arg, "--", 2) != 0)
@@ -569,4 +653,108 @@ int train_parse_args(int argc, char **argv, int rank, train_options *o)
         if (parse_flag(argc, argv, &i, o)) return -1;
     }
     return check_options(o);
+}
+
+/* --watchdog (or HYFI_WATCHDOG_S) before anything else is parsed: the time
+ * limit of MPI's start. A bad value gives the default here (the full parse
+ * reports it). */
+int train_early_watchdog(int argc, char **argv)
+{
+    int v = DEFAULT_WATCHDOG_S;
+    const char *e = getenv("HYFI_WATCHDOG_S");
+    char *end;
+    if (e && *e) {
+        long x = strtol(e, &end, 10);
+        if (!*end && x >= 0 && x <= 1 << 24) v = (int)x;
+    }
+    for (int i = 1; i < argc; i++) {
+        const char *val = NULL;
+        if (!strcmp(argv[i], "--watchdog") && i + 1 < argc) val = argv[i + 1];
+        else if (!strncmp(argv[i], "--watchdog=", 11)) val = argv[i] + 11;
+        if (!val) continue;
+        long x = strtol(val, &end, 10);
+        if (end != val && !*end && x >= 0 && x <= 1 << 24) v = (int)x;
+    }
+    return v;
+}
+
+int train_parse_args(int argc, char **argv, train_options *o, char *err, size_t errlen)
+{
+    g_msg[0] = 0;
+    if (err && errlen) err[0] = 0;
+    const int rc = parse_all(argc, argv, o);
+    if (rc < 0 && err && errlen) snprintf(err, errlen, "%s", g_msg);
+    return rc;
+}
+
+/* ------------------------------------------------------- rank agreement */
+__attribute__((format(printf, 4, 5)))
+static void put(train_settings *ts, const char *name, uint64_t hash, const char *fmt, ...)
+{
+    if (ts->n >= TRAIN_MAX_SETTINGS) return;
+    char *v = ts->text[ts->n];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(v, sizeof ts->text[0], fmt, ap);
+    va_end(ap);
+    ts->set[ts->n] = (hyfi_setting){.name = name, .value = v, .hash = hash};
+    ts->n++;
+}
+
+static const char *str_or_none(const char *s) { return s ? s : "(none)"; }
+
+void train_settings_fill(const train_options *o, train_settings *ts)
+{
+    static const char *const gems[] = {"none", "mast", "master"};
+    static const char *const slice[] = {"square", "vertical", "horizontal"};
+    static const char *const ar[] = {"auto", "ring", "tree"};
+    static const char *const rc[] = {"none", "stage", "layer"};
+    ts->n = 0;
+    char model[200];
+    model_describe(&o->mc, model, sizeof model);
+    put(ts, "--model and its flags", 0, "%s", model);
+    put(ts, "--dry-run", 0, "%d", o->dry_run);
+    put(ts, "--batch-size", 0, "%d", o->batch_size);
+    put(ts, "--image-size", 0, "%d", o->image_size);
+    put(ts, "--num-classes", 0, "%d", o->num_classes);
+    put(ts, "--steps", 0, "%lld", o->steps);
+    put(ts, "--num-epochs", 0, "%d", o->num_epochs);
+    put(ts, "--lr", 0, "%.9g", (double)o->lr);
+    put(ts, "--lr-schedule", 0, "%s", o->cosine ? "cosine" : "constant");
+    put(ts, "--momentum", 0, "%.9g", (double)o->momentum);
+    put(ts, "--weight-decay", 0, "%.9g", (double)o->weight_decay);
+    put(ts, "--seed", 0, "%llu", (unsigned long long)o->seed);
+    put(ts, "--eval-batches", 0, "%lld", o->eval_batches);
+    put(ts, "--divergence-ratio", 0, "%.9g", (double)o->divergence);
+    put(ts, "--metrics", 0, "%s", str_or_none(o->metrics));
+    put(ts, "--split-size", 0, "%d", o->split_size);
+    char bal[96] = "";
+    for (int i = 0; i < o->nbalance && strlen(bal) + 12 < sizeof bal; i++)
+        snprintf(bal + strlen(bal), sizeof bal - strlen(bal), "%s%d", i ? "," : "", o->balance[i]);
+    uint64_t bh = 0xcbf29ce484222325ull;
+    for (int i = 0; i < o->nbalance; i++) bh = (bh ^ (uint64_t)o->balance[i]) * 0x100000001b3ull;
+    put(ts, "--balance", o->nbalance ? bh : 0, "%s", o->nbalance ? bal : "(none)");
+    put(ts, "--parts", 0, "%d", o->parts);
+    put(ts, "--schedule", 0, "%s", o->schedule == HYFI_SCHEDULE_1F1B ? "1f1b" : "gpipe");
+    put(ts, "--deterministic", 0, "%d", o->deterministic);
+    put(ts, "--spatial-size", 0, "%d", o->spatial_size);
+    put(ts, "--num-spatial-parts", 0, "%d", o->spatial_parts);
+    put(ts, "--slice-method", 0, "%s", slice[o->slice % 3]);
+    put(ts, "--fused-layers", 0, "%d", o->fused_layers);
+    put(ts, "--gems", 0, "%s", gems[o->gems % 3]);
+    put(ts, "--replications", 0, "%d", o->replications);
+    put(ts, "--data-parallel", 0, "%d", o->data_parallel);
+    put(ts, "--allreduce", 0, "%s", ar[o->allreduce % 3]);
+    put(ts, "--bucket-kib", 0, "%d", o->bucket_kib);
+    put(ts, "--recompute", 0, "%s", rc[o->recompute % 3]);
+    put(ts, "--mem-limit-mb", 0, "%d", o->mem_limit_mb);
+    put(ts, "--trace", 0, "%s", str_or_none(o->trace));
+    put(ts, "--checkpoint-dir", 0, "%s", str_or_none(o->checkpoint_dir));
+    put(ts, "--checkpoint-every", 0, "%lld", o->checkpoint_every);
+    put(ts, "--keep", 0, "%d", o->keep);
+    put(ts, "--resume", 0, "%s", o->resume ? str_or_none(o->resume_path) : "(no)");
+    put(ts, "--save", 0, "%s", str_or_none(o->save_path));
+    put(ts, "--load", 0, "%s", str_or_none(o->load_path));
+    put(ts, "--eval-only", 0, "%d", o->eval_only);
+    put(ts, "--stop-at-step", 0, "%lld", o->stop_at);
 }

@@ -9,6 +9,7 @@
 
 #include <hyfi.h>
 
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 
@@ -65,6 +66,9 @@ typedef struct train_options {
     int eval_only;             /* --eval-only: no training */
     long long stop_at;         /* --stop-at-step K: stop after step K as a preemption would;
                                   0: never */
+    int help;                  /* -h, --help */
+    char given[1024];          /* the flags on the command line: " --lr --seed " */
+    char warnings[1024];       /* flags without effect, one line each ("" if none) */
 } train_options;
 
 /* Model replicas: GEMS copies x data-parallel groups. */
@@ -74,9 +78,37 @@ int train_replicas(const train_options *o);
 void train_usage(FILE *f);
 
 /* Fill *o from the defaults, HYFI_WATCHDOG_S and argv, then check the flags
- * together. rank: this process's rank; only rank 0 prints a bad command line
- * (every rank has the same one). Returns 0: parsed; 1: --help shown; -1: bad
- * command line (message printed). o->balance is malloc'd (also on -1). */
-int train_parse_args(int argc, char **argv, int rank, train_options *o);
+ * together. Returns 0: parsed (o->warnings may name flags without effect);
+ * 1: --help asked for (nothing else parsed); -1: bad command line, the
+ * message (naming the flag and the fix) in err. Nothing is printed: under
+ * MPI every rank reports its outcome to the others first. o->balance is
+ * malloc'd (also on -1). */
+int train_parse_args(int argc, char **argv, train_options *o, char *err, size_t errlen);
+
+/* Append one line (printf format) to the text buf of len bytes (dropped when
+ * full), and print such a text's lines, each after prefix. */
+void train_add_line(char *buf, size_t len, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+void train_print_lines(FILE *f, const char *prefix, const char *lines);
+
+/* Whether flag (its canonical name: --lr, --replications, --fused-layers)
+ * was given on the command line. */
+bool train_given(const train_options *o, const char *flag);
+
+/* --watchdog or HYFI_WATCHDOG_S, or the default, read before the full parse
+ * (the time limit of MPI's start). */
+int train_early_watchdog(int argc, char **argv);
+
+/* The settings every rank must have alike (hyfi_launch_agree): every flag
+ * but those a rank may choose alone (--device, --watchdog, -v, --print-freq,
+ * --swap-dir, --swap-mb: the node's own). The driver appends what it derives
+ * (the data's contents, the checkpoint resumed). */
+#define TRAIN_MAX_SETTINGS 60
+typedef struct train_settings {
+    int n;
+    hyfi_setting set[TRAIN_MAX_SETTINGS];
+    char text[TRAIN_MAX_SETTINGS][96];
+} train_settings;
+void train_settings_fill(const train_options *o, train_settings *ts);
 
 #endif
