@@ -6,8 +6,8 @@
 #   - a folder data set with one class (a 1-way classifier) is refused;
 #   - --metrics of a run killed with SIGKILL holds whole JSON lines only.
 # With MPIEXEC ('driver_errors_mpi'), on 2 ranks: an error every rank hits alike
-# (command line, plan) is printed once, by rank 0, with the same exit status;
-# one that may differ between ranks (a data file) once per rank, with the rank.
+# (command line, plan, the same missing data file) is printed once, by rank 0,
+# with the same exit status (tests/mpi_startup.sh: errors of some ranks only).
 # usage: driver_errors.sh HYFI_TRAIN [MPIEXEC]
 set -u
 train=${1:?usage: driver_errors.sh HYFI_TRAIN [MPIEXEC]}
@@ -45,7 +45,7 @@ if [ -n "$mpiexec" ]; then
         "$mpiexec" -n 2 "$train" --bogus
     expect "2 ranks: one stage on 2 ranks (plan), once" 2 "mpiexec -n 1" 1 -- \
         "$mpiexec" -n 2 "$train" "${small[@]}"
-    expect "2 ranks: missing data file, per rank" 1 "^hyfi-train: rank [01]: .*not found" 2 -- \
+    expect "2 ranks: missing data file on every rank, once" 1 "^hyfi-train: mnist: .*not found" 1 -- \
         "$mpiexec" -n 2 "$train" --dataset mnist --datapath "$dir/none" --steps 1
     [ "$fails" = 0 ] && echo "driver_errors_mpi: ok"
     exit $((fails > 0))

@@ -12,7 +12,12 @@
 #   5. a process killed (SIGKILL) while it writes a checkpoint (held in fsync
 #      by tests/slow_fsync.c) leaves the previous checkpoint intact and no
 #      other file; resuming from it gives the uninterrupted losses;
-#   6. clear errors for a truncated, corrupt, other-model or missing checkpoint;
+#   6. clear errors for a truncated, corrupt, other-model or missing checkpoint,
+#      and for an image size or class count other than the checkpoint's; the
+#      resume rule: a resume naming only the model continues the run exactly
+#      (its settings from the checkpoint), explicit --lr and --momentum are
+#      applied with a note, and a damaged newest checkpoint falls back to the
+#      newest valid one, saying so;
 #   7. --save / --load / --eval-only round trip (safetensors, pure C): the
 #      loaded model evaluates to the trained model's test accuracy;
 #   8. a non-finite gradient on 2 ranks (--lr 500): non-zero exit naming the
@@ -162,8 +167,11 @@ printf '\x55' | dd of="$dir/flip.safetensors" bs=1 seek=50000 conv=notrunc 2>/de
 echo "bad checkpoints:"
 bad truncated "corrupt or truncated" --resume "$dir/trunc.safetensors"
 bad corrupt "corrupt or truncated" --resume "$dir/flip.safetensors"
-bad "other model" "saved from another model" --depth 14 --resume "$ck"
-bad "other classes" "saved from another model" --num-classes 7 --resume "$ck"
+bad "other model" "the checkpoint holds resnet-8 v1" --depth 14 --resume "$ck"
+bad "other classes" "classifier has 10 classes, --num-classes 7 asks for another run" \
+    --num-classes 7 --resume "$ck"
+bad "other image size" "trained on 16x16 images, --image-size 32 asks for another run" \
+    --image-size 32 --resume "$ck"
 bad missing "give a checkpoint folder or file" --resume "$dir/empty-folder-$$" --checkpoint-dir "$dir/e"
 mkdir -p "$dir/empty"
 bad empty "no checkpoint (step-N.safetensors) in it" --resume "$dir/empty"
@@ -194,6 +202,34 @@ run "$dir/old.log" "$train" "${c[@]}" --steps 9 --resume "$dir/old.safetensors"
 [ $rc = 0 ] && grep -q "8 steps done" "$dir/old.log" ||
     { fail "a checkpoint with the byte-wise checksum"; cat "$dir/old.log"; }
 bad "corrupt (byte-wise checksum)" "corrupt or truncated" --resume "$dir/oldflip.safetensors"
+
+# 6b. the resume rule: the checkpoint's settings unless a flag says otherwise
+# (differences printed), and a damaged newest checkpoint skipped for the newest
+# valid one. A resume that names only the model goes on as the uninterrupted
+# run: image size, steps, schedule and learning rate come from the checkpoint.
+echo "the resume rule:"
+run "$dir/s6.log" "$train" "${c[@]}" --metrics "$dir/s6.json" --checkpoint-dir "$dir/s6" \
+    --checkpoint-every 1 --keep 0 --stop-at-step 3
+cp "$dir/s6.json" "$dir/s6b.json"
+run "$dir/r6.log" "$train" --model resnet --depth 8 --batch-size 8 --print-freq 100 \
+    --metrics "$dir/s6.json" --resume "$dir/s6"
+[ $rc = 0 ] && grep -q "3 steps done (epoch 0), 5 to go" "$dir/r6.log" ||
+    { fail "resume with the checkpoint's settings"; cat "$dir/r6.log"; }
+losses "$dir/u1.json" "$dir/s6.json" || fail "resume with the checkpoint's settings: losses differ"
+# the newest (step 3) damaged: step 2 is resumed, saying so
+printf '\x55' | dd of="$dir/s6/step-00000003.safetensors" bs=1 seek=50000 conv=notrunc 2>/dev/null
+rm -f "$dir/s6"/step-0000000[4-9].safetensors
+run "$dir/r6b.log" "$train" --model resnet --depth 8 --batch-size 8 --print-freq 100 \
+    --metrics "$dir/s6b.json" --resume "$dir/s6" --lr 0.2 --momentum 0.5
+if [ $rc = 0 ] && grep -q "resuming from the newest valid one instead, .*step-00000002" "$dir/r6b.log" &&
+   grep -q "2 steps done" "$dir/r6b.log" &&
+   grep -q -- "--lr 0.2 given: it replaces the checkpoint's 0.05" "$dir/r6b.log" &&
+   grep -q -- "--momentum 0.5 given: it replaces the checkpoint's 0.9" "$dir/r6b.log"; then
+    echo "  $(grep -m1 "newest valid" "$dir/r6b.log" | cut -c1-160)..."
+    echo "  $(grep -m1 -- "--lr 0.2 given" "$dir/r6b.log")"
+else
+    fail "fallback to the newest valid checkpoint, explicit --lr and --momentum"; cat "$dir/r6b.log"
+fi
 
 # 7. --save / --load / --eval-only (Fashion-MNIST's test split)
 f=(--model cnn --dataset fashion-mnist --batch-size 64 --steps 30 --eval-batches 5

@@ -1,11 +1,11 @@
 #!/bin/bash
 # 'mpi_hangs': runs that used to hang under MPI end on every rank within
 # seconds, with a message:
-#   - an unwritable --metrics on 2 ranks (rank 0 alone opens it): every rank
-#     exits with status 1, the message is printed once;
+#   - an unwritable --metrics on 2 ranks (rank 0 alone writes it): every rank
+#     exits with status 1, rank 0 names the file, rank 1 says it stops;
 #   - ranks started with different --steps, --depth, --batch-size, --seed or
 #     --lr (MPMD: mpiexec -n 1 ARGS : -n 1 OTHER ARGS): every rank exits with
-#     status 1 and the message names what differs;
+#     status 1 and prints the message naming what differs (at start-up);
 #   - a peer (rank 1, then rank 0) stopped with SIGSTOP during training: with
 #     --watchdog 5 the other rank prints the watchdog's line and mpiexec ends
 #     the job, the stopped rank included;
@@ -77,28 +77,30 @@ expect() {
     echo "$name: both ranks exit 1 in $secs s: $(grep -m1 -F -- "$want" "$dir/$name.log")"
 }
 
-# 1. --metrics in a folder that does not exist, on 2 ranks
+# 1. --metrics in a folder that does not exist, on 2 ranks: rank 0 (which
+# writes it) names it, rank 1 stops with rank 0's message
 run metrics -n 2 "${wrap[@]}" "$train" "${common[@]}" --metrics "$dir/no/such/dir/m.jsonl"
-expect metrics "hyfi-train: --metrics $dir/no/such/dir/m.jsonl: cannot open for writing" 1
+expect metrics "hyfi-train: rank 0: --metrics $dir/no/such/dir/m.jsonl: the folder \
+$dir/no/such/dir does not exist" 1
+grep -q "^hyfi-train: rank 1: stopping: rank 0: --metrics" "$dir/metrics.log" ||
+    fail "metrics: rank 1 did not say why it stops"
 grep -q "^step" "$dir/metrics.log" && fail "metrics: a step ran"
 
-# 2. ranks started with different arguments
+# 2. ranks started with different arguments: found at start-up, before the
+# engine starts; both ranks print the message
 mismatch() { # name, text wanted, rank 1's extra flags...
     local name=$1 want=$2; shift 2
     run "$name" -n 1 "${wrap[@]}" "$train" "${common[@]}" : \
         -n 1 "${wrap[@]}" "$train" "${common[@]}" "$@"
-    expect "$name" "$want" 1
+    expect "$name" "the ranks were started with different arguments: rank 1 differs from rank 0 \
+in $want" 2
     grep -q "^step" "$dir/$name.log" && fail "$name: a step ran"
 }
-mismatch steps "the ranks were started with different arguments: rank 1 differs from rank 0 \
-in --steps/--num-epochs (rank 1: 4 steps; rank 0: 3 steps)" --steps 4
-built="HYFI_ERR_MISMATCH): hyfi_graph_compile: the ranks built different graphs, plans or \
-training settings: rank 1 differs from rank 0 in"
-mismatch depth "$built the graph (rank 1: 73 ops in 11 layers" --depth 20
-mismatch batch-size "$built the input shapes (rank 1: image(16,3,16,16) label(16); rank 0: \
-image(8,3,16,16) label(8))" --batch-size 16
-mismatch seed "$built the seed (rank 1: 7; rank 0: 42)" --seed 7
-mismatch lr "$built the learning rate (rank 1: 0.100000001; rank 0: 0.0500000007)" --lr 0.1
+mismatch steps "--steps (rank 1: 4; rank 0: 3)" --steps 4
+mismatch depth "--model and its flags (rank 1: resnet-20 v1" --depth 20
+mismatch batch-size "--batch-size (rank 1: 16; rank 0: 8)" --batch-size 16
+mismatch seed "--seed (rank 1: 7; rank 0: 42)" --seed 7
+mismatch lr "--lr (rank 1: 0.100000001; rank 0: 0.0500000007)" --lr 0.1
 
 # 3. a peer stopped during training: the watchdog of the other ends the job
 long=("${common[@]}" --steps 100000 --watchdog 5)
