@@ -132,7 +132,7 @@ static int start_engine(run *r)
     }
     const hyfi_status a = hyfi_ctx_agree(r->ctx, st, err);
     if (a != HYFI_OK) {
-        report_agreed(a, st != HYFI_OK, false);
+        report_agreed(st != HYFI_OK, false);
         return 1;
     }
     /* line-buffered: a killed run leaves whole lines (each written at its '\n') */
@@ -380,7 +380,7 @@ static int go_on(run *r, hyfi_status st, const char *msg, bool flag, bool *any)
     }
     const hyfi_status a = hyfi_ctx_agree_any(r->ctx, st, msg, flag, any);
     if (a == HYFI_OK) return 0;
-    report_agreed(a, st != HYFI_OK, false);
+    report_agreed(st != HYFI_OK, false);
     return 1;
 }
 

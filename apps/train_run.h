@@ -71,9 +71,9 @@ int lib_fail(const char *what, hyfi_status s, const hyfi_graph *g);
 /* The outcome of an agreement between the ranks (hyfi_launch_agree,
  * hyfi_ctx_agree) that failed, printed: a rank's own failure by that rank;
  * where all failed alike, once by rank 0; otherwise every other rank says
- * why it stops (jobs of more than 16 ranks: rank 0 only). own: this rank
- * failed. */
-void report_agreed(hyfi_status s, bool own, bool alike);
+ * why it stops (jobs of more than 16 ranks: rank 0 only). The message is
+ * hyfi_last_error(); own: this rank failed. */
+void report_agreed(bool own, bool alike);
 
 double now_s(void);
 

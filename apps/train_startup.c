@@ -69,9 +69,8 @@ int lib_fail(const char *what, hyfi_status s, const hyfi_graph *g)
     return 1;
 }
 
-void report_agreed(hyfi_status s, bool own, bool alike)
+void report_agreed(bool own, bool alike)
 {
-    (void)s;
     const char *msg = hyfi_last_error();
     if (alike || g_nranks < 2) {
         if (g_rank == 0) fprintf(stderr, "hyfi-train: %s\n", msg);
@@ -480,7 +479,7 @@ int train_startup(run *r, int argc, char **argv)
     const hyfi_status a =
         hyfi_launch_agree(st, msg, "arguments", ts.set, ts.n, &alike);
     if (a != HYFI_OK) {
-        report_agreed(a, st != HYFI_OK, alike);
+        report_agreed(st != HYFI_OK, alike);
         return st != HYFI_OK ? code : config_error(a) ? 2 : 1;
     }
     if (pr > 0) { /* --help */
