@@ -50,8 +50,10 @@ common=(--model resnet --depth 8 --image-size 16 --batch-size 8 --dataset synthe
 # wrapper's pid is the rank's)
 # shellcheck disable=SC2016 # expanded by the wrapper's shell
 pidof_rank='echo $$ >"$0/pid.$1"; shift; exec "$@"'
+# shellcheck disable=SC2054 # (tcp,self is one value: UCX's list of transports)
 n0=(ip netns exec "$a" env UCX_TLS=tcp,self UCX_NET_DEVICES="${ns}x" bash -c "$pidof_rank"
     "$dir" 0 "$train")
+# shellcheck disable=SC2054
 n1=(ip netns exec "$b" env UCX_TLS=tcp,self UCX_NET_DEVICES="${ns}y" bash -c "$pidof_rank"
     "$dir" 1 "$train")
 
