@@ -384,10 +384,10 @@ hyfi_status hyfi_graph_agree(hyfi_graph *g, hyfi_status local, const char *local
 {
     hyfi_ctx *ctx = g->ctx;
     if (!ctx->mpi || ctx->nranks < 2) return local;
-    enum { INPUTS, SEED, LR, MOMENTUM, WD, PLAN, GRAPH, N };
+    enum { INPUTS, SEED, LR, MOMENTUM, WD, PREC, PLAN, GRAPH, N };
     static const char *const names[N] = {"the input shapes", "the seed", "the learning rate",
-                                         "the momentum", "the weight decay", "the plan",
-                                         "the graph"};
+                                         "the momentum", "the weight decay", "the precision",
+                                         "the plan", "the graph"};
     char text[N][HYFI_AGREE_VALUE * 4];
     const char *values[N];
     uint64_t hashes[N] = {0};
@@ -411,6 +411,8 @@ hyfi_status hyfi_graph_agree(hyfi_graph *g, hyfi_status local, const char *local
         snprintf(text[LR], sizeof text[LR], "%.9g", (double)tc->lr);
         snprintf(text[MOMENTUM], sizeof text[MOMENTUM], "%.9g", (double)tc->momentum);
         snprintf(text[WD], sizeof text[WD], "%.9g", (double)tc->weight_decay);
+        snprintf(text[PREC], sizeof text[PREC], "%s",
+                 tc->precision == HYFI_PRECISION_BF16 ? "bf16" : "fp32");
         plan_text(&g->plan_cfg, text[PLAN], sizeof text[PLAN]);
         const hyfi_plan_config *p = &g->plan_cfg;
         uint64_t ph = UINT64_C(0xcbf29ce484222325);

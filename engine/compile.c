@@ -611,6 +611,15 @@ hyfi_status hyfi_graph_compile(hyfi_graph *g, hyfi_tensor *loss, const hyfi_trai
         s = hyfi_call_fail(g, HYFI_ERR_ARG, "hyfi_graph_compile: lr %g must be > 0, "
                                             "momentum %g in [0, 1), weight decay %g >= 0",
                            cfg->lr, cfg->momentum, cfg->weight_decay);
+    else if (cfg && cfg->precision != HYFI_PRECISION_FP32 && cfg->precision != HYFI_PRECISION_BF16)
+        s = hyfi_call_fail(g, HYFI_ERR_ARG, "hyfi_graph_compile: precision %d is not known; use "
+                                            "HYFI_PRECISION_FP32 or HYFI_PRECISION_BF16",
+                           (int)cfg->precision);
+    else if (cfg && cfg->precision == HYFI_PRECISION_BF16 && g->ctx->ncuda > 0)
+        s = hyfi_call_fail(g, HYFI_ERR_UNSUPPORTED,
+                           "hyfi_graph_compile: bf16 runs on CPU workers only so far (the CUDA "
+                           "workers' bf16 kernels are not written yet); create the context with "
+                           "device cpu (hyfi-train --device cpu), or train in fp32");
     /* MPI: every rank learns every rank's outcome and compares the graph, the
      * plan and the settings, before any handle takes a StarPU-MPI tag (a rank
      * that stopped here alone, or built another task graph, would leave the

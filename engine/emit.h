@@ -48,9 +48,10 @@ void hyfi_host_free(float *p, size_t n);
  * lazy elsewhere or when ptr is NULL; known to StarPU-MPI in MPI runs; entered
  * in the handle table with its owner, category and lifetime (released after
  * the backward of micro-batch m on stage rstage, or HYFI_KEEP). Named
- * name+suffix, with "[m]" when nm > 1. */
+ * name+suffix, with "[m]" when nm > 1. cat: a hyfi_hcat, with HYFI_HCAT_BF16
+ * for a handle of bf16 values (hyfi_tensor_hflags). */
 void hyfi_reg(hyfi_graph *g, starpu_data_handle_t *h, float *ptr, size_t n, size_t elem,
-              int owner, hyfi_hcat cat, int rstage, const char *name, const char *suffix, int m,
+              int owner, int cat, int rstage, const char *name, const char *suffix, int m,
               int nm);
 /* Scoped compile (scope.c). */
 enum { HYFI_SCOPE_MINE, HYFI_SCOPE_WANT };
@@ -83,6 +84,14 @@ int hyfi_emit_releases(hyfi_graph *g, program *P, int s, int m);
 /* The category of a tensor's own handles; of any registered handle. */
 hyfi_hcat hyfi_tensor_hcat(const hyfi_graph *g, const hyfi_tensor *t);
 hyfi_hcat hyfi_handle_hcat(starpu_data_handle_t h);
+/* Whether t's values (and its gradient, and the buffers between its tiles)
+ * are bf16: a bf16 run's activations and input images, not the loss, the
+ * batch-norm statistics or the probabilities (T_SAVED), nor parameters. */
+int hyfi_tensor_bf16(const hyfi_graph *g, const hyfi_tensor *t);
+/* hyfi_reg's category of t's own handles: hyfi_tensor_hcat, | HYFI_HCAT_BF16
+ * where hyfi_tensor_bf16. base: another category (the halo's), or -1. */
+int hyfi_tensor_hflags(const hyfi_graph *g, const hyfi_tensor *t, int base);
+
 /* Unregister every handle of the table (before freeing what held them). */
 void hyfi_handles_unregister(hyfi_graph *g);
 void hyfi_task_name(char *out, size_t len, const node *nd, const char *pass, const emit_ctx *e);

@@ -136,14 +136,28 @@ hyfi_hcat hyfi_tensor_hcat(const hyfi_graph *g, const hyfi_tensor *t)
     return t == g->loss ? HC_LOSS : HC_PIPELINE;
 }
 
+int hyfi_tensor_bf16(const hyfi_graph *g, const hyfi_tensor *t)
+{
+    return g->train.precision == HYFI_PRECISION_BF16 && !t->is_int &&
+           ((t->kind == T_ACT && t != g->loss) || t->kind == T_INPUT);
+}
+
+int hyfi_tensor_hflags(const hyfi_graph *g, const hyfi_tensor *t, int base)
+{
+    return (base >= 0 ? base : (int)hyfi_tensor_hcat(g, t)) |
+           (hyfi_tensor_bf16(g, t) ? HYFI_HCAT_BF16 : 0);
+}
+
 /* Register one vector handle: with a home in host memory (ptr) on the owning
  * rank, lazily allocated elsewhere (and everywhere when ptr is NULL); known to
  * StarPU-MPI with its owner in MPI runs; entered in the graph's handle table
  * (its slot, owner and category). */
 void hyfi_reg(hyfi_graph *g, starpu_data_handle_t *h, float *ptr, size_t n, size_t elem,
-              int owner, hyfi_hcat cat, int rstage, const char *name, const char *suffix, int m,
+              int owner, int flags, int rstage, const char *name, const char *suffix, int m,
               int nm)
 {
+    const hyfi_hcat cat = (hyfi_hcat)(flags & ~HYFI_HCAT_BF16);
+    const int bf16 = (flags & HYFI_HCAT_BF16) && elem == sizeof(float);
     if (!hyfi_reg_wanted(g)) { /* scoped compile: not on this rank, the tag all the same */
         *h = NULL;
         g->ctx->next_tag++;
@@ -166,7 +180,8 @@ void hyfi_reg(hyfi_graph *g, starpu_data_handle_t *h, float *ptr, size_t n, size
         starpu_vector_data_register(h, -1, 0, (uint32_t)n, elem);
     g->cc->htab[g->cc->nhtab++] =
         (hyfi_hentry){.slot = h, .owner = owner, .cat = cat, .rstage = rstage, .rmb = m};
-    starpu_data_set_user_data(*h, (void *)&hyfi_hcat_names[cat]);
+    starpu_data_set_user_data(*h, (void *)&hyfi_handle_infos[cat][bf16]);
+    if (bf16) hyfi_ops_bf16_used();
     char buf[HYFI_NAME_MAX + 32];
     if (nm > 1) snprintf(buf, sizeof buf, "%s%s[%d]", name, suffix, m);
     else snprintf(buf, sizeof buf, "%s%s", name, suffix);
@@ -178,8 +193,14 @@ void hyfi_reg(hyfi_graph *g, starpu_data_handle_t *h, float *ptr, size_t n, size
 
 hyfi_hcat hyfi_handle_hcat(starpu_data_handle_t h)
 {
-    const char *const *p = starpu_data_get_user_data(h);
-    return p ? (hyfi_hcat)(p - hyfi_hcat_names) : HC_PIPELINE;
+    const hyfi_handle_info *p = h ? starpu_data_get_user_data(h) : NULL;
+    return p ? (hyfi_hcat)p->cat : HC_PIPELINE;
+}
+
+int hyfi_handle_bf16(starpu_data_handle_t h)
+{
+    const hyfi_handle_info *p = h ? starpu_data_get_user_data(h) : NULL;
+    return p && p->bf16;
 }
 
 void hyfi_handles_unregister(hyfi_graph *g)
@@ -264,7 +285,7 @@ starpu_data_handle_t hyfi_handle_need(hyfi_graph *g, hyfi_tensor *t, int grad, i
     int64_t tag;
     size_t n;
     int owner;
-    hyfi_hcat cat = hyfi_tensor_hcat(g, t);
+    const int cat = hyfi_tensor_hflags(g, t, -1);
     char sfx[48];
     const hyfi_plan *pl = g->cc->pl;
     if (tile) {
@@ -338,8 +359,8 @@ hyfi_status hyfi_register_tensors(hyfi_graph *g)
                 const int r = hyfi_handle_owner(g, t, m), mine = t->nhost && r == me;
                 hyfi_reg_scope(g, HYFI_REP(pl, m), HYFI_SCOPE_MINE);
                 hyfi_reg(g, &t->h[m], mine ? t->host + (size_t)j * t->mb_numel : NULL,
-                         t->mb_numel, elem, r, hyfi_tensor_hcat(g, t), HYFI_KEEP, t->name, "", m,
-                         M);
+                         t->mb_numel, elem, r, hyfi_tensor_hflags(g, t, -1), HYFI_KEEP, t->name,
+                         "", m, M);
                 j += mine;
             }
             if (!t->is_int) {
@@ -349,7 +370,7 @@ hyfi_status hyfi_register_tensors(hyfi_graph *g)
                 for (int m = 0; m < M; m++) {
                     hyfi_reg_scope(g, HYFI_REP(pl, m), HYFI_SCOPE_MINE);
                     hyfi_reg(g, &t->gh[m], NULL, t->mb_numel, elem, hyfi_handle_owner(g, t, m),
-                             hyfi_tensor_hcat(g, t), HYFI_KEEP, t->name, ".grad", m, M);
+                             hyfi_tensor_hflags(g, t, -1), HYFI_KEEP, t->name, ".grad", m, M);
                 }
             }
             break;
@@ -416,7 +437,7 @@ hyfi_status hyfi_register_tensors(hyfi_graph *g)
             for (int m = 0; m < M; m++) {
                 hyfi_reg_scope(g, HYFI_REP(pl, m), HYFI_SCOPE_MINE);
                 hyfi_reg(g, &t->h[m], NULL, t->mb_numel, elem, hyfi_handle_owner(g, t, m),
-                         hyfi_tensor_hcat(g, t), rs, t->name, "", m, M);
+                         hyfi_tensor_hflags(g, t, -1), rs, t->name, "", m, M);
             }
             if (t != g->loss) {
                 t->gh = calloc((size_t)M, sizeof *t->gh);
@@ -425,7 +446,7 @@ hyfi_status hyfi_register_tensors(hyfi_graph *g)
                 for (int m = 0; m < M; m++) {
                     hyfi_reg_scope(g, HYFI_REP(pl, m), HYFI_SCOPE_MINE);
                     hyfi_reg(g, &t->gh[m], NULL, t->mb_numel, elem, hyfi_handle_owner(g, t, m),
-                             hyfi_tensor_hcat(g, t), rs, t->name, ".grad", m, M);
+                             hyfi_tensor_hflags(g, t, -1), rs, t->name, ".grad", m, M);
                 }
             }
             break;
@@ -460,8 +481,9 @@ hyfi_status hyfi_register_tensors(hyfi_graph *g)
             for (int m = 0; m < M; m++) {
                 hyfi_reg_scope(g, HYFI_REP(pl, m), HYFI_SCOPE_MINE);
                 hyfi_reg(g, &t->gpart[(size_t)nd->stage * M + m], NULL, t->mb_numel, sizeof(float),
-                         hyfi_stage_rank(pl, HYFI_REP(pl, m), nd->stage), hyfi_tensor_hcat(g, t),
-                         hyfi_release_stage(g, t), t->name, sfx, m, M);
+                         hyfi_stage_rank(pl, HYFI_REP(pl, m), nd->stage),
+                         hyfi_tensor_hflags(g, t, -1), hyfi_release_stage(g, t), t->name, sfx, m,
+                         M);
             }
             hyfi_reg_scope(g, -1, 0);
         }

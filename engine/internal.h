@@ -48,6 +48,14 @@ typedef enum {
     HC_COUNT
 } hyfi_hcat;
 extern const char *const hyfi_hcat_names[HC_COUNT];
+/* Or'ed into hyfi_reg's category: the handle holds bf16 values in float32
+ * words (bf16 runs: activations, their gradients and the buffers between
+ * their tiles), rounded by every task that writes it (ops:
+ * hyfi_ops_round_outputs) and by hyfi_handle_write. */
+#define HYFI_HCAT_BF16 0x100
+/* What a handle's StarPU user data points to (ops/codelet_common.h's
+ * hyfi_handle_info): [category][bf16]. */
+extern const hyfi_handle_info hyfi_handle_infos[HC_COUNT][2];
 /* The handle table: every handle a compiled graph registered (hyfi_reg), with
  * its lifetime, so that releasing and unregistering are loops over it. */
 #define HYFI_KEEP (-1) /* rstage of a handle kept as long as the graph is compiled */
@@ -537,6 +545,19 @@ hyfi_status hyfi_watchdog_start(hyfi_ctx *ctx, int limit_s);
 void hyfi_watchdog_stop(hyfi_ctx *ctx);
 void hyfi_wait_begin(hyfi_ctx *ctx, const char *what);
 void hyfi_wait_end(hyfi_ctx *ctx);
+
+/* handles.c: whether handle h holds bf16 values (HYFI_HCAT_BF16). */
+int hyfi_handle_bf16(starpu_data_handle_t h);
+/* Round x (n floats) to bf16 in place: the ops' CPU kernel (the reference
+ * in a simulation build, which has no CPU kernels). */
+static inline void hyfi_round_bf16(float *x, size_t n)
+{
+#ifdef STARPU_SIMGRID
+    hyfi_bf16_round_ref(x, n);
+#else
+    hyfi_bf16_round_cpu(x, n);
+#endif
+}
 
 /* launch.c: whether the process was launched by mpiexec (its environment). */
 int hyfi_launched_by_mpiexec(void);

@@ -121,6 +121,7 @@ hyfi_task_args hyfi_node_args(const node *nd, int M)
     case OP_CONV2D:
         a.u.conv = nd->a.conv;
         a.u.conv.n /= M;
+        a.prec = nd->out->g->train.precision; /* bf16 weights (HYFI_W) */
         break;
     case OP_BATCHNORM:
         a.u.bn = nd->a.bn;
@@ -136,6 +137,7 @@ hyfi_task_args hyfi_node_args(const node *nd, int M)
     case OP_FC:
         a.u.fc = nd->a.fc;
         a.u.fc.n /= M;
+        a.prec = nd->out->g->train.precision;
         break;
     case OP_XENT:
         a.u.xent = nd->a.xent;

@@ -15,6 +15,15 @@ const char *const hyfi_hcat_names[HC_COUNT] = {
 };
 _Static_assert(sizeof hyfi_hcat_names / sizeof *hyfi_hcat_names == HC_COUNT, "category names");
 
+const hyfi_handle_info hyfi_handle_infos[HC_COUNT][2] = {
+    [HC_PIPELINE] = {{"pipeline", HC_PIPELINE, 0}, {"pipeline", HC_PIPELINE, 1}},
+    [HC_INPUT] = {{"input", HC_INPUT, 0}, {"input", HC_INPUT, 1}},
+    [HC_LOSS] = {{"loss", HC_LOSS, 0}, {"loss", HC_LOSS, 1}},
+    [HC_HALO] = {{"halo", HC_HALO, 0}, {"halo", HC_HALO, 1}},
+    [HC_BNSTATS] = {{"bnstats", HC_BNSTATS, 0}, {"bnstats", HC_BNSTATS, 1}},
+    [HC_ALLREDUCE] = {{"allreduce", HC_ALLREDUCE, 0}, {"allreduce", HC_ALLREDUCE, 1}},
+};
+
 int hyfi_prog_push(program *p, prog_kind kind, struct starpu_codelet *cl, const char *name,
                    const hyfi_task_args *args)
 {

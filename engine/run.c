@@ -259,6 +259,7 @@ void hyfi_handle_write(hyfi_graph *g, starpu_data_handle_t h, int owner, const v
                             "hyfi_load_params)");
     starpu_data_acquire(h, STARPU_W);
     memcpy((void *)starpu_vector_get_local_ptr(h), host, bytes);
+    if (hyfi_handle_bf16(h)) hyfi_round_bf16((float *)starpu_vector_get_local_ptr(h), bytes / 4);
     starpu_data_release(h);
     hyfi_wait_end(g->ctx);
 }
@@ -432,6 +433,8 @@ hyfi_status hyfi_set_input_fn(hyfi_graph *g, hyfi_tensor *t, hyfi_input_fill_fn 
         hyfi_wait_begin(g->ctx, "writing an input region (hyfi_set_input_fn)");
         starpu_data_acquire(h, STARPU_W);
         const int rc = fill(user, &r, (float *)starpu_vector_get_local_ptr(h));
+        if (hyfi_handle_bf16(h))
+            hyfi_round_bf16((float *)starpu_vector_get_local_ptr(h), starpu_vector_get_nx(h));
         starpu_data_release(h);
         hyfi_wait_end(g->ctx);
         if (rc != 0)

@@ -81,10 +81,10 @@ static int fused_register(hyfi_graph *g)
                     const size_t on = (size_t)n * Co * fg_rows(fg, j, q) * fg_cols(fg, j, q);
                     if (j < fg->n - 1) {
                         snprintf(sfx, sizeof sfx, ".ext.tile%d", q);
-                        hyfi_reg(g, &fg->val[k], NULL, on, sizeof(float), rq, HC_PIPELINE,
+                        hyfi_reg(g, &fg->val[k], NULL, on, sizeof(float), rq, hyfi_tensor_hflags(g, nd->out, HC_PIPELINE),
                                  fg->op[0]->stage, nd->name, sfx, m, M);
                         snprintf(sfx, sizeof sfx, ".ext.tile%d.grad", q);
-                        hyfi_reg(g, &fg->grad[k], NULL, on, sizeof(float), rq, HC_PIPELINE,
+                        hyfi_reg(g, &fg->grad[k], NULL, on, sizeof(float), rq, hyfi_tensor_hflags(g, nd->out, HC_PIPELINE),
                                  fg->op[0]->stage, nd->name, sfx, m, M);
                     }
                     if (fg_padded(fg, j, q)) {
@@ -92,22 +92,22 @@ static int fused_register(hyfi_graph *g)
                                           (fg_rows(fg, j - 1, q) + fg->pt[j][q] + fg->pb[j][q]) *
                                           (fg_cols(fg, j - 1, q) + fg->pl[j][q] + fg->pr[j][q]);
                         snprintf(sfx, sizeof sfx, ".in.tile%d", q);
-                        hyfi_reg(g, &fg->pbuf[k], NULL, pn, sizeof(float), rq, HC_PIPELINE,
+                        hyfi_reg(g, &fg->pbuf[k], NULL, pn, sizeof(float), rq, hyfi_tensor_hflags(g, nd->in[0], HC_PIPELINE),
                                  fg->op[0]->stage, nd->name, sfx, m, M);
                         snprintf(sfx, sizeof sfx, ".in.tile%d.grad", q);
-                        hyfi_reg(g, &fg->dpbuf[k], NULL, pn, sizeof(float), rq, HC_PIPELINE,
+                        hyfi_reg(g, &fg->dpbuf[k], NULL, pn, sizeof(float), rq, hyfi_tensor_hflags(g, nd->in[0], HC_PIPELINE),
                                  fg->op[0]->stage, nd->name, sfx, m, M);
                     }
                     if (hyfi_op_batch_statistics(nd) && fg_bn_extended(fg, j, q)) {
                         const size_t own = hyfi_tile_numel(nd->out, q);
                         snprintf(sfx, sizeof sfx, ".own_x.tile%d", q);
-                        hyfi_reg(g, &fg->xo[k], NULL, own, sizeof(float), rq, HC_PIPELINE,
+                        hyfi_reg(g, &fg->xo[k], NULL, own, sizeof(float), rq, hyfi_tensor_hflags(g, nd->out, HC_PIPELINE),
                                  fg->op[0]->stage, nd->name, sfx, m, M);
                         snprintf(sfx, sizeof sfx, ".own_dy.tile%d", q);
-                        hyfi_reg(g, &fg->dyo[k], NULL, own, sizeof(float), rq, HC_PIPELINE,
+                        hyfi_reg(g, &fg->dyo[k], NULL, own, sizeof(float), rq, hyfi_tensor_hflags(g, nd->out, HC_PIPELINE),
                                  fg->op[0]->stage, nd->name, sfx, m, M);
                         snprintf(sfx, sizeof sfx, ".own_dx.tile%d", q);
-                        hyfi_reg(g, &fg->dxo[k], NULL, own, sizeof(float), rq, HC_PIPELINE,
+                        hyfi_reg(g, &fg->dxo[k], NULL, own, sizeof(float), rq, hyfi_tensor_hflags(g, nd->out, HC_PIPELINE),
                                  fg->op[0]->stage, nd->name, sfx, m, M);
                     }
                 }
@@ -142,13 +142,13 @@ int hyfi_spatial_register(hyfi_graph *g)
                 hyfi_reg_scope(g, HYFI_REP(pl, m), HYFI_SCOPE_MINE);
                 snprintf(sfx, sizeof sfx, ".tile%d", q);
                 hyfi_reg(g, &tl->h[m * P + q], NULL, n, sizeof(float),
-                         hyfi_tile_rank(g, tl, q, HYFI_REP(pl, m)), hyfi_tensor_hcat(g, t), trs,
-                         t->name, sfx, m, M);
+                         hyfi_tile_rank(g, tl, q, HYFI_REP(pl, m)), hyfi_tensor_hflags(g, t, -1),
+                         trs, t->name, sfx, m, M);
                 if (t->kind == T_ACT && t->requires_grad) {
                     snprintf(sfx, sizeof sfx, ".tile%d.grad", q);
                     hyfi_reg(g, &tl->gh[m * P + q], NULL, n, sizeof(float),
-                             hyfi_tile_rank(g, tl, q, HYFI_REP(pl, m)), hyfi_tensor_hcat(g, t), trs,
-                             t->name, sfx, m, M);
+                             hyfi_tile_rank(g, tl, q, HYFI_REP(pl, m)), hyfi_tensor_hflags(g, t, -1),
+                             trs, t->name, sfx, m, M);
                 }
             }
         hyfi_reg_scope(g, -1, 0);
@@ -172,11 +172,11 @@ int hyfi_spatial_register(hyfi_graph *g)
                     hyfi_reg_scope(g, HYFI_REP(pl, m), HYFI_SCOPE_MINE);
                     const size_t bn = (size_t)n * C * tn->buf_h[q] * tn->buf_w[q];
                     snprintf(sfx, sizeof sfx, ".in.tile%d", q);
-                    hyfi_reg(g, &tn->buf[m * P + q], NULL, bn, sizeof(float), rq, HC_PIPELINE,
+                    hyfi_reg(g, &tn->buf[m * P + q], NULL, bn, sizeof(float), rq, hyfi_tensor_hflags(g, x, HC_PIPELINE),
                              nd->stage, nd->name, sfx, m, M);
                     if (x->requires_grad) {
                         snprintf(sfx, sizeof sfx, ".in.tile%d.grad", q);
-                        hyfi_reg(g, &tn->dbuf[m * P + q], NULL, bn, sizeof(float), rq, HC_PIPELINE,
+                        hyfi_reg(g, &tn->dbuf[m * P + q], NULL, bn, sizeof(float), rq, hyfi_tensor_hflags(g, x, HC_PIPELINE),
                                  nd->stage, nd->name, sfx, m, M);
                     }
                     for (int k = 1; k < tn->npieces[q]; k++) {
@@ -185,11 +185,11 @@ int hyfi_spatial_register(hyfi_graph *g)
                         const size_t sn = (size_t)n * C * p->h * p->w;
                         const size_t j = ((size_t)m * P + q) * NP + k;
                         snprintf(sfx, sizeof sfx, ".halo%d_%d", tn->from[q][k], q);
-                        hyfi_reg(g, &tn->strip[j], NULL, sn, sizeof(float), ru, HC_HALO, nd->stage,
+                        hyfi_reg(g, &tn->strip[j], NULL, sn, sizeof(float), ru, hyfi_tensor_hflags(g, x, HC_HALO), nd->stage,
                                  nd->name, sfx, m, M);
                         if (x->requires_grad) {
                             snprintf(sfx, sizeof sfx, ".halo%d_%d.grad", tn->from[q][k], q);
-                            hyfi_reg(g, &tn->dstrip[j], NULL, sn, sizeof(float), rq, HC_HALO,
+                            hyfi_reg(g, &tn->dstrip[j], NULL, sn, sizeof(float), rq, hyfi_tensor_hflags(g, x, HC_HALO),
                                      nd->stage, nd->name, sfx, m, M);
                         }
                     }

@@ -367,10 +367,26 @@ hyfi_tensor *hyfi_softmax_cross_entropy(hyfi_graph *g, const char *name, hyfi_te
                                         hyfi_tensor *labels);
 
 /* ---------------------------------------------------------------- training */
+/* Arithmetic precision of training. */
+typedef enum hyfi_precision {
+    HYFI_PRECISION_FP32 = 0, /* float32 throughout */
+    HYFI_PRECISION_BF16      /* mixed: activations and their gradients hold bfloat16 values
+                                (rounded to nearest even as each task writes them; inputs
+                                as they are set), convolutions and fully connected layers
+                                take bf16 weights and bias and accumulate in float32;
+                                master weights, their gradients, momentum, the SGD update,
+                                batch-norm statistics and parameters, and the loss stay
+                                float32. No loss scaling: bf16 has float32's exponent
+                                range, so gradients do not underflow where float32's would
+                                not. CPU workers only for now (the CUDA path's bf16 kernels
+                                come with the GPU throughput work) */
+} hyfi_precision;
+
 typedef struct hyfi_train_config {
     float lr;             /* SGD learning rate */
     float momentum;       /* 0: plain SGD */
     float weight_decay;   /* L2, added to the gradient as in PyTorch's SGD */
+    hyfi_precision precision; /* HYFI_PRECISION_FP32 (0, the default) or _BF16 */
 } hyfi_train_config;
 
 /* The default training settings, what cfg NULL means: lr 0.01, no momentum,

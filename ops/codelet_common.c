@@ -87,6 +87,44 @@ int hyfi_ops_take_error(char *msg, size_t len)
     return had;
 }
 
+/* ------------------------------------------------------------- bfloat16 */
+static atomic_int g_bf16_used;
+
+void hyfi_ops_bf16_used(void) { atomic_store(&g_bf16_used, 1); }
+
+void hyfi_ops_round_outputs(void *buffers[])
+{
+#ifdef STARPU_SIMGRID
+    (void)buffers;
+#else
+    if (!atomic_load_explicit(&g_bf16_used, memory_order_relaxed)) return;
+    struct starpu_task *task = starpu_task_get_current();
+    if (!task) return;
+    const unsigned nb = STARPU_TASK_GET_NBUFFERS(task);
+    for (unsigned i = 0; i < nb; i++) {
+        if (!(STARPU_TASK_GET_MODE(task, i) & STARPU_W)) continue;
+        const hyfi_handle_info *info = starpu_data_get_user_data(STARPU_TASK_GET_HANDLE(task, i));
+        if (!info || !info->bf16 || STARPU_VECTOR_GET_ELEMSIZE(buffers[i]) != sizeof(float))
+            continue;
+        hyfi_bf16_round_cpu(HYFI_F(i), STARPU_VECTOR_GET_NX(buffers[i]));
+    }
+#endif
+}
+
+const float *hyfi_ops_bf16_view(void *buffers[], int i, int slot)
+{
+#ifdef STARPU_SIMGRID
+    (void)buffers, (void)i, (void)slot;
+    return NULL;
+#else
+    if (slot < 0 || slot > 1) return NULL;
+    const size_t n = STARPU_VECTOR_GET_NX(buffers[i]);
+    float *s = hyfi_cpu_scratch(HYFI_SCRATCH_BF16 + slot, n);
+    if (s) hyfi_bf16_round_copy_cpu(s, HYFI_F(i), n);
+    return s;
+#endif
+}
+
 /* The arguments' bytes a footprint always hashes: the size of hyfi_task_args
  * while a plan took at most 16 tiles. The argument block grew with the tile
  * limit (the batch-norm combines' counts per tile); hashing its new zero tail

@@ -67,7 +67,35 @@ typedef struct {
             int nsrc;                 /* accumulate_n: source buffers */
         } elt;
     } u;
+    /* Precision of the op (HYFI_PRECISION_*): 1 bf16, where convolutions and
+     * fully connected layers take their weights and bias rounded to bf16
+     * (HYFI_W). After the union, past the bytes a footprint hashes while they
+     * are zero (hyfi_ops_footprint): fp32 tasks keep their calibrated models. */
+    int prec;
 } hyfi_task_args;
+
+/* What the engine attaches to every handle (starpu_data_set_user_data): its
+ * category's name (traces, the traffic model) and whether it holds bf16
+ * values in float32 words (bf16 runs: activations and their gradients), which
+ * every task that writes it rounds after its kernel (hyfi_ops_round_outputs). */
+typedef struct hyfi_handle_info {
+    const char *name;
+    int cat;
+    int bf16;
+} hyfi_handle_info;
+/* The engine registered a bf16 handle (until the process ends: a flag read
+ * before looking at any task's buffers, so fp32 runs pay nothing). */
+void hyfi_ops_bf16_used(void);
+/* After a task's CPU kernel: round to bf16, in place, every buffer it wrote
+ * (modes with W) whose handle holds bf16 values. */
+void hyfi_ops_round_outputs(void *buffers[]);
+/* Buffer i of the running task rounded to bf16 into a scratch of this thread
+ * (slot 0 or 1: a weight and a bias), valid until the thread's next call
+ * with that slot; NULL when out of memory (the caller's kernel then fails). */
+const float *hyfi_ops_bf16_view(void *buffers[], int i, int slot);
+/* A weight or bias operand of a convolution or fully connected layer: rounded
+ * to bf16 in bf16 tasks (t->prec), else the buffer itself. */
+#define HYFI_W(i, slot) ((t)->prec ? hyfi_ops_bf16_view(buffers, i, slot) : HYFI_F(i))
 
 /* Record a kernel failure (rc != 0) of codelet `name`; the first one is kept. */
 void hyfi_ops_report(const char *name, int rc);
@@ -176,6 +204,7 @@ int hyfi_ops_sim_models(char *err, size_t len);
         if (!hyfi_ops_buffers_ok(buffers, #op, (sig), 0, 0, "")) return;         \
         const int cores_ = hyfi_ops_cores_take();                                \
         hyfi_ops_report(#op, hyfi_##op##_cpu(__VA_ARGS__));                      \
+        hyfi_ops_round_outputs(buffers);                                         \
         hyfi_ops_cores_give(cores_);                                             \
     }
 #define HYFI_SIM_CUDA

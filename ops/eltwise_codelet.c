@@ -29,6 +29,7 @@ static void accumulate_n_cpu_func(void *buffers[], void *cl_arg)
     for (int k = 0; k < t->u.elt.nsrc; k++)
         HYFI_REPORT("accumulate_n", hyfi_accumulate_cpu(HYFI_F(0), HYFI_F(1 + k),
                                                         t->u.elt.count, t->acc || k > 0));
+    hyfi_ops_round_outputs(buffers);
 }
 
 #if HYFI_HAVE_CUDA
@@ -72,6 +73,7 @@ static void redux_add_cpu(void *buffers[], void *cl_arg)
     const int cores = hyfi_ops_cores_take();
     HYFI_REPORT("redux_add", hyfi_accumulate_cpu(HYFI_F(0), HYFI_F(1),
                                                  STARPU_VECTOR_GET_NX(buffers[0]), 1));
+    hyfi_ops_round_outputs(buffers);
     hyfi_ops_cores_give(cores);
 }
 

@@ -91,6 +91,18 @@ int hyfi_conv2d_cpu_winograd(const hyfi_conv2d_args *a, int dir);
  * ops/conv2d_cpu.c, "GEMMs of our own"). */
 int hyfi_conv2d_cpu_gemm(const hyfi_conv2d_args *a, int dir);
 
+/* ----------------------------------------------------------------- bfloat16 */
+/* Mixed precision (hyfi_train_config.precision = HYFI_PRECISION_BF16): the
+ * activations and their gradients hold bf16 values, and convolutions and
+ * fully connected layers take bf16 weights (convert_ref.c says how a float32
+ * rounds to bf16: to nearest, ties to even; NaN stays NaN). */
+float hyfi_bf16_round1(float f);
+/* x (count): each value replaced by its bf16 rounding */
+int hyfi_bf16_round_ref(float *x, size_t count);
+int hyfi_bf16_round_cpu(float *x, size_t count);
+/* out (count) = bf16 rounding of x (count); out == x allowed */
+int hyfi_bf16_round_copy_cpu(float *out, const float *x, size_t count);
+
 /* --------------------------------------------------------------- batchnorm */
 typedef struct {
     int n, c, h, w;           /* x and y (N, C, H, W) */

@@ -46,6 +46,7 @@
     do {                                                                         \
         const int cores_ = hyfi_ops_cores_take();                                \
         HYFI_REPORT(name, call);                                                 \
+        hyfi_ops_round_outputs(buffers);                                         \
         hyfi_ops_cores_give(cores_);                                             \
     } while (0)
 

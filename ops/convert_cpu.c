@@ -1,0 +1,42 @@
+/* convert_cpu.c: bfloat16 rounding on the CPU (the specification:
+ * convert_ref.c). The same integer arithmetic, branch-free, on the words of
+ * the buffer: the compiler vectorises the loop (16 floats an AVX-512
+ * instruction), split over the calling worker's OpenMP threads from
+ * ROUND_PAR_MIN elements on (eltwise_cpu.c's rule): a memory-bound pass. */
+#include "kernels.h"
+
+#include <string.h>
+
+#define ROUND_PAR_MIN ((long)1 << 16)
+
+/* x (count): each value replaced by its bf16 rounding, bitwise as _ref */
+int hyfi_bf16_round_cpu(float *x, size_t count)
+{
+    uint32_t *w = (uint32_t *)(void *)x; /* float32 and uint32 words: the same bytes */
+    const long n = (long)count;
+#pragma omp parallel for simd schedule(static) if (n >= ROUND_PAR_MIN)
+    for (long i = 0; i < n; i++) {
+        const uint32_t u = w[i];
+        const uint32_t nan = (u & 0x7fffffffu) > 0x7f800000u;
+        const uint32_t even = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
+        const uint32_t quiet = (u | 0x00400000u) & 0xffff0000u;
+        w[i] = nan ? quiet : even;
+    }
+    return 0;
+}
+
+/* out (count) = bf16 rounding of x (count) */
+int hyfi_bf16_round_copy_cpu(float *out, const float *x, size_t count)
+{
+    const uint32_t *u = (const uint32_t *)(const void *)x;
+    uint32_t *w = (uint32_t *)(void *)out;
+    const long n = (long)count;
+#pragma omp parallel for simd schedule(static) if (n >= ROUND_PAR_MIN)
+    for (long i = 0; i < n; i++) {
+        const uint32_t v = u[i];
+        const uint32_t nan = (v & 0x7fffffffu) > 0x7f800000u;
+        w[i] = nan ? (v | 0x00400000u) & 0xffff0000u
+                   : (v + 0x7fffu + ((v >> 16) & 1u)) & 0xffff0000u;
+    }
+    return 0;
+}
