@@ -172,7 +172,8 @@ static int compile_model(run *r)
 {
     const train_options *o = &r->o;
     hyfi_status st;
-    hyfi_train_config tc = {.lr = o->lr, .momentum = o->momentum, .weight_decay = o->weight_decay};
+    hyfi_train_config tc = {.lr = o->lr, .momentum = o->momentum, .weight_decay = o->weight_decay,
+                            .precision = o->precision};
     hyfi_plan_config plan = {.stages = o->split_size, .balance = o->balance, .parts = o->parts,
                              .schedule = o->schedule, .deterministic = o->deterministic,
                              .spatial_stages = o->spatial_size,
@@ -208,9 +209,10 @@ static void print_setup(const run *r)
         printf("hyfi-train: %d replicas x batch %d per replica = global batch %d\n", r->nrep,
                o->batch_size, r->B);
     printf("hyfi-train: batch %d, %lld steps (%zu per epoch), lr %g (%s), momentum %g, weight "
-           "decay %g, seed %" PRIu64 ", %d CPU + %d CUDA workers\n",
+           "decay %g, seed %" PRIu64 ", %s, %d CPU + %d CUDA workers\n",
            r->B, r->total, r->spe, (double)o->lr, o->cosine ? "cosine" : "constant",
            (double)o->momentum, (double)o->weight_decay, o->seed,
+           o->precision == HYFI_PRECISION_BF16 ? "bf16 (mixed precision)" : "fp32",
            hyfi_ctx_ncpu_workers(r->ctx), hyfi_ctx_ncuda_workers(r->ctx));
     char *pd = NULL;
     size_t need = hyfi_plan_describe(r->g, NULL, 0);
@@ -309,6 +311,7 @@ static int write_checkpoint(run *r, long long steps)
     model_describe(&o->mc, v, sizeof v);
     if (st == HYFI_OK) st = hyfi_checkpoint_meta_set(&m, "model", v);
     META("dataset", "%s", hyfi_data_kind_name(o->dataset));
+    META("precision", "%s", o->precision == HYFI_PRECISION_BF16 ? "bf16" : "fp32");
 #undef META
     if (st != HYFI_OK) return lib_fail("checkpoint metadata", st, NULL);
     ckpt_path(o->checkpoint_dir, steps, path, sizeof path);

@@ -88,6 +88,12 @@ void train_usage(FILE *f)
         "  --weight-decay X      L2 weight decay [5e-4]\n"
         "  --seed N              seed of the parameters, the shuffling and synthetic data [42]\n"
         "  --device D            auto | cpu | cuda [auto]\n"
+        "  --precision P         fp32 | bf16: bf16 is mixed precision: activations and their\n"
+        "                        gradients hold bfloat16 values, convolutions and fully\n"
+        "                        connected layers take bf16 weights and accumulate in fp32;\n"
+        "                        master weights, SGD, batch-norm statistics and the loss stay\n"
+        "                        fp32 (no loss scaling needed); CPU workers only so far (auto\n"
+        "                        picks cpu) [fp32]\n"
         "  --print-freq N        print a step line every N steps [50]\n"
         "  --eval-batches K      evaluate on the first K test batches; 0: all [0]\n"
         "  --divergence-ratio R  stop with an error when a step's loss exceeds R times the\n"
@@ -349,6 +355,10 @@ static int parse_run_flag(const char *flag, const char *val, train_options *o)
         else if (!strcmp(val, "cpu")) o->device = HYFI_DEVICE_CPU;
         else if (!strcmp(val, "cuda")) o->device = HYFI_DEVICE_CUDA;
         else return bad_usage("--device '%s' is not known; valid: auto, cpu, cuda", val);
+    } else if (!strcmp(flag, "--precision")) {
+        if (!strcmp(val, "fp32")) o->precision = HYFI_PRECISION_FP32;
+        else if (!strcmp(val, "bf16")) o->precision = HYFI_PRECISION_BF16;
+        else return bad_usage("--precision '%s' is not known; valid: fp32, bf16", val);
     } else if (!strcmp(flag, "--divergence-ratio")) {
         rc = parse_float(flag, val, 0, false, 1e30f, false, &o->divergence);
         if (!rc && o->divergence > 0 && o->divergence <= 1)
@@ -490,7 +500,8 @@ static int parse_flag(int argc, char **argv, int *i, train_options *o)
     static const char *const KNOWN[] = {
         "--model", "--dataset", "--datapath", "--batch-size", "--image-size",
         "--num-classes", "--steps", "--num-epochs", "--lr", "--learning-rate",
-        "--lr-schedule", "--momentum", "--weight-decay", "--seed", "--device", "--print-freq",
+        "--lr-schedule", "--momentum", "--weight-decay", "--seed", "--device", "--precision",
+        "--print-freq",
         "--eval-batches", "--metrics", "--divergence-ratio", "--depth", "--resnet-version", "--resnet-style",
         "--num-layers", "--num-filters", "--split-size", "--balance", "--parts",
         "--schedule", "--spatial-size", "--num-spatial-parts", "--slice-method",
@@ -547,6 +558,13 @@ static int check_options(train_options *o)
         if (o->nbalance != o->split_size)
             return bad_usage("--balance has %d entries but --split-size is %d; give one layer "
                              "count per stage", o->nbalance, o->split_size);
+    }
+    if (o->precision == HYFI_PRECISION_BF16) {
+        if (o->device == HYFI_DEVICE_CUDA)
+            return bad_usage("--precision bf16 runs on CPU workers only so far (the CUDA "
+                             "workers' bf16 kernels are not written yet); give --device cpu or "
+                             "train in fp32");
+        o->device = HYFI_DEVICE_CPU; /* auto: the CPU workers */
     }
     /* Flags that would change nothing: refused where the run would not be
      * what was asked for, warned about where it is all the same. */
@@ -724,6 +742,7 @@ void train_settings_fill(const train_options *o, train_settings *ts)
     put(ts, "--momentum", 0, "%.9g", (double)o->momentum);
     put(ts, "--weight-decay", 0, "%.9g", (double)o->weight_decay);
     put(ts, "--seed", 0, "%llu", (unsigned long long)o->seed);
+    put(ts, "--precision", 0, "%s", o->precision == HYFI_PRECISION_BF16 ? "bf16" : "fp32");
     put(ts, "--eval-batches", 0, "%lld", o->eval_batches);
     put(ts, "--divergence-ratio", 0, "%.9g", (double)o->divergence);
     put(ts, "--metrics", 0, "%s", str_or_none(o->metrics));

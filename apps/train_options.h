@@ -27,6 +27,7 @@ typedef struct train_options {
     int cosine;                /* --lr-schedule cosine */
     uint64_t seed;
     hyfi_device device;
+    hyfi_precision precision;  /* --precision fp32|bf16 */
     const char *metrics;       /* NULL: none */
     int print_freq;
     float divergence;          /* --divergence-ratio: stop when loss > this x the first; 0: never */

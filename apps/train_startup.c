@@ -288,6 +288,18 @@ static hyfi_status resolve_resume(run *r, hyfi_checkpoint_meta *m, char *msg, si
                  (double)o->weight_decay, (double)tc.weight_decay);
         else o->weight_decay = tc.weight_decay;
     }
+    const char *prec = hyfi_checkpoint_meta_get(m, "precision");
+    if (prec && (!strcmp(prec, "fp32") || !strcmp(prec, "bf16"))) {
+        const hyfi_precision p = !strcmp(prec, "bf16") ? HYFI_PRECISION_BF16 : HYFI_PRECISION_FP32;
+        if (p != o->precision && train_given(o, "--precision"))
+            note(r, "--precision %s given: the checkpoint's run trained in %s (its master weights "
+                    "are fp32 either way)", o->precision == HYFI_PRECISION_BF16 ? "bf16" : "fp32",
+                 prec);
+        else if (p != o->precision) {
+            o->precision = p;
+            if (p == HYFI_PRECISION_BF16 && o->device == HYFI_DEVICE_AUTO) o->device = HYFI_DEVICE_CPU;
+        }
+    }
     const uint64_t seed = strtoull(hyfi_checkpoint_meta_get(m, "seed"), NULL, 10);
     if (seed != o->seed) {
         if (train_given(o, "--seed"))
