@@ -2,7 +2,8 @@
 # 'long_runs': checkpoints, resume, preemption and model files of hyfi-train.
 #   1. bit-exact resume in one process: 8 steps (cosine schedule) equal, loss
 #      for loss and byte for byte in the final checkpoint, 3 steps
-#      (--stop-at-step) + --resume for 5; --keep 2 leaves the 2 newest;
+#      (--stop-at-step) + --resume for 5; --keep 2 leaves the 2 newest; the
+#      same in bf16 (--precision taken from the checkpoint);
 #   2. the same on 2 ranks (2 stages, 2 micro-batches, --deterministic);
 #   3. across plans: a checkpoint of 2 ranks with tiles, stages, GEMS and data
 #      parallelism resumes in one process untiled (the equivalent one-place
@@ -76,6 +77,19 @@ echo "one process, 8 steps = 3 + resume for 5:"
 losses "$dir/u1.json" "$dir/s1.json" || fail "one-process resume: losses differ"
 cmp "$dir/u1/step-00000008.safetensors" "$dir/s1/step-00000008.safetensors" ||
     fail "one-process resume: final checkpoints differ"
+# the same in bf16 (mixed precision): the checkpoints keep the float32 master
+# weights, and a resume that names no precision takes the checkpoint's
+run "$dir/u1b.log" "$train" "${c[@]}" --precision bf16 --metrics "$dir/u1b.json" \
+    --checkpoint-dir "$dir/u1b"
+run "$dir/s1b.log" "$train" "${c[@]}" --precision bf16 --metrics "$dir/s1b.json" \
+    --checkpoint-dir "$dir/s1b" --stop-at-step 3
+run "$dir/r1b.log" "$train" "${c[@]}" --metrics "$dir/s1b.json" --checkpoint-dir "$dir/s1b" --resume
+[ $rc = 0 ] && grep -q "bf16 (mixed precision)" "$dir/r1b.log" ||
+    { fail "bf16 resume"; cat "$dir/r1b.log"; }
+echo "one process in bf16, 8 steps = 3 + resume for 5:"
+losses "$dir/u1b.json" "$dir/s1b.json" || fail "bf16 resume: losses differ"
+cmp "$dir/u1b/step-00000008.safetensors" "$dir/s1b/step-00000008.safetensors" ||
+    fail "bf16 resume: final checkpoints differ"
 
 # 2. two ranks
 p=(--split-size 2 --parts 2 --deterministic)

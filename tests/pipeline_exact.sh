@@ -2,10 +2,15 @@
 # 'pipeline_exact': layer + pipeline plans against the single-place run
 # (tests/test_pipeline_exact.c): the reference in one process, then every plan
 # in one process without MPI, and under mpiexec with 1, 2 and 4 ranks.
-# usage: pipeline_exact.sh TEST_PIPELINE_EXACT MPIEXEC
+# With a third argument bf16 ('pipeline_exact_bf16'): the reference and the
+# plans in mixed precision (HYFI_TEST_PRECISION=bf16), in one process, and the
+# 2x2 tiled plans on 2 ranks (bf16 rounding is elementwise: what the ranks
+# change is already covered in fp32; the tiles are where bf16 moves results).
+# usage: pipeline_exact.sh TEST_PIPELINE_EXACT MPIEXEC [bf16]
 set -u
-exe=${1:?usage: pipeline_exact.sh TEST_PIPELINE_EXACT MPIEXEC}
-mpiexec=${2:?usage: pipeline_exact.sh TEST_PIPELINE_EXACT MPIEXEC}
+exe=${1:?usage: pipeline_exact.sh TEST_PIPELINE_EXACT MPIEXEC [bf16]}
+mpiexec=${2:?usage: pipeline_exact.sh TEST_PIPELINE_EXACT MPIEXEC [bf16]}
+precision=${3:-fp32}
 # one thread per kernel, no core lending: round-off independent of timing
 export HYFI_CPU_THREADS=1 HYFI_LEND_MIN_BYTES=0
 dir=$(mktemp -d)
@@ -14,6 +19,14 @@ run() {
     echo "== $*"
     "$@" || { echo "FAILED: $*"; exit 1; }
 }
+if [ "$precision" = bf16 ]; then
+    export HYFI_TEST_PRECISION=bf16
+    run "$exe" ref "$dir"
+    run "$exe" check-nompi "$dir"
+    HYFI_TEST_FILTER="K=1 P=4 square" run "$mpiexec" -n 2 "$exe" check "$dir"
+    echo "pipeline_exact (bf16): all forms agree with the single-place bf16 run"
+    exit 0
+fi
 run "$exe" ref "$dir"
 run "$exe" check-nompi "$dir"
 for n in 1 2 4; do
