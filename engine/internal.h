@@ -548,14 +548,15 @@ void hyfi_wait_end(hyfi_ctx *ctx);
 
 /* handles.c: whether handle h holds bf16 values (HYFI_HCAT_BF16). */
 int hyfi_handle_bf16(starpu_data_handle_t h);
-/* Round x (n floats) to bf16 in place: the ops' CPU kernel (the reference
- * in a simulation build, which has no CPU kernels). */
+/* Round x (n floats) to bf16 in place, on the calling thread (an application
+ * thread: no OpenMP team of its own to spin on the workers' cores); the
+ * reference in a simulation build, which has no CPU kernels. */
 static inline void hyfi_round_bf16(float *x, size_t n)
 {
 #ifdef STARPU_SIMGRID
     hyfi_bf16_round_ref(x, n);
 #else
-    hyfi_bf16_round_cpu(x, n);
+    hyfi_bf16_round_serial(x, n);
 #endif
 }
 

@@ -94,7 +94,9 @@ void hyfi_ops_round_outputs(void *buffers[]);
  * with that slot; NULL when out of memory (the caller's kernel then fails). */
 const float *hyfi_ops_bf16_view(void *buffers[], int i, int slot);
 /* A weight or bias operand of a convolution or fully connected layer: rounded
- * to bf16 in bf16 tasks (t->prec), else the buffer itself. */
+ * to bf16 in bf16 tasks (t->prec), else the buffer itself. CUDA workers never
+ * run a bf16 task (hyfi_graph_compile refuses bf16 with CUDA workers), so on
+ * their path it is always the buffer itself. */
 #define HYFI_W(i, slot) ((t)->prec ? hyfi_ops_bf16_view(buffers, i, slot) : HYFI_F(i))
 
 /* Record a kernel failure (rc != 0) of codelet `name`; the first one is kept. */

@@ -100,6 +100,8 @@ float hyfi_bf16_round1(float f);
 /* x (count): each value replaced by its bf16 rounding */
 int hyfi_bf16_round_ref(float *x, size_t count);
 int hyfi_bf16_round_cpu(float *x, size_t count);
+/* The same without OpenMP: for threads that are not StarPU workers */
+int hyfi_bf16_round_serial(float *x, size_t count);
 /* out (count) = bf16 rounding of x (count); out == x allowed */
 int hyfi_bf16_round_copy_cpu(float *out, const float *x, size_t count);
 

@@ -112,16 +112,21 @@ static void test_specials(void)
 static void test_cpu_vs_ref(size_t n, uint64_t *seed)
 {
     float *x = tu_alloc(n), *ref = tu_alloc(n), *cpu = tu_alloc(n), *copy = tu_alloc(n);
+    float *ser = tu_alloc(n);
     for (size_t i = 0; i < n; i++) x[i] = random_float(seed);
     if (n > 3) x[1] = from_bits(0x7f800001u), x[2] = from_bits(0x3f808000u);
     memcpy(ref, x, n * sizeof *x);
     memcpy(cpu, x, n * sizeof *x);
+    memcpy(ser, x, n * sizeof *x);
     hyfi_bf16_round_ref(ref, n);
+    tu_check(hyfi_bf16_round_serial(ser, n) != 0, "bf16_round_serial rc");
     tu_check(hyfi_bf16_round_cpu(cpu, n) != 0, "bf16_round_cpu rc");
     tu_check(hyfi_bf16_round_copy_cpu(copy, x, n) != 0, "bf16_round_copy_cpu rc");
     size_t diff = 0;
-    for (size_t i = 0; i < n; i++) diff += bits(ref[i]) != bits(cpu[i]) || bits(ref[i]) != bits(copy[i]);
-    printf("cpu vs ref, n=%zu: %zu values differ (in place and copying)\n", n, diff);
+    for (size_t i = 0; i < n; i++)
+        diff += bits(ref[i]) != bits(cpu[i]) || bits(ref[i]) != bits(copy[i]) ||
+                bits(ref[i]) != bits(ser[i]);
+    printf("cpu vs ref, n=%zu: %zu values differ (in place, copying, serial)\n", n, diff);
     char name[64];
     snprintf(name, sizeof name, "bf16_round cpu/ref n=%zu", n);
     tu_check(diff != 0, name);
@@ -129,6 +134,7 @@ static void test_cpu_vs_ref(size_t n, uint64_t *seed)
     free(ref);
     free(cpu);
     free(copy);
+    free(ser);
 }
 
 int main(void)
