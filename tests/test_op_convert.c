@@ -4,9 +4,9 @@
  * one of the two bf16 neighbours of x, the nearer one, and on a tie the one
  * with an even last bit; (2) special values: ±0, ±inf, NaNs (stay NaN, with
  * or without payload bits in the low half), the largest finite float (rounds
- * to inf), the smallest subnormal (rounds to 0), exact ties; (3) the CPU path
- * (in place and copying) bitwise equal to the reference on 1, 17 and
- * 1000003 values (the vector loop, its tail, its OpenMP split). */
+ * to inf), the smallest subnormal (rounds to 0), exact ties; (3) the CPU paths
+ * (in place, copying, and serial) bitwise equal to the reference on 1, 17
+ * and 1000003 values (the vector loop, its tail, its OpenMP split). */
 #include "kernels.h"
 #include "testutil.h"
 
