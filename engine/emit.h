@@ -84,10 +84,6 @@ int hyfi_emit_releases(hyfi_graph *g, program *P, int s, int m);
 /* The category of a tensor's own handles; of any registered handle. */
 hyfi_hcat hyfi_tensor_hcat(const hyfi_graph *g, const hyfi_tensor *t);
 hyfi_hcat hyfi_handle_hcat(starpu_data_handle_t h);
-/* Whether t's values (and its gradient, and the buffers between its tiles)
- * are bf16: a bf16 run's activations and input images, not the loss, the
- * batch-norm statistics or the probabilities (T_SAVED), nor parameters. */
-int hyfi_tensor_bf16(const hyfi_graph *g, const hyfi_tensor *t);
 /* hyfi_reg's category of t's own handles: hyfi_tensor_hcat, | HYFI_HCAT_BF16
  * where hyfi_tensor_bf16. base: another category (the halo's), or -1. */
 int hyfi_tensor_hflags(const hyfi_graph *g, const hyfi_tensor *t, int base);

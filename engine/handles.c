@@ -136,16 +136,11 @@ hyfi_hcat hyfi_tensor_hcat(const hyfi_graph *g, const hyfi_tensor *t)
     return t == g->loss ? HC_LOSS : HC_PIPELINE;
 }
 
-int hyfi_tensor_bf16(const hyfi_graph *g, const hyfi_tensor *t)
-{
-    return g->train.precision == HYFI_PRECISION_BF16 && !t->is_int &&
-           ((t->kind == T_ACT && t != g->loss) || t->kind == T_INPUT);
-}
-
 int hyfi_tensor_hflags(const hyfi_graph *g, const hyfi_tensor *t, int base)
 {
     return (base >= 0 ? base : (int)hyfi_tensor_hcat(g, t)) |
-           (hyfi_tensor_bf16(g, t) ? HYFI_HCAT_BF16 : 0);
+           (hyfi_tensor_bf16(g, t) ? HYFI_HCAT_BF16 : 0) |
+           (hyfi_tensor_elem(g, t) == sizeof(uint16_t) ? HYFI_HCAT_BF16S : 0);
 }
 
 /* Register one vector handle: with a home in host memory (ptr) on the owning
@@ -156,8 +151,9 @@ void hyfi_reg(hyfi_graph *g, starpu_data_handle_t *h, float *ptr, size_t n, size
               int owner, int flags, int rstage, const char *name, const char *suffix, int m,
               int nm)
 {
-    const hyfi_hcat cat = (hyfi_hcat)(flags & ~HYFI_HCAT_BF16);
+    const hyfi_hcat cat = (hyfi_hcat)(flags & ~(HYFI_HCAT_BF16 | HYFI_HCAT_BF16S));
     const int bf16 = (flags & HYFI_HCAT_BF16) && elem == sizeof(float);
+    if (bf16 && (flags & HYFI_HCAT_BF16S) && !ptr) elem = sizeof(uint16_t);
     if (!hyfi_reg_wanted(g)) { /* scoped compile: not on this rank, the tag all the same */
         *h = NULL;
         g->ctx->next_tag++;

@@ -48,11 +48,15 @@ typedef enum {
     HC_COUNT
 } hyfi_hcat;
 extern const char *const hyfi_hcat_names[HC_COUNT];
-/* Or'ed into hyfi_reg's category: the handle holds bf16 values in float32
- * words (bf16 runs: activations, their gradients and the buffers between
- * their tiles), rounded by every task that writes it (ops:
- * hyfi_ops_round_outputs) and by hyfi_handle_write. */
+/* Or'ed into hyfi_reg's category: the handle holds bf16 values (bf16 runs:
+ * activations, their gradients, inputs, and the buffers between their
+ * tiles). With HYFI_HCAT_BF16S it stores them as bf16 (2-byte elements:
+ * activations), which the CPU codelets stage in float32 around their kernels
+ * (ops: hyfi_ops_stage_in/out) and hyfi_handle_read/write convert; without,
+ * in float32 words (inputs, whose host buffers are float32), rounded by every
+ * task that writes them (hyfi_ops_round_outputs) and by hyfi_handle_write. */
 #define HYFI_HCAT_BF16 0x100
+#define HYFI_HCAT_BF16S 0x200
 /* What a handle's StarPU user data points to (ops/codelet_common.h's
  * hyfi_handle_info): [category][bf16]. */
 extern const hyfi_handle_info hyfi_handle_infos[HC_COUNT][2];
@@ -371,6 +375,22 @@ struct hyfi_graph {
     struct hyfi_compiled *cc;
 };
 
+/* Whether t's values (and its gradient, and the buffers between its tiles)
+ * are bf16: a bf16 run's activations and input images, not the loss, the
+ * batch-norm statistics or the probabilities (T_SAVED), nor parameters. */
+static inline int hyfi_tensor_bf16(const hyfi_graph *g, const hyfi_tensor *t)
+{
+    return g->train.precision == HYFI_PRECISION_BF16 && !t->is_int &&
+           ((t->kind == T_ACT && t != g->loss) || t->kind == T_INPUT);
+}
+/* The bytes of one element of t's handles as registered: 2 where it is
+ * stored as bf16 (a bf16 run's activations; inputs keep float32 host
+ * buffers), 4 otherwise. */
+static inline size_t hyfi_tensor_elem(const hyfi_graph *g, const hyfi_tensor *t)
+{
+    return hyfi_tensor_bf16(g, t) && t->kind != T_INPUT ? sizeof(uint16_t) : sizeof(float);
+}
+
 /* The compiled state of a graph (compile.c makes it, hyfi_compiled_free frees
  * it): the plan, the programs, the handle table and the handles that belong
  * to no tensor, and what the last step left. */
@@ -557,6 +577,24 @@ static inline void hyfi_round_bf16(float *x, size_t n)
     hyfi_bf16_round_ref(x, n);
 #else
     hyfi_bf16_round_serial(x, n);
+#endif
+}
+
+/* bf16 storage to float32 and back (hyfi_handle_read/write), likewise. */
+static inline void hyfi_bf16_widen(float *out, const uint16_t *in, size_t n)
+{
+#ifdef STARPU_SIMGRID
+    hyfi_bf16_to_f32_ref(out, in, n);
+#else
+    hyfi_bf16_to_f32_serial(out, in, n);
+#endif
+}
+static inline void hyfi_bf16_narrow(uint16_t *out, const float *in, size_t n)
+{
+#ifdef STARPU_SIMGRID
+    hyfi_f32_to_bf16_ref(out, in, n);
+#else
+    hyfi_f32_to_bf16_serial(out, in, n);
 #endif
 }
 

@@ -454,7 +454,9 @@ static hyfi_status estimate_memory(hyfi_graph *g)
         for (int i = 0; i < g->ntensors; i++) {
             const hyfi_tensor *t = g->tensors[i];
             if (t->kind != T_ACT && t->kind != T_SAVED) continue;
-            const size_t b = t->numel * 4, per_mb = t->batched ? b / (size_t)M : b;
+            /* bf16 runs store activations (and their gradients) in 2 bytes */
+            const size_t b = t->numel * hyfi_tensor_elem(g, t);
+            const size_t per_mb = t->batched ? b / (size_t)M : b;
             if (drop[i]) {
                 segb[segs[t->producer]] += per_mb;
                 sdrop[t->stage] += per_mb;

@@ -240,7 +240,10 @@ void hyfi_handle_read(hyfi_graph *g, starpu_data_handle_t h, int root, void *hos
         hyfi_wait_begin(g->ctx, "reading a tensor from its rank (the loss, hyfi_tensor_read, "
                                 "hyfi_save_params)");
         starpu_data_acquire(h, STARPU_R);
-        memcpy(host, (void *)starpu_vector_get_local_ptr(h), bytes);
+        if (starpu_vector_get_elemsize(h) == sizeof(uint16_t)) /* bf16 storage: widen */
+            hyfi_bf16_widen((float *)host, (const uint16_t *)starpu_vector_get_local_ptr(h),
+                            bytes / sizeof(float));
+        else memcpy(host, (void *)starpu_vector_get_local_ptr(h), bytes);
         starpu_data_release(h);
         hyfi_wait_end(g->ctx);
     }
@@ -258,8 +261,13 @@ void hyfi_handle_write(hyfi_graph *g, starpu_data_handle_t h, int owner, const v
     hyfi_wait_begin(g->ctx, "writing a tensor (hyfi_set_input, hyfi_tensor_write, "
                             "hyfi_load_params)");
     starpu_data_acquire(h, STARPU_W);
-    memcpy((void *)starpu_vector_get_local_ptr(h), host, bytes);
-    if (hyfi_handle_bf16(h)) hyfi_round_bf16((float *)starpu_vector_get_local_ptr(h), bytes / 4);
+    if (starpu_vector_get_elemsize(h) == sizeof(uint16_t)) { /* bf16 storage: narrow */
+        hyfi_bf16_narrow((uint16_t *)starpu_vector_get_local_ptr(h), (const float *)host,
+                         bytes / sizeof(float));
+    } else {
+        memcpy((void *)starpu_vector_get_local_ptr(h), host, bytes);
+        if (hyfi_handle_bf16(h)) hyfi_round_bf16((float *)starpu_vector_get_local_ptr(h), bytes / 4);
+    }
     starpu_data_release(h);
     hyfi_wait_end(g->ctx);
 }

@@ -363,7 +363,7 @@ size_t hyfi_spatial_halo_volume(const hyfi_graph *g)
                 if (hyfi_tile_rank(g, x->tl, q, r) == hyfi_tile_rank(g, x->tl, tn->from[q][k], r))
                     continue;
                 const size_t s = (size_t)(x->dims[0] / pl->nrep) * x->dims[1] * tn->piece[q][k].h *
-                                 tn->piece[q][k].w * sizeof(float);
+                                 tn->piece[q][k].w * hyfi_tensor_elem(g, x);
                 b += x->requires_grad ? 2 * s : s;
                 if (pl->rc_rerun && pl->rc_rerun[i]) b += s; /* exchanged again: recompute */
             }

@@ -370,9 +370,10 @@ hyfi_tensor *hyfi_softmax_cross_entropy(hyfi_graph *g, const char *name, hyfi_te
 /* Arithmetic precision of training. */
 typedef enum hyfi_precision {
     HYFI_PRECISION_FP32 = 0, /* float32 throughout */
-    HYFI_PRECISION_BF16      /* mixed: activations and their gradients hold bfloat16 values
-                                (rounded to nearest even as each task writes them; inputs
-                                as they are set), convolutions and fully connected layers
+    HYFI_PRECISION_BF16      /* mixed: activations and their gradients hold bfloat16 values,
+                                stored in 2 bytes (rounded to nearest even as each task
+                                writes them; inputs, float32 buffers, rounded as they are
+                                set), convolutions and fully connected layers
                                 take bf16 weights and bias and accumulate in float32;
                                 master weights, their gradients, momentum, the SGD update,
                                 batch-norm statistics and parameters, and the loss stay

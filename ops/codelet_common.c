@@ -111,6 +111,61 @@ void hyfi_ops_round_outputs(void *buffers[])
 #endif
 }
 
+void **hyfi_ops_stage_in(void *buffers[], const char *codelet)
+{
+#ifdef STARPU_SIMGRID
+    (void)codelet;
+    return buffers;
+#else
+    if (!atomic_load_explicit(&g_bf16_used, memory_order_relaxed)) return buffers;
+    struct starpu_task *task = starpu_task_get_current();
+    if (!task) return buffers;
+    const unsigned nb = STARPU_TASK_GET_NBUFFERS(task);
+    static _Thread_local struct starpu_vector_interface iface[HYFI_SCRATCH_NSTAGE];
+    static _Thread_local void *staged[HYFI_SCRATCH_NSTAGE];
+    int any = 0;
+    for (unsigned i = 0; i < nb; i++) any |= STARPU_VECTOR_GET_ELEMSIZE(buffers[i]) == 2;
+    if (!any) return buffers;
+    if (nb > HYFI_SCRATCH_NSTAGE) {
+        hyfi_ops_report(codelet, -1);
+        return NULL;
+    }
+    for (unsigned i = 0; i < nb; i++) {
+        staged[i] = buffers[i];
+        if (STARPU_VECTOR_GET_ELEMSIZE(buffers[i]) != 2) continue;
+        const size_t n = STARPU_VECTOR_GET_NX(buffers[i]);
+        float *s = hyfi_cpu_scratch(HYFI_SCRATCH_STAGE + (int)i, n);
+        if (!s) {
+            hyfi_ops_report(codelet, -1);
+            return NULL;
+        }
+        if (STARPU_TASK_GET_MODE(task, i) & STARPU_R)
+            hyfi_bf16_to_f32_cpu(s, (const uint16_t *)STARPU_VECTOR_GET_PTR(buffers[i]), n);
+        iface[i] = *(struct starpu_vector_interface *)buffers[i];
+        iface[i].ptr = (uintptr_t)s;
+        iface[i].elemsize = sizeof(float);
+        staged[i] = &iface[i];
+    }
+    return staged;
+#endif
+}
+
+void hyfi_ops_stage_out(void *buffers[], void **staged)
+{
+#ifndef STARPU_SIMGRID
+    if (staged != buffers) {
+        struct starpu_task *task = starpu_task_get_current();
+        const unsigned nb = task ? STARPU_TASK_GET_NBUFFERS(task) : 0;
+        for (unsigned i = 0; i < nb; i++)
+            if (staged[i] != buffers[i] && (STARPU_TASK_GET_MODE(task, i) & STARPU_W))
+                hyfi_f32_to_bf16_cpu((uint16_t *)STARPU_VECTOR_GET_PTR(buffers[i]),
+                                     (const float *)STARPU_VECTOR_GET_PTR(staged[i]),
+                                     STARPU_VECTOR_GET_NX(buffers[i]));
+    }
+#endif
+    hyfi_ops_round_outputs(buffers);
+}
+
 const float *hyfi_ops_bf16_view(void *buffers[], int i, int slot)
 {
 #ifdef STARPU_SIMGRID

@@ -87,8 +87,19 @@ typedef struct hyfi_handle_info {
  * before looking at any task's buffers, so fp32 runs pay nothing). */
 void hyfi_ops_bf16_used(void);
 /* After a task's CPU kernel: round to bf16, in place, every buffer it wrote
- * (modes with W) whose handle holds bf16 values. */
+ * (modes with W) whose handle holds bf16 values in float32 words. */
 void hyfi_ops_round_outputs(void *buffers[]);
+/* bf16 storage (a vector of 2-byte elements): the kernels read and write
+ * float32, so around a CPU kernel each such buffer is staged in a float32
+ * scratch of the calling thread. _in returns the buffers the kernel is to
+ * see (buffers itself when none is bf16-stored; NULL when out of memory,
+ * the failure recorded): copies of the vector interfaces, the staged ones
+ * pointing at their scratch, filled by widening what the task reads (modes
+ * with R). _out narrows every staged buffer the task wrote (modes with W)
+ * back into its own storage, rounding to nearest even, and rounds the
+ * float32-stored bf16 buffers (hyfi_ops_round_outputs). */
+void **hyfi_ops_stage_in(void *buffers[], const char *codelet);
+void hyfi_ops_stage_out(void *buffers[], void **staged);
 /* Buffer i of the running task rounded to bf16 into a scratch of this thread
  * (slot 0 or 1: a weight and a bias), valid until the thread's next call
  * with that slot; NULL when out of memory (the caller's kernel then fails). */
@@ -199,14 +210,17 @@ int hyfi_ops_sim_models(char *err, size_t len);
 #define HYFI_REPORT(name, call) ((void)(name), (void)sizeof(call)) /* call not evaluated */
 #else
 #define HYFI_CODELET_CPU_FUNC_(op, sig, ...)                                      \
-    static void op##_cpu_func(void *buffers[], void *cl_arg)                     \
+    static void op##_cpu_func(void *stored_[], void *cl_arg)                     \
     {                                                                            \
         const hyfi_task_args *t = cl_arg;                                        \
         (void)t;                                                                 \
-        if (!hyfi_ops_buffers_ok(buffers, #op, (sig), 0, 0, "")) return;         \
+        if (!hyfi_ops_buffers_ok(stored_, #op, (sig), 0, 0, "")) return;         \
         const int cores_ = hyfi_ops_cores_take();                                \
-        hyfi_ops_report(#op, hyfi_##op##_cpu(__VA_ARGS__));                      \
-        hyfi_ops_round_outputs(buffers);                                         \
+        void **buffers = hyfi_ops_stage_in(stored_, #op);                        \
+        if (buffers) {                                                           \
+            hyfi_ops_report(#op, hyfi_##op##_cpu(__VA_ARGS__));                  \
+            hyfi_ops_stage_out(stored_, buffers);                                \
+        }                                                                        \
         hyfi_ops_cores_give(cores_);                                             \
     }
 #define HYFI_SIM_CUDA

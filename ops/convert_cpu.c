@@ -57,3 +57,45 @@ int hyfi_bf16_round_copy_cpu(float *out, const float *x, size_t count)
     }
     return 0;
 }
+
+/* ---------------------------------------------------------- bf16 storage */
+/* The conversions of bf16-stored buffers (kernels read float32): _cpu split
+ * over the worker's OpenMP threads, _serial on the calling thread alone. */
+static inline uint16_t narrow(uint32_t u)
+{
+    const uint32_t nan = (u & 0x7fffffffu) > 0x7f800000u;
+    const uint32_t r = nan ? (u | 0x00400000u) : (u + 0x7fffu + ((u >> 16) & 1u));
+    return (uint16_t)(r >> 16);
+}
+
+int hyfi_bf16_to_f32_cpu(float *out, const uint16_t *in, size_t count)
+{
+    uint32_t *w = (uint32_t *)(void *)out;
+    const long n = (long)count;
+#pragma omp parallel for simd schedule(static) if (n >= ROUND_PAR_MIN)
+    for (long i = 0; i < n; i++) w[i] = (uint32_t)in[i] << 16;
+    return 0;
+}
+
+int hyfi_f32_to_bf16_cpu(uint16_t *out, const float *in, size_t count)
+{
+    const uint32_t *u = (const uint32_t *)(const void *)in;
+    const long n = (long)count;
+#pragma omp parallel for simd schedule(static) if (n >= ROUND_PAR_MIN)
+    for (long i = 0; i < n; i++) out[i] = narrow(u[i]);
+    return 0;
+}
+
+int hyfi_bf16_to_f32_serial(float *out, const uint16_t *in, size_t count)
+{
+    uint32_t *w = (uint32_t *)(void *)out;
+    for (size_t i = 0; i < count; i++) w[i] = (uint32_t)in[i] << 16;
+    return 0;
+}
+
+int hyfi_f32_to_bf16_serial(uint16_t *out, const float *in, size_t count)
+{
+    const uint32_t *u = (const uint32_t *)(const void *)in;
+    for (size_t i = 0; i < count; i++) out[i] = narrow(u[i]);
+    return 0;
+}

@@ -28,3 +28,25 @@ int hyfi_bf16_round_ref(float *x, size_t count)
     for (size_t i = 0; i < count; i++) x[i] = hyfi_bf16_round1(x[i]);
     return 0;
 }
+
+/* out (count) = the float32 of each bf16 in (count): exact */
+int hyfi_bf16_to_f32_ref(float *out, const uint16_t *in, size_t count)
+{
+    for (size_t i = 0; i < count; i++) {
+        const uint32_t u = (uint32_t)in[i] << 16;
+        memcpy(&out[i], &u, sizeof u);
+    }
+    return 0;
+}
+
+/* out (count) = the bf16 of each float32 in (count), rounded as above */
+int hyfi_f32_to_bf16_ref(uint16_t *out, const float *in, size_t count)
+{
+    for (size_t i = 0; i < count; i++) {
+        const float r = hyfi_bf16_round1(in[i]);
+        uint32_t u;
+        memcpy(&u, &r, sizeof u);
+        out[i] = (uint16_t)(u >> 16);
+    }
+    return 0;
+}

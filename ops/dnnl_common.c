@@ -49,7 +49,7 @@ const_dnnl_primitive_attr_t hyfi_dnnl_attr(void)
 
 /* Per-thread state (stream and scratch buffers), freed when the thread ends.
  * The last slot holds oneDNN's scratchpad (hyfi_dnnl_run). */
-#define HYFI_SCRATCH_SLOTS 7 /* 0-3 kernels, HYFI_SCRATCH_BF16 + 0/1, oneDNN */
+#define HYFI_SCRATCH_SLOTS (HYFI_SCRATCH_STAGE + HYFI_SCRATCH_NSTAGE + 1) /* then oneDNN's */
 #define SLOT_DNNL (HYFI_SCRATCH_SLOTS - 1)
 /* Primitive cache: open addressing over PC_SLOTS, emptied at PC_MAX entries. */
 #define PC_SLOTS 1024

@@ -68,10 +68,13 @@ int hyfi_dnnl_exec(const hyfi_dnnl_prim *p, int nargs, const dnnl_exec_arg_t *ar
     } while (0)
 
 /* Scratch buffer for the calling thread, grown as needed (64-byte aligned);
- * `slot` picks one of a few independent buffers: 0 to 3 the kernels', and
+ * `slot` picks one of a few independent buffers: 0 to 3 the kernels',
  * HYFI_SCRATCH_BF16 + 0 and + 1 the bf16 weight and bias of a task
- * (hyfi_ops_bf16_view). NULL when out of memory. */
+ * (hyfi_ops_bf16_view), HYFI_SCRATCH_STAGE + i the float32 copy of a task's
+ * bf16-stored buffer i (hyfi_ops_stage_in). NULL when out of memory. */
 #define HYFI_SCRATCH_BF16 4
+#define HYFI_SCRATCH_STAGE 6
+#define HYFI_SCRATCH_NSTAGE 72 /* a task's buffers at most (HYFI_MAX_TASK_BUFFERS) */
 float *hyfi_cpu_scratch(int slot, size_t count);
 /* Bytes of scratch the process's threads hold now (peak 0) or held at most
  * (peak 1): layout copies and oneDNN's scratchpads, outside StarPU's data. */

@@ -22,14 +22,16 @@ static struct starpu_perfmodel accumulate_n_model = {
     .footprint = hyfi_ops_footprint,
 };
 
-static void accumulate_n_cpu_func(void *buffers[], void *cl_arg)
+static void accumulate_n_cpu_func(void *stored[], void *cl_arg)
 {
     const hyfi_task_args *t = cl_arg;
-    if (!hyfi_ops_buffers_ok(buffers, "accumulate_n", "w", t->u.elt.nsrc, 'r', "")) return;
+    if (!hyfi_ops_buffers_ok(stored, "accumulate_n", "w", t->u.elt.nsrc, 'r', "")) return;
+    void **buffers = hyfi_ops_stage_in(stored, "accumulate_n"); /* bf16 storage: float32 */
+    if (!buffers) return;
     for (int k = 0; k < t->u.elt.nsrc; k++)
         HYFI_REPORT("accumulate_n", hyfi_accumulate_cpu(HYFI_F(0), HYFI_F(1 + k),
                                                         t->u.elt.count, t->acc || k > 0));
-    hyfi_ops_round_outputs(buffers);
+    hyfi_ops_stage_out(stored, buffers);
 }
 
 #if HYFI_HAVE_CUDA

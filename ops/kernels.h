@@ -104,6 +104,15 @@ int hyfi_bf16_round_cpu(float *x, size_t count);
 int hyfi_bf16_round_serial(float *x, size_t count);
 /* out (count) = bf16 rounding of x (count); out == x allowed */
 int hyfi_bf16_round_copy_cpu(float *out, const float *x, size_t count);
+/* Storage: a bf16 is the high half of its float32 (uint16_t). Widening
+ * out (count) from in (count) is exact; narrowing rounds as above. _serial:
+ * without OpenMP, for threads that are not StarPU workers. */
+int hyfi_bf16_to_f32_ref(float *out, const uint16_t *in, size_t count);
+int hyfi_f32_to_bf16_ref(uint16_t *out, const float *in, size_t count);
+int hyfi_bf16_to_f32_cpu(float *out, const uint16_t *in, size_t count);
+int hyfi_f32_to_bf16_cpu(uint16_t *out, const float *in, size_t count);
+int hyfi_bf16_to_f32_serial(float *out, const uint16_t *in, size_t count);
+int hyfi_f32_to_bf16_serial(uint16_t *out, const float *in, size_t count);
 
 /* --------------------------------------------------------------- batchnorm */
 typedef struct {

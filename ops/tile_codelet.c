@@ -41,14 +41,23 @@
 /* The task's buffers against the codelet's signature (see hyfi_ops_buffers_ok). */
 #define BUFFERS_OK(op, head, n, rep, tail) hyfi_ops_buffers_ok(buffers, #op, head, n, rep, tail)
 
-/* Run `call` on the CPU path with the worker's cores (see core lending). */
-#define ON_CPU(name, call)                                                        \
-    do {                                                                         \
+/* The CPU path of a task with the worker's cores (see core lending), its
+ * bf16-stored buffers staged in float32 (hyfi_ops_stage_in): between
+ * STAGED_BEGIN and STAGED_END `buffers` are the staged ones. */
+#define STAGED_BEGIN(name)                                                        \
+    {                                                                            \
         const int cores_ = hyfi_ops_cores_take();                                \
-        HYFI_REPORT(name, call);                                                 \
-        hyfi_ops_round_outputs(buffers);                                         \
+        void **stored_ = buffers;                                                \
+        buffers = hyfi_ops_stage_in(stored_, name);                              \
+        if (buffers) {
+#define STAGED_END()                                                              \
+            hyfi_ops_stage_out(stored_, buffers);                                \
+        }                                                                        \
+        buffers = stored_;                                                       \
         hyfi_ops_cores_give(cores_);                                             \
-    } while (0)
+    }
+/* Run `call` so. */
+#define ON_CPU(name, call) STAGED_BEGIN(name) HYFI_REPORT(name, call); STAGED_END()
 
 /* ------------------------------------------------------ assemble, scatter */
 /* dst, src[0 .. npieces) */
@@ -56,9 +65,11 @@ static void tile_assemble_cpu_func(void *buffers[], void *cl_arg)
 {
     const hyfi_task_args *t = cl_arg;
     if (!BUFFERS_OK(tile_assemble, "w", t->u.tile.npieces, 'r', "")) return;
+    STAGED_BEGIN("tile_assemble")
     const float *src[HYFI_TILE_MAX_PIECES];
     for (int i = 0; i < t->u.tile.npieces; i++) src[i] = HYFI_F(1 + i);
-    ON_CPU("tile_assemble", hyfi_tile_assemble_cpu(HYFI_F(0), src, &t->u.tile));
+    HYFI_REPORT("tile_assemble", hyfi_tile_assemble_cpu(HYFI_F(0), src, &t->u.tile));
+    STAGED_END()
 }
 
 /* dst[0 .. npieces), src */
@@ -66,10 +77,13 @@ static void tile_scatter_cpu_func(void *buffers[], void *cl_arg)
 {
     const hyfi_task_args *t = cl_arg;
     if (!BUFFERS_OK(tile_scatter, "", t->u.tile.npieces, 'w', "r")) return;
+    STAGED_BEGIN("tile_scatter")
     float *dst[HYFI_TILE_MAX_PIECES];
     const int k = t->u.tile.npieces;
     for (int i = 0; i < k; i++) dst[i] = HYFI_F(i);
-    ON_CPU("tile_scatter", hyfi_tile_scatter_cpu(dst, HYFI_F(k), &t->u.tile, (unsigned)t->acc));
+    HYFI_REPORT("tile_scatter",
+                hyfi_tile_scatter_cpu(dst, HYFI_F(k), &t->u.tile, (unsigned)t->acc));
+    STAGED_END()
 }
 
 /* ------------------------------------------------------- batch norm tiles */
