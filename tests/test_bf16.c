@@ -11,7 +11,9 @@
  *       printout);
  *   (3) a bf16 run is deterministic: two runs of 3 steps give the same losses
  *       and weights bitwise;
- *   (4) an unknown precision is refused (HYFI_ERR_ARG). */
+ *   (4) an unknown precision is refused (HYFI_ERR_ARG);
+ *   (5) the plan's estimate of the data counts the activations in 2 bytes
+ *       (below 0.8x fp32's for this network, whose parameters are few). */
 #include "hyfi.h"
 #include "testnet.h"
 #include "testutil.h"
@@ -33,6 +35,7 @@ static int bf16_valued(const float *x, size_t n, size_t *bad)
 }
 
 typedef struct {
+    double data_mb; /* the plan's estimate of the data (hyfi_memory_stats) */
     float loss[3];
     float *grad[16], *weight[16];
     size_t n[16];
@@ -61,6 +64,8 @@ static int run(hyfi_ctx *ctx, hyfi_precision p, int steps, run_out *o, int check
         hyfi_graph_destroy(n.g);
         return -1;
     }
+    hyfi_memory_stats ms;
+    if (hyfi_memory_stats_get(ctx, n.g, &ms) == HYFI_OK) o->data_mb = ms.data_mb;
     for (int s = 0; s < steps; s++) {
         testnet_batch(&n, 100 + (uint64_t)s);
         if (hyfi_train_step(n.g, &o->loss[s]) != HYFI_OK) {
@@ -154,6 +159,9 @@ int main(void)
     const double worst = sqrt(d2 / w2);
     printf("    parameter gradients: ||bf16 - fp32|| / ||fp32|| = %.3g (bound 5e-2)\n", worst);
     tu_check(!(worst <= 5e-2), "bf16 gradients within 5% norm-wise");
+    printf("(5) the plan's estimate of the data: bf16 %.4f MB, fp32 %.4f MB (%.2fx)\n",
+           b.data_mb, f.data_mb, b.data_mb / f.data_mb);
+    tu_check(!(b.data_mb < 0.8 * f.data_mb), "bf16 activations counted in 2 bytes");
     out_free(&b);
     out_free(&f);
     printf("(3) two bf16 runs of 3 steps:\n");
