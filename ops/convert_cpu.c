@@ -9,19 +9,23 @@
 
 #define ROUND_PAR_MIN ((long)1 << 16)
 
+/* The rounding of one float32's bits: the high half kept, rounded to nearest
+ * even; a NaN made quiet (its quiet bit is in the high half), never
+ * infinity. */
+static inline uint32_t round_bits(uint32_t u)
+{
+    const uint32_t nan = (u & 0x7fffffffu) > 0x7f800000u;
+    const uint32_t r = nan ? (u | 0x00400000u) : (u + 0x7fffu + ((u >> 16) & 1u));
+    return r & 0xffff0000u;
+}
+
 /* x (count): each value replaced by its bf16 rounding, bitwise as _ref */
 int hyfi_bf16_round_cpu(float *x, size_t count)
 {
     uint32_t *w = (uint32_t *)(void *)x; /* float32 and uint32 words: the same bytes */
     const long n = (long)count;
 #pragma omp parallel for simd schedule(static) if (n >= ROUND_PAR_MIN)
-    for (long i = 0; i < n; i++) {
-        const uint32_t u = w[i];
-        const uint32_t nan = (u & 0x7fffffffu) > 0x7f800000u;
-        const uint32_t even = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
-        const uint32_t quiet = (u | 0x00400000u) & 0xffff0000u;
-        w[i] = nan ? quiet : even;
-    }
+    for (long i = 0; i < n; i++) w[i] = round_bits(w[i]);
     return 0;
 }
 
@@ -32,13 +36,7 @@ int hyfi_bf16_round_cpu(float *x, size_t count)
 int hyfi_bf16_round_serial(float *x, size_t count)
 {
     uint32_t *w = (uint32_t *)(void *)x;
-    for (size_t i = 0; i < count; i++) {
-        const uint32_t u = w[i];
-        const uint32_t nan = (u & 0x7fffffffu) > 0x7f800000u;
-        const uint32_t even = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
-        const uint32_t quiet = (u | 0x00400000u) & 0xffff0000u;
-        w[i] = nan ? quiet : even;
-    }
+    for (size_t i = 0; i < count; i++) w[i] = round_bits(w[i]);
     return 0;
 }
 
@@ -49,24 +47,14 @@ int hyfi_bf16_round_copy_cpu(float *out, const float *x, size_t count)
     uint32_t *w = (uint32_t *)(void *)out;
     const long n = (long)count;
 #pragma omp parallel for simd schedule(static) if (n >= ROUND_PAR_MIN)
-    for (long i = 0; i < n; i++) {
-        const uint32_t v = u[i];
-        const uint32_t nan = (v & 0x7fffffffu) > 0x7f800000u;
-        w[i] = nan ? (v | 0x00400000u) & 0xffff0000u
-                   : (v + 0x7fffu + ((v >> 16) & 1u)) & 0xffff0000u;
-    }
+    for (long i = 0; i < n; i++) w[i] = round_bits(u[i]);
     return 0;
 }
 
 /* ---------------------------------------------------------- bf16 storage */
 /* The conversions of bf16-stored buffers (kernels read float32): _cpu split
  * over the worker's OpenMP threads, _serial on the calling thread alone. */
-static inline uint16_t narrow(uint32_t u)
-{
-    const uint32_t nan = (u & 0x7fffffffu) > 0x7f800000u;
-    const uint32_t r = nan ? (u | 0x00400000u) : (u + 0x7fffu + ((u >> 16) & 1u));
-    return (uint16_t)(r >> 16);
-}
+static inline uint16_t narrow(uint32_t u) { return (uint16_t)(round_bits(u) >> 16); }
 
 int hyfi_bf16_to_f32_cpu(float *out, const uint16_t *in, size_t count)
 {
