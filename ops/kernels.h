@@ -66,6 +66,27 @@ typedef struct {
 /* Output size of one axis: (in + 2p - k) / s + 1. */
 int hyfi_conv_out_size(int in, int k, int s, int p);
 
+/* bf16 storage (kernels.h "bfloat16"; ops/conv2d_cpu_bf16.c): activations
+ * and their gradients bf16 (uint16_t: the high halves of float32s) in the
+ * layouts of the float32 calls, weights and their gradients float32; oneDNN's
+ * bf16 primitives, accumulating in float32. Whether to use them for direction
+ * dir (0 forward, 1 backward data, 2 backward weights) of this convolution:
+ * oneDNN has a fast (not reference) bf16 kernel for it and beats its float32
+ * one on this CPU (hyfi_conv2d_cpu_bf16_faster: measured at the first call,
+ * or HYFI_BF16_CONV=native|staged; the two times of the measurement, when
+ * not NULL). */
+int hyfi_conv2d_cpu_bf16(const hyfi_conv2d_args *a, int dir, int acc);
+int hyfi_conv2d_cpu_bf16_faster(double *t_bf16, double *t_f32);
+/* y (N,Cout,Ho,Wo) bf16, x (N,Cin,H,W) bf16, w (Cout,Cin/G,KH,KW), b (Cout) or NULL */
+int hyfi_conv2d_forward_cpu_bf16(uint16_t *y, const uint16_t *x, const float *w, const float *b,
+                                 const hyfi_conv2d_args *a);
+/* dx (N,Cin,H,W) bf16, dy (N,Cout,Ho,Wo) bf16, w (Cout,Cin/G,KH,KW) */
+int hyfi_conv2d_backward_data_cpu_bf16(uint16_t *dx, const uint16_t *dy, const float *w,
+                                       const hyfi_conv2d_args *a, int acc);
+/* dw (Cout,Cin/G,KH,KW), db (Cout) or NULL: float32; dy, x bf16 */
+int hyfi_conv2d_backward_weight_cpu_bf16(float *dw, float *db, const uint16_t *dy,
+                                         const uint16_t *x, const hyfi_conv2d_args *a, int acc);
+
 /* y (N,Cout,Ho,Wo), x (N,Cin,H,W), w (Cout,Cin/G,KH,KW), b (Cout) or NULL */
 int hyfi_conv2d_forward_ref(float *y, const float *x, const float *w, const float *b,
                             const hyfi_conv2d_args *a);

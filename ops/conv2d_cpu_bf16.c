@@ -1,0 +1,430 @@
+/* conv2d_cpu_bf16.c: the CPU convolution on bf16 storage with oneDNN's bf16
+ * primitives (mixed precision, kernels.h "bfloat16"), for CPUs where they beat
+ * the float32 ones (measured at first use: hyfi_conv2d_cpu_bf16).
+ *
+ * Storage: activations x, y and their gradients dx, dy are bf16 (the high
+ * halves of float32s) in the layouts of conv2d_cpu.c (plain NCHW, or nChw8c /
+ * nChw16c by src_blk / dst_blk); the weights w, the bias and the weight and
+ * bias gradients dw, db are float32 (the master copy, in OIHW or OIhw16i16o by
+ * wei_blk). The primitives take bf16 sources and weights (the float32 weights
+ * reordered to bf16, rounding to nearest even: the HYFI_W rounding), multiply
+ * exactly and accumulate in float32; the forward writes y rounded to bf16, the
+ * backward data dx (in float32 when it accumulates: dx = round(dx + result)),
+ * the backward weights dw and db in float32. Up to the order of the sums this
+ * is the float32 path on bf16-rounded operands (tests/test_op_conv2d_bf16.c).
+ * Direct algorithm only (no Winograd, no GEMMs of our own); a shape whose only
+ * bf16 primitive is oneDNN's reference kernel is left to the float32 path
+ * (hyfi_conv2d_cpu_bf16 answers 0 for it).
+ *
+ * Scratch slots within one call: 0 to 3, as conv2d_cpu.c. */
+#include "kernels.h"
+#include "dnnl_common.h"
+
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define CK(call)                                                                \
+    do {                                                                        \
+        rc = (call);                                                            \
+        if (rc != 0) goto out;                                                  \
+    } while (0)
+
+enum { DIR_FWD, DIR_BWD_DATA, DIR_BWD_WEIGHTS };
+
+static dnnl_format_tag_t act_tag(int blk)
+{
+    return blk == 0 ? dnnl_nchw : blk == 8 ? dnnl_nChw8c : blk == 16 ? dnnl_nChw16c
+                                                                    : dnnl_format_tag_undef;
+}
+
+static int md(dnnl_memory_desc_t *m, int nd, const dnnl_dim_t *dims, dnnl_data_type_t dt,
+              dnnl_format_tag_t tag)
+{
+    return dnnl_memory_desc_init_by_tag(m, nd, dims, dt, tag) == dnnl_success ? 0 : -1;
+}
+
+typedef struct {
+    dnnl_memory_desc_t src, dst, wei, bia;            /* user: bf16, bf16, f32, f32 */
+    dnnl_memory_desc_t src_any, dst_any, wei_any; /* primitive: bf16 */
+    dnnl_memory_desc_t dwei_any;                  /* the weights' gradient: float32 */
+    dnnl_memory_desc_t dsrc_f32;                      /* dx in float32, dx's layout (acc) */
+    dnnl_dims_t strides, pad;
+} bdesc;
+
+static int bdesc_init(bdesc *d, const hyfi_conv2d_args *a)
+{
+    const int G = a->groups;
+    dnnl_dims_t sdims = {a->n, a->c_in, a->h, a->w}, ddims = {a->n, a->c_out, a->ho, a->wo};
+    dnnl_dims_t bdims = {a->c_out};
+    dnnl_dims_t wdims = {a->c_out, a->c_in, a->kh, a->kw};
+    dnnl_dims_t gdims = {G, a->c_out / G, a->c_in / G, a->kh, a->kw};
+    const dnnl_format_tag_t st = act_tag(a->src_blk), dt = act_tag(a->dst_blk);
+    if (st == dnnl_format_tag_undef || dt == dnnl_format_tag_undef) return -1;
+    if (md(&d->src, 4, sdims, dnnl_bf16, st) || md(&d->dst, 4, ddims, dnnl_bf16, dt) ||
+        md(&d->dsrc_f32, 4, sdims, dnnl_f32, st) || md(&d->bia, 1, bdims, dnnl_f32, dnnl_x))
+        return -1;
+    if (G == 1) {
+        const dnnl_format_tag_t wt = a->wei_blk == 0    ? dnnl_oihw
+                                     : a->wei_blk == 8  ? dnnl_OIhw8i8o
+                                     : a->wei_blk == 16 ? dnnl_OIhw16i16o
+                                                        : dnnl_format_tag_undef;
+        if (wt == dnnl_format_tag_undef || md(&d->wei, 4, wdims, dnnl_f32, wt) ||
+            md(&d->wei_any, 4, wdims, dnnl_bf16, dnnl_format_tag_any) ||
+            md(&d->dwei_any, 4, wdims, dnnl_f32, dnnl_format_tag_any))
+            return -1;
+    } else {
+        if (a->wei_blk || md(&d->wei, 5, gdims, dnnl_f32, dnnl_goihw) ||
+            md(&d->wei_any, 5, gdims, dnnl_bf16, dnnl_format_tag_any) ||
+            md(&d->dwei_any, 5, gdims, dnnl_f32, dnnl_format_tag_any))
+            return -1;
+    }
+    /* blocked activations as they are; plain ones reordered to oneDNN's choice */
+    if (md(&d->src_any, 4, sdims, dnnl_bf16, a->src_blk ? st : dnnl_format_tag_any) ||
+        md(&d->dst_any, 4, ddims, dnnl_bf16, a->dst_blk ? dt : dnnl_format_tag_any))
+        return -1;
+    d->strides[0] = a->sh, d->strides[1] = a->sw;
+    d->pad[0] = a->ph, d->pad[1] = a->pw;
+    return 0;
+}
+
+static int fwd_pd(dnnl_primitive_desc_t *pd, const bdesc *d, int with_bias)
+{
+    dnnl_convolution_desc_t cd;
+    HYFI_DNNL_CHECK(dnnl_convolution_forward_desc_init(
+        &cd, dnnl_forward_training, dnnl_convolution_direct, &d->src_any, &d->wei_any,
+        with_bias ? &d->bia : NULL, &d->dst_any, d->strides, d->pad, d->pad));
+    HYFI_DNNL_CHECK(
+        dnnl_primitive_desc_create(pd, &cd, hyfi_dnnl_attr(), hyfi_dnnl_engine(), NULL));
+    return 0;
+}
+
+/* The primitive of direction dir (and its forward hint), dx in float32 when acc. */
+static int dir_pd(dnnl_primitive_desc_t *pd, dnnl_primitive_desc_t *hint, const bdesc *d,
+                  int with_bias, int dir, int acc)
+{
+    *pd = *hint = NULL;
+    if (dir == DIR_FWD) return fwd_pd(pd, d, with_bias);
+    dnnl_primitive_desc_t f = NULL;
+    int rc = fwd_pd(&f, d, with_bias);
+    if (rc) return rc;
+    dnnl_convolution_desc_t cd;
+    dnnl_memory_desc_t dsrc;
+    if (dir == DIR_BWD_DATA) {
+        dsrc = d->src_any;
+        if (acc) dsrc.data_type = dnnl_f32;
+    }
+    dnnl_status_t s =
+        dir == DIR_BWD_DATA
+            ? dnnl_convolution_backward_data_desc_init(&cd, dnnl_convolution_direct, &dsrc,
+                                                       &d->wei_any, &d->dst_any, d->strides,
+                                                       d->pad, d->pad)
+            : dnnl_convolution_backward_weights_desc_init(
+                  &cd, dnnl_convolution_direct, &d->src_any, &d->dwei_any,
+                  with_bias ? &d->bia : NULL, &d->dst_any, d->strides, d->pad, d->pad);
+    if (s == dnnl_success)
+        s = dnnl_primitive_desc_create(pd, &cd, hyfi_dnnl_attr(), hyfi_dnnl_engine(), f);
+    if (s != dnnl_success) {
+        dnnl_primitive_desc_destroy(f);
+        return -(int)s - 1;
+    }
+    *hint = f;
+    return 0;
+}
+
+/* The memory descriptor the primitive wants for `what` (index i). */
+static const dnnl_memory_desc_t *qmd(const hyfi_dnnl_prim *p, dnnl_query_t what, int i)
+{
+    return dnnl_primitive_desc_query_md(p->pd, what, i);
+}
+
+static const hyfi_dnnl_prim *prim(const bdesc *d, const hyfi_conv2d_args *a, int with_bias,
+                                  int dir, int acc)
+{
+    struct {
+        char tag[8];
+        hyfi_conv2d_args a;
+        int with_bias, dir, acc;
+    } key;
+    memset(&key, 0, sizeof key);
+    memcpy(key.tag, "cbf16", 6);
+    key.a = *a;
+    key.with_bias = with_bias, key.dir = dir, key.acc = dir == DIR_BWD_DATA && acc;
+    const hyfi_dnnl_prim *p = hyfi_dnnl_cache_find(&key, sizeof key);
+    if (p) return p;
+    dnnl_primitive_desc_t pd, hint;
+    if (dir_pd(&pd, &hint, d, with_bias, dir, key.acc)) return NULL;
+    return hyfi_dnnl_cache_add(&key, sizeof key, pd, hint);
+}
+
+/* Whether a primitive is one of oneDNN's fast kernels (not "ref"). */
+static int fast(const hyfi_dnnl_prim *p)
+{
+    const char *impl = NULL;
+    if (!p || dnnl_primitive_desc_query(p->pd, dnnl_query_impl_info_str, 0, &impl) !=
+                  dnnl_success || !impl)
+        return 0;
+    return strstr(impl, "ref") == NULL;
+}
+
+/* -------------------------------------------------- which path, per CPU */
+static double mono(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+/* Whether oneDNN's bf16 convolution beats its float32 one on this CPU: a 3x3
+ * 64 -> 64 convolution at 28x28, batch 4, timed both ways (best of 5, after a
+ * warm-up) with the calling thread's OpenMP threads. */
+static int measure(double *t_bf16, double *t_f32)
+{
+    const hyfi_conv2d_args a = {.n = 4, .c_in = 64, .h = 28, .w = 28, .c_out = 64, .ho = 28,
+                                .wo = 28, .kh = 3, .kw = 3, .sh = 1, .sw = 1, .ph = 1, .pw = 1,
+                                .groups = 1, .src_blk = 16, .dst_blk = 16, .wei_blk = 16};
+    const size_t nx = (size_t)4 * 64 * 28 * 28, nw = (size_t)64 * 64 * 9;
+    float *x = calloc(nx, sizeof *x), *y = calloc(nx, sizeof *y), *w = calloc(nw, sizeof *w);
+    uint16_t *xb = calloc(nx, sizeof *xb), *yb = calloc(nx, sizeof *yb);
+    int rc = -1;
+    if (x && y && w && xb && yb) {
+        for (size_t i = 0; i < nx; i++) x[i] = (float)((i * 7) % 13) * 0.1f - 0.6f;
+        for (size_t i = 0; i < nw; i++) w[i] = (float)((i * 5) % 11) * 0.01f - 0.05f;
+        hyfi_f32_to_bf16_serial(xb, x, nx);
+        *t_bf16 = *t_f32 = 1e9;
+        rc = 0;
+        for (int r = 0; r < 6 && !rc; r++) {
+            double t0 = mono();
+            rc = hyfi_conv2d_forward_cpu_bf16(yb, xb, w, NULL, &a);
+            const double tb = mono() - t0;
+            t0 = mono();
+            if (!rc) rc = hyfi_conv2d_forward_cpu(y, x, w, NULL, &a);
+            const double tf = mono() - t0;
+            if (r > 0 && tb < *t_bf16) *t_bf16 = tb;
+            if (r > 0 && tf < *t_f32) *t_f32 = tf;
+        }
+    }
+    free(x), free(y), free(w), free(xb), free(yb);
+    return rc;
+}
+
+int hyfi_conv2d_cpu_bf16_faster(double *t_bf16, double *t_f32)
+{
+    static int decided = -1; /* per process, once (the first caller measures) */
+    static double tb, tf;
+    if (decided < 0) {
+        const char *e = getenv("HYFI_BF16_CONV");
+        if (e && !strcmp(e, "native")) decided = 1;
+        else if (e && !strcmp(e, "staged")) decided = 0;
+        else decided = dnnl_get_effective_cpu_isa() >= dnnl_cpu_isa_avx512_core_bf16 &&
+                       measure(&tb, &tf) == 0 && tb < 0.9 * tf;
+    }
+    if (t_bf16) *t_bf16 = tb;
+    if (t_f32) *t_f32 = tf;
+    return decided;
+}
+
+int hyfi_conv2d_cpu_bf16(const hyfi_conv2d_args *a, int dir, int acc)
+{
+    static const int dirs[3] = {DIR_FWD, DIR_BWD_DATA, DIR_BWD_WEIGHTS};
+    if (dir < 0 || dir > 2 || !hyfi_conv2d_cpu_bf16_faster(NULL, NULL)) return 0;
+    bdesc d;
+    if (bdesc_init(&d, a)) return 0;
+    return fast(prim(&d, a, dir != 1 && a->has_bias, dirs[dir], acc));
+}
+
+/* ----------------------------------------------------------- the calls */
+/* user memory over ptr; the primitive's (== user, or scratch slot `slot`
+ * reordered from user when `in`) */
+typedef struct {
+    dnnl_memory_t user, prim;
+} barg;
+
+static void barg_free(barg *t)
+{
+    if (t->prim && t->prim != t->user) dnnl_memory_destroy(t->prim);
+    if (t->user) dnnl_memory_destroy(t->user);
+    t->prim = t->user = NULL;
+}
+
+static int barg_init(barg *t, const dnnl_memory_desc_t *user_md, void *ptr,
+                     const dnnl_memory_desc_t *want, int slot, int in)
+{
+    int rc = hyfi_dnnl_mem(&t->user, user_md, ptr);
+    if (rc) return rc;
+    if (dnnl_memory_desc_equal(user_md, want)) {
+        t->prim = t->user;
+        return 0;
+    }
+    const size_t bytes = dnnl_memory_desc_get_size(want);
+    float *s = hyfi_cpu_scratch(slot, (bytes + 3) / 4);
+    if (!s || (rc = hyfi_dnnl_mem(&t->prim, want, s))) return rc ? rc : -1;
+    return in ? hyfi_dnnl_reorder(t->user, t->prim) : 0;
+}
+
+/* y (N,Cout,Ho,Wo) bf16, x (N,Cin,H,W) bf16, w (Cout,Cin/G,KH,KW), b (Cout) or NULL */
+int hyfi_conv2d_forward_cpu_bf16(uint16_t *y, const uint16_t *x, const float *w, const float *b,
+                                 const hyfi_conv2d_args *a)
+{
+    const int with_bias = a->has_bias && b;
+    bdesc d;
+    barg src = {0}, wei = {0}, bia = {0}, dst = {0};
+    int rc = bdesc_init(&d, a);
+    if (rc) return rc;
+    hyfi_dnnl_cache_trim();
+    const hyfi_dnnl_prim *p = prim(&d, a, with_bias, DIR_FWD, 0);
+    if (!p) return -1;
+    CK(barg_init(&src, &d.src, (void *)x, qmd(p, dnnl_query_src_md, 0), 0, 1));
+    CK(barg_init(&wei, &d.wei, (void *)w, qmd(p, dnnl_query_weights_md, 0), 1, 1));
+    CK(barg_init(&dst, &d.dst, y, qmd(p, dnnl_query_dst_md, 0), 2, 0));
+    dnnl_exec_arg_t args[4] = {{DNNL_ARG_SRC, src.prim}, {DNNL_ARG_WEIGHTS, wei.prim},
+                               {DNNL_ARG_DST, dst.prim}, {DNNL_ARG_BIAS, NULL}};
+    if (with_bias) {
+        CK(barg_init(&bia, &d.bia, (void *)b, qmd(p, dnnl_query_weights_md, 1), 3, 1));
+        args[3].memory = bia.prim;
+    }
+    CK(hyfi_dnnl_exec(p, with_bias ? 4 : 3, args));
+    if (dst.prim != dst.user) CK(hyfi_dnnl_reorder(dst.prim, dst.user));
+out:
+    barg_free(&src), barg_free(&wei), barg_free(&bia), barg_free(&dst);
+    return rc;
+}
+
+/* dx (N,Cin,H,W) bf16, dy (N,Cout,Ho,Wo) bf16, w (Cout,Cin/G,KH,KW);
+ * acc: dx = round(dx + result), the result in float32 */
+int hyfi_conv2d_backward_data_cpu_bf16(uint16_t *dx, const uint16_t *dy, const float *w,
+                                       const hyfi_conv2d_args *a, int acc)
+{
+    bdesc d;
+    barg ddst = {0}, wei = {0}, dsrc = {0}, flat = {0};
+    int rc = bdesc_init(&d, a);
+    if (rc) return rc;
+    hyfi_dnnl_cache_trim();
+    const hyfi_dnnl_prim *p = prim(&d, a, 0, DIR_BWD_DATA, acc);
+    if (!p) return -1;
+    CK(barg_init(&ddst, &d.dst, (void *)dy, qmd(p, dnnl_query_diff_dst_md, 0), 0, 1));
+    CK(barg_init(&wei, &d.wei, (void *)w, qmd(p, dnnl_query_weights_md, 0), 1, 1));
+    const dnnl_memory_desc_t *want = qmd(p, dnnl_query_diff_src_md, 0);
+    if (!acc) {
+        CK(barg_init(&dsrc, &d.src, dx, want, 2, 0));
+    } else {
+        /* the result in float32 (dx's layout, or the primitive's then reordered) */
+        const size_t bytes = dnnl_memory_desc_get_size(want);
+        float *s = hyfi_cpu_scratch(2, (bytes + 3) / 4);
+        if (!s) return -1;
+        CK(hyfi_dnnl_mem(&dsrc.prim, want, s));
+    }
+    dnnl_exec_arg_t args[3] = {{DNNL_ARG_DIFF_DST, ddst.prim}, {DNNL_ARG_WEIGHTS, wei.prim},
+                               {DNNL_ARG_DIFF_SRC, dsrc.prim}};
+    CK(hyfi_dnnl_exec(p, 3, args));
+    if (!acc) {
+        if (dsrc.prim != dsrc.user) CK(hyfi_dnnl_reorder(dsrc.prim, dsrc.user));
+    } else {
+        const float *r;
+        if (dnnl_memory_desc_equal(want, &d.dsrc_f32)) {
+            void *h;
+            if (dnnl_memory_get_data_handle(dsrc.prim, &h) != dnnl_success) return -1;
+            r = h;
+        } else {
+            const size_t bytes = dnnl_memory_desc_get_size(&d.dsrc_f32);
+            float *s = hyfi_cpu_scratch(0, (bytes + 3) / 4); /* dy is consumed */
+            if (!s) CK(-1);
+            CK(hyfi_dnnl_mem(&flat.prim, &d.dsrc_f32, s));
+            CK(hyfi_dnnl_reorder(dsrc.prim, flat.prim));
+            r = s;
+        }
+        const size_t n = (size_t)a->n * a->c_in * a->h * a->w;
+        float *wide = hyfi_cpu_scratch(1, n); /* w is consumed */
+        if (!wide) CK(-1);
+        hyfi_bf16_to_f32_cpu(wide, dx, n);
+        for (size_t i = 0; i < n; i++) wide[i] += r[i];
+        hyfi_f32_to_bf16_cpu(dx, wide, n);
+    }
+out:
+    if (dsrc.prim == dsrc.user) dsrc.prim = NULL;
+    if (dsrc.prim) dnnl_memory_destroy(dsrc.prim);
+    if (dsrc.user) dnnl_memory_destroy(dsrc.user);
+    if (flat.prim) dnnl_memory_destroy(flat.prim);
+    barg_free(&ddst), barg_free(&wei);
+    return rc;
+}
+
+/* dw (Cout,Cin/G,KH,KW), db (Cout) or NULL, float32; dy (N,Cout,Ho,Wo), x (N,Cin,H,W) bf16 */
+int hyfi_conv2d_backward_weight_cpu_bf16(float *dw, float *db, const uint16_t *dy,
+                                         const uint16_t *x, const hyfi_conv2d_args *a, int acc)
+{
+    const int with_bias = a->has_bias && db;
+    bdesc d;
+    barg src = {0}, ddst = {0}, dwei = {0}, dbia = {0};
+    int rc = bdesc_init(&d, a);
+    if (rc) return rc;
+    hyfi_dnnl_cache_trim();
+    const hyfi_dnnl_prim *p = prim(&d, a, with_bias, DIR_BWD_WEIGHTS, 0);
+    if (!p) return -1;
+    CK(barg_init(&src, &d.src, (void *)x, qmd(p, dnnl_query_src_md, 0), 0, 1));
+    CK(barg_init(&ddst, &d.dst, (void *)dy, qmd(p, dnnl_query_diff_dst_md, 0), 1, 1));
+    const dnnl_memory_desc_t *wwant = qmd(p, dnnl_query_diff_weights_md, 0);
+    const dnnl_memory_desc_t *bwant = qmd(p, dnnl_query_diff_weights_md, 1);
+    /* with acc the results go to scratch and are added (float32) */
+    if (acc) {
+        const size_t bytes = dnnl_memory_desc_get_size(wwant);
+        float *s = hyfi_cpu_scratch(2, (bytes + 3) / 4);
+        if (!s) return -1;
+        CK(hyfi_dnnl_mem(&dwei.prim, wwant, s));
+        CK(hyfi_dnnl_mem(&dwei.user, &d.wei, dw));
+    } else {
+        CK(barg_init(&dwei, &d.wei, dw, wwant, 2, 0));
+    }
+    dnnl_exec_arg_t args[4] = {{DNNL_ARG_SRC, src.prim}, {DNNL_ARG_DIFF_DST, ddst.prim},
+                               {DNNL_ARG_DIFF_WEIGHTS, dwei.prim}, {DNNL_ARG_DIFF_BIAS, NULL}};
+    float *bscratch = NULL;
+    if (with_bias) {
+        if (acc) {
+            bscratch = hyfi_cpu_scratch(3, (size_t)a->c_out);
+            if (!bscratch) CK(-1);
+            CK(hyfi_dnnl_mem(&dbia.prim, bwant, bscratch));
+        } else {
+            CK(barg_init(&dbia, &d.bia, db, bwant, 3, 0));
+        }
+        args[3].memory = dbia.prim;
+    }
+    CK(hyfi_dnnl_exec(p, with_bias ? 4 : 3, args));
+    if (acc) {
+        /* dw += the result, in dw's layout (slot 0: x is consumed) */
+        const float *r;
+        barg flat = {0};
+        if (dnnl_memory_desc_equal(wwant, &d.wei)) {
+            void *h;
+            if (dnnl_memory_get_data_handle(dwei.prim, &h) != dnnl_success) CK(-1);
+            r = h;
+        } else {
+            const size_t bytes = dnnl_memory_desc_get_size(&d.wei);
+            float *s = hyfi_cpu_scratch(0, (bytes + 3) / 4);
+            if (!s) CK(-1);
+            CK(hyfi_dnnl_mem(&flat.prim, &d.wei, s));
+            CK(hyfi_dnnl_reorder(dwei.prim, flat.prim));
+            r = s;
+        }
+        const size_t n = dnnl_memory_desc_get_size(&d.wei) / sizeof(float);
+        for (size_t i = 0; i < n; i++) dw[i] += r[i];
+        if (flat.prim) dnnl_memory_destroy(flat.prim);
+        if (with_bias)
+            for (int i = 0; i < a->c_out; i++) db[i] += bscratch[i];
+    } else {
+        if (dwei.prim != dwei.user) CK(hyfi_dnnl_reorder(dwei.prim, dwei.user));
+        if (with_bias && dbia.prim != dbia.user) CK(hyfi_dnnl_reorder(dbia.prim, dbia.user));
+    }
+out:
+    barg_free(&src), barg_free(&ddst);
+    if (acc) {
+        if (dwei.prim) dnnl_memory_destroy(dwei.prim);
+        if (dwei.user) dnnl_memory_destroy(dwei.user);
+        if (dbia.prim) dnnl_memory_destroy(dbia.prim);
+        dwei.prim = dwei.user = dbia.prim = NULL;
+    } else {
+        barg_free(&dwei), barg_free(&dbia);
+    }
+    return rc;
+}

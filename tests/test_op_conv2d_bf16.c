@@ -1,0 +1,144 @@
+/* test_op_conv2d_bf16.c: the CPU convolution on bf16 storage with oneDNN's
+ * bf16 primitives (ops/conv2d_cpu_bf16.c) against the reference fed the same
+ * bf16-rounded operands, for plain and blocked activations, 3x3 / 1x1 /
+ * strided / grouped / depthwise / 7x7 shapes, every direction, with and
+ * without accumulation.
+ *
+ * Tolerances, derived: a bf16 x bf16 product is exact in float32, so the
+ * primitive and the reference compute the same sums up to their order (float32
+ * round-off, TU_TOL_CPU_VS_REF's 1e-4 relative on sums of a few hundred
+ * terms). The forward and the backward data then round their result to bf16:
+ * two results a round-off apart can land on neighbouring bf16 values, one unit
+ * apart; a unit is 2^-8 to 2^-7 of the value (8 significant bits: just above
+ * a power of two, 2^-7; measured up to 0.0075). So y and dx within one
+ * bf16 unit plus the sums' round-off: |got - want| <= 2^-7 |want| + 1e-4
+ * |want| + 1e-5, with want the reference rounded to bf16 (with accumulation:
+ * round(dx + result), the same rule). The weight gradients stay
+ * float32: TU_TOL_CPU_VS_REF, as the float32 path. */
+#include "kernels.h"
+#include "testutil.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const tu_tol TOL_BF16 = {"bf16-vs-ref", 1.0 / 128 + 1e-4, 1e-5};
+
+static size_t x_count(const hyfi_conv2d_args *a) { return (size_t)a->n * a->c_in * a->h * a->w; }
+static size_t y_count(const hyfi_conv2d_args *a) { return (size_t)a->n * a->c_out * a->ho * a->wo; }
+static size_t w_count(const hyfi_conv2d_args *a)
+{
+    return (size_t)a->c_out * (a->c_in / a->groups) * a->kh * a->kw;
+}
+
+static float *al(size_t count) { return aligned_alloc(64, (count * 4 + 63) / 64 * 64); }
+static uint16_t *al16(size_t count) { return aligned_alloc(64, (count * 2 + 63) / 64 * 64); }
+
+/* v (count): random in [lo, hi], rounded to bf16 */
+static void fill_bf16(float *v, size_t n, uint64_t *seed, float lo, float hi)
+{
+    tu_fill(v, n, seed, lo, hi);
+    hyfi_bf16_round_ref(v, n);
+}
+
+static void widen(float *out, const uint16_t *in, size_t n) { hyfi_bf16_to_f32_ref(out, in, n); }
+
+static void run(hyfi_conv2d_args a, int blk, uint64_t *seed)
+{
+    a.src_blk = a.dst_blk = blk;
+    a.wei_blk = blk && a.groups == 1 ? blk : 0;
+    if (blk && (a.c_in % blk || a.c_out % blk)) return;
+    hyfi_conv2d_args r = a;
+    r.src_blk = r.dst_blk = r.wei_blk = 0;
+    const size_t nx = x_count(&a), ny = y_count(&a), nw = w_count(&a);
+    const int hwi = a.h * a.w, hwo = a.ho * a.wo, kk = a.kh * a.kw;
+    float *x = al(nx), *w = al(nw), *wk = al(nw), *b = al((size_t)a.c_out), *dy = al(ny);
+    float *yr = al(ny), *tmp = al(nx > ny ? nx : ny), *plain = al(nx > ny ? nx : ny);
+    float *dxr = al(nx), *dwr = al(nw), *dwk = al(nw), *dwp = al(nw), *dbr = al((size_t)a.c_out);
+    float *dbk = al((size_t)a.c_out);
+    uint16_t *xb = al16(nx), *dyb = al16(ny), *yb = al16(ny), *dxb = al16(nx);
+    fill_bf16(x, nx, seed, -1.f, 1.f);
+    fill_bf16(w, nw, seed, -0.5f, 0.5f); /* the weights as the kernel rounds them */
+    fill_bf16(b, (size_t)a.c_out, seed, -0.5f, 0.5f);
+    fill_bf16(dy, ny, seed, -1.f, 1.f);
+    hyfi_layout_wei_to_blocked(wk, w, a.c_out, a.c_in / a.groups, kk, a.wei_blk);
+    hyfi_layout_to_blocked(tmp, x, a.n, a.c_in, hwi, blk);
+    hyfi_f32_to_bf16_ref(xb, tmp, nx);
+    hyfi_layout_to_blocked(tmp, dy, a.n, a.c_out, hwo, blk);
+    hyfi_f32_to_bf16_ref(dyb, tmp, ny);
+    char nm[200];
+    snprintf(nm, sizeof nm, "%dx%dx%dx%d -> %d k%dx%d s%d g%d%s blk %d", a.n, a.c_in, a.h, a.w,
+             a.c_out, a.kh, a.kw, a.sh, a.groups, a.has_bias ? " bias" : "", blk);
+    char what[260];
+    /* forward */
+    int rc = hyfi_conv2d_forward_ref(yr, x, w, a.has_bias ? b : NULL, &r);
+    hyfi_bf16_round_ref(yr, ny);
+    rc |= hyfi_conv2d_forward_cpu_bf16(yb, xb, wk, a.has_bias ? b : NULL, &a);
+    widen(tmp, yb, ny);
+    hyfi_layout_to_plain(plain, tmp, a.n, a.c_out, hwo, blk);
+    snprintf(what, sizeof what, "bf16 conv fwd %s", nm);
+    tu_check(rc != 0 || tu_compare(what, plain, yr, ny, TOL_BF16), what);
+    /* backward data, overwriting and accumulating */
+    for (int acc = 0; acc < 2; acc++) {
+        fill_bf16(dxr, nx, seed, -1.f, 1.f);
+        hyfi_layout_to_blocked(tmp, dxr, a.n, a.c_in, hwi, blk);
+        hyfi_f32_to_bf16_ref(dxb, tmp, nx);
+        rc = hyfi_conv2d_backward_data_ref(dxr, dy, w, &r, acc);
+        hyfi_bf16_round_ref(dxr, nx);
+        rc |= hyfi_conv2d_backward_data_cpu_bf16(dxb, dyb, wk, &a, acc);
+        widen(tmp, dxb, nx);
+        hyfi_layout_to_plain(plain, tmp, a.n, a.c_in, hwi, blk);
+        snprintf(what, sizeof what, "bf16 conv bwd data (acc %d) %s", acc, nm);
+        tu_check(rc != 0 || tu_compare(what, plain, dxr, nx, TOL_BF16), what);
+    }
+    /* backward weights (float32 gradients) */
+    for (int acc = 0; acc < 2; acc++) {
+        tu_fill(dwr, nw, seed, -1.f, 1.f);
+        tu_fill(dbr, (size_t)a.c_out, seed, -1.f, 1.f);
+        memcpy(dbk, dbr, (size_t)a.c_out * sizeof *dbr);
+        hyfi_layout_wei_to_blocked(dwk, dwr, a.c_out, a.c_in / a.groups, kk, a.wei_blk);
+        rc = hyfi_conv2d_backward_weight_ref(dwr, a.has_bias ? dbr : NULL, dy, x, &r, acc) |
+             hyfi_conv2d_backward_weight_cpu_bf16(dwk, a.has_bias ? dbk : NULL, dyb, xb, &a, acc);
+        hyfi_layout_wei_to_plain(dwp, dwk, a.c_out, a.c_in / a.groups, kk, a.wei_blk);
+        snprintf(what, sizeof what, "bf16 conv bwd weight (acc %d) %s", acc, nm);
+        tu_check(rc != 0 || tu_compare(what, dwp, dwr, nw, TU_TOL_CPU_VS_REF), what);
+        if (a.has_bias) {
+            snprintf(what, sizeof what, "bf16 conv bwd bias (acc %d) %s", acc, nm);
+            tu_check(tu_compare(what, dbk, dbr, (size_t)a.c_out, TU_TOL_CPU_VS_REF), what);
+        }
+    }
+    free(x), free(w), free(wk), free(b), free(dy), free(yr), free(tmp), free(plain);
+    free(dxr), free(dwr), free(dwk), free(dwp), free(dbr), free(dbk);
+    free(xb), free(dyb), free(yb), free(dxb);
+}
+
+static hyfi_conv2d_args shape(int n, int ci, int h, int co, int k, int s, int p, int g, int bias)
+{
+    hyfi_conv2d_args a = {.n = n, .c_in = ci, .h = h, .w = h, .c_out = co, .kh = k, .kw = k,
+                          .sh = s, .sw = s, .ph = p, .pw = p, .groups = g, .has_bias = bias};
+    a.ho = hyfi_conv_out_size(h, k, s, p);
+    a.wo = hyfi_conv_out_size(h, k, s, p);
+    return a;
+}
+
+int main(void)
+{
+    uint64_t seed = 0xbf16c0;
+    double tb = 0, tf = 0;
+    const int native = hyfi_conv2d_cpu_bf16_faster(&tb, &tf);
+    printf("this CPU: oneDNN's bf16 convolution %s (measured %.3f ms bf16, %.3f ms float32)\n",
+           native ? "is used (faster)" : "is not used (not faster)", 1e3 * tb, 1e3 * tf);
+    const hyfi_conv2d_args cases[] = {
+        shape(2, 32, 12, 32, 3, 1, 1, 1, 0),  shape(2, 32, 12, 64, 3, 2, 1, 1, 1),
+        shape(2, 64, 8, 32, 1, 1, 0, 1, 0),   shape(2, 32, 9, 64, 1, 2, 0, 1, 0),
+        shape(2, 3, 16, 16, 7, 2, 3, 1, 0),   shape(2, 32, 8, 32, 3, 1, 1, 32, 0),
+        shape(2, 32, 8, 64, 3, 1, 1, 4, 1),   shape(1, 16, 5, 16, 3, 1, 1, 1, 1),
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        run(cases[i], 0, &seed);
+        run(cases[i], 16, &seed);
+        run(cases[i], 8, &seed);
+    }
+    return tu_finish();
+}
