@@ -262,6 +262,44 @@ int hyfi_ops_sim_models(char *err, size_t len);
     HYFI_CODELET_FUNCS(op, sig, __VA_ARGS__)                                     \
     HYFI_CODELET_STRUCT(op, .nbuffers = STARPU_VARIABLE_NBUFFERS)
 
+/* HYFI_CODELET with a kernel of its own for bf16 storage: where `native` (an
+ * expression over `buffers`, the stored ones, and `t`) holds, the CPU
+ * function calls `bf16_call` on the stored buffers (HYFI_U16); otherwise the
+ * float32 kernel on staged ones, as HYFI_CODELET. */
+#define HYFI_U16(i) ((uint16_t *)STARPU_VECTOR_GET_PTR(buffers[i]))
+/* Every buffer of the running task stored as bf16 (2-byte elements). */
+int hyfi_ops_all_bf16(void *buffers[]);
+#ifdef STARPU_SIMGRID
+#define HYFI_CODELET_NATIVE_CPU_FUNC_(op, sig, native, bf16_call, ...)            \
+    HYFI_CODELET_CPU_FUNC_(op, sig, __VA_ARGS__)
+#else
+#define HYFI_CODELET_NATIVE_CPU_FUNC_(op, sig, native, bf16_call, ...)            \
+    static void op##_cpu_func(void *stored_[], void *cl_arg)                     \
+    {                                                                            \
+        const hyfi_task_args *t = cl_arg;                                        \
+        (void)t;                                                                 \
+        if (!hyfi_ops_buffers_ok(stored_, #op, (sig), 0, 0, "")) return;         \
+        const int cores_ = hyfi_ops_cores_take();                                \
+        void **buffers = stored_;                                                \
+        if (native) {                                                            \
+            hyfi_ops_report(#op, bf16_call);                                     \
+        } else if ((buffers = hyfi_ops_stage_in(stored_, #op))) {                \
+            hyfi_ops_report(#op, hyfi_##op##_cpu(__VA_ARGS__));                  \
+            hyfi_ops_stage_out(stored_, buffers);                                \
+        }                                                                        \
+        hyfi_ops_cores_give(cores_);                                             \
+    }
+#endif
+#define HYFI_CODELET_NATIVE(op, sig, native, bf16_call, ...)                      \
+    static struct starpu_perfmodel op##_model = {                                \
+        .type = STARPU_HISTORY_BASED,                                            \
+        .symbol = "hyfi_" #op,                                                   \
+        .footprint = hyfi_ops_footprint,                                         \
+    };                                                                           \
+    HYFI_CODELET_NATIVE_CPU_FUNC_(op, sig, native, bf16_call, __VA_ARGS__)       \
+    HYFI_CODELET_CUDA_FUNC_(op, sig, __VA_ARGS__)                                \
+    HYFI_CODELET_STRUCT(op, .nbuffers = STARPU_VARIABLE_NBUFFERS)
+
 /* Every codelet, named after the kernel it calls. Buffers in kernel order. */
 extern struct starpu_codelet hyfi_cl_conv2d_forward, hyfi_cl_conv2d_backward_data,
     hyfi_cl_conv2d_backward_weight;

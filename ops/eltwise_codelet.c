@@ -1,16 +1,29 @@
 /* StarPU codelets of the elementwise family: buffers in kernel order (outputs first); see codelet_common.h. */
 #include "codelet_common.h"
 
+/* Every buffer bf16-stored: the bf16 kernels (eltwise_cpu_bf16.c), bitwise the
+ * staged float32 ones in one pass. */
 /* y, x */
-HYFI_CODELET(relu_forward, "wr", HYFI_F(0), HYFI_F(1), t->u.elt.count)
+HYFI_CODELET_NATIVE(relu_forward, "wr", hyfi_ops_all_bf16(buffers),
+                    hyfi_relu_forward_bf16(HYFI_U16(0), HYFI_U16(1), t->u.elt.count),
+                    HYFI_F(0), HYFI_F(1), t->u.elt.count)
 /* dx, dy, y */
-HYFI_CODELET(relu_backward, "wrr", HYFI_F(0), HYFI_F(1), HYFI_F(2), t->u.elt.count, t->acc)
+HYFI_CODELET_NATIVE(relu_backward, "wrr", hyfi_ops_all_bf16(buffers),
+                    hyfi_relu_backward_bf16(HYFI_U16(0), HYFI_U16(1), HYFI_U16(2),
+                                            t->u.elt.count, t->acc),
+                    HYFI_F(0), HYFI_F(1), HYFI_F(2), t->u.elt.count, t->acc)
 /* y, a, b */
-HYFI_CODELET(add_forward, "wrr", HYFI_F(0), HYFI_F(1), HYFI_F(2), t->u.elt.count)
+HYFI_CODELET_NATIVE(add_forward, "wrr", hyfi_ops_all_bf16(buffers),
+                    hyfi_add_forward_bf16(HYFI_U16(0), HYFI_U16(1), HYFI_U16(2), t->u.elt.count),
+                    HYFI_F(0), HYFI_F(1), HYFI_F(2), t->u.elt.count)
 /* dst, src */
-HYFI_CODELET(accumulate, "wr", HYFI_F(0), HYFI_F(1), t->u.elt.count, t->acc)
+HYFI_CODELET_NATIVE(accumulate, "wr", hyfi_ops_all_bf16(buffers),
+                    hyfi_accumulate_bf16(HYFI_U16(0), HYFI_U16(1), t->u.elt.count, t->acc),
+                    HYFI_F(0), HYFI_F(1), t->u.elt.count, t->acc)
 /* dst */
-HYFI_CODELET(fill, "w", HYFI_F(0), t->u.elt.value, t->u.elt.count)
+HYFI_CODELET_NATIVE(fill, "w", hyfi_ops_all_bf16(buffers),
+                    hyfi_fill_bf16(HYFI_U16(0), t->u.elt.value, t->u.elt.count),
+                    HYFI_F(0), t->u.elt.value, t->u.elt.count)
 
 /* dst, src_0 .. src_(nsrc-1): accumulate's chain in one task, dst = src_0
  * (dst += src_0 with acc), then dst += src_k in order: the same floats as a

@@ -198,6 +198,15 @@ int hyfi_relu_backward_cpu(float *dx, const float *dy, const float *y, size_t co
 int hyfi_add_forward_cpu(float *y, const float *a, const float *b, size_t count);
 int hyfi_accumulate_cpu(float *dst, const float *src, size_t count, int acc);
 int hyfi_fill_cpu(float *dst, float value, size_t count);
+/* The same on bf16 storage (kernels.h "bfloat16"; eltwise_cpu_bf16.c): every
+ * buffer bf16, each result rounded to nearest even, bitwise the float32 calls
+ * on widened buffers with the results rounded. */
+int hyfi_relu_forward_bf16(uint16_t *y, const uint16_t *x, size_t count);
+int hyfi_relu_backward_bf16(uint16_t *dx, const uint16_t *dy, const uint16_t *y, size_t count,
+                            int acc);
+int hyfi_add_forward_bf16(uint16_t *y, const uint16_t *a, const uint16_t *b, size_t count);
+int hyfi_accumulate_bf16(uint16_t *dst, const uint16_t *src, size_t count, int acc);
+int hyfi_fill_bf16(uint16_t *dst, float value, size_t count);
 
 /* ------------------------------------------------------------------- pool */
 typedef struct {

@@ -6,7 +6,9 @@
  * or without payload bits in the low half), the largest finite float (rounds
  * to inf), the smallest subnormal (rounds to 0), exact ties; (3) the CPU paths
  * (in place, copying, and serial) bitwise equal to the reference on 1, 17
- * and 1000003 values (the vector loop, its tail, its OpenMP split). */
+ * and 1000003 values (the vector loop, its tail, its OpenMP split); (4) the
+ * element-wise kernels on bf16 storage bitwise the float32 ones on the
+ * widened buffers, rounded. */
 #include "kernels.h"
 #include "testutil.h"
 
@@ -137,12 +139,64 @@ static void test_cpu_vs_ref(size_t n, uint64_t *seed)
     free(ser);
 }
 
+/* The element-wise kernels on bf16 storage bitwise the float32 kernels on
+ * the widened buffers, rounded (what staging gives). */
+static void test_eltwise_bf16(size_t n, uint64_t *seed)
+{
+    float *a = tu_alloc(n), *b = tu_alloc(n), *c = tu_alloc(n), *want = tu_alloc(n);
+    float *got = tu_alloc(n);
+    uint16_t *ha = malloc(n * 2), *hb = malloc(n * 2), *hc = malloc(n * 2);
+    tu_fill(a, n, seed, -1, 1), tu_fill(b, n, seed, -1, 1), tu_fill(c, n, seed, -1, 1);
+    hyfi_f32_to_bf16_ref(ha, a, n), hyfi_f32_to_bf16_ref(hb, b, n), hyfi_f32_to_bf16_ref(hc, c, n);
+    hyfi_bf16_to_f32_ref(a, ha, n), hyfi_bf16_to_f32_ref(b, hb, n), hyfi_bf16_to_f32_ref(c, hc, n);
+    int bad = 0;
+#define SAME(what)                                                                               \
+    do {                                                                                         \
+        hyfi_bf16_round_ref(want, n);                                                            \
+        hyfi_bf16_to_f32_ref(got, hc, n);                                                        \
+        size_t d = 0;                                                                            \
+        for (size_t i = 0; i < n; i++) d += bits(got[i]) != bits(want[i]);                     \
+        if (d) printf("  %s: %zu values differ\n", what, d);                                     \
+        bad += d != 0;                                                                           \
+    } while (0)
+    hyfi_relu_forward_cpu(want, a, n);
+    hyfi_relu_forward_bf16(hc, ha, n);
+    SAME("relu forward");
+    hyfi_add_forward_cpu(want, a, b, n);
+    hyfi_add_forward_bf16(hc, ha, hb, n);
+    SAME("add");
+    for (int acc = 0; acc < 2; acc++) {
+        hyfi_f32_to_bf16_ref(hc, c, n);
+        memcpy(want, c, n * sizeof *c);
+        hyfi_relu_backward_cpu(want, a, b, n, acc);
+        hyfi_relu_backward_bf16(hc, ha, hb, n, acc);
+        SAME(acc ? "relu backward (acc)" : "relu backward");
+        hyfi_f32_to_bf16_ref(hc, c, n);
+        memcpy(want, c, n * sizeof *c);
+        hyfi_accumulate_cpu(want, a, n, acc);
+        hyfi_accumulate_bf16(hc, ha, n, acc);
+        SAME(acc ? "accumulate (acc)" : "accumulate");
+    }
+    hyfi_fill_cpu(want, 0.3f, n);
+    hyfi_fill_bf16(hc, 0.3f, n);
+    SAME("fill");
+#undef SAME
+    printf("element-wise kernels on bf16 storage, n=%zu: %s\n", n, bad ? "FAIL" : "bitwise");
+    char name[64];
+    snprintf(name, sizeof name, "eltwise bf16 n=%zu", n);
+    tu_check(bad, name);
+    free(a), free(b), free(c), free(want), free(got), free(ha), free(hb), free(hc);
+}
+
 int main(void)
 {
     uint64_t seed = 0xbf16;
     test_definition(&seed);
     test_specials();
     const size_t sizes[] = {1, 17, 1000003};
-    for (size_t i = 0; i < sizeof sizes / sizeof *sizes; i++) test_cpu_vs_ref(sizes[i], &seed);
+    for (size_t i = 0; i < sizeof sizes / sizeof *sizes; i++) {
+        test_cpu_vs_ref(sizes[i], &seed);
+        test_eltwise_bf16(sizes[i], &seed);
+    }
     return tu_finish();
 }
