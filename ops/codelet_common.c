@@ -150,14 +150,22 @@ void **hyfi_ops_stage_in(void *buffers[], const char *codelet)
 #endif
 }
 
-int hyfi_ops_all_bf16(void *buffers[])
+unsigned hyfi_ops_bf16_mask(void *buffers[])
 {
     if (!atomic_load_explicit(&g_bf16_used, memory_order_relaxed)) return 0;
     struct starpu_task *task = starpu_task_get_current();
     const unsigned nb = task ? STARPU_TASK_GET_NBUFFERS(task) : 0;
-    for (unsigned i = 0; i < nb; i++)
-        if (STARPU_VECTOR_GET_ELEMSIZE(buffers[i]) != sizeof(uint16_t)) return 0;
-    return nb > 0;
+    unsigned mask = 0;
+    for (unsigned i = 0; i < nb && i < 32; i++)
+        if (STARPU_VECTOR_GET_ELEMSIZE(buffers[i]) == sizeof(uint16_t)) mask |= 1u << i;
+    return mask;
+}
+
+int hyfi_ops_all_bf16(void *buffers[])
+{
+    struct starpu_task *task = starpu_task_get_current();
+    const unsigned nb = task ? STARPU_TASK_GET_NBUFFERS(task) : 0;
+    return nb > 0 && nb < 32 && hyfi_ops_bf16_mask(buffers) == (1u << nb) - 1u;
 }
 
 void hyfi_ops_stage_out(void *buffers[], void **staged)

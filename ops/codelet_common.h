@@ -269,6 +269,9 @@ int hyfi_ops_sim_models(char *err, size_t len);
 #define HYFI_U16(i) ((uint16_t *)STARPU_VECTOR_GET_PTR(buffers[i]))
 /* Every buffer of the running task stored as bf16 (2-byte elements). */
 int hyfi_ops_all_bf16(void *buffers[]);
+/* Bit i set where buffer i of the running task is stored as bf16 (0 while no
+ * bf16 handle was ever made). */
+unsigned hyfi_ops_bf16_mask(void *buffers[]);
 #ifdef STARPU_SIMGRID
 #define HYFI_CODELET_NATIVE_CPU_FUNC_(op, sig, native, bf16_call, ...)            \
     HYFI_CODELET_CPU_FUNC_(op, sig, __VA_ARGS__)

@@ -180,6 +180,19 @@ int hyfi_batchnorm_backward_cpu(float *dx, float *dgamma, float *dbeta, const fl
                                 const float *x, const float *gamma, const float *y,
                                 const float *mean, const float *var, const hyfi_batchnorm_args *a,
                                 int acc, int blk);
+/* The same on bf16 storage (batchnorm_cpu_bf16.c): x, y, dx, dy bf16 (uint16_t),
+ * the rest float32; bitwise the float32 kernels on the widened values with
+ * their outputs rounded to nearest even. */
+int hyfi_batchnorm_forward_train_bf16(uint16_t *y, float *mean, float *var, float *run_mean,
+                                      float *run_var, const uint16_t *x, const float *gamma,
+                                      const float *beta, const hyfi_batchnorm_args *a, int blk);
+int hyfi_batchnorm_forward_eval_bf16(uint16_t *y, const uint16_t *x, const float *gamma,
+                                     const float *beta, const float *run_mean,
+                                     const float *run_var, const hyfi_batchnorm_args *a, int blk);
+int hyfi_batchnorm_backward_bf16(uint16_t *dx, float *dgamma, float *dbeta, const uint16_t *dy,
+                                 const uint16_t *x, const float *gamma, const uint16_t *y,
+                                 const float *mean, const float *var,
+                                 const hyfi_batchnorm_args *a, int acc, int blk);
 
 /* ---------------------------------------------------------------- eltwise */
 /* y = max(x, 0); y, x (count) */
@@ -241,6 +254,17 @@ int hyfi_avgpool_forward_cpu(float *y, const float *x, const hyfi_pool_args *a);
 int hyfi_avgpool_backward_cpu(float *dx, const float *dy, const hyfi_pool_args *a, int acc);
 int hyfi_gap_forward_cpu(float *y, const float *x, const hyfi_pool_args *a);
 int hyfi_gap_backward_cpu(float *dx, const float *dy, const hyfi_pool_args *a, int acc);
+/* The same on bf16 storage (pool_cpu_bf16.c): every tensor bf16 (uint16_t);
+ * bitwise the float32 kernels on the widened values, outputs rounded to
+ * nearest even. */
+int hyfi_maxpool_forward_bf16(uint16_t *y, const uint16_t *x, const hyfi_pool_args *a);
+int hyfi_maxpool_backward_bf16(uint16_t *dx, const uint16_t *dy, const uint16_t *x,
+                               const hyfi_pool_args *a, int acc);
+int hyfi_avgpool_forward_bf16(uint16_t *y, const uint16_t *x, const hyfi_pool_args *a);
+int hyfi_avgpool_backward_bf16(uint16_t *dx, const uint16_t *dy, const hyfi_pool_args *a,
+                               int acc);
+int hyfi_gap_forward_bf16(uint16_t *y, const uint16_t *x, const hyfi_pool_args *a);
+int hyfi_gap_backward_bf16(uint16_t *dx, const uint16_t *dy, const hyfi_pool_args *a, int acc);
 
 /* ----------------------------------------------------------------- concat */
 /* Channel concatenation is done part by part: part i of y holds channels

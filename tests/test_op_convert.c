@@ -8,7 +8,10 @@
  * (in place, copying, and serial) bitwise equal to the reference on 1, 17
  * and 1000003 values (the vector loop, its tail, its OpenMP split); (4) the
  * element-wise kernels on bf16 storage bitwise the float32 ones on the
- * widened buffers, rounded. */
+ * widened buffers, rounded; (5) batch norm on bf16 storage (plain and
+ * blocked layouts, fused ReLU, accumulation) bitwise the same; (6) pooling
+ * (max, average, global average; forward, backward with and without
+ * accumulation; plain and blocked) on bf16 storage bitwise the same. */
 #include "kernels.h"
 #include "testutil.h"
 
@@ -188,6 +191,137 @@ static void test_eltwise_bf16(size_t n, uint64_t *seed)
     free(a), free(b), free(c), free(want), free(got), free(ha), free(hb), free(hc);
 }
 
+/* (5) y/dx of the bf16 kernels against the float32 kernels on widened
+ * copies with y/dx rounded; statistics and parameter gradients bitwise. */
+static size_t bn_diff(const float *want, const float *got, size_t n)
+{
+    size_t d = 0;
+    for (size_t i = 0; i < n; i++) d += bits(want[i]) != bits(got[i]);
+    return d;
+}
+
+static void test_batchnorm_bf16(int N, int C, int H, int W, int blk, uint64_t *seed)
+{
+    const size_t n = (size_t)N * C * H * W, c = (size_t)C;
+    float *x = malloc(n * sizeof *x), *dy = malloc(n * sizeof *dy), *y = malloc(n * sizeof *y);
+    float *dx = malloc(n * sizeof *dx), *got = malloc(n * sizeof *got), *g2 = malloc(n * sizeof *g2);
+    uint16_t *hx = malloc(n * 2), *hdy = malloc(n * 2), *hy = malloc(n * 2), *hdx = malloc(n * 2);
+    float *p = calloc(16 * c, sizeof *p); /* gamma beta mean var rm rv dg db, twice */
+    float *gamma = p, *beta = p + c, *mean = p + 2 * c, *var = p + 3 * c, *rm = p + 4 * c,
+          *rv = p + 5 * c, *dg = p + 6 * c, *db = p + 7 * c;
+    float *q = p + 8 * c; /* the bf16 kernels' copies of mean .. db at q + 2c .. q + 7c */
+    for (size_t i = 0; i < n; i++) {
+        x[i] = tu_uniform(seed, 1.0f, 5.0f); /* a mean far from 0 */
+        dy[i] = tu_uniform(seed, -1.0f, 1.0f);
+        dx[i] = tu_uniform(seed, -1.0f, 1.0f);
+    }
+    hyfi_f32_to_bf16_ref(hx, x, n), hyfi_f32_to_bf16_ref(hdy, dy, n);
+    hyfi_bf16_to_f32_ref(x, hx, n), hyfi_bf16_to_f32_ref(dy, hdy, n);
+    for (size_t i = 0; i < c; i++) gamma[i] = tu_uniform(seed, 0.5f, 1.5f), beta[i] = tu_uniform(seed, -1.0f, 1.0f);
+    int bad = 0;
+    for (int relu = 0; relu < 2; relu++) {
+        hyfi_batchnorm_args a = {N, C, H, W, 1e-5f, 0.1f, relu};
+        for (size_t i = 0; i < c; i++) rm[i] = q[4 * c + i] = 0.1f, rv[i] = q[5 * c + i] = 1.0f;
+        hyfi_batchnorm_forward_train_cpu(y, mean, var, rm, rv, x, gamma, beta, &a, blk);
+        hyfi_bf16_round_ref(y, n);
+        hyfi_batchnorm_forward_train_bf16(hy, q + 2 * c, q + 3 * c, q + 4 * c, q + 5 * c, hx,
+                                          gamma, beta, &a, blk);
+        hyfi_bf16_to_f32_ref(got, hy, n);
+        size_t d = bn_diff(y, got, n) + bn_diff(mean, q + 2 * c, 4 * c);
+        hyfi_batchnorm_forward_eval_cpu(y, x, gamma, beta, rm, rv, &a, blk);
+        hyfi_bf16_round_ref(y, n);
+        hyfi_batchnorm_forward_eval_bf16(hy, hx, gamma, beta, rm, rv, &a, blk);
+        hyfi_bf16_to_f32_ref(got, hy, n);
+        d += bn_diff(y, got, n);
+        /* the training forward's output again: the fused backward reads it */
+        hyfi_batchnorm_forward_train_bf16(hy, q + 2 * c, q + 3 * c, q + 4 * c, q + 5 * c, hx,
+                                          gamma, beta, &a, blk);
+        hyfi_bf16_to_f32_ref(y, hy, n);
+        for (int acc = 0; acc < 4; acc += 3) {
+            hyfi_f32_to_bf16_ref(hdx, dx, n);
+            hyfi_bf16_to_f32_ref(got, hdx, n); /* staged dx: the widened bf16 */
+            for (size_t i = 0; i < c; i++) dg[i] = q[6 * c + i] = 0.25f, db[i] = q[7 * c + i] = -1;
+            hyfi_batchnorm_backward_cpu(got, dg, db, dy, x, gamma, relu ? y : NULL, mean, var, &a,
+                                        acc, blk);
+            hyfi_bf16_round_ref(got, n);
+            hyfi_batchnorm_backward_bf16(hdx, q + 6 * c, q + 7 * c, hdy, hx, gamma,
+                                         relu ? hy : NULL, mean, var, &a, acc, blk);
+            hyfi_bf16_to_f32_ref(g2, hdx, n);
+            d += bn_diff(got, g2, n) + bn_diff(dg, q + 6 * c, 2 * c);
+        }
+        if (d) printf("  N=%d C=%d %dx%d blk %d relu %d: %zu values differ\n", N, C, H, W, blk,
+                      relu, d);
+        bad += d != 0;
+    }
+    printf("batch norm on bf16 storage, N=%d C=%d %dx%d blk %d: %s\n", N, C, H, W, blk,
+           bad ? "FAIL" : "bitwise");
+    char name[80];
+    snprintf(name, sizeof name, "batchnorm bf16 N=%d C=%d %dx%d blk %d", N, C, H, W, blk);
+    tu_check(bad, name);
+    free(x), free(dy), free(y), free(dx), free(got), free(g2), free(hx), free(hdy), free(hy), free(hdx);
+    free(p);
+}
+
+/* (6) pooling: the bf16 kernels against the float32 ones on widened copies */
+static void test_pool_bf16(int N, int C, int H, int W, int k, int st, int pad, int blk,
+                           uint64_t *seed)
+{
+    hyfi_pool_args a = {N, C, H, W, (H + 2 * pad - k) / st + 1, (W + 2 * pad - k) / st + 1,
+                        k, k, st, st, pad, pad, 0, blk};
+    const size_t nb = (size_t)N * C * H * W, ns = (size_t)N * C * a.ho * a.wo;
+    float *x = malloc(nb * sizeof *x), *dx = malloc(nb * sizeof *dx), *g = malloc(nb * sizeof *g);
+    float *h = malloc(nb * sizeof *h); /* the bf16 kernels' dx, widened */
+    float *y = malloc(ns * sizeof *y), *dy = malloc(ns * sizeof *dy);
+    uint16_t *hx = malloc(nb * 2), *hdx = malloc(nb * 2), *hy = malloc(ns * 2),
+             *hdy = malloc(ns * 2);
+    for (size_t i = 0; i < nb; i++) x[i] = tu_uniform(seed, -2, 2), dx[i] = tu_uniform(seed, -1, 1);
+    for (size_t i = 0; i < ns; i++) dy[i] = tu_uniform(seed, -1, 1);
+    /* ties: a few equal values, so the first-maximum rule matters */
+    for (size_t i = 1; i < nb; i += 7) x[i] = x[i - 1];
+    hyfi_f32_to_bf16_ref(hx, x, nb), hyfi_bf16_to_f32_ref(x, hx, nb);
+    hyfi_f32_to_bf16_ref(hdy, dy, ns), hyfi_bf16_to_f32_ref(dy, hdy, ns);
+    int bad = 0;
+    for (int kind = 0; kind < 3; kind++) {
+        const char *what[] = {"max", "average", "global average"};
+        hyfi_pool_args b = a;
+        if (kind == 2) b.ho = b.wo = 1;
+        b.count_include_pad = kind == 1 && pad > 0;
+        const size_t nys = kind == 2 ? (size_t)N * C : ns;
+        size_t d = 0;
+        /* forward */
+        if (kind == 0) hyfi_maxpool_forward_cpu(y, x, &b), hyfi_maxpool_forward_bf16(hy, hx, &b);
+        if (kind == 1) hyfi_avgpool_forward_cpu(y, x, &b), hyfi_avgpool_forward_bf16(hy, hx, &b);
+        if (kind == 2) hyfi_gap_forward_cpu(y, x, &b), hyfi_gap_forward_bf16(hy, hx, &b);
+        hyfi_bf16_round_ref(y, nys);
+        hyfi_bf16_to_f32_ref(g, hy, nys);
+        d += bn_diff(y, g, nys);
+        for (int acc = 0; acc < 2; acc++) {
+            hyfi_f32_to_bf16_ref(hdx, dx, nb);
+            hyfi_bf16_to_f32_ref(g, hdx, nb);
+            if (kind == 0)
+                hyfi_maxpool_backward_cpu(g, dy, x, &b, acc),
+                    hyfi_maxpool_backward_bf16(hdx, hdy, hx, &b, acc);
+            if (kind == 1)
+                hyfi_avgpool_backward_cpu(g, dy, &b, acc),
+                    hyfi_avgpool_backward_bf16(hdx, hdy, &b, acc);
+            if (kind == 2)
+                hyfi_gap_backward_cpu(g, dy, &b, acc), hyfi_gap_backward_bf16(hdx, hdy, &b, acc);
+            hyfi_bf16_round_ref(g, nb);
+            hyfi_bf16_to_f32_ref(h, hdx, nb);
+            d += bn_diff(g, h, nb);
+        }
+        if (d) printf("  %s pooling N=%d C=%d %dx%d blk %d: %zu values differ\n", what[kind], N,
+                      C, H, W, blk, d);
+        bad += d != 0;
+    }
+    printf("pooling on bf16 storage, N=%d C=%d %dx%d k%d s%d p%d blk %d: %s\n", N, C, H, W, k,
+           st, pad, blk, bad ? "FAIL" : "bitwise");
+    char name[80];
+    snprintf(name, sizeof name, "pool bf16 N=%d C=%d %dx%d blk %d", N, C, H, W, blk);
+    tu_check(bad, name);
+    free(x), free(dx), free(g), free(h), free(y), free(dy), free(hx), free(hdx), free(hy), free(hdy);
+}
+
 int main(void)
 {
     uint64_t seed = 0xbf16;
@@ -198,5 +332,13 @@ int main(void)
         test_cpu_vs_ref(sizes[i], &seed);
         test_eltwise_bf16(sizes[i], &seed);
     }
+    test_batchnorm_bf16(2, 5, 70, 70, 0, &seed);  /* plain; 4900 > one row block */
+    test_batchnorm_bf16(3, 16, 9, 7, 8, &seed);   /* nChw8c, 2 blocks */
+    test_batchnorm_bf16(2, 64, 5, 5, 16, &seed);  /* nChw16c, 4 blocks */
+    test_batchnorm_bf16(4, 16, 12, 12, 16, &seed); /* 1 block: threads share pairs */
+    test_pool_bf16(2, 3, 11, 9, 3, 2, 1, 0, &seed);   /* overlapping windows, padding */
+    test_pool_bf16(2, 16, 64, 64, 3, 2, 1, 0, &seed); /* split over threads */
+    test_pool_bf16(2, 16, 13, 13, 3, 2, 1, 8, &seed); /* nChw8c */
+    test_pool_bf16(2, 32, 64, 33, 2, 2, 0, 16, &seed); /* nChw16c, split */
     return tu_finish();
 }
