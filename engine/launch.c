@@ -70,6 +70,7 @@ int hyfi_launched_by_mpiexec(void)
     return 0;
 }
 
+#ifndef STARPU_SIMGRID /* the simulation's start-up takes neither */
 /* This process's rank from the launcher's environment (before MPI runs). */
 static long env_rank(void)
 {
@@ -85,6 +86,7 @@ static double mono_s(void)
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
+#endif
 
 int hyfi_launch_peers_done(void) { return g_launch.peers; }
 
