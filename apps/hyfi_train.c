@@ -688,6 +688,7 @@ static int finish(run *r, int rc)
     free(r->logits_buf);
     free(r->o.balance);
     if (r->g) hyfi_graph_destroy(r->g);
+    hyfi_launch_exit_status(rc); /* should MPI's shutdown hang: the run's own status */
     hyfi_ctx_destroy(r->ctx);
     /* the ranks have written their trace files (hyfi_ctx_destroy waits) */
     if (rc == 0 && o->trace && r->lead) {

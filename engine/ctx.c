@@ -492,6 +492,7 @@ static hyfi_status ctx_create(hyfi_ctx **out, const hyfi_ctx_config *cfg_in)
     hyfi_status ws = HYFI_OK;
     /* Not in a simulation: simulated ranks cannot hang on a peer, and its
      * thread would call MPI outside SMPI's ranks. */
+    ctx->finalize_limit_s = HYFI_SIMULATION ? 0 : cfg.watchdog_s;
     if (ctx->mpi && ctx->nranks > 1 && cfg.watchdog_s > 0 && !HYFI_SIMULATION &&
         (ws = hyfi_watchdog_start(ctx, cfg.watchdog_s)) != HYFI_OK) {
         char why[512];
@@ -533,7 +534,7 @@ void hyfi_ctx_destroy(hyfi_ctx *ctx)
     /* every rank has written its trace file: rank 0 may merge after this */
     if (ctx->own_mpi) {
         MPI_Barrier(MPI_COMM_WORLD);
-        MPI_Finalize();
+        hyfi_mpi_finalize_timed(ctx->finalize_limit_s, ctx->rank, ctx->nranks);
     }
     hyfi_records_free();
     free(ctx->trace_dir);

@@ -339,6 +339,7 @@ struct hyfi_ctx {
     char trace_err_file[32]; /* and its file (hyfi_handles.tsv, ...) */
     int64_t agree_seq;    /* agreements between the ranks so far (agree.c: their tags) */
     struct hyfi_watchdog *wd; /* MPI runs with a watchdog (hyfi_ctx_config.watchdog_s) */
+    int finalize_limit_s; /* own_mpi: MPI_Finalize's limit (watchdog_s; 0: none) */
     long mem_limit_mb;    /* StarPU's main-memory limit of this process (MB), 0: none */
     int swap_node;        /* the out-of-core disk memory node (swap_dir), -1: none */
     long swap_mb;         /* its size (MB) */
@@ -600,6 +601,11 @@ static inline void hyfi_bf16_narrow(uint16_t *out, const float *in, size_t n)
 
 /* launch.c: whether the process was launched by mpiexec (its environment). */
 int hyfi_launched_by_mpiexec(void);
+/* launch.c: MPI_Finalize, after a barrier of every rank: past limit_s seconds
+ * (> 0, at most HYFI_FINALIZE_MAX_S; 2 or more ranks) a line on stderr and
+ * _exit(0) (MPI's own shutdown hangs; the work is done). */
+#define HYFI_FINALIZE_MAX_S 30
+void hyfi_mpi_finalize_timed(int limit_s, int rank, int nranks);
 /* launch.c: 1 once, when hyfi_launch_begin started MPI and no context has
  * taken it over yet: the caller (hyfi_ctx_create) then finalises it. */
 int hyfi_launch_take(void);

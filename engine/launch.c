@@ -30,6 +30,7 @@
 
 #include <errno.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <signal.h>
 #include <starpu_mpi.h>
 #include <stdio.h>
@@ -54,6 +55,7 @@ static struct {
     int peers;       /* every rank gathered the death notices' addresses */
     int rank, nranks;
     int timeout_s;
+    atomic_int exit_status; /* hyfi_launch_exit_status */
 } g_launch;
 
 hyfi_launch_config hyfi_launch_config_default(void)
@@ -90,6 +92,8 @@ static double mono_s(void)
 
 int hyfi_launch_peers_done(void) { return g_launch.peers; }
 
+void hyfi_launch_exit_status(int status) { atomic_store(&g_launch.exit_status, status); }
+
 int hyfi_launch_take(void)
 {
     if (!g_launch.inited || g_launch.taken) return 0;
@@ -98,6 +102,12 @@ int hyfi_launch_take(void)
 }
 
 #ifdef STARPU_SIMGRID
+void hyfi_mpi_finalize_timed(int limit_s, int rank, int nranks)
+{
+    (void)limit_s, (void)rank, (void)nranks;
+    MPI_Finalize();
+}
+
 hyfi_status hyfi_launch_begin(const hyfi_launch_config *cfg, int *rank, int *nranks)
 {
     (void)cfg;
@@ -114,7 +124,33 @@ typedef struct {
     pthread_mutex_t lock;
     pthread_cond_t cond;
     int done, limit_s;
+    int finalize;         /* 0: MPI_Init's timer; 1: MPI_Finalize's */
+    int rank, nranks;     /* MPI_Finalize's */
 } init_timer;
+
+/* MPI_Finalize's timer fired: every rank had passed the barrier before it, so
+ * the job's work is done and only MPI's own shutdown hangs (MPICH ch4:ucx
+ * with UCX over TCP: a rank closing its connections waits for a peer that
+ * already left for the launcher's final barrier and no longer answers). */
+static void finalize_fired(const init_timer *t)
+{
+    char line[768];
+    const int n = snprintf(line, sizeof line,
+                           "hyfi: rank %d of %d: MPI_Finalize has not returned after %d s, "
+                           "though every rank had finished its work (a hang inside MPI's own "
+                           "shutdown, known of UCX over TCP); ending this rank with status %d "
+                           "(what the program would have done after MPI_Finalize is skipped). "
+                           "The limit is the smaller of %d s and hyfi_ctx_config.watchdog_s "
+                           "or hyfi_launch_config.timeout_s (hyfi-train: --watchdog SECONDS)\n",
+                           t->rank, t->nranks, t->limit_s, atomic_load(&g_launch.exit_status),
+                           HYFI_FINALIZE_MAX_S);
+    if (n > 0) {
+        const ssize_t w = write(2, line, (size_t)n < sizeof line ? (size_t)n : sizeof line - 1);
+        (void)w;
+    }
+    hyfi_sentinel_ending(); /* not a death: the work is done */
+    _exit(atomic_load(&g_launch.exit_status));
+}
 
 static void *init_timer_main(void *arg)
 {
@@ -127,6 +163,7 @@ static void *init_timer_main(void *arg)
     while (!t->done && rc != ETIMEDOUT) rc = pthread_cond_timedwait(&t->cond, &t->lock, &until);
     const int fire = !t->done;
     pthread_mutex_unlock(&t->lock);
+    if (fire && t->finalize) finalize_fired(t);
     if (fire) {
         char line[640];
         const long r = env_rank();
@@ -147,6 +184,30 @@ static void *init_timer_main(void *arg)
         _exit(1);
     }
     return NULL;
+}
+
+void hyfi_mpi_finalize_timed(int limit_s, int rank, int nranks)
+{
+    /* a normal MPI_Finalize takes well under a second, thousands of ranks a
+     * few: the hang should not cost a long watchdog's full limit */
+    if (limit_s > HYFI_FINALIZE_MAX_S) limit_s = HYFI_FINALIZE_MAX_S;
+    init_timer t = {.limit_s = limit_s, .finalize = 1, .rank = rank, .nranks = nranks};
+    pthread_t th;
+    int timed = 0;
+    if (limit_s > 0 && nranks > 1) {
+        pthread_mutex_init(&t.lock, NULL);
+        pthread_cond_init(&t.cond, NULL);
+        timed = pthread_create(&th, NULL, init_timer_main, &t) == 0;
+    }
+    MPI_Finalize();
+    if (!timed) return;
+    pthread_mutex_lock(&t.lock);
+    t.done = 1;
+    pthread_cond_signal(&t.cond);
+    pthread_mutex_unlock(&t.lock);
+    pthread_join(th, NULL);
+    pthread_cond_destroy(&t.cond);
+    pthread_mutex_destroy(&t.lock);
 }
 
 hyfi_status hyfi_launch_begin(const hyfi_launch_config *cfg_in, int *rank, int *nranks)
@@ -248,7 +309,7 @@ void hyfi_launch_end(void)
          * connections (UCX over TCP otherwise waits in MPI_Finalize for a peer
          * that already left it) */
         MPI_Barrier(MPI_COMM_WORLD);
-        MPI_Finalize();
+        hyfi_mpi_finalize_timed(g_launch.timeout_s, g_launch.rank, g_launch.nranks);
     }
     g_launch.taken = 1;
     hyfi_sentinel_stop();
@@ -423,6 +484,7 @@ hyfi_status hyfi_launch_agree(hyfi_status local, const char *msg, const char *wh
     free(all);
     if (local == HYFI_OK && v.status == HYFI_OK) return HYFI_OK;
     /* every rank has the verdict: all of them end here, and MPI with them */
+    hyfi_launch_exit_status(1);
     hyfi_launch_end();
     if (alike) *alike = v.alike != 0;
     if (local != HYFI_OK) return hyfi_fail(local, "%s", own);

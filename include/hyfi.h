@@ -64,7 +64,8 @@
  * problem and the fix is available from hyfi_last_error() (per thread), and for
  * graph calls also from hyfi_graph_error(). The library never exits or aborts on
  * user error (the one place it ends the process is the MPI watchdog,
- * hyfi_ctx_config.watchdog_s, off by default: a fault, not a user error).
+ * hyfi_ctx_config.watchdog_s, off by default, and hyfi_launch_config's
+ * timeout: faults, not user errors).
  * Arguments: the object first (ctx, graph), inputs, then outputs last
  * (pointers the call fills); an array before its count. hyfi_ctx_config and
  * hyfi_train_config have a *_default() function, and a NULL config means it; a
@@ -147,7 +148,12 @@ typedef struct hyfi_ctx_config {
                              the process: it is a fault, not a user error, and a blocked
                              StarPU-MPI wait cannot be cancelled to return one. Set it
                              above the longest time a rank can wait for the others' work
-                             (about one stage's share of a step). 0: off (the default);
+                             (about one stage's share of a step). It also bounds
+                             hyfi_ctx_destroy's MPI_Finalize, which starts once every rank
+                             has finished (a barrier): past watchdog_s seconds (30 at
+                             most) there, a line on stderr and exit status 0 (MPI's own
+                             shutdown hangs with UCX over TCP at times; the work is done).
+                             0: off (the default);
                              hyfi-train: --watchdog, 120 s by default */
     /* Memory of this process (each MPI rank: all its places together). */
     int mem_limit_mb;     /* > 0: StarPU's limit on the data it allocates in main memory
@@ -266,7 +272,11 @@ typedef struct hyfi_launch_config {
                               a line on stderr names the ranks missing and the likely causes
                               (a rank stopped, hung or started with other arguments) and the
                               job ends (MPI_Abort; before MPI runs, exit status 1, after
-                              which mpiexec ends the others). 0: wait forever */
+                              which mpiexec ends the others). It also bounds
+                              hyfi_launch_end's MPI_Finalize, after a barrier of every rank:
+                              past it (30 s at most), a line on stderr and exit status 0 (the
+                              work is done).
+                              0: wait forever */
     int end_with_launcher; /* 1: the kernel kills this process when the process that started
                               it (mpiexec's proxy) ends, so that no rank, not even a stopped
                               one, outlives its job (Linux PR_SET_PDEATHSIG); 0: not */
@@ -293,6 +303,11 @@ hyfi_status hyfi_launch_agree(hyfi_status local, const char *msg, const char *wh
 /* Finalise MPI where hyfi_launch_begin started it and no context took it over
  * (a program that ends without creating one); nothing otherwise. */
 void hyfi_launch_end(void);
+/* The exit status this process ends with should MPI_Finalize hang after every
+ * rank has finished (hyfi_ctx_destroy, hyfi_launch_end: see watchdog_s and
+ * timeout_s): the program's own, given before either; 0 by default, 1 after a
+ * failed hyfi_launch_agree. */
+void hyfi_launch_exit_status(int status);
 
 /* ------------------------------------------------------------------- graph */
 typedef struct hyfi_graph hyfi_graph;

@@ -2,7 +2,7 @@
 # 'mpi_nodes': two "nodes" made of network namespaces (each rank in its own,
 # joined by a veth pair; MPI over TCP between them, UCX_TLS=tcp,self), so
 # that what crosses a network is tested on one machine:
-#   - training across the two works (status 0);
+#   - training across the two works (status 0; also where MPI_Finalize hangs);
 #   - rank 1, then rank 0, killed with SIGKILL during training: the job ends
 #     within 10 s and exactly one line names the killed rank (the death
 #     notices of both nodes agree on the first death; the rank that mpiexec
@@ -57,12 +57,16 @@ n0=(ip netns exec "$a" env UCX_TLS=tcp,self UCX_NET_DEVICES="${ns}x" bash -c "$p
 n1=(ip netns exec "$b" env UCX_TLS=tcp,self UCX_NET_DEVICES="${ns}y" bash -c "$pidof_rank"
     "$dir" 1 "$train")
 
-# 1. training across the nodes
-timeout -k 5 "$limit" "$mpiexec" -n 1 "${n0[@]}" "${common[@]}" --steps 5 : \
-    -n 1 "${n1[@]}" "${common[@]}" --steps 5 >"$dir/train.log" 2>&1
+# 1. training across the nodes. UCX over TCP hangs in MPI_Finalize at times
+# (a rank closing its connections waits for a peer already in the launcher's
+# final barrier; about 1 run in 10 under load here): the ranks then end with
+# status 0 after the watchdog's limit, the work done, and say so.
+timeout -k 5 "$limit" "$mpiexec" -n 1 "${n0[@]}" "${common[@]}" --steps 5 --watchdog 5 : \
+    -n 1 "${n1[@]}" "${common[@]}" --steps 5 --watchdog 5 >"$dir/train.log" 2>&1
 rc=$?
 if [ "$rc" = 0 ] && grep -q "^step 5 " "$dir/train.log"; then
     echo "training on 2 nodes: 5 steps, status 0"
+    grep "MPI_Finalize has not returned" "$dir/train.log"
 else
     fail "training on 2 nodes: status $rc"; tail -5 "$dir/train.log"
 fi
