@@ -274,8 +274,8 @@ static void bwd_pair_dx(BN_T *dx, const BN_T *dy, const BN_T *x, const BN_T *y,
         if (relu) {
 #pragma omp simd
             for (int j = 0; j < B; j++) {
-                const float v =
-                    A[j] * bn_masked(BN_LD(dyi[j]), BN_LD(yi[j])) + Bc[j] * (BN_LD(xi[j]) - mu[j]) + D[j];
+                const float v = A[j] * bn_masked(BN_LD(dyi[j]), BN_LD(yi[j])) +
+                                Bc[j] * (BN_LD(xi[j]) - mu[j]) + D[j];
                 dxi[j] = BN_ST(add ? BN_LD(dxi[j]) + v : v);
             }
         } else if (add) {
@@ -511,7 +511,8 @@ int BN_NAME(backward)(BN_T *dx, float *dgamma, float *dbeta, const BN_T *dy,
             } else if (acc & HYFI_BN_ACC_DX) {
 #pragma omp simd
                 for (size_t i = 0; i < hw; i++)
-                    dxp[i] = BN_ST(BN_LD(dxp[i]) + (A * BN_LD(dyp[i]) + B * (BN_LD(xp[i]) - mu) + D));
+                    dxp[i] =
+                        BN_ST(BN_LD(dxp[i]) + (A * BN_LD(dyp[i]) + B * (BN_LD(xp[i]) - mu) + D));
             } else {
 #pragma omp simd
                 for (size_t i = 0; i < hw; i++)

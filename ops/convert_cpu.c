@@ -4,20 +4,13 @@
  * instruction), split over the calling worker's OpenMP threads from
  * ROUND_PAR_MIN elements on (eltwise_cpu.c's rule): a memory-bound pass. */
 #include "kernels.h"
+#include "bf16_inline.h"
 
 #include <string.h>
 
 #define ROUND_PAR_MIN ((long)1 << 16)
 
-/* The rounding of one float32's bits: the high half kept, rounded to nearest
- * even; a NaN made quiet (its quiet bit is in the high half), never
- * infinity. */
-static inline uint32_t round_bits(uint32_t u)
-{
-    const uint32_t nan = (u & 0x7fffffffu) > 0x7f800000u;
-    const uint32_t r = nan ? (u | 0x00400000u) : (u + 0x7fffu + ((u >> 16) & 1u));
-    return r & 0xffff0000u;
-}
+#define round_bits hyfi_bf16_round_bits /* bf16_inline.h */
 
 /* x (count): each value replaced by its bf16 rounding, bitwise as _ref */
 int hyfi_bf16_round_cpu(float *x, size_t count)

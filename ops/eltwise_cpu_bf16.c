@@ -5,27 +5,11 @@
  * extra passes and the scratch. Split over the worker's OpenMP threads as
  * eltwise_cpu.c. */
 #include "kernels.h"
+#include "bf16_inline.h"
 
 #include <string.h>
 
 #define PAR_MIN ((long)1 << 16)
-
-static inline float wide(uint16_t h)
-{
-    const uint32_t u = (uint32_t)h << 16;
-    float f;
-    memcpy(&f, &u, sizeof f);
-    return f;
-}
-
-static inline uint16_t narrow(float f)
-{
-    uint32_t u;
-    memcpy(&u, &f, sizeof u);
-    const uint32_t nan = (u & 0x7fffffffu) > 0x7f800000u;
-    const uint32_t r = nan ? (u | 0x00400000u) : (u + 0x7fffu + ((u >> 16) & 1u));
-    return (uint16_t)(r >> 16);
-}
 
 /* y (count) = max(x, 0); x (count); bf16 */
 int hyfi_relu_forward_bf16(uint16_t *y, const uint16_t *x, size_t count)
@@ -33,8 +17,8 @@ int hyfi_relu_forward_bf16(uint16_t *y, const uint16_t *x, size_t count)
     const long n = (long)count;
 #pragma omp parallel for simd schedule(static) if (n >= PAR_MIN)
     for (long i = 0; i < n; i++) {
-        const float v = wide(x[i]);
-        y[i] = narrow(v > 0.0f ? v : 0.0f);
+        const float v = hyfi_bf16_widen(x[i]);
+        y[i] = hyfi_bf16_narrow(v > 0.0f ? v : 0.0f);
     }
     return 0;
 }
@@ -47,14 +31,15 @@ int hyfi_relu_backward_bf16(uint16_t *dx, const uint16_t *dy, const uint16_t *y,
     if (acc) {
 #pragma omp parallel for simd schedule(static) if (n >= PAR_MIN)
         for (long i = 0; i < n; i++) {
-            const float g = wide(dy[i]);
-            dx[i] = narrow(wide(dx[i]) + (wide(y[i]) > 0.0f ? g : 0.0f));
+            const float g = hyfi_bf16_widen(dy[i]);
+            dx[i] = hyfi_bf16_narrow(hyfi_bf16_widen(dx[i]) +
+                                     (hyfi_bf16_widen(y[i]) > 0.0f ? g : 0.0f));
         }
     } else {
 #pragma omp parallel for simd schedule(static) if (n >= PAR_MIN)
         for (long i = 0; i < n; i++) {
-            const float g = wide(dy[i]);
-            dx[i] = narrow(wide(y[i]) > 0.0f ? g : 0.0f);
+            const float g = hyfi_bf16_widen(dy[i]);
+            dx[i] = hyfi_bf16_narrow(hyfi_bf16_widen(y[i]) > 0.0f ? g : 0.0f);
         }
     }
     return 0;
@@ -65,7 +50,8 @@ int hyfi_add_forward_bf16(uint16_t *y, const uint16_t *a, const uint16_t *b, siz
 {
     const long n = (long)count;
 #pragma omp parallel for simd schedule(static) if (n >= PAR_MIN)
-    for (long i = 0; i < n; i++) y[i] = narrow(wide(a[i]) + wide(b[i]));
+    for (long i = 0; i < n; i++)
+        y[i] = hyfi_bf16_narrow(hyfi_bf16_widen(a[i]) + hyfi_bf16_widen(b[i]));
     return 0;
 }
 
@@ -78,14 +64,15 @@ int hyfi_accumulate_bf16(uint16_t *dst, const uint16_t *src, size_t count, int a
         return 0;
     }
 #pragma omp parallel for simd schedule(static) if (n >= PAR_MIN)
-    for (long i = 0; i < n; i++) dst[i] = narrow(wide(dst[i]) + wide(src[i]));
+    for (long i = 0; i < n; i++)
+        dst[i] = hyfi_bf16_narrow(hyfi_bf16_widen(dst[i]) + hyfi_bf16_widen(src[i]));
     return 0;
 }
 
 /* dst (count) = value rounded to bf16 */
 int hyfi_fill_bf16(uint16_t *dst, float value, size_t count)
 {
-    const uint16_t v = narrow(value);
+    const uint16_t v = hyfi_bf16_narrow(value);
     const long n = (long)count;
 #pragma omp parallel for simd schedule(static) if (n >= PAR_MIN)
     for (long i = 0; i < n; i++) dst[i] = v;

@@ -9,6 +9,7 @@
  * one rounding, as staged). Units split over the worker's OpenMP threads as
  * pool_cpu.c splits planes. */
 #include "kernels.h"
+#include "bf16_inline.h"
 
 #include <stdint.h>
 #include <stdlib.h>
@@ -16,31 +17,15 @@
 
 enum { MAX_FWD, AVG_FWD, GAP_FWD, MAX_BWD, AVG_BWD, GAP_BWD };
 
-static inline float wide(uint16_t h)
-{
-    const uint32_t u = (uint32_t)h << 16;
-    float f;
-    memcpy(&f, &u, sizeof f);
-    return f;
-}
-
-static inline uint16_t narrow(float f)
-{
-    uint32_t u;
-    memcpy(&u, &f, sizeof u);
-    const uint32_t nan = (u & 0x7fffffffu) > 0x7f800000u;
-    const uint32_t r = nan ? (u | 0x00400000u) : (u + 0x7fffu + ((u >> 16) & 1u));
-    return (uint16_t)(r >> 16);
-}
 
 static void widen_n(float *out, const uint16_t *in, size_t n)
 {
-    for (size_t i = 0; i < n; i++) out[i] = wide(in[i]);
+    for (size_t i = 0; i < n; i++) out[i] = hyfi_bf16_widen(in[i]);
 }
 
 static void narrow_n(uint16_t *out, const float *in, size_t n)
 {
-    for (size_t i = 0; i < n; i++) out[i] = narrow(in[i]);
+    for (size_t i = 0; i < n; i++) out[i] = hyfi_bf16_narrow(in[i]);
 }
 
 /* One unit (a1: n = 1, c = 1 or B) on float buffers: big (H, W[, B]) holds x
