@@ -1,6 +1,6 @@
 /* conv2d_cpu_bf16.c: the CPU convolution on bf16 storage with oneDNN's bf16
  * primitives (mixed precision, kernels.h "bfloat16"), for CPUs where they beat
- * the float32 ones (measured at first use: hyfi_conv2d_cpu_bf16).
+ * the float32 ones (measured per CPU: hyfi_conv2d_cpu_bf16_faster).
  *
  * Storage: activations x, y and their gradients dx, dy are bf16 (the high
  * halves of float32s) in the layouts of conv2d_cpu.c (plain NCHW, or nChw8c /
@@ -20,6 +20,8 @@
 #include "kernels.h"
 #include "dnnl_common.h"
 
+#include <cpuid.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -210,20 +212,40 @@ static int measure(double *t_bf16, double *t_f32)
     return rc;
 }
 
+/* The choice per CPU, from measurements (docs/results.md), not timed at run
+ * time: a timing near the threshold could choose differently in two
+ * processes, and the two paths round differently (the sums' order), so a
+ * resumed run or another rank would not be bitwise the same run. oneDNN's
+ * bf16 kernels where they were measured faster: AMD CPUs with avx512_bf16
+ * (EPYC: 0.25 ms against 0.50 ms float32, 2026-11-27) and CPUs with AMX
+ * tiles; not Intel's avx512_bf16 without AMX (a Xeon: 21.6 ms against
+ * 12.1 ms). */
+static int choose(void)
+{
+    const char *e = getenv("HYFI_BF16_CONV");
+    if (e && !strcmp(e, "native")) return 1;
+    if (e && !strcmp(e, "staged")) return 0;
+    const dnnl_cpu_isa_t isa = dnnl_get_effective_cpu_isa();
+    if (isa >= dnnl_cpu_isa_avx512_core_amx) return 1;
+    if (isa < dnnl_cpu_isa_avx512_core_bf16) return 0;
+    unsigned a = 0, b = 0, c = 0, d = 0;
+    char vendor[13] = "";
+    if (__get_cpuid(0, &a, &b, &c, &d)) {
+        memcpy(vendor, &b, 4), memcpy(vendor + 4, &d, 4), memcpy(vendor + 8, &c, 4);
+        vendor[12] = 0;
+    }
+    return !strcmp(vendor, "AuthenticAMD");
+}
+
+static int g_choice = -1;
+static pthread_once_t g_choice_once = PTHREAD_ONCE_INIT;
+static void choice_init(void) { g_choice = choose(); }
+
 int hyfi_conv2d_cpu_bf16_faster(double *t_bf16, double *t_f32)
 {
-    static int decided = -1; /* per process, once (the first caller measures) */
-    static double tb, tf;
-    if (decided < 0) {
-        const char *e = getenv("HYFI_BF16_CONV");
-        if (e && !strcmp(e, "native")) decided = 1;
-        else if (e && !strcmp(e, "staged")) decided = 0;
-        else decided = dnnl_get_effective_cpu_isa() >= dnnl_cpu_isa_avx512_core_bf16 &&
-                       measure(&tb, &tf) == 0 && tb < 0.9 * tf;
-    }
-    if (t_bf16) *t_bf16 = tb;
-    if (t_f32) *t_f32 = tf;
-    return decided;
+    pthread_once(&g_choice_once, choice_init);
+    if (t_bf16 && t_f32 && measure(t_bf16, t_f32) != 0) *t_bf16 = *t_f32 = 0;
+    return g_choice;
 }
 
 int hyfi_conv2d_cpu_bf16(const hyfi_conv2d_args *a, int dir, int acc)

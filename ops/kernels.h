@@ -72,9 +72,10 @@ int hyfi_conv_out_size(int in, int k, int s, int p);
  * bf16 primitives, accumulating in float32. Whether to use them for direction
  * dir (0 forward, 1 backward data, 2 backward weights) of this convolution:
  * oneDNN has a fast (not reference) bf16 kernel for it and beats its float32
- * one on this CPU (hyfi_conv2d_cpu_bf16_faster: measured at the first call,
- * or HYFI_BF16_CONV=native|staged; the two times of the measurement, when
- * not NULL). */
+ * one on this CPU (hyfi_conv2d_cpu_bf16_faster: by CPU, from measurements
+ * recorded per CPU, the same in every process on it, or
+ * HYFI_BF16_CONV=native|staged; given both pointers, it also times a 3x3
+ * 64->64 convolution both ways, for the record). */
 int hyfi_conv2d_cpu_bf16(const hyfi_conv2d_args *a, int dir, int acc);
 int hyfi_conv2d_cpu_bf16_faster(double *t_bf16, double *t_f32);
 /* y (N,Cout,Ho,Wo) bf16, x (N,Cin,H,W) bf16, w (Cout,Cin/G,KH,KW), b (Cout) or NULL */
