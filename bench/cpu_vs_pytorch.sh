@@ -19,7 +19,14 @@
 #                 torch torchvision: the wheel PyPI has is the CUDA build, some
 #                 3 GB; it runs here on the CPU only, CUDA_VISIBLE_DEVICES='')
 #   pypi-compile  the same, the model under torch.compile (TorchInductor's C++
-#                 kernels; compiling happens in the warm-up steps) Each run's "foreign" CPU load (CPU time that other processes used
+#                 kernels; compiling happens in the warm-up steps)
+#   debian-cl, pypi-cl, pypi-compile-cl  the same in channels_last (NHWC)
+#
+# With --precision bf16 hyfi trains with --precision bf16, every PyTorch variant
+# under torch.autocast(bfloat16), and hyfi in fp32 runs beside them (side
+# hyfi32), so the table also gives hyfi bf16 / hyfi fp32.
+#
+# Each run's "foreign" CPU load (CPU time that other processes used
 # during the run, in cores: busy time from /proc/stat minus the run's own
 # user+system time, over its wall time) is recorded, so that noise from other
 # work on the machine shows in the table.
@@ -41,7 +48,9 @@
 #                       resnet50-128,resnet110,amoebanet [all]
 #   --torch LIST        PyTorch variants, comma-separated subset of: debian,
 #                       pypi, pypi-compile [debian,pypi,pypi-compile]
+#                       (and debian-cl, pypi-cl, pypi-compile-cl)
 #   --torch-venv DIR    the PyPI variants' environment [$HYFI_DEPS/torch-venv]
+#   --precision P       fp32 | bf16: both sides' precision (above) [fp32]
 #   --threads T         PyTorch threads (torch.set_num_threads) [nproc]
 #   --lr X              learning rate of both sides [0.05, hyfi-train's default]
 #   --build DIR         hyfi build folder [build]; built with scripts/build.sh if
@@ -67,7 +76,7 @@ cd "$root"
 
 reps=3 steps="" rows="cnn,resnet18,resnet50,resnet50-128,resnet110,amoebanet"
 threads="$(nproc)" lr=0.05 bdir="$root/build" out="" calibrate=1 hyfi_env="" knobs=""
-torch_variants="debian,pypi,pypi-compile" torch_venv=""
+torch_variants="debian,pypi,pypi-compile" torch_venv="" precision=fp32
 usage() { sed -n '2,/^set -euo/p' "${BASH_SOURCE[0]}" | sed '$d' | sed 's/^# \{0,1\}//'; }
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -83,11 +92,16 @@ while [ $# -gt 0 ]; do
     --knobs) knobs="$2"; shift 2 ;;
     --torch) torch_variants="$2"; shift 2 ;;
     --torch-venv) torch_venv="$2"; shift 2 ;;
+    --precision) precision="$2"; shift 2 ;;
     -h|--help) usage; exit 0 ;;
     *) echo "cpu_vs_pytorch.sh: unknown option '$1' (--help lists them)" >&2; exit 2 ;;
   esac
 done
 [[ "$reps" =~ ^[1-9][0-9]*$ ]] || { echo "cpu_vs_pytorch.sh: --reps needs a positive integer" >&2; exit 2; }
+case "$precision" in fp32|bf16) ;; *)
+  echo "cpu_vs_pytorch.sh: --precision is fp32 or bf16" >&2; exit 2 ;; esac
+[ -n "$knobs" ] && [ "$precision" = bf16 ] &&
+  { echo "cpu_vs_pytorch.sh: --knobs runs hyfi alone; give it --hyfi-env, not --precision" >&2; exit 2; }
 [ -z "$steps" ] || [[ "$steps" =~ ^[1-9][0-9]*$ ]] || { echo "cpu_vs_pytorch.sh: --steps needs a positive integer" >&2; exit 2; }
 out="${out:-$bdir/bench-cpu}"
 mkdir -p "$out"
@@ -105,14 +119,21 @@ declare -a tv_sides=()
 if [ -z "$knobs" ]; then
   IFS=, read -r -a tvl <<<"$torch_variants"
   for v in "${tvl[@]}"; do
-    case "$v" in
+    cl="" base_v="$v"
+    case "$v" in *-cl) cl="--channels-last" base_v="${v%-cl}" ;; esac
+    case "$base_v" in
       debian) py=/usr/bin/python3 side=torch flags="" ;;
       pypi) py="$torch_venv/bin/python" side=torchp flags="" ;;
       pypi-compile) py="$torch_venv/bin/python" side=torchpc flags="--compile" ;;
-      *) echo "cpu_vs_pytorch.sh: unknown --torch variant '$v' (debian, pypi, pypi-compile)" >&2
+      *) echo "cpu_vs_pytorch.sh: unknown --torch variant '$v' (debian, pypi, pypi-compile," \
+           "each also with -cl)" >&2
          exit 2 ;;
     esac
-    if [ "$v" != debian ] && ! "$py" -c 'import torch, torchvision' 2>/dev/null; then
+    label_extra="$([ -n "$flags" ] || echo ", eager")"
+    [ -n "$cl" ] && side="${side}cl" label_extra+=", channels_last"
+    [ "$precision" = bf16 ] && label_extra+=", autocast bf16"
+    flags="$flags $cl $([ "$precision" = bf16 ] && echo "--autocast bf16")"
+    if [ "$base_v" != debian ] && ! "$py" -c 'import torch, torchvision' 2>/dev/null; then
       echo "[bench] making $torch_venv: the newest torch and torchvision from PyPI (~3 GB)" >&2
       rm -rf "$torch_venv"
       if ! { /usr/bin/python3 -m venv "$torch_venv" &&
@@ -128,7 +149,7 @@ if [ -z "$knobs" ]; then
         "(Debian: apt install python3-torch python3-torchvision)" >&2
       exit 1
     }
-    if [ "$v" = pypi-compile ] && ! "$py" -c 'import os, sysconfig
+    if [ "$base_v" = pypi-compile ] && ! "$py" -c 'import os, sysconfig
 assert os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h"))' 2>/dev/null; then
       echo "cpu_vs_pytorch.sh: torch.compile builds C++ against Python.h, which is missing" \
         "(apt install python3-dev)" >&2
@@ -136,7 +157,7 @@ assert os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h")
     fi
     ver=$(CUDA_VISIBLE_DEVICES='' "$py" -c 'import torch; print(torch.__version__)')
     tv_sides+=("$side"); tv_py[$side]="$py"; tv_flags[$side]="$flags"
-    tv_label[$side]="PyTorch $ver ($v$([ -n "$flags" ] || echo ", eager"))"
+    tv_label[$side]="PyTorch $ver ($base_v$label_extra)"
   done
   [ ${#tv_sides[@]} -gt 0 ] || { echo "cpu_vs_pytorch.sh: --torch names no variant" >&2; exit 2; }
 fi
@@ -212,7 +233,9 @@ if [ -n "$knobs" ]; then
     sides+=("k$i")
   done
 else
-  sides=(hyfi "${tv_sides[@]}")
+  sides=(hyfi)
+  [ "$precision" = bf16 ] && sides+=(hyfi32)
+  sides+=("${tv_sides[@]}")
   for _ in "${sides[@]}"; do side_env+=(""); done
 fi
 base_home="$STARPU_HOME"
@@ -244,6 +267,7 @@ for row in "${rowlist[@]}"; do
     mkdir -p "$home"
     # shellcheck disable=SC2086
     hyfi_cmd=(env STARPU_HOME="$home" $e "$train" "${hyfi_args[@]}")
+    if [ "${sides[$1]}" = hyfi ]; then hyfi_cmd+=(--precision "$precision"); fi
   }
   if [ "$calibrate" = 1 ]; then
     for i in "${!sides[@]}"; do
@@ -263,7 +287,7 @@ for row in "${rowlist[@]}"; do
       side="${sides[$i]}"
       base="$out/$row.$side.$r"
       if [[ "$side" = torch* ]]; then
-        # shellcheck disable=SC2086 # the variant's flags: none or one word
+        # shellcheck disable=SC2086 # the variant's flags: words or none
         run_one "$side" "$base" env CUDA_VISIBLE_DEVICES='' "${tv_py[$side]}" "${torch_args[@]}" \
           ${tv_flags[$side]}
       else
@@ -285,6 +309,7 @@ knob_list=""
 for i in "${!sides[@]}"; do
   if [ -n "$knobs" ]; then knob_list+="${sides[$i]}=${side_env[$i]:-default};"
   elif [ "${sides[$i]}" = hyfi ]; then knob_list+="hyfi=hyfi;"
+  elif [ "${sides[$i]}" = hyfi32 ]; then knob_list+="hyfi32=hyfi fp32;"
   else knob_list+="${sides[$i]}=${tv_label[${sides[$i]}]};"; fi
 done
 {
@@ -298,6 +323,7 @@ done
   echo "- date: $(date -u '+%Y-%m-%d %H:%M UTC'); git $(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo '?')$(git -C "$root" diff --quiet 2>/dev/null || echo ' (uncommitted changes)')"
   echo "- env: ${envs% }; hyfi extra env: ${hyfi_env:-none}; PyTorch threads: $threads"
   [ -n "$knobs" ] || echo "- PyTorch variants run: $(for s in "${tv_sides[@]}"; do printf '%s; ' "${tv_label[$s]}"; done | sed 's/; $//')"
+  [ "$precision" = fp32 ] || echo "- precision: hyfi --precision $precision, PyTorch under torch.autocast(bfloat16), hyfi fp32 beside them"
   echo "- SGD lr $lr, momentum 0.9, weight decay 5e-4; 10 classes; $WARMUP warm-up steps dropped; $reps repetitions per side (alternating); value = median over repetitions of each run's median images/s; range = min-max of the runs' medians; best/best = ratio of the fastest runs (noise only slows runs down); foreign = most CPU (in cores) that other processes used during any run of the row"
   echo
   "$PY" - "$out/runs.jsonl" "$knob_list" "${done_rows[@]}" <<'PY'
@@ -318,20 +344,26 @@ def fmt(t):
 def foreign(row):
     return max(r["foreign"] for r in runs if r["run"].startswith(row + "."))
 
-if sides and sides[0][0] == "hyfi" and all(s.startswith("torch") for s, _ in sides[1:]):
-    tvs = sides[1:]
+h32 = len(sides) > 1 and sides[1][0] == "hyfi32"
+if sides and sides[0][0] == "hyfi" and all(s.startswith("torch") for s, _ in sides[1 + h32:]):
+    tvs = sides[1 + h32:]
     print("| model | batch | image | steps | hyfi img/s (range) | "
+          + ("hyfi fp32 img/s (range) | hyfi/hyfi fp32 | " if h32 else "")
           + " | ".join("%s img/s (range)" % lab for _, lab in tvs)
           + " | hyfi/best PyTorch | best/best | foreign load |")
-    print("|---|---|---|---|---|" + "---|" * len(tvs) + "---|---|---|")
+    print("|---|---|---|---|---|" + ("---|---|" if h32 else "") + "---|" * len(tvs) + "---|---|---|")
     for row, batch, size, steps, label in rows:
         h = stat(row, "hyfi")
         ts = [stat(row, s) for s, _ in tvs]
         ok = [t for t in ts if t]
         best = max(t[0] for t in ok) if ok else None
         bestmax = max(t[2] for t in ok) if ok else None
-        print("| %s | %s | %sx%s | %s | %s | %s | %s | %s | %.2f |" % (
-            label, batch, size, size, steps, fmt(h), " | ".join(fmt(t) for t in ts),
+        mid = ""
+        if h32:
+            f = stat(row, "hyfi32")
+            mid = "%s | %s | " % (fmt(f), "**%.2f**" % (h[0] / f[0]) if h and f else "n/a")
+        print("| %s | %s | %sx%s | %s | %s | %s%s | %s | %s | %.2f |" % (
+            label, batch, size, size, steps, fmt(h), mid, " | ".join(fmt(t) for t in ts),
             "**%.2f**" % (h[0] / best) if h and best else "n/a",
             "%.2f" % (h[2] / bestmax) if h and bestmax else "n/a", foreign(row)))
 else:

@@ -22,7 +22,8 @@ is also defined here, so that this script runs without torch_models.py.
 
 Run with a Python that sees PyTorch: Debian's /usr/bin/python3 (python3-torch),
 or the virtual environment with PyPI's newest PyTorch that the bench makes;
---compile trains torch.compile(model) instead of the eager model.
+--compile trains torch.compile(model) instead of the eager model; --autocast bf16
+runs the forward and the loss under torch.autocast(bfloat16).
 """
 import argparse
 import json
@@ -106,6 +107,9 @@ def parse_args(argv=None):
     p.add_argument("--seed", type=int, default=42)
     p.add_argument("--channels-last", action="store_true",
                    help="model and data in torch.channels_last (NHWC) memory format")
+    p.add_argument("--autocast", choices=["bf16"],
+                   help="mixed precision: forward and loss under torch.autocast(bfloat16) "
+                        "(PyTorch's CPU/GPU AMP; master weights and the update stay float32)")
     p.add_argument("--compile", action="store_true",
                    help="train torch.compile(model) (TorchInductor; the first warm-up steps "
                         "compile)")
@@ -157,7 +161,11 @@ def main(argv=None):
     def step(i):
         x, y = xs[i % args.pool], ys[i % args.pool]
         opt.zero_grad(set_to_none=True)
-        loss = loss_fn(model(x), y)
+        if args.autocast:
+            with torch.autocast(device_type=args.device, dtype=torch.bfloat16):
+                loss = loss_fn(model(x), y)
+        else:
+            loss = loss_fn(model(x), y)
         loss.backward()
         opt.step()
         return loss.item()
@@ -180,7 +188,7 @@ def main(argv=None):
         "parameters": sum(p.numel() for p in model.parameters()),
         "batch_size": B, "image_size": S, "num_classes": args.num_classes,
         "threads": torch.get_num_threads(), "channels_last": args.channels_last,
-        "compiled": args.compile,
+        "compiled": args.compile, "autocast": args.autocast,
         "warmup": args.warmup, "steps": args.steps,
         "median_images_per_sec": statistics.median(rates) if rates else None,
         "mean_images_per_sec": statistics.fmean(rates) if rates else None,
