@@ -209,20 +209,27 @@ int hyfi_ops_sim_models(char *err, size_t len);
 /* hyfi_ops_report(name, kernel call) of the hand-written codelet functions */
 #define HYFI_REPORT(name, call) ((void)(name), (void)sizeof(call)) /* call not evaluated */
 #else
-#define HYFI_CODELET_CPU_FUNC_(op, sig, ...)                                      \
+/* The CPU function: the kernel on the stored buffers where `native` holds
+ * (HYFI_CODELET_NATIVE's bf16 kernels), else hyfi_<op>_cpu on them, bf16
+ * ones staged in float32 (hyfi_ops_stage_in / _out). */
+#define HYFI_CODELET_NATIVE_CPU_FUNC_(op, sig, native, bf16_call, ...)            \
     static void op##_cpu_func(void *stored_[], void *cl_arg)                     \
     {                                                                            \
         const hyfi_task_args *t = cl_arg;                                        \
         (void)t;                                                                 \
         if (!hyfi_ops_buffers_ok(stored_, #op, (sig), 0, 0, "")) return;         \
         const int cores_ = hyfi_ops_cores_take();                                \
-        void **buffers = hyfi_ops_stage_in(stored_, #op);                        \
-        if (buffers) {                                                           \
+        void **buffers = stored_;                                                \
+        if (native) {                                                            \
+            hyfi_ops_report(#op, bf16_call);                                     \
+        } else if ((buffers = hyfi_ops_stage_in(stored_, #op))) {                \
             hyfi_ops_report(#op, hyfi_##op##_cpu(__VA_ARGS__));                  \
             hyfi_ops_stage_out(stored_, buffers);                                \
         }                                                                        \
         hyfi_ops_cores_give(cores_);                                             \
     }
+#define HYFI_CODELET_CPU_FUNC_(op, sig, ...)                                      \
+    HYFI_CODELET_NATIVE_CPU_FUNC_(op, sig, 0, 0, __VA_ARGS__)
 #define HYFI_SIM_CUDA
 #define HYFI_REPORT(name, call) hyfi_ops_report(name, call)
 #endif
@@ -275,23 +282,6 @@ unsigned hyfi_ops_bf16_mask(void *buffers[]);
 #ifdef STARPU_SIMGRID
 #define HYFI_CODELET_NATIVE_CPU_FUNC_(op, sig, native, bf16_call, ...)            \
     HYFI_CODELET_CPU_FUNC_(op, sig, __VA_ARGS__)
-#else
-#define HYFI_CODELET_NATIVE_CPU_FUNC_(op, sig, native, bf16_call, ...)            \
-    static void op##_cpu_func(void *stored_[], void *cl_arg)                     \
-    {                                                                            \
-        const hyfi_task_args *t = cl_arg;                                        \
-        (void)t;                                                                 \
-        if (!hyfi_ops_buffers_ok(stored_, #op, (sig), 0, 0, "")) return;         \
-        const int cores_ = hyfi_ops_cores_take();                                \
-        void **buffers = stored_;                                                \
-        if (native) {                                                            \
-            hyfi_ops_report(#op, bf16_call);                                     \
-        } else if ((buffers = hyfi_ops_stage_in(stored_, #op))) {                \
-            hyfi_ops_report(#op, hyfi_##op##_cpu(__VA_ARGS__));                  \
-            hyfi_ops_stage_out(stored_, buffers);                                \
-        }                                                                        \
-        hyfi_ops_cores_give(cores_);                                             \
-    }
 #endif
 #define HYFI_CODELET_NATIVE(op, sig, native, bf16_call, ...)                      \
     static struct starpu_perfmodel op##_model = {                                \
