@@ -712,7 +712,7 @@ static int finish(run *r, int rc)
 static int save_model(run *r)
 {
     hyfi_export_options eo = {.rename = model_export_rename, .user = &r->o.mc,
-                              .num_batches_tracked = r->done};
+                              .num_batches_tracked = r->done, .bf16 = r->o.save_bf16};
     const double t0 = now_s();
     hyfi_status st = hyfi_save_safetensors(r->g, r->o.save_path, &eo);
     if (st != HYFI_OK) return lib_fail("--save (hyfi_save_safetensors)", st, r->g);

@@ -188,6 +188,7 @@ void train_usage(FILE *f)
         "  --save FILE           at the end, write the model to FILE in the safetensors\n"
         "                        format with PyTorch's names (torchvision's for the\n"
         "                        ResNets): torch's load_state_dict(load_file(FILE)) takes it\n"
+        "  --save-precision P    fp32 | bf16: that file's parameters and statistics [fp32]\n"
         "  --load FILE           start from the parameters of FILE (a safetensors file from\n"
         "                        --save, a checkpoint, or PyTorch's save_file of the same\n"
         "                        model's state_dict); momentum starts at zero\n"
@@ -384,6 +385,10 @@ static int parse_run_flag(const char *flag, const char *val, train_options *o)
     } else if (!strcmp(flag, "--save")) {
         if (!*val) return bad_usage("--save needs a file name");
         o->save_path = val;
+    } else if (!strcmp(flag, "--save-precision")) {
+        if (strcmp(val, "fp32") && strcmp(val, "bf16"))
+            return bad_usage("--save-precision '%s' is not known; valid: fp32, bf16", val);
+        o->save_bf16 = !strcmp(val, "bf16");
     } else if (!strcmp(flag, "--load")) {
         if (!*val) return bad_usage("--load needs a file name");
         o->load_path = val;
@@ -507,7 +512,8 @@ static int parse_flag(int argc, char **argv, int *i, train_options *o)
         "--schedule", "--spatial-size", "--num-spatial-parts", "--slice-method",
         "--fused-layers", "--gems", "--replications", "--times", "--data-parallel",
         "--allreduce", "--bucket-kib", "--trace", "--watchdog", "--checkpoint-dir",
-        "--checkpoint-every", "--keep", "--save", "--load", "--stop-at-step", "--recompute",
+        "--checkpoint-every", "--keep", "--save", "--save-precision", "--load", "--stop-at-step",
+        "--recompute",
         "--mem-limit-mb", "--swap-dir", "--swap-mb"};
     bool known = false;
     for (size_t k = 0; k < sizeof KNOWN / sizeof KNOWN[0]; k++) known |= !strcmp(flag, KNOWN[k]);
@@ -595,6 +601,8 @@ static int check_options(train_options *o)
     }
     if (train_given(o, "--keep") && !o->checkpoint_dir)
         warn(o, "--keep has no effect without --checkpoint-dir DIR");
+    if (train_given(o, "--save-precision") && !o->save_path)
+        warn(o, "--save-precision has no effect without --save FILE");
     if (o->mc.kind != MODEL_RESNET)
         for (const char *const *f = (const char *const[]){"--depth", "--resnet-version",
                                                           "--resnet-style", NULL}; *f; f++)
@@ -773,6 +781,7 @@ void train_settings_fill(const train_options *o, train_settings *ts)
     put(ts, "--keep", 0, "%d", o->keep);
     put(ts, "--resume", 0, "%s", o->resume ? str_or_none(o->resume_path) : "(no)");
     put(ts, "--save", 0, "%s", str_or_none(o->save_path));
+    put(ts, "--save-precision", 0, "%s", o->save_bf16 ? "bf16" : "fp32");
     put(ts, "--load", 0, "%s", str_or_none(o->load_path));
     put(ts, "--eval-only", 0, "%d", o->eval_only);
     put(ts, "--stop-at-step", 0, "%lld", o->stop_at);

@@ -63,6 +63,7 @@ typedef struct train_options {
     int resume;                /* --resume [PATH] */
     const char *resume_path;   /* its folder or file; NULL: --checkpoint-dir */
     const char *save_path;     /* --save FILE.safetensors: the model at the end */
+    int save_bf16;             /* --save-precision bf16: that file in BF16 */
     const char *load_path;     /* --load FILE: parameters before training */
     int eval_only;             /* --eval-only: no training */
     long long stop_at;         /* --stop-at-step K: stop after step K as a preemption would;

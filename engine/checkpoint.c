@@ -215,6 +215,8 @@ static hyfi_status write_file(hyfi_graph *g, const char *who, const char *path,
                               float *const *mvals)
 {
     const int maxe = 3 * g->ntensors + 1;
+    const int bf16 = !checkpoint && opt && opt->bf16;
+    uint16_t **half = bf16 ? calloc((size_t)g->ntensors, sizeof *half) : NULL;
     st_entry *e = calloc((size_t)maxe, sizeof *e);
     char(*names)[NAME_LEN] = calloc((size_t)maxe, sizeof *names);
     int64_t *nbt = calloc((size_t)g->ntensors + 1, sizeof *nbt);
@@ -223,7 +225,7 @@ static hyfi_status write_file(hyfi_graph *g, const char *who, const char *path,
     unsigned char *hdr = NULL;
     size_t hlen = 0;
     int n = 0;
-    if (!e || !names || !nbt || !mo)
+    if (!e || !names || !nbt || !mo || (bf16 && !half))
         st = hyfi_call_fail(g, HYFI_ERR_NOMEM, "%s: out of memory", who);
     for (int i = 0; st == HYFI_OK && i < g->ntensors; i++) {
         hyfi_tensor *t = g->tensors[i];
@@ -236,6 +238,15 @@ static hyfi_status write_file(hyfi_graph *g, const char *who, const char *path,
         x->dtype = ST_F32;
         x->ndim = torch_shape(g, t, x->shape);
         x->data = vals[i];
+        if (bf16) { /* the export in BF16: each value rounded to nearest even */
+            if (!(half[i] = malloc(t->numel * sizeof *half[i]))) {
+                st = hyfi_call_fail(g, HYFI_ERR_NOMEM, "%s: out of memory", who);
+                break;
+            }
+            hyfi_f32_to_bf16_serial(half[i], vals[i], t->numel);
+            x->dtype = ST_BF16;
+            x->data = half[i];
+        }
         n++;
         if (checkpoint && t->kind == T_PARAM) {
             snprintf(names[n], NAME_LEN, "%s%s", t->name, MOMENTUM_SUFFIX);
@@ -295,6 +306,8 @@ static hyfi_status write_file(hyfi_graph *g, const char *who, const char *path,
     free(nbt);
     free(names);
     free(e);
+    for (int i = 0; half && i < g->ntensors; i++) free(half[i]);
+    free(half);
     return st;
 }
 

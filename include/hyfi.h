@@ -817,7 +817,8 @@ hyfi_status hyfi_load_checkpoint(hyfi_graph *g, const char *path, hyfi_checkpoin
 hyfi_status hyfi_checkpoint_peek(const char *path, hyfi_checkpoint_meta *meta,
                                  hyfi_train_config *tc);
 
-/* A model for other frameworks: parameters and running statistics as F32,
+/* A model for other frameworks: parameters and running statistics as F32 (or
+ * BF16: bf16 below),
  * each under the name rename gives it (NULL: the hyfi name), in PyTorch's
  * shapes (convolution weights (O, I, kh, kw), fully connected weights
  * (out, in), everything else 1-D), and for every batch norm an int64 scalar
@@ -830,6 +831,9 @@ typedef struct hyfi_export_options {
     int (*rename)(const char *name, char *out, size_t len, void *user);
     void *user;
     int64_t num_batches_tracked;
+    int bf16; /* saving: 1 writes the parameters and running statistics as BF16
+                 (rounded to nearest even, as PyTorch's model.to(torch.bfloat16)
+                 stores them); 0: F32 */
 } hyfi_export_options;
 hyfi_status hyfi_save_safetensors(hyfi_graph *g, const char *path, const hyfi_export_options *opt);
 /* Load parameters and running statistics from a safetensors file (ours, or

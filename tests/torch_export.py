@@ -11,7 +11,9 @@
    AmoebaNet twin load the files strictly, and their logits on a batch equal
    hyfi's (TORCH_LOGITS loads the same file), in eval and training mode;
    num_batches_tracked holds the steps; TORCH_LOGITS --save writes back
-   exactly the values it loaded;
+   exactly the values it loaded; with --save-precision bf16 (ResNet-18) every
+   float tensor is BF16, PyTorch's own rounding of the F32 export of the same
+   run, and loads strictly into the bfloat16 model;
 3. PyTorch -> hyfi: torchvision's resnet18 and resnet50 and the AmoebaNet twin,
    randomly initialised, with running statistics from a few training-mode
    forwards, saved with safetensors.torch.save_file, give hyfi the logits
@@ -205,6 +207,31 @@ def hyfi_to_torch(hyfi_train, torch_logits, tmp, cfg, twin):
     compare_logits(f"hyfi -> torch {cfg}", hy, model, x, train_mode=True)
 
 
+def hyfi_to_torch_bf16(hyfi_train, tmp, cfg, twin):
+    """--save-precision bf16: every float tensor BF16, equal to PyTorch's own
+    rounding (.to(torch.bfloat16)) of the F32 file of the same (deterministic)
+    run, and a strict load into the twin converted to bfloat16."""
+    flags = cfg.split() + ["--dataset", "synthetic", "--batch-size", "4", "--steps", STEPS,
+                           "--device", "cpu", "--print-freq", "1"]
+    p32, p16 = os.path.join(tmp, "f32.safetensors"), os.path.join(tmp, "bf16.safetensors")
+    run([hyfi_train, *flags, "--save", p32])
+    run([hyfi_train, *flags, "--save", p16, "--save-precision", "bf16"])
+    a, b = load_file(p32), load_file(p16)
+    floats = [k for k in a if a[k].is_floating_point()]
+    bad = [k for k in floats if b[k].dtype != torch.bfloat16 or
+           not torch.equal(a[k].to(torch.bfloat16), b[k])]
+    check(floats and not bad and set(a) == set(b),
+          f"{cfg} --save-precision bf16: {len(floats)} tensors BF16, each PyTorch's rounding "
+          f"of the F32 export" + (f"; differ: {bad[:4]}" if bad else ""))
+    model = twin(model_args(cfg.split())).to(torch.bfloat16)
+    try:
+        model.load_state_dict(b, strict=True)
+        check(True, f"{cfg} --save-precision bf16: strict load_state_dict into the bfloat16 "
+                    f"{type(model).__name__}")
+    except RuntimeError as e:
+        check(False, f"{cfg} --save-precision bf16: strict load_state_dict: {e}")
+
+
 def torch_to_hyfi(torch_logits, tmp, cfg, model, seed):
     """A PyTorch model's state_dict, saved by safetensors, evaluated by hyfi."""
     flags = cfg.split()
@@ -250,6 +277,9 @@ def main():
                 "--model amoebanet --num-layers 3 --num-filters 8 --num-classes 5 "
                 "--image-size 32",
                 torch_models.build),
+            lambda: hyfi_to_torch_bf16(
+                hyfi_train, tmp, "--model resnet --depth 18 --num-classes 5 --image-size 32",
+                lambda a: torchvision.models.resnet18(num_classes=a.num_classes)),
             lambda: torch_to_hyfi_train(
                 hyfi_train, torch_logits, tmp,
                 "--model resnet --depth 18 --num-classes 7 --image-size 64",
