@@ -164,8 +164,14 @@ unsigned hyfi_ops_bf16_mask(void *buffers[])
 int hyfi_ops_all_bf16(void *buffers[])
 {
     struct starpu_task *task = starpu_task_get_current();
-    const unsigned nb = task ? STARPU_TASK_GET_NBUFFERS(task) : 0;
-    return nb > 0 && nb < 32 && hyfi_ops_bf16_mask(buffers) == (1u << nb) - 1u;
+    unsigned nb = task ? STARPU_TASK_GET_NBUFFERS(task) : 0;
+    /* a trailing one-float buffer is the pipeline token or a recompute fence
+     * (hyfi_ops_buffers_ok), which no kernel reads */
+    if (nb > 1 && STARPU_VECTOR_GET_NX(buffers[nb - 1]) == 1 &&
+        STARPU_VECTOR_GET_ELEMSIZE(buffers[nb - 1]) == sizeof(float))
+        nb--;
+    const unsigned all = nb < 32 ? (1u << nb) - 1u : 0;
+    return nb > 0 && all && (hyfi_ops_bf16_mask(buffers) & all) == all;
 }
 
 void hyfi_ops_stage_out(void *buffers[], void **staged)

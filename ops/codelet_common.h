@@ -274,7 +274,8 @@ int hyfi_ops_sim_models(char *err, size_t len);
  * function calls `bf16_call` on the stored buffers (HYFI_U16); otherwise the
  * float32 kernel on staged ones, as HYFI_CODELET. */
 #define HYFI_U16(i) ((uint16_t *)STARPU_VECTOR_GET_PTR(buffers[i]))
-/* Every buffer of the running task stored as bf16 (2-byte elements). */
+/* Every buffer of the running task stored as bf16 (2-byte elements), but a
+ * trailing pipeline token or recompute fence (one float). */
 int hyfi_ops_all_bf16(void *buffers[]);
 /* Bit i set where buffer i of the running task is stored as bf16 (0 while no
  * bf16 handle was ever made). */
