@@ -190,6 +190,37 @@ void hyfi_ops_stage_out(void *buffers[], void **staged)
     hyfi_ops_round_outputs(buffers);
 }
 
+int hyfi_ops_is_u16(void *buffers[], int i)
+{
+#ifdef STARPU_SIMGRID
+    (void)buffers, (void)i;
+    return 0;
+#else
+    if (STARPU_VECTOR_GET_ELEMSIZE(buffers[i]) == sizeof(uint16_t)) return 1;
+    struct starpu_task *task = starpu_task_get_current();
+    const hyfi_handle_info *info =
+        task ? starpu_data_get_user_data(STARPU_TASK_GET_HANDLE(task, i)) : NULL;
+    return info && info->bf16 && STARPU_VECTOR_GET_ELEMSIZE(buffers[i]) == sizeof(float) &&
+           i < HYFI_SCRATCH_NSTAGE;
+#endif
+}
+
+const uint16_t *hyfi_ops_u16_view(void *buffers[], int i)
+{
+#ifdef STARPU_SIMGRID
+    (void)buffers, (void)i;
+    return NULL;
+#else
+    if (!hyfi_ops_is_u16(buffers, i)) return NULL;
+    if (STARPU_VECTOR_GET_ELEMSIZE(buffers[i]) == sizeof(uint16_t))
+        return (const uint16_t *)STARPU_VECTOR_GET_PTR(buffers[i]);
+    const size_t n = STARPU_VECTOR_GET_NX(buffers[i]);
+    uint16_t *s = (uint16_t *)hyfi_cpu_scratch(HYFI_SCRATCH_STAGE + i, (n + 1) / 2);
+    if (s) hyfi_f32_to_bf16_cpu(s, HYFI_F(i), n); /* bf16 values: exact */
+    return s;
+#endif
+}
+
 const float *hyfi_ops_bf16_view(void *buffers[], int i, int slot)
 {
 #ifdef STARPU_SIMGRID

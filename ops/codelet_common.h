@@ -104,6 +104,14 @@ void hyfi_ops_stage_out(void *buffers[], void **staged);
  * (slot 0 or 1: a weight and a bias), valid until the thread's next call
  * with that slot; NULL when out of memory (the caller's kernel then fails). */
 const float *hyfi_ops_bf16_view(void *buffers[], int i, int slot);
+/* Buffer i of the running task as bf16 storage: the buffer itself when it is
+ * stored as bf16; a float32-stored buffer whose handle holds bf16 values (the
+ * input images) narrowed, exactly, into the thread's staging slot of buffer i
+ * (the bf16 kernels read it while nothing is staged); NULL otherwise or when
+ * out of memory. hyfi_ops_is_u16 says, without converting, whether it would
+ * answer non-NULL (memory aside). */
+const uint16_t *hyfi_ops_u16_view(void *buffers[], int i);
+int hyfi_ops_is_u16(void *buffers[], int i);
 /* A weight or bias operand of a convolution or fully connected layer: rounded
  * to bf16 in bf16 tasks (t->prec), else the buffer itself. CUDA workers never
  * run a bf16 task (hyfi_graph_compile refuses bf16 with CUDA workers), so on

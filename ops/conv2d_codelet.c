@@ -9,19 +9,19 @@
 
 #ifndef STARPU_SIMGRID
 /* Whether direction dir of this task runs on the bf16 primitives: a bf16 task
- * whose activation buffers ia and ib are stored as bf16. */
+ * whose activation buffer ia is stored as bf16 and whose ib is bf16 or holds bf16 values in float32 words (the images, read through a
+ * narrowed copy: hyfi_ops_u16_view). */
 static int native(void *buffers[], const hyfi_task_args *t, int dir, int ia, int ib)
 {
     return t->prec && STARPU_VECTOR_GET_ELEMSIZE(buffers[ia]) == sizeof(uint16_t) &&
-           STARPU_VECTOR_GET_ELEMSIZE(buffers[ib]) == sizeof(uint16_t) &&
-           hyfi_conv2d_cpu_bf16(&t->u.conv, dir, t->acc);
+           hyfi_ops_is_u16(buffers, ib) && hyfi_conv2d_cpu_bf16(&t->u.conv, dir, t->acc);
 }
 #endif
 
 /* y, x, w[, b] */
 HYFI_CODELET_NATIVE(conv2d_forward, t->u.conv.has_bias ? "wrrr" : "wrr",
              native(buffers, t, 0, 0, 1),
-             hyfi_conv2d_forward_cpu_bf16(HYFI_U16(0), HYFI_U16(1), HYFI_F(2),
+             hyfi_conv2d_forward_cpu_bf16(HYFI_U16(0), hyfi_ops_u16_view(buffers, 1), HYFI_F(2),
                                           t->u.conv.has_bias ? HYFI_F(3) : NULL, &t->u.conv),
              HYFI_F(0), HYFI_F(1), HYFI_W(2, 0), t->u.conv.has_bias ? HYFI_W(3, 1) : NULL,
              &t->u.conv)
@@ -35,7 +35,8 @@ HYFI_CODELET_NATIVE(conv2d_backward_weight, t->u.conv.has_bias ? "wwrr" : "wrr",
              native(buffers, t, 2, t->u.conv.has_bias ? 2 : 1, t->u.conv.has_bias ? 3 : 2),
              hyfi_conv2d_backward_weight_cpu_bf16(
                  HYFI_F(0), t->u.conv.has_bias ? HYFI_F(1) : NULL,
-                 HYFI_U16(t->u.conv.has_bias ? 2 : 1), HYFI_U16(t->u.conv.has_bias ? 3 : 2),
+                 HYFI_U16(t->u.conv.has_bias ? 2 : 1),
+                 hyfi_ops_u16_view(buffers, t->u.conv.has_bias ? 3 : 2),
                  &t->u.conv, t->acc),
              HYFI_F(0), t->u.conv.has_bias ? HYFI_F(1) : NULL,
              HYFI_F(t->u.conv.has_bias ? 2 : 1), HYFI_F(t->u.conv.has_bias ? 3 : 2), &t->u.conv,

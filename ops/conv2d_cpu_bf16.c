@@ -19,6 +19,7 @@
  * Scratch slots within one call: 0 to 3, as conv2d_cpu.c. */
 #include "kernels.h"
 #include "dnnl_common.h"
+#include "bf16_inline.h"
 
 #include <cpuid.h>
 #include <pthread.h>
@@ -286,16 +287,83 @@ static int barg_init(barg *t, const dnnl_memory_desc_t *user_md, void *ptr,
     return in ? hyfi_dnnl_reorder(t->user, t->prim) : 0;
 }
 
-/* y (N,Cout,Ho,Wo) bf16, x (N,Cin,H,W) bf16, w (Cout,Cin/G,KH,KW), b (Cout) or NULL */
-int hyfi_conv2d_forward_cpu_bf16(uint16_t *y, const uint16_t *x, const float *w, const float *b,
-                                 const hyfi_conv2d_args *a)
+/* ------------------------------------------------------------ pieces */
+/* oneDNN's bf16 1x1 kernels (jit_bf16_1x1) book a float32 store buffer of
+ * the whole result per thread: at 2,048² ResNet-50's 64 -> 256 convolution
+ * at 512² asked 512 MB of scratchpad on 2 threads for a 32 MB input. A call
+ * whose scratchpad would exceed the cap runs in pieces: images (any layout:
+ * the batch is outermost), then, for one image, channel blocks of the
+ * result (the forward's output channels, the backward data's input channels:
+ * contiguous for one image in every activation layout, the weights read
+ * through a sub-memory). The reduction runs over channels that are not
+ * split, so the pieces give the whole call's bits, except oneDNN's strided
+ * 1x1 forward, whose sums are blocked by the output channels: one bf16 unit
+ * apart at most (tests/test_op_conv2d_bf16.c). Which pieces follows the shape
+ * and the thread count alone, so every process and plan running a shape
+ * runs the same pieces. */
+static size_t g_pad_cap = (size_t)64 << 20;
+
+void hyfi_conv2d_cpu_bf16_set_scratch_cap(size_t bytes) { g_pad_cap = bytes; }
+
+static size_t pad_bytes(const hyfi_dnnl_prim *p)
+{
+    const dnnl_memory_desc_t *m = qmd(p, dnnl_query_scratchpad_md, 0);
+    return m ? dnnl_memory_desc_get_size(m) : 0;
+}
+
+typedef struct {
+    int n0, nn; /* images */
+    int c0, nc; /* channels of the result, all of them: c0 0, nc C */
+} piece;
+
+/* The pieces of a call over n images whose result has C channels in blocks of
+ * blk (0: plain) and whose whole scratchpad is pad bytes: images per piece,
+ * channel pieces per image (k: C / k a multiple of the blocks). */
+static void split(int n, int C, int blk, int wei_blk, int groups, size_t pad, int *nn, int *k)
+{
+    *nn = n, *k = 1;
+    if (pad <= g_pad_cap) return;
+    const size_t per_image = (pad + (size_t)n - 1) / (size_t)n;
+    const size_t fit = g_pad_cap / (per_image ? per_image : 1);
+    *nn = fit >= (size_t)n ? n : fit < 1 ? 1 : (int)fit;
+    if (*nn > 1 || per_image <= g_pad_cap || groups != 1) return;
+    int unit = blk > wei_blk ? blk : wei_blk;
+    if (unit < 16 && C % 16 == 0) unit = 16;
+    if (unit < 1) unit = 1;
+    const int blocks = C / unit;
+    const size_t want = (per_image + g_pad_cap - 1) / g_pad_cap;
+    for (int d = 2; d <= blocks; d++)
+        if (blocks % d == 0 && (size_t)d >= want) {
+            *k = d;
+            return;
+        }
+    *k = blocks > 1 ? blocks : 1;
+}
+
+/* out dx (count) bf16 = round(dx + r), r float32 (one rounding: the staged
+ * path's widen, add, narrow) */
+static void add_round(uint16_t *dx, const float *r, size_t count)
+{
+#pragma omp parallel for simd schedule(static) if (count >= ((size_t)1 << 16))
+    for (size_t i = 0; i < count; i++)
+        dx[i] = hyfi_bf16_narrow(hyfi_bf16_widen(dx[i]) + r[i]);
+}
+
+/* y (N,Cout,Ho,Wo) bf16, x (N,Cin,H,W) bf16, w (Cout,Cin/G,KH,KW), b (Cout) or NULL:
+ * one piece, a its shape; wfull the whole call's weights (sub-memory at oc0) */
+static int fwd_piece(uint16_t *y, const uint16_t *x, const float *w, const float *b,
+                     const hyfi_conv2d_args *a, const bdesc *full, int oc0)
 {
     const int with_bias = a->has_bias && b;
     bdesc d;
     barg src = {0}, wei = {0}, bia = {0}, dst = {0};
     int rc = bdesc_init(&d, a);
     if (rc) return rc;
-    hyfi_dnnl_cache_trim();
+    if (full) {
+        dnnl_dims_t dims = {a->c_out, a->c_in, a->kh, a->kw}, offs = {oc0, 0, 0, 0};
+        if (dnnl_memory_desc_init_submemory(&d.wei, &full->wei, dims, offs) != dnnl_success)
+            return -1;
+    }
     const hyfi_dnnl_prim *p = prim(&d, a, with_bias, DIR_FWD, 0);
     if (!p) return -1;
     CK(barg_init(&src, &d.src, (void *)x, qmd(p, dnnl_query_src_md, 0), 0, 1));
@@ -304,7 +372,7 @@ int hyfi_conv2d_forward_cpu_bf16(uint16_t *y, const uint16_t *x, const float *w,
     dnnl_exec_arg_t args[4] = {{DNNL_ARG_SRC, src.prim}, {DNNL_ARG_WEIGHTS, wei.prim},
                                {DNNL_ARG_DST, dst.prim}, {DNNL_ARG_BIAS, NULL}};
     if (with_bias) {
-        CK(barg_init(&bia, &d.bia, (void *)b, qmd(p, dnnl_query_weights_md, 1), 3, 1));
+        CK(barg_init(&bia, &d.bia, (void *)(b + oc0), qmd(p, dnnl_query_weights_md, 1), 3, 1));
         args[3].memory = bia.prim;
     }
     CK(hyfi_dnnl_exec(p, with_bias ? 4 : 3, args));
@@ -314,16 +382,47 @@ out:
     return rc;
 }
 
-/* dx (N,Cin,H,W) bf16, dy (N,Cout,Ho,Wo) bf16, w (Cout,Cin/G,KH,KW);
- * acc: dx = round(dx + result), the result in float32 */
-int hyfi_conv2d_backward_data_cpu_bf16(uint16_t *dx, const uint16_t *dy, const float *w,
-                                       const hyfi_conv2d_args *a, int acc)
+/* y (N,Cout,Ho,Wo) bf16, x (N,Cin,H,W) bf16, w (Cout,Cin/G,KH,KW), b (Cout) or NULL */
+int hyfi_conv2d_forward_cpu_bf16(uint16_t *y, const uint16_t *x, const float *w, const float *b,
+                                 const hyfi_conv2d_args *a)
+{
+    bdesc d;
+    if (!y || !x || !w || bdesc_init(&d, a)) return -1;
+    hyfi_dnnl_cache_trim();
+    const hyfi_dnnl_prim *p = prim(&d, a, a->has_bias && b, DIR_FWD, 0);
+    if (!p) return -1;
+    int nn, k;
+    split(a->n, a->c_out, a->dst_blk, a->wei_blk, a->groups, pad_bytes(p), &nn, &k);
+    if (nn == a->n && k == 1) return fwd_piece(y, x, w, b, a, NULL, 0);
+    const size_t xs = (size_t)a->c_in * a->h * a->w, ys = (size_t)a->c_out * a->ho * a->wo;
+    for (int n0 = 0; n0 < a->n; n0 += nn) {
+        hyfi_conv2d_args q = *a;
+        q.n = a->n - n0 < nn ? a->n - n0 : nn;
+        q.c_out = a->c_out / k;
+        for (int c = 0; c < k; c++) {
+            const int oc0 = c * q.c_out;
+            const int rc = fwd_piece(y + n0 * ys + (size_t)oc0 * a->ho * a->wo, x + n0 * xs, w,
+                                     b, &q, k > 1 ? &d : NULL, oc0);
+            if (rc) return rc;
+        }
+    }
+    return 0;
+}
+
+/* dx (N,Cin,H,W) bf16, dy (N,Cout,Ho,Wo) bf16, w (Cout,Cin/G,KH,KW): one
+ * piece, a its shape; full the whole call's (the weights' sub-memory at ic0) */
+static int bwdd_piece(uint16_t *dx, const uint16_t *dy, const float *w,
+                      const hyfi_conv2d_args *a, int acc, const bdesc *full, int ic0)
 {
     bdesc d;
     barg ddst = {0}, wei = {0}, dsrc = {0}, flat = {0};
     int rc = bdesc_init(&d, a);
     if (rc) return rc;
-    hyfi_dnnl_cache_trim();
+    if (full) {
+        dnnl_dims_t dims = {a->c_out, a->c_in, a->kh, a->kw}, offs = {0, ic0, 0, 0};
+        if (dnnl_memory_desc_init_submemory(&d.wei, &full->wei, dims, offs) != dnnl_success)
+            return -1;
+    }
     const hyfi_dnnl_prim *p = prim(&d, a, 0, DIR_BWD_DATA, acc);
     if (!p) return -1;
     CK(barg_init(&ddst, &d.dst, (void *)dy, qmd(p, dnnl_query_diff_dst_md, 0), 0, 1));
@@ -347,7 +446,7 @@ int hyfi_conv2d_backward_data_cpu_bf16(uint16_t *dx, const uint16_t *dy, const f
         const float *r;
         if (dnnl_memory_desc_equal(want, &d.dsrc_f32)) {
             void *h;
-            if (dnnl_memory_get_data_handle(dsrc.prim, &h) != dnnl_success) return -1;
+            if (dnnl_memory_get_data_handle(dsrc.prim, &h) != dnnl_success) CK(-1);
             r = h;
         } else {
             const size_t bytes = dnnl_memory_desc_get_size(&d.dsrc_f32);
@@ -357,12 +456,7 @@ int hyfi_conv2d_backward_data_cpu_bf16(uint16_t *dx, const uint16_t *dy, const f
             CK(hyfi_dnnl_reorder(dsrc.prim, flat.prim));
             r = s;
         }
-        const size_t n = (size_t)a->n * a->c_in * a->h * a->w;
-        float *wide = hyfi_cpu_scratch(1, n); /* w is consumed */
-        if (!wide) CK(-1);
-        hyfi_bf16_to_f32_cpu(wide, dx, n);
-        for (size_t i = 0; i < n; i++) wide[i] += r[i];
-        hyfi_f32_to_bf16_cpu(dx, wide, n);
+        add_round(dx, r, (size_t)a->n * a->c_in * a->h * a->w);
     }
 out:
     if (dsrc.prim == dsrc.user) dsrc.prim = NULL;
@@ -373,6 +467,34 @@ out:
     return rc;
 }
 
+/* dx (N,Cin,H,W) bf16, dy (N,Cout,Ho,Wo) bf16, w (Cout,Cin/G,KH,KW);
+ * acc: dx = round(dx + result), the result in float32 */
+int hyfi_conv2d_backward_data_cpu_bf16(uint16_t *dx, const uint16_t *dy, const float *w,
+                                       const hyfi_conv2d_args *a, int acc)
+{
+    bdesc d;
+    if (bdesc_init(&d, a)) return -1;
+    hyfi_dnnl_cache_trim();
+    const hyfi_dnnl_prim *p = prim(&d, a, 0, DIR_BWD_DATA, acc);
+    if (!p) return -1;
+    int nn, k;
+    split(a->n, a->c_in, a->src_blk, a->wei_blk, a->groups, pad_bytes(p), &nn, &k);
+    if (nn == a->n && k == 1) return bwdd_piece(dx, dy, w, a, acc, NULL, 0);
+    const size_t xs = (size_t)a->c_in * a->h * a->w, ys = (size_t)a->c_out * a->ho * a->wo;
+    for (int n0 = 0; n0 < a->n; n0 += nn) {
+        hyfi_conv2d_args q = *a;
+        q.n = a->n - n0 < nn ? a->n - n0 : nn;
+        q.c_in = a->c_in / k;
+        for (int c = 0; c < k; c++) {
+            const int ic0 = c * q.c_in;
+            const int rc = bwdd_piece(dx + n0 * xs + (size_t)ic0 * a->h * a->w, dy + n0 * ys, w,
+                                      &q, acc, k > 1 ? &d : NULL, ic0);
+            if (rc) return rc;
+        }
+    }
+    return 0;
+}
+
 /* dw (Cout,Cin/G,KH,KW), db (Cout) or NULL, float32; dy (N,Cout,Ho,Wo), x (N,Cin,H,W) bf16 */
 int hyfi_conv2d_backward_weight_cpu_bf16(float *dw, float *db, const uint16_t *dy,
                                          const uint16_t *x, const hyfi_conv2d_args *a, int acc)
@@ -380,6 +502,7 @@ int hyfi_conv2d_backward_weight_cpu_bf16(float *dw, float *db, const uint16_t *d
     const int with_bias = a->has_bias && db;
     bdesc d;
     barg src = {0}, ddst = {0}, dwei = {0}, dbia = {0};
+    if (!dw || !dy || !x) return -1;
     int rc = bdesc_init(&d, a);
     if (rc) return rc;
     hyfi_dnnl_cache_trim();

@@ -84,6 +84,10 @@ int hyfi_conv2d_forward_cpu_bf16(uint16_t *y, const uint16_t *x, const float *w,
 /* dx (N,Cin,H,W) bf16, dy (N,Cout,Ho,Wo) bf16, w (Cout,Cin/G,KH,KW) */
 int hyfi_conv2d_backward_data_cpu_bf16(uint16_t *dx, const uint16_t *dy, const float *w,
                                        const hyfi_conv2d_args *a, int acc);
+/* The most scratchpad one oneDNN call of the two above may take (default
+ * 64 MB): a larger call runs in pieces (images, then channel blocks of its
+ * result) that give the same bits. For tests; not thread-safe. */
+void hyfi_conv2d_cpu_bf16_set_scratch_cap(size_t bytes);
 /* dw (Cout,Cin/G,KH,KW), db (Cout) or NULL: float32; dy, x bf16 */
 int hyfi_conv2d_backward_weight_cpu_bf16(float *dw, float *db, const uint16_t *dy,
                                          const uint16_t *x, const hyfi_conv2d_args *a, int acc);

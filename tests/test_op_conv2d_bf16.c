@@ -113,6 +113,59 @@ static void run(hyfi_conv2d_args a, int blk, uint64_t *seed)
     free(xb), free(dyb), free(yb), free(dxb);
 }
 
+/* A call in pieces (hyfi_conv2d_cpu_bf16_set_scratch_cap: 1 byte, every
+ * piece one image and the smallest channel blocks) gives the whole call's
+ * bits, forward and backward data, overwriting and accumulating; strided
+ * forwards within one bf16 unit. */
+static void pieces(hyfi_conv2d_args a, int blk, uint64_t *seed)
+{
+    a.src_blk = a.dst_blk = blk;
+    a.wei_blk = blk && a.groups == 1 ? blk : 0;
+    if (blk && (a.c_in % blk || a.c_out % blk)) return;
+    const size_t nx = x_count(&a), ny = y_count(&a), nw = w_count(&a);
+    float *t = al(nx > ny ? nx : ny), *w = al(nw), *b = al((size_t)a.c_out);
+    uint16_t *xb = al16(nx), *dyb = al16(ny), *y1 = al16(ny), *y2 = al16(ny);
+    uint16_t *d1 = al16(nx), *d2 = al16(nx);
+    tu_fill(t, nx, seed, -1.f, 1.f);
+    hyfi_f32_to_bf16_ref(xb, t, nx);
+    tu_fill(t, ny, seed, -1.f, 1.f);
+    hyfi_f32_to_bf16_ref(dyb, t, ny);
+    tu_fill(w, nw, seed, -0.5f, 0.5f);
+    tu_fill(b, (size_t)a.c_out, seed, -0.5f, 0.5f);
+    char nm[200];
+    snprintf(nm, sizeof nm, "%dx%dx%dx%d -> %d k%d s%d g%d%s blk %d", a.n, a.c_in, a.h, a.w,
+             a.c_out, a.kh, a.sh, a.groups, a.has_bias ? " bias" : "", blk);
+    char what[260];
+    int rc = hyfi_conv2d_forward_cpu_bf16(y1, xb, w, a.has_bias ? b : NULL, &a);
+    hyfi_conv2d_cpu_bf16_set_scratch_cap(1);
+    rc |= hyfi_conv2d_forward_cpu_bf16(y2, xb, w, a.has_bias ? b : NULL, &a);
+    hyfi_conv2d_cpu_bf16_set_scratch_cap((size_t)64 << 20);
+    if (a.sh == 1) {
+        snprintf(what, sizeof what, "bf16 conv fwd in pieces, bitwise, %s", nm);
+        tu_check(rc != 0 || memcmp(y1, y2, ny * 2) != 0, what);
+    } else {
+        /* oneDNN's strided 1x1 kernel blocks its sums by the output channels:
+         * here the pieces may round one unit apart (bf16-vs-ref's bound) */
+        float *f1 = al(ny), *f2 = al(ny);
+        widen(f1, y1, ny), widen(f2, y2, ny);
+        snprintf(what, sizeof what, "bf16 conv fwd in pieces, within a unit, %s", nm);
+        tu_check(rc != 0 || tu_compare(what, f2, f1, ny, TOL_BF16), what);
+        free(f1), free(f2);
+    }
+    for (int acc = 0; acc < 2; acc++) {
+        tu_fill(t, nx, seed, -1.f, 1.f);
+        hyfi_f32_to_bf16_ref(d1, t, nx);
+        memcpy(d2, d1, nx * 2);
+        rc = hyfi_conv2d_backward_data_cpu_bf16(d1, dyb, w, &a, acc);
+        hyfi_conv2d_cpu_bf16_set_scratch_cap(1);
+        rc |= hyfi_conv2d_backward_data_cpu_bf16(d2, dyb, w, &a, acc);
+        hyfi_conv2d_cpu_bf16_set_scratch_cap((size_t)64 << 20);
+        snprintf(what, sizeof what, "bf16 conv bwd data (acc %d) in pieces, bitwise, %s", acc, nm);
+        tu_check(rc != 0 || memcmp(d1, d2, nx * 2) != 0, what);
+    }
+    free(t), free(w), free(b), free(xb), free(dyb), free(y1), free(y2), free(d1), free(d2);
+}
+
 static hyfi_conv2d_args shape(int n, int ci, int h, int co, int k, int s, int p, int g, int bias)
 {
     hyfi_conv2d_args a = {.n = n, .c_in = ci, .h = h, .w = h, .c_out = co, .kh = k, .kw = k,
@@ -140,5 +193,18 @@ int main(void)
         run(cases[i], 16, &seed);
         run(cases[i], 8, &seed);
     }
+    /* pieces: ResNet's 1x1 expansions and reductions (stride 1 and 2), a 3x3
+     * and a grouped one */
+    const hyfi_conv2d_args big[] = {
+        shape(3, 64, 24, 256, 1, 1, 0, 1, 0), shape(1, 256, 24, 64, 1, 1, 0, 1, 0),
+        shape(2, 256, 24, 512, 1, 2, 0, 1, 0), shape(1, 256, 24, 512, 1, 2, 0, 1, 1), shape(1, 64, 20, 64, 3, 1, 1, 1, 0),
+        shape(2, 32, 12, 64, 3, 1, 1, 4, 0),
+    };
+    if (native)
+        for (size_t i = 0; i < sizeof big / sizeof *big; i++) {
+            pieces(big[i], 16, &seed);
+            pieces(big[i], 8, &seed);
+            pieces(big[i], 0, &seed);
+        }
     return tu_finish();
 }
