@@ -6,6 +6,7 @@
 #include <hyfi.h>
 
 #include <stdio.h>
+#include <string.h>
 
 /* --dry-run: build the model on a CPU-only context (no data is read beyond
  * the geometry), print one line per op and the totals, exit 0 without
@@ -62,7 +63,11 @@ int train_dry_run(const train_options *o, int C, int H, int W, int K)
                oi.params, oi.flops / B, oi.layer, oi.layer_name);
         params += oi.params;
         flops += oi.flops / B;
-        act += oi.act_bytes;
+        /* bf16 stores every activation in 2 bytes but the loss's
+         * (docs/architecture.md, "Mixed precision") */
+        const int wide = o->precision != HYFI_PRECISION_BF16 ||
+                         !strcmp(oi.kind, "softmax_cross_entropy");
+        act += wide ? oi.act_bytes : oi.act_bytes / 2;
     }
     const double act_img = (double)act / B;
     printf("ops: %d\n", nops);
@@ -70,9 +75,11 @@ int train_dry_run(const train_options *o, int C, int H, int W, int K)
     printf("parameters: %zu (%.3f M)\n", params, (double)params / 1e6);
     printf("forward FLOPs per image: %.0f (%.3f GFLOPs; the backward costs about twice that)\n",
            flops, flops / 1e9);
-    printf("activation memory per image: %.0f bytes (%.2f MiB; sum of the op outputs, float32; "
+    printf("activation memory per image: %.0f bytes (%.2f MiB; sum of the op outputs, %s; "
            "x %d images: %.1f MiB)\n",
-           act_img, act_img / (1 << 20), B, (double)act / (1 << 20));
+           act_img, act_img / (1 << 20),
+           o->precision == HYFI_PRECISION_BF16 ? "bf16 storage" : "float32", B,
+           (double)act / (1 << 20));
     if (params != hyfi_param_numel(g))
         fprintf(stderr, "hyfi-train: warning: op parameters %zu differ from the graph's %zu\n",
                 params, hyfi_param_numel(g));
