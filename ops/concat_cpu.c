@@ -36,3 +36,29 @@ int hyfi_concat_backward_cpu(float *dx, const float *dy, const hyfi_concat_args 
     }
     return 0;
 }
+
+/* The same on bf16 storage (kernels.h "bfloat16"): copies move the 2-byte
+ * values as they are; the accumulation widens, adds in float32 and rounds
+ * (hyfi_accumulate_bf16): bitwise the staged float32 calls. */
+/* y (N,c_total,H,W) bf16: channels [c_offset, c_offset+c_part) = x (N,c_part,H,W) bf16 */
+int hyfi_concat_forward_bf16(uint16_t *y, const uint16_t *x, const hyfi_concat_args *a)
+{
+    size_t block = (size_t)a->c_part * a->hw;
+    size_t ystride = (size_t)a->c_total * a->hw, yoff = (size_t)a->c_offset * a->hw;
+    for (int n = 0; n < a->n; n++)
+        memcpy(y + n * ystride + yoff, x + n * block, block * sizeof(uint16_t));
+    return 0;
+}
+
+/* dx (N,c_part,H,W) bf16 (+)= channels [c_offset, c_offset+c_part) of dy (N,c_total,H,W) bf16 */
+int hyfi_concat_backward_bf16(uint16_t *dx, const uint16_t *dy, const hyfi_concat_args *a,
+                              int acc)
+{
+    size_t block = (size_t)a->c_part * a->hw;
+    size_t ystride = (size_t)a->c_total * a->hw, yoff = (size_t)a->c_offset * a->hw;
+    for (int n = 0; n < a->n; n++) {
+        const int rc = hyfi_accumulate_bf16(dx + n * block, dy + n * ystride + yoff, block, acc);
+        if (rc) return rc;
+    }
+    return 0;
+}

@@ -191,6 +191,38 @@ static void test_eltwise_bf16(size_t n, uint64_t *seed)
     free(a), free(b), free(c), free(want), free(got), free(ha), free(hb), free(hc);
 }
 
+/* Concatenation on bf16 storage against the float32 kernels on widened
+ * copies: the forward into its channels of y (the others untouched), the
+ * backward overwriting and accumulating; bitwise. */
+static void test_concat_bf16(uint64_t *seed)
+{
+    const hyfi_concat_args a = {.n = 3, .hw = 37, .c_part = 5, .c_offset = 4, .c_total = 12};
+    const size_t ny = (size_t)a.n * a.c_total * a.hw, nx = (size_t)a.n * a.c_part * a.hw;
+    float *y = tu_alloc(ny), *x = tu_alloc(nx), *w = tu_alloc(ny), *g = tu_alloc(ny);
+    uint16_t *hy = malloc(ny * 2), *hx = malloc(nx * 2);
+    int bad = 0;
+    tu_fill(y, ny, seed, -1, 1), tu_fill(x, nx, seed, -1, 1);
+    hyfi_f32_to_bf16_ref(hy, y, ny), hyfi_f32_to_bf16_ref(hx, x, nx);
+    hyfi_bf16_to_f32_ref(y, hy, ny), hyfi_bf16_to_f32_ref(x, hx, nx);
+    hyfi_concat_forward_cpu(y, x, &a);
+    hyfi_concat_forward_bf16(hy, hx, &a);
+    hyfi_bf16_to_f32_ref(g, hy, ny);
+    for (size_t i = 0; i < ny; i++) bad += bits(g[i]) != bits(y[i]);
+    for (int acc = 0; acc < 2; acc++) {
+        tu_fill(w, nx, seed, -1, 1);
+        hyfi_f32_to_bf16_ref(hx, w, nx);
+        hyfi_bf16_to_f32_ref(w, hx, nx);
+        hyfi_concat_backward_cpu(w, y, &a, acc);
+        hyfi_bf16_round_ref(w, nx);
+        hyfi_concat_backward_bf16(hx, hy, &a, acc);
+        hyfi_bf16_to_f32_ref(g, hx, nx);
+        for (size_t i = 0; i < nx; i++) bad += bits(g[i]) != bits(w[i]);
+    }
+    printf("concatenation on bf16 storage: %s\n", bad ? "FAIL" : "bitwise");
+    tu_check(bad, "concat bf16");
+    free(y), free(x), free(w), free(g), free(hy), free(hx);
+}
+
 /* (5) y/dx of the bf16 kernels against the float32 kernels on widened
  * copies with y/dx rounded; statistics and parameter gradients bitwise. */
 static size_t bn_diff(const float *want, const float *got, size_t n)
@@ -340,5 +372,6 @@ int main(void)
     test_pool_bf16(2, 16, 64, 64, 3, 2, 1, 0, &seed); /* split over threads */
     test_pool_bf16(2, 16, 13, 13, 3, 2, 1, 8, &seed); /* nChw8c */
     test_pool_bf16(2, 32, 64, 33, 2, 2, 0, 16, &seed); /* nChw16c, split */
+    test_concat_bf16(&seed);
     return tu_finish();
 }
