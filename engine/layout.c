@@ -7,14 +7,18 @@
  * 8 with this (docs/bench-cpu.md). So an activation whose every producer and
  * consumer can work on the blocked layout is kept in it: the convolutions
  * (input and output each on its own), batch norm, ReLU, add, max and average
- * pooling (input and output alike), and global average pooling (its input;
- * its (N, C) output is the same in both layouts). Batch norm, ReLU, add and
- * the pools tie their tensors together; a class of tied tensors is blocked
- * only if all of its tensors qualify: 4-D with C a multiple of the block,
- * produced by one of those ops (not a graph input), read only by them, and
- * outside the tiled stages of a spatial plan (tiles, halos and gathers slice
- * NCHW rows). The rest stays NCHW, so the reorders happen only at those edges
- * (concat, fully connected layers, the stem's input, tiles).
+ * pooling (input and output alike), channel concatenation (its parts and its
+ * output alike: with every part's channels a multiple of the block, a part is
+ * one contiguous run per sample in nChw16c as in NCHW, c_part H W values at
+ * c_offset H W, so ops/concat_cpu.c is the same copy) and global average
+ * pooling (its input; its (N, C) output is the same in both layouts). Batch
+ * norm, ReLU, add, the pools and concatenation tie their tensors together; a
+ * class of tied tensors is blocked only if all of its tensors qualify: 4-D
+ * with C a multiple of the block, produced by one of those ops (not a graph
+ * input), read only by them, and outside the tiled stages of a spatial plan
+ * (tiles, halos and gathers slice NCHW rows). The rest stays NCHW, so the
+ * reorders happen only at those edges (fully connected layers, the stem's
+ * input, tiles, channel counts off the block).
  *
  * Only for CPU-only runs: the CUDA kernels take NCHW, and a task may run on
  * either kind of worker. Ranks agree on the decision (every rank keeps the
@@ -58,14 +62,14 @@ static int takes_blocked(const node *nd)
 {
     return nd->op == OP_CONV2D || nd->op == OP_BATCHNORM || nd->op == OP_RELU ||
            nd->op == OP_ADD || nd->op == OP_GAP || nd->op == OP_MAXPOOL ||
-           nd->op == OP_AVGPOOL;
+           nd->op == OP_AVGPOOL || nd->op == OP_CONCAT;
 }
 
 /* Whether op `nd` keeps its inputs and output in one layout. */
 static int ties(const node *nd)
 {
     return nd->op == OP_BATCHNORM || nd->op == OP_RELU || nd->op == OP_ADD ||
-           nd->op == OP_MAXPOOL || nd->op == OP_AVGPOOL;
+           nd->op == OP_MAXPOOL || nd->op == OP_AVGPOOL || nd->op == OP_CONCAT;
 }
 
 hyfi_status hyfi_layout_plan(hyfi_graph *g)
