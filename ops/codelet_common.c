@@ -510,6 +510,11 @@ int hyfi_ops_cores_take(void)
 
 void hyfi_ops_cores_give(int n)
 {
+#ifndef STARPU_SIMGRID
+    /* the task is over: what it grew of the thread's scratch beyond the
+     * usual sizes goes back (dnnl_common.h, HYFI_SCRATCH_KEEP) */
+    hyfi_cpu_scratch_trim(HYFI_SCRATCH_KEEP);
+#endif
     pthread_mutex_lock(&g_core_lock);
     g_core_free += n;
     pthread_cond_broadcast(&g_core_cond);

@@ -160,6 +160,7 @@ int hyfi_ops_cuda_devices(void);
  * Measured on 2 cores: docs/bench-cpu.md. */
 void hyfi_ops_cores_init(int ncpu_workers, int per_worker, size_t lend_min_bytes);
 int hyfi_ops_cores_take(void); /* returns the cores taken, >= 1 */
+/* give: also trims the thread's scratch (hyfi_cpu_scratch_trim), the task being over */
 void hyfi_ops_cores_give(int n);
 /* While on is 1, a kernel that starts runs one OpenMP thread fewer than the
  * cores it takes (at least one): the engine's thread submitting tasks needs a

@@ -291,7 +291,7 @@ static int barg_init(barg *t, const dnnl_memory_desc_t *user_md, void *ptr,
 /* oneDNN's bf16 1x1 kernels (jit_bf16_1x1) book a float32 store buffer of
  * the whole result per thread: at 2,048² ResNet-50's 64 -> 256 convolution
  * at 512² asked 512 MB of scratchpad on 2 threads for a 32 MB input. A call
- * whose scratchpad would exceed the cap runs in pieces: images (any layout:
+ * whose scratch would exceed the cap (32 MB) runs in pieces: images (any layout:
  * the batch is outermost), then, for one image, channel blocks of the
  * result (the forward's output channels, the backward data's input channels:
  * contiguous for one image in every activation layout, the weights read
@@ -301,9 +301,13 @@ static int barg_init(barg *t, const dnnl_memory_desc_t *user_md, void *ptr,
  * apart at most (tests/test_op_conv2d_bf16.c). Which pieces follows the shape
  * and the thread count alone, so every process and plan running a shape
  * runs the same pieces. */
-static size_t g_pad_cap = (size_t)64 << 20;
+#define PAD_CAP_DEFAULT ((size_t)32 << 20)
+static size_t g_pad_cap = PAD_CAP_DEFAULT;
 
-void hyfi_conv2d_cpu_bf16_set_scratch_cap(size_t bytes) { g_pad_cap = bytes; }
+void hyfi_conv2d_cpu_bf16_set_scratch_cap(size_t bytes)
+{
+    g_pad_cap = bytes ? bytes : PAD_CAP_DEFAULT;
+}
 
 static size_t pad_bytes(const hyfi_dnnl_prim *p)
 {
@@ -317,8 +321,9 @@ typedef struct {
 } piece;
 
 /* The pieces of a call over n images whose result has C channels in blocks of
- * blk (0: plain) and whose whole scratchpad is pad bytes: images per piece,
- * channel pieces per image (k: C / k a multiple of the blocks). */
+ * blk (0: plain) and whose whole scratch (oneDNN's scratchpad, and the
+ * float32 result of an accumulating backward data) is pad bytes: images per
+ * piece, channel pieces per image (k: C / k a multiple of the blocks). */
 static void split(int n, int C, int blk, int wei_blk, int groups, size_t pad, int *nn, int *k)
 {
     *nn = n, *k = 1;
@@ -478,7 +483,9 @@ int hyfi_conv2d_backward_data_cpu_bf16(uint16_t *dx, const uint16_t *dy, const f
     const hyfi_dnnl_prim *p = prim(&d, a, 0, DIR_BWD_DATA, acc);
     if (!p) return -1;
     int nn, k;
-    split(a->n, a->c_in, a->src_blk, a->wei_blk, a->groups, pad_bytes(p), &nn, &k);
+    /* accumulating, the float32 result is scratch too */
+    const size_t wide = acc ? (size_t)a->n * a->c_in * a->h * a->w * sizeof(float) : 0;
+    split(a->n, a->c_in, a->src_blk, a->wei_blk, a->groups, pad_bytes(p) + wide, &nn, &k);
     if (nn == a->n && k == 1) return bwdd_piece(dx, dy, w, a, acc, NULL, 0);
     const size_t xs = (size_t)a->c_in * a->h * a->w, ys = (size_t)a->c_out * a->ho * a->wo;
     for (int n0 = 0; n0 < a->n; n0 += nn) {

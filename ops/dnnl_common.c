@@ -7,6 +7,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 static dnnl_engine_t g_engine;
 static pthread_once_t g_engine_once = PTHREAD_ONCE_INIT;
@@ -77,6 +78,33 @@ static atomic_size_t g_scratch_bytes, g_scratch_peak;
 
 static size_t slot_bytes(size_t count) { return ((count * sizeof(float)) + 63) & ~(size_t)63; }
 
+/* A slot's memory: large ones mapped from the kernel and unmapped when freed,
+ * so that a trimmed slot (hyfi_cpu_scratch_trim) leaves the process's
+ * resident memory at once (the C library keeps freed blocks below its
+ * adaptive threshold, up to 32 MB, in its heaps, where they fragment). */
+#define SLOT_MAP_MIN ((size_t)1 << 20)
+
+static float *slot_alloc(size_t bytes)
+{
+    if (bytes < SLOT_MAP_MIN) return aligned_alloc(64, bytes ? bytes : 64);
+    void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) return NULL;
+#ifdef MADV_HUGEPAGE
+    madvise(p, bytes, MADV_HUGEPAGE); /* fewer faults when it is mapped again */
+#endif
+    return p;
+}
+
+static void slot_free(float *p, size_t count)
+{
+    if (!p) return;
+    const size_t bytes = slot_bytes(count);
+    if (bytes < SLOT_MAP_MIN)
+        free(p);
+    else
+        munmap(p, bytes);
+}
+
 static void scratch_account(size_t freed, size_t added)
 {
     size_t now = atomic_fetch_add(&g_scratch_bytes, added) + added;
@@ -119,7 +147,7 @@ static void thread_state_free(void *p)
     if (t->stream) dnnl_stream_destroy(t->stream);
     for (int i = 0; i < HYFI_SCRATCH_SLOTS; i++) {
         if (t->scratch[i]) scratch_account(slot_bytes(t->scratch_count[i]), 0);
-        free(t->scratch[i]);
+        slot_free(t->scratch[i], t->scratch_count[i]);
     }
     free(t);
 }
@@ -323,13 +351,36 @@ float *hyfi_cpu_scratch(int slot, size_t count)
     if (!t || slot < 0 || slot >= HYFI_SCRATCH_SLOTS) return NULL;
     if (t->scratch_count[slot] < count) {
         const size_t old = t->scratch[slot] ? slot_bytes(t->scratch_count[slot]) : 0;
-        free(t->scratch[slot]);
-        size_t bytes = slot_bytes(count);
-        t->scratch[slot] = aligned_alloc(64, bytes ? bytes : 64);
+        slot_free(t->scratch[slot], t->scratch_count[slot]);
+        t->scratch[slot] = slot_alloc(slot_bytes(count));
         t->scratch_count[slot] = t->scratch[slot] ? count : 0;
         scratch_account(old, t->scratch[slot] ? slot_bytes(count) : 0);
     }
     return t->scratch[slot];
+}
+
+void hyfi_cpu_scratch_trim(size_t keep)
+{
+    pthread_once(&g_key_once, key_create);
+    thread_state *t = pthread_getspecific(g_key);
+    if (!t) return;
+    size_t held = 0;
+    for (int i = 0; i < HYFI_SCRATCH_SLOTS; i++)
+        if (t->scratch[i]) held += slot_bytes(t->scratch_count[i]);
+    while (held > keep) {
+        int big = -1;
+        for (int i = 0; i < HYFI_SCRATCH_SLOTS; i++)
+            if (t->scratch[i] &&
+                (big < 0 || t->scratch_count[i] > t->scratch_count[big]))
+                big = i;
+        if (big < 0) break;
+        const size_t bytes = slot_bytes(t->scratch_count[big]);
+        slot_free(t->scratch[big], t->scratch_count[big]);
+        t->scratch[big] = NULL;
+        t->scratch_count[big] = 0;
+        scratch_account(bytes, 0);
+        held -= bytes;
+    }
 }
 
 /* oneDNN in Debian is built on the OpenMP runtime: the number of threads of

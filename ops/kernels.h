@@ -84,9 +84,11 @@ int hyfi_conv2d_forward_cpu_bf16(uint16_t *y, const uint16_t *x, const float *w,
 /* dx (N,Cin,H,W) bf16, dy (N,Cout,Ho,Wo) bf16, w (Cout,Cin/G,KH,KW) */
 int hyfi_conv2d_backward_data_cpu_bf16(uint16_t *dx, const uint16_t *dy, const float *w,
                                        const hyfi_conv2d_args *a, int acc);
-/* The most scratchpad one oneDNN call of the two above may take (default
- * 64 MB): a larger call runs in pieces (images, then channel blocks of its
- * result) that give the same bits. For tests; not thread-safe. */
+/* The most scratch one oneDNN call of the two above may take (default
+ * 32 MB: oneDNN's scratchpad, and an accumulating backward data's float32
+ * result): a larger call runs in pieces (images, then channel blocks of its
+ * result) that give the same bits (strided forwards: within a bf16 unit).
+ * 0: the default. For tests; not thread-safe. */
 void hyfi_conv2d_cpu_bf16_set_scratch_cap(size_t bytes);
 /* dw (Cout,Cin/G,KH,KW), db (Cout) or NULL: float32; dy, x bf16 */
 int hyfi_conv2d_backward_weight_cpu_bf16(float *dw, float *db, const uint16_t *dy,
@@ -285,6 +287,10 @@ int hyfi_concat_forward_ref(float *y, const float *x, const hyfi_concat_args *a)
 int hyfi_concat_backward_ref(float *dx, const float *dy, const hyfi_concat_args *a, int acc);
 int hyfi_concat_forward_cpu(float *y, const float *x, const hyfi_concat_args *a);
 int hyfi_concat_backward_cpu(float *dx, const float *dy, const hyfi_concat_args *a, int acc);
+/* The same on bf16 storage (kernels.h "bfloat16"), bitwise the staged calls. */
+int hyfi_concat_forward_bf16(uint16_t *y, const uint16_t *x, const hyfi_concat_args *a);
+int hyfi_concat_backward_bf16(uint16_t *dx, const uint16_t *dy, const hyfi_concat_args *a,
+                              int acc);
 
 /* --------------------------------------------------------------------- fc */
 typedef struct {
