@@ -37,6 +37,7 @@
  * storage kernels (batchnorm_cpu_bf16.c).
  */
 #include "kernels.h"
+#include "isa.h"
 
 /* float32 storage: the kernels of batchnorm_cpu_body.h on float buffers */
 #define BN_T float
@@ -44,5 +45,5 @@
 #define BN_ST(f) (f)
 #define BN_VIEW_DECL(b) (void)0
 #define BN_VIEW(b, p, n) (p)
-#define BN_NAME(op) hyfi_batchnorm_##op##_cpu
+#define BN_NAME(op) HYFI_ISA(hyfi_batchnorm_##op##_cpu)
 #include "batchnorm_cpu_body.h"

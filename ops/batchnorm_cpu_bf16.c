@@ -7,6 +7,7 @@
  * before: docs/results.md). The per-channel sums of plain NCHW widen one row
  * block at a time into a float buffer on the stack and run the float loop. */
 #include "kernels.h"
+#include "isa.h"
 #include "bf16_inline.h"
 
 #include <stdint.h>
@@ -24,5 +25,5 @@ static const float *bn_view(float *buf, const uint16_t *p, size_t n)
 #define BN_ST(f) hyfi_bf16_narrow(f)
 #define BN_VIEW_DECL(b) float b[HYFI_BN_BLOCK]
 #define BN_VIEW(b, p, n) bn_view(b, p, n)
-#define BN_NAME(op) hyfi_batchnorm_##op##_bf16
+#define BN_NAME(op) HYFI_ISA(hyfi_batchnorm_##op##_bf16)
 #include "batchnorm_cpu_body.h"

@@ -19,7 +19,6 @@
  * Scratch slots within one call: 0 to 3, as conv2d_cpu.c. */
 #include "kernels.h"
 #include "dnnl_common.h"
-#include "bf16_inline.h"
 
 #include <cpuid.h>
 #include <pthread.h>
@@ -345,15 +344,6 @@ static void split(int n, int C, int blk, int wei_blk, int groups, size_t pad, in
     *k = blocks > 1 ? blocks : 1;
 }
 
-/* out dx (count) bf16 = round(dx + r), r float32 (one rounding: the staged
- * path's widen, add, narrow) */
-static void add_round(uint16_t *dx, const float *r, size_t count)
-{
-#pragma omp parallel for simd schedule(static) if (count >= ((size_t)1 << 16))
-    for (size_t i = 0; i < count; i++)
-        dx[i] = hyfi_bf16_narrow(hyfi_bf16_widen(dx[i]) + r[i]);
-}
-
 /* y (N,Cout,Ho,Wo) bf16, x (N,Cin,H,W) bf16, w (Cout,Cin/G,KH,KW), b (Cout) or NULL:
  * one piece, a its shape; wfull the whole call's weights (sub-memory at oc0) */
 static int fwd_piece(uint16_t *y, const uint16_t *x, const float *w, const float *b,
@@ -461,7 +451,8 @@ static int bwdd_piece(uint16_t *dx, const uint16_t *dy, const float *w,
             CK(hyfi_dnnl_reorder(dsrc.prim, flat.prim));
             r = s;
         }
-        add_round(dx, r, (size_t)a->n * a->c_in * a->h * a->w);
+        /* one rounding: the staged path's widen, add, narrow */
+        CK(hyfi_accumulate_f32_bf16(dx, r, (size_t)a->n * a->c_in * a->h * a->w));
     }
 out:
     if (dsrc.prim == dsrc.user) dsrc.prim = NULL;

@@ -4,6 +4,7 @@
  * instruction), split over the calling worker's OpenMP threads from
  * ROUND_PAR_MIN elements on (eltwise_cpu.c's rule): a memory-bound pass. */
 #include "kernels.h"
+#include "isa.h"
 #include "bf16_inline.h"
 
 #include <string.h>
@@ -13,7 +14,7 @@
 #define round_bits hyfi_bf16_round_bits /* bf16_inline.h */
 
 /* x (count): each value replaced by its bf16 rounding, bitwise as _ref */
-int hyfi_bf16_round_cpu(float *x, size_t count)
+int HYFI_ISA(hyfi_bf16_round_cpu)(float *x, size_t count)
 {
     uint32_t *w = (uint32_t *)(void *)x; /* float32 and uint32 words: the same bytes */
     const long n = (long)count;
@@ -26,7 +27,7 @@ int hyfi_bf16_round_cpu(float *x, size_t count)
  * (the engine's host writes), where an OpenMP team would be a new one whose
  * threads then spin on the workers' cores (measured: rounding each step's
  * input images on the main thread cost ResNet-18 20% of its images/s). */
-int hyfi_bf16_round_serial(float *x, size_t count)
+int HYFI_ISA(hyfi_bf16_round_serial)(float *x, size_t count)
 {
     uint32_t *w = (uint32_t *)(void *)x;
     for (size_t i = 0; i < count; i++) w[i] = round_bits(w[i]);
@@ -34,7 +35,7 @@ int hyfi_bf16_round_serial(float *x, size_t count)
 }
 
 /* out (count) = bf16 rounding of x (count) */
-int hyfi_bf16_round_copy_cpu(float *out, const float *x, size_t count)
+int HYFI_ISA(hyfi_bf16_round_copy_cpu)(float *out, const float *x, size_t count)
 {
     const uint32_t *u = (const uint32_t *)(const void *)x;
     uint32_t *w = (uint32_t *)(void *)out;
@@ -49,7 +50,7 @@ int hyfi_bf16_round_copy_cpu(float *out, const float *x, size_t count)
  * over the worker's OpenMP threads, _serial on the calling thread alone. */
 static inline uint16_t narrow(uint32_t u) { return (uint16_t)(round_bits(u) >> 16); }
 
-int hyfi_bf16_to_f32_cpu(float *out, const uint16_t *in, size_t count)
+int HYFI_ISA(hyfi_bf16_to_f32_cpu)(float *out, const uint16_t *in, size_t count)
 {
     uint32_t *w = (uint32_t *)(void *)out;
     const long n = (long)count;
@@ -58,7 +59,7 @@ int hyfi_bf16_to_f32_cpu(float *out, const uint16_t *in, size_t count)
     return 0;
 }
 
-int hyfi_f32_to_bf16_cpu(uint16_t *out, const float *in, size_t count)
+int HYFI_ISA(hyfi_f32_to_bf16_cpu)(uint16_t *out, const float *in, size_t count)
 {
     const uint32_t *u = (const uint32_t *)(const void *)in;
     const long n = (long)count;
@@ -67,16 +68,21 @@ int hyfi_f32_to_bf16_cpu(uint16_t *out, const float *in, size_t count)
     return 0;
 }
 
-int hyfi_bf16_to_f32_serial(float *out, const uint16_t *in, size_t count)
+int HYFI_ISA(hyfi_bf16_to_f32_serial)(float *out, const uint16_t *in, size_t count)
 {
     uint32_t *w = (uint32_t *)(void *)out;
     for (size_t i = 0; i < count; i++) w[i] = (uint32_t)in[i] << 16;
     return 0;
 }
 
-int hyfi_f32_to_bf16_serial(uint16_t *out, const float *in, size_t count)
+int HYFI_ISA(hyfi_f32_to_bf16_serial)(uint16_t *out, const float *in, size_t count)
 {
     const uint32_t *u = (const uint32_t *)(const void *)in;
     for (size_t i = 0; i < count; i++) out[i] = narrow(u[i]);
     return 0;
 }
+
+#if !defined(HYFI_ISA_BASE) && !defined(HYFI_ISA_V4)
+/* compiled once (no AVX-512 build: ops/isa.h) */
+int hyfi_isa_avx512(void) { return 0; }
+#endif

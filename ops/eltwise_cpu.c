@@ -11,12 +11,13 @@
  * core's cache. Each loop reads and writes index i only, so fully in-place calls
  * (y == x, dst == src) are fine. */
 #include "kernels.h"
+#include "isa.h"
 
 /* Below this many elements one thread does it (fork/join costs more). */
 #define HYFI_ELT_PAR_MIN ((long)1 << 16)
 
 /* y (count) = max(x, 0), x (count) */
-int hyfi_relu_forward_cpu(float *y, const float *x, size_t count)
+int HYFI_ISA(hyfi_relu_forward_cpu)(float *y, const float *x, size_t count)
 {
     const long n = (long)count;
 #pragma omp parallel for simd schedule(static) if (n >= HYFI_ELT_PAR_MIN)
@@ -28,7 +29,7 @@ int hyfi_relu_forward_cpu(float *y, const float *x, size_t count)
 }
 
 /* dx (count) (+)= dy where y > 0 else 0; dy, y (count) */
-int hyfi_relu_backward_cpu(float *dx, const float *dy, const float *y, size_t count, int acc)
+int HYFI_ISA(hyfi_relu_backward_cpu)(float *dx, const float *dy, const float *y, size_t count, int acc)
 {
     const long n = (long)count;
     /* dy is loaded unconditionally so that the select if-converts. */
@@ -49,7 +50,7 @@ int hyfi_relu_backward_cpu(float *dx, const float *dy, const float *y, size_t co
 }
 
 /* y (count) = a + b; a, b (count) */
-int hyfi_add_forward_cpu(float *y, const float *a, const float *b, size_t count)
+int HYFI_ISA(hyfi_add_forward_cpu)(float *y, const float *a, const float *b, size_t count)
 {
     const long n = (long)count;
 #pragma omp parallel for simd schedule(static) if (n >= HYFI_ELT_PAR_MIN)
@@ -58,7 +59,7 @@ int hyfi_add_forward_cpu(float *y, const float *a, const float *b, size_t count)
 }
 
 /* dst (count) = acc ? dst + src : src; src (count) */
-int hyfi_accumulate_cpu(float *dst, const float *src, size_t count, int acc)
+int HYFI_ISA(hyfi_accumulate_cpu)(float *dst, const float *src, size_t count, int acc)
 {
     const long n = (long)count;
     if (!acc) {
@@ -72,7 +73,7 @@ int hyfi_accumulate_cpu(float *dst, const float *src, size_t count, int acc)
 }
 
 /* dst (count) = value */
-int hyfi_fill_cpu(float *dst, float value, size_t count)
+int HYFI_ISA(hyfi_fill_cpu)(float *dst, float value, size_t count)
 {
     const long n = (long)count;
 #pragma omp parallel for simd schedule(static) if (n >= HYFI_ELT_PAR_MIN)

@@ -5,6 +5,7 @@
  * extra passes and the scratch. Split over the worker's OpenMP threads as
  * eltwise_cpu.c. */
 #include "kernels.h"
+#include "isa.h"
 #include "bf16_inline.h"
 
 #include <string.h>
@@ -12,7 +13,7 @@
 #define PAR_MIN ((long)1 << 16)
 
 /* y (count) = max(x, 0); x (count); bf16 */
-int hyfi_relu_forward_bf16(uint16_t *y, const uint16_t *x, size_t count)
+int HYFI_ISA(hyfi_relu_forward_bf16)(uint16_t *y, const uint16_t *x, size_t count)
 {
     const long n = (long)count;
 #pragma omp parallel for simd schedule(static) if (n >= PAR_MIN)
@@ -24,7 +25,7 @@ int hyfi_relu_forward_bf16(uint16_t *y, const uint16_t *x, size_t count)
 }
 
 /* dx (count) (+)= dy where y > 0 else 0; dy, y (count); bf16 */
-int hyfi_relu_backward_bf16(uint16_t *dx, const uint16_t *dy, const uint16_t *y, size_t count,
+int HYFI_ISA(hyfi_relu_backward_bf16)(uint16_t *dx, const uint16_t *dy, const uint16_t *y, size_t count,
                             int acc)
 {
     const long n = (long)count;
@@ -46,7 +47,7 @@ int hyfi_relu_backward_bf16(uint16_t *dx, const uint16_t *dy, const uint16_t *y,
 }
 
 /* y (count) = a + b; a, b (count); bf16 */
-int hyfi_add_forward_bf16(uint16_t *y, const uint16_t *a, const uint16_t *b, size_t count)
+int HYFI_ISA(hyfi_add_forward_bf16)(uint16_t *y, const uint16_t *a, const uint16_t *b, size_t count)
 {
     const long n = (long)count;
 #pragma omp parallel for simd schedule(static) if (n >= PAR_MIN)
@@ -56,7 +57,7 @@ int hyfi_add_forward_bf16(uint16_t *y, const uint16_t *a, const uint16_t *b, siz
 }
 
 /* dst (count) = acc ? dst + src : src; src (count); bf16 */
-int hyfi_accumulate_bf16(uint16_t *dst, const uint16_t *src, size_t count, int acc)
+int HYFI_ISA(hyfi_accumulate_bf16)(uint16_t *dst, const uint16_t *src, size_t count, int acc)
 {
     const long n = (long)count;
     if (!acc) {
@@ -69,8 +70,18 @@ int hyfi_accumulate_bf16(uint16_t *dst, const uint16_t *src, size_t count, int a
     return 0;
 }
 
+/* dst (count) bf16 = round(dst + src), src (count) float32: one rounding (a
+ * float32 result added into bf16 storage: the accumulating bf16 convolution) */
+int HYFI_ISA(hyfi_accumulate_f32_bf16)(uint16_t *dst, const float *src, size_t count)
+{
+    const long n = (long)count;
+#pragma omp parallel for simd schedule(static) if (n >= PAR_MIN)
+    for (long i = 0; i < n; i++) dst[i] = hyfi_bf16_narrow(hyfi_bf16_widen(dst[i]) + src[i]);
+    return 0;
+}
+
 /* dst (count) = value rounded to bf16 */
-int hyfi_fill_bf16(uint16_t *dst, float value, size_t count)
+int HYFI_ISA(hyfi_fill_bf16)(uint16_t *dst, float value, size_t count)
 {
     const uint16_t v = hyfi_bf16_narrow(value);
     const long n = (long)count;

@@ -141,6 +141,9 @@ int hyfi_bf16_to_f32_cpu(float *out, const uint16_t *in, size_t count);
 int hyfi_f32_to_bf16_cpu(uint16_t *out, const float *in, size_t count);
 int hyfi_bf16_to_f32_serial(float *out, const uint16_t *in, size_t count);
 int hyfi_f32_to_bf16_serial(uint16_t *out, const float *in, size_t count);
+/* Whether the element-wise bf16 kernels run their AVX-512 build in this
+ * process (ops/isa.h); 0 where there is none. */
+int hyfi_isa_avx512(void);
 
 /* --------------------------------------------------------------- batchnorm */
 typedef struct {
@@ -226,6 +229,8 @@ int hyfi_relu_backward_bf16(uint16_t *dx, const uint16_t *dy, const uint16_t *y,
                             int acc);
 int hyfi_add_forward_bf16(uint16_t *y, const uint16_t *a, const uint16_t *b, size_t count);
 int hyfi_accumulate_bf16(uint16_t *dst, const uint16_t *src, size_t count, int acc);
+/* dst (count) bf16 = round(dst + src), src (count) float32 */
+int hyfi_accumulate_f32_bf16(uint16_t *dst, const float *src, size_t count);
 int hyfi_fill_bf16(uint16_t *dst, float value, size_t count);
 
 /* ------------------------------------------------------------------- pool */

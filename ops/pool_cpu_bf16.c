@@ -9,6 +9,7 @@
  * one rounding, as staged). Units split over the worker's OpenMP threads as
  * pool_cpu.c splits planes. */
 #include "kernels.h"
+#include "isa.h"
 #include "bf16_inline.h"
 
 #include <stdint.h>
@@ -83,33 +84,33 @@ static int pool_bf16(int op, uint16_t *out, const uint16_t *in, const uint16_t *
     return bad ? -1 : 0;
 }
 
-int hyfi_maxpool_forward_bf16(uint16_t *y, const uint16_t *x, const hyfi_pool_args *a)
+int HYFI_ISA(hyfi_maxpool_forward_bf16)(uint16_t *y, const uint16_t *x, const hyfi_pool_args *a)
 {
     return pool_bf16(MAX_FWD, y, x, NULL, a, 0);
 }
 
-int hyfi_avgpool_forward_bf16(uint16_t *y, const uint16_t *x, const hyfi_pool_args *a)
+int HYFI_ISA(hyfi_avgpool_forward_bf16)(uint16_t *y, const uint16_t *x, const hyfi_pool_args *a)
 {
     return pool_bf16(AVG_FWD, y, x, NULL, a, 0);
 }
 
-int hyfi_gap_forward_bf16(uint16_t *y, const uint16_t *x, const hyfi_pool_args *a)
+int HYFI_ISA(hyfi_gap_forward_bf16)(uint16_t *y, const uint16_t *x, const hyfi_pool_args *a)
 {
     return pool_bf16(GAP_FWD, y, x, NULL, a, 0);
 }
 
-int hyfi_maxpool_backward_bf16(uint16_t *dx, const uint16_t *dy, const uint16_t *x,
+int HYFI_ISA(hyfi_maxpool_backward_bf16)(uint16_t *dx, const uint16_t *dy, const uint16_t *x,
                                const hyfi_pool_args *a, int acc)
 {
     return pool_bf16(MAX_BWD, dx, dy, x, a, acc);
 }
 
-int hyfi_avgpool_backward_bf16(uint16_t *dx, const uint16_t *dy, const hyfi_pool_args *a, int acc)
+int HYFI_ISA(hyfi_avgpool_backward_bf16)(uint16_t *dx, const uint16_t *dy, const hyfi_pool_args *a, int acc)
 {
     return pool_bf16(AVG_BWD, dx, dy, NULL, a, acc);
 }
 
-int hyfi_gap_backward_bf16(uint16_t *dx, const uint16_t *dy, const hyfi_pool_args *a, int acc)
+int HYFI_ISA(hyfi_gap_backward_bf16)(uint16_t *dx, const uint16_t *dy, const hyfi_pool_args *a, int acc)
 {
     return pool_bf16(GAP_BWD, dx, dy, NULL, a, acc);
 }

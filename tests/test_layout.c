@@ -13,9 +13,13 @@
  * hyfi_grad_read (NCHW either way). The kernels differ (blocked 1x1
  * convolutions instead of GEMMs, batch-norm sums per lane), so round-off
  * differs, and a value within round-off of a ReLU's kink may fall on its
- * other side: at most 0.5% of the entries outside 1e-5 + 1e-4 |x| and
+ * other side: at most 2% of the entries outside 1e-5 + 1e-4 |x| and
  * ||got - want|| <= 1e-2 ||want|| (a wrong layout scrambles every channel,
- * far beyond that). The NCHW run must have blocked nothing; where the
+ * far beyond that). Measured on ResNet-18's gradients after step 2 (2-core
+ * EPYC): 0.07% of the entries, 5.5e-4 norm-wise, with the baseline builds of
+ * the batch-norm kernels; 1.2%, 1.5e-3 with their AVX-512 builds (ops/isa.h:
+ * the plain layout's per-channel sums in 16 lanes instead of 4), the weights
+ * 0.03%, 2e-5. The NCHW run must have blocked nothing; where the
  * default blocks nothing either (a CPU without AVX2), the test skips (77).
  * (At 32x32 with batch 2 ResNet-18's last batch norms normalise 2 values per
  * channel, which turns round-off into 1e-3 differences of the loss: hence
@@ -161,7 +165,7 @@ static void free_result(result *r)
     free(r->grad), free(r->weight), free(r->act), free(r->gact);
 }
 
-/* Entries outside 1e-5 + 1e-4 |want| at most 0.5%, norm of the difference at
+/* Entries outside 1e-5 + 1e-4 |want| at most 2%, norm of the difference at
  * most 1e-2 of want's. */
 static int close_enough(const char *what, const float *got, const float *want, size_t n)
 {
@@ -172,7 +176,7 @@ static int close_enough(const char *what, const float *got, const float *want, s
         out += fabs(d) > 1e-5 + 1e-4 * fabs(want[i]) || !isfinite(got[i]);
         d2 += d * d, w2 += (double)want[i] * want[i];
     }
-    const int ok = out <= n / 200 && sqrt(d2) <= 1e-2 * sqrt(w2) + 1e-12;
+    const int ok = out <= n / 50 && sqrt(d2) <= 1e-2 * sqrt(w2) + 1e-12;
     printf("%s %s: %zu of %zu entries outside, |d| / |want| = %.2e\n", ok ? "ok  " : "FAIL",
            what, out, n, w2 > 0 ? sqrt(d2 / w2) : sqrt(d2));
     return ok;

@@ -223,6 +223,48 @@ static void test_concat_bf16(uint64_t *seed)
     free(y), free(x), free(w), free(g), free(hy), free(hx);
 }
 
+#if HYFI_TEST_ISA
+/* The element-wise bf16 files' two builds (ops/isa.h), called by name: the
+ * same bits on random values with NaNs, infinities, subnormals and ties. */
+int hyfi_f32_to_bf16_cpu_base(uint16_t *out, const float *in, size_t count);
+int hyfi_f32_to_bf16_cpu_v4(uint16_t *out, const float *in, size_t count);
+int hyfi_bf16_round_copy_cpu_base(float *out, const float *x, size_t count);
+int hyfi_bf16_round_copy_cpu_v4(float *out, const float *x, size_t count);
+int hyfi_relu_backward_bf16_base(uint16_t *dx, const uint16_t *dy, const uint16_t *y,
+                                 size_t count, int acc);
+int hyfi_relu_backward_bf16_v4(uint16_t *dx, const uint16_t *dy, const uint16_t *y,
+                               size_t count, int acc);
+int hyfi_accumulate_f32_bf16_base(uint16_t *dst, const float *src, size_t count);
+int hyfi_accumulate_f32_bf16_v4(uint16_t *dst, const float *src, size_t count);
+
+static void test_isa_builds(uint64_t *seed)
+{
+    if (!hyfi_isa_avx512()) {
+        printf("AVX-512 builds: this CPU does not run them (baseline only)\n");
+        return;
+    }
+    const size_t n = 300007;
+    float *a = tu_alloc(n), *b = tu_alloc(n), *fa = tu_alloc(n), *fb = tu_alloc(n);
+    uint16_t *ha = malloc(n * 2), *hb = malloc(n * 2), *hc = malloc(n * 2), *hd = malloc(n * 2);
+    for (size_t i = 0; i < n; i++) a[i] = random_float(seed);
+    tu_fill(b, n, seed, -1, 1);
+    size_t d = 0;
+    hyfi_f32_to_bf16_cpu_base(ha, a, n), hyfi_f32_to_bf16_cpu_v4(hb, a, n);
+    for (size_t i = 0; i < n; i++) d += ha[i] != hb[i];
+    hyfi_bf16_round_copy_cpu_base(fa, a, n), hyfi_bf16_round_copy_cpu_v4(fb, a, n);
+    for (size_t i = 0; i < n; i++) d += bits(fa[i]) != bits(fb[i]);
+    hyfi_f32_to_bf16_cpu_base(hc, b, n);
+    memcpy(hd, hc, n * 2);
+    hyfi_relu_backward_bf16_base(hc, ha, hb, n, 1), hyfi_relu_backward_bf16_v4(hd, ha, hb, n, 1);
+    for (size_t i = 0; i < n; i++) d += hc[i] != hd[i];
+    hyfi_accumulate_f32_bf16_base(hc, a, n), hyfi_accumulate_f32_bf16_v4(hd, a, n);
+    for (size_t i = 0; i < n; i++) d += hc[i] != hd[i];
+    printf("AVX-512 and baseline builds: %zu values differ\n", d);
+    tu_check(d != 0, "bf16 element-wise kernels: AVX-512 build = baseline build");
+    free(a), free(b), free(fa), free(fb), free(ha), free(hb), free(hc), free(hd);
+}
+#endif
+
 /* (5) y/dx of the bf16 kernels against the float32 kernels on widened
  * copies with y/dx rounded; statistics and parameter gradients bitwise. */
 static size_t bn_diff(const float *want, const float *got, size_t n)
@@ -373,5 +415,8 @@ int main(void)
     test_pool_bf16(2, 16, 13, 13, 3, 2, 1, 8, &seed); /* nChw8c */
     test_pool_bf16(2, 32, 64, 33, 2, 2, 0, 16, &seed); /* nChw16c, split */
     test_concat_bf16(&seed);
+#if HYFI_TEST_ISA
+    test_isa_builds(&seed);
+#endif
     return tu_finish();
 }
