@@ -40,6 +40,8 @@
 #   --steps N       steps per run (seconds per image from the last) [2]
 #   --timeout S     seconds a run may take [5400]
 #   --kinds LIST    configurations to run [untiled,tiled,tiled-rc,tiled-rc-swap,torch,torch-ckpt]
+#   --precisions LIST  hyfi's --precision for each hyfi configuration, e.g.
+#                   fp32,bf16 side by side (PyTorch's runs stay fp32) [fp32]
 #   --quick 1       sizes 512,1024, tiles 4, ranks 5 (about half an hour here)
 #   --plot FILE     also draw seconds per image against pixels (log-log, with a
 #                   line growing linearly in pixels through the largest run's
@@ -49,17 +51,21 @@
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 models="resnet50,amoebanet" amoeba="6 64" sizes="1024,2048,4096,8192" tiles=16 ranks=16
-budget_mb=1024 swap_mb=8192 steps=2 timeout=5400 quick=0 plot=""
+budget_mb=1024 swap_mb=8192 steps=2 timeout=5400 quick=0 plot="" precisions=fp32
 kinds="untiled,tiled,tiled-rc,tiled-rc-swap,torch,torch-ckpt" bdir="$root/build" out=""
 # shellcheck source=common.sh
 source "$root/bench/common.sh"
-bench_opts="models amoeba sizes tiles ranks budget_mb swap_mb steps timeout kinds quick out plot"
+bench_opts="models amoeba sizes tiles ranks budget_mb swap_mb steps timeout kinds quick out plot precisions"
 bench_parse "$@"
 if [ "$quick" = 1 ]; then sizes="512,1024" tiles=4 ranks=5; fi
 bench_setup bench-highres
 IFS=, read -r -a mlist <<<"$models"
 IFS=, read -r -a slist <<<"$sizes"
 IFS=, read -r -a klist <<<"$kinds"
+IFS=, read -r -a plist <<<"$precisions"
+for p in "${plist[@]}"; do
+  case "$p" in fp32|bf16) ;; *) echo "highres.sh: --precisions: '$p' is not fp32 or bf16" >&2; exit 2 ;; esac
+done
 tpy=/usr/bin/python3 # Debian's python3-torch
 start=$(date +%s)
 
@@ -72,8 +78,8 @@ model_flags() { # model -> hyfi-train flags
 }
 
 # One configuration: appends a JSON line to runs.jsonl.
-run_cfg() { # kind model size
-  local kind=$1 model=$2 size=$3 log="$out/$1.$2.$3" data
+run_cfg() { # kind model size precision
+  local kind=$1 model=$2 size=$3 prec=$4 log="$out/$1.$2.$3.$4" data
   data=$(bench_slides "$size")
   local -a mf
   read -r -a mf <<<"$(model_flags "$model")"
@@ -84,7 +90,8 @@ run_cfg() { # kind model size
   per=$(( (places + nr - 1) / nr ))
   # --watchdog 0: the head's rank waits legitimately long for a swapping stage 0
   local args=("${mf[@]}" --dataset slides --datapath "$data" --batch-size 1 --num-classes 2
-              --steps "$steps" --print-freq 1 --metrics "$log.metrics" --watchdog 0)
+              --steps "$steps" --print-freq 1 --metrics "$log.metrics" --watchdog 0
+              --precision "$prec")
   local tile=(--split-size 2 --balance "$((layers - 1)),1" --spatial-size 1
               --num-spatial-parts "$tiles" --slice-method square)
   local t0 rc=0 mem_mb
@@ -117,9 +124,9 @@ run_cfg() { # kind model size
         --datapath "$data" --steps "$steps" --budget-mb "$budget_mb" "${ck[@]}" \
         --metrics "$log.metrics" >"$log.log" 2>&1 || rc=$? ;;
   esac
-  python3 - "$kind" "$model" "$size" "$log" "$rc" "$t0" "$nr" "$per" <<'PY' >>"$out/runs.jsonl"
+  python3 - "$kind" "$model" "$size" "$log" "$rc" "$t0" "$nr" "$per" "$prec" <<'PY' >>"$out/runs.jsonl"
 import json, re, sys, time
-kind, model, size, log, rc, t0, nr, per = sys.argv[1:9]
+kind, model, size, log, rc, t0, nr, per, prec = sys.argv[1:10]
 text = open(log + ".log", errors="replace").read()
 steps = []
 try:
@@ -143,7 +150,8 @@ why = ""
 if status != "ran":
     lines = [l for l in text.splitlines() if l.strip()]
     why = lines[-1][:300] if lines else ""
-print(json.dumps({"kind": kind, "model": model, "size": int(size), "status": status,
+print(json.dumps({"kind": kind, "model": model, "size": int(size), "precision": prec,
+                  "status": status,
                   "ranks": int(nr) if kind.startswith("tiled") else 1,
                   "places_per_rank": int(per) if kind.startswith("tiled") else 1,
                   "s_per_image": 1 / steps[-1]["images_per_sec"] if steps else None,
@@ -157,7 +165,10 @@ PY
 : >"$out/runs.jsonl"
 for m in "${mlist[@]}"; do
   for s in "${slist[@]}"; do
-    for k in "${klist[@]}"; do run_cfg "$k" "$m" "$s"; done
+    for k in "${klist[@]}"; do
+      if [[ $k == torch* ]]; then run_cfg "$k" "$m" "$s" fp32; continue; fi
+      for p in "${plist[@]}"; do run_cfg "$k" "$m" "$s" "$p"; done
+    done
   done
 done
 {
@@ -169,13 +180,13 @@ done
   python3 - "$out/runs.jsonl" <<'PY'
 import json, sys
 runs = [json.loads(l) for l in open(sys.argv[1])]
-print("| model | image | config | ranks | result | s/image | peak MB per rank (max) "
+print("| model | image | config | precision | ranks | result | s/image | peak MB per rank (max) "
       "| stated bound MB (max) | ranks above it | note |")
-print("|---|---|---|---|---|---|---|---|---|---|")
+print("|---|---|---|---|---|---|---|---|---|---|---|")
 for r in runs:
     b = r.get("bound_mb") or []
-    print("| %s | %d² | %s | %d | %s | %s | %s | %s | %s | %s |" % (
-        r["model"], r["size"], r["kind"], r["ranks"], r["status"],
+    print("| %s | %d² | %s | %s | %d | %s | %s | %s | %s | %s | %s |" % (
+        r["model"], r["size"], r["kind"], r.get("precision", "fp32"), r["ranks"], r["status"],
         "%.1f" % r["s_per_image"] if r["s_per_image"] else "–",
         "%.0f" % max(r["peak_mb"]) if r["peak_mb"] else "–",
         "%.0f" % max(b) if b else "–", r.get("ranks_above_bound", 0) if b else "–",
@@ -197,12 +208,13 @@ runs = [json.loads(l) for l in open(sys.argv[1])]
 series = collections.defaultdict(list)
 for r in runs:
     if r["status"] == "ran" and r["s_per_image"]:
-        series[(r["model"], r["kind"], r["ranks"])].append((r["size"] ** 2, r["s_per_image"]))
+        series[(r["model"], r["kind"], r.get("precision", "fp32"), r["ranks"])].append(
+            (r["size"] ** 2, r["s_per_image"]))
 fig, ax = plt.subplots(figsize=(6.4, 4.4))
-for (model, kind, ranks), pts in sorted(series.items()):
+for (model, kind, prec, ranks), pts in sorted(series.items()):
     pts.sort()
     x, y = [p[0] / 1e6 for p in pts], [p[1] for p in pts]
-    line, = ax.loglog(x, y, "o-", label="%s, %s, %d ranks" % (model, kind, ranks))
+    line, = ax.loglog(x, y, "o-", label="%s, %s, %s, %d ranks" % (model, kind, prec, ranks))
     if len(pts) > 1:
         ax.loglog([x[0], x[-1]], [y[-1] * x[0] / x[-1], y[-1]], ":", color=line.get_color(),
                   label="linear in pixels through %.0f²" % pts[-1][0] ** 0.5)
