@@ -10,13 +10,21 @@
 
 #include <string.h>
 
+/* The forward in either storage: per sample, the part's block of elem-byte
+ * values copied into its channels of y. */
+static void forward_copy(void *y, const void *x, const hyfi_concat_args *a, size_t elem)
+{
+    const size_t block = (size_t)a->c_part * a->hw * elem;
+    const size_t ystride = (size_t)a->c_total * a->hw * elem;
+    const size_t yoff = (size_t)a->c_offset * a->hw * elem;
+    for (int n = 0; n < a->n; n++)
+        memcpy((char *)y + n * ystride + yoff, (const char *)x + n * block, block);
+}
+
 /* y (N,c_total,H,W): channels [c_offset, c_offset+c_part) = x (N,c_part,H,W) */
 int hyfi_concat_forward_cpu(float *y, const float *x, const hyfi_concat_args *a)
 {
-    size_t block = (size_t)a->c_part * a->hw;
-    size_t ystride = (size_t)a->c_total * a->hw, yoff = (size_t)a->c_offset * a->hw;
-    for (int n = 0; n < a->n; n++)
-        memcpy(y + n * ystride + yoff, x + n * block, block * sizeof(float));
+    forward_copy(y, x, a, sizeof(float));
     return 0;
 }
 
@@ -43,10 +51,7 @@ int hyfi_concat_backward_cpu(float *dx, const float *dy, const hyfi_concat_args 
 /* y (N,c_total,H,W) bf16: channels [c_offset, c_offset+c_part) = x (N,c_part,H,W) bf16 */
 int hyfi_concat_forward_bf16(uint16_t *y, const uint16_t *x, const hyfi_concat_args *a)
 {
-    size_t block = (size_t)a->c_part * a->hw;
-    size_t ystride = (size_t)a->c_total * a->hw, yoff = (size_t)a->c_offset * a->hw;
-    for (int n = 0; n < a->n; n++)
-        memcpy(y + n * ystride + yoff, x + n * block, block * sizeof(uint16_t));
+    forward_copy(y, x, a, sizeof(uint16_t));
     return 0;
 }
 

@@ -377,33 +377,6 @@ out:
     return rc;
 }
 
-/* y (N,Cout,Ho,Wo) bf16, x (N,Cin,H,W) bf16, w (Cout,Cin/G,KH,KW), b (Cout) or NULL */
-int hyfi_conv2d_forward_cpu_bf16(uint16_t *y, const uint16_t *x, const float *w, const float *b,
-                                 const hyfi_conv2d_args *a)
-{
-    bdesc d;
-    if (!y || !x || !w || bdesc_init(&d, a)) return -1;
-    hyfi_dnnl_cache_trim();
-    const hyfi_dnnl_prim *p = prim(&d, a, a->has_bias && b, DIR_FWD, 0);
-    if (!p) return -1;
-    int nn, k;
-    split(a->n, a->c_out, a->dst_blk, a->wei_blk, a->groups, pad_bytes(p), &nn, &k);
-    if (nn == a->n && k == 1) return fwd_piece(y, x, w, b, a, NULL, 0);
-    const size_t xs = (size_t)a->c_in * a->h * a->w, ys = (size_t)a->c_out * a->ho * a->wo;
-    for (int n0 = 0; n0 < a->n; n0 += nn) {
-        hyfi_conv2d_args q = *a;
-        q.n = a->n - n0 < nn ? a->n - n0 : nn;
-        q.c_out = a->c_out / k;
-        for (int c = 0; c < k; c++) {
-            const int oc0 = c * q.c_out;
-            const int rc = fwd_piece(y + n0 * ys + (size_t)oc0 * a->ho * a->wo, x + n0 * xs, w,
-                                     b, &q, k > 1 ? &d : NULL, oc0);
-            if (rc) return rc;
-        }
-    }
-    return 0;
-}
-
 /* dx (N,Cin,H,W) bf16, dy (N,Cout,Ho,Wo) bf16, w (Cout,Cin/G,KH,KW): one
  * piece, a its shape; full the whole call's (the weights' sub-memory at ic0) */
 static int bwdd_piece(uint16_t *dx, const uint16_t *dy, const float *w,
@@ -463,34 +436,60 @@ out:
     return rc;
 }
 
+/* A call in its pieces (split): dir DIR_FWD writes out = y from in = x, its
+ * output channels split; DIR_BWD_DATA out = dx from in = dy, its input
+ * channels split. d: the whole call's descriptors; scratch: its scratch. */
+static int run_pieces(int dir, uint16_t *out, const uint16_t *in, const float *w, const float *b,
+                      const hyfi_conv2d_args *a, int acc, const bdesc *d, size_t scratch)
+{
+    const int fwd = dir == DIR_FWD, C = fwd ? a->c_out : a->c_in;
+    int nn, k;
+    split(a->n, C, fwd ? a->dst_blk : a->src_blk, a->wei_blk, a->groups, scratch, &nn, &k);
+    const size_t xs = (size_t)a->c_in * a->h * a->w, ys = (size_t)a->c_out * a->ho * a->wo;
+    const size_t outs = fwd ? ys : xs, ins = fwd ? xs : ys;
+    const size_t plane = fwd ? (size_t)a->ho * a->wo : (size_t)a->h * a->w;
+    for (int n0 = 0; n0 < a->n; n0 += nn) {
+        hyfi_conv2d_args q = *a;
+        q.n = a->n - n0 < nn ? a->n - n0 : nn;
+        *(fwd ? &q.c_out : &q.c_in) = C / k;
+        for (int c = 0; c < k; c++) {
+            const int c0 = c * (C / k);
+            uint16_t *o = out + n0 * outs + (size_t)c0 * plane;
+            const uint16_t *i = in + n0 * ins;
+            const bdesc *full = k > 1 ? d : NULL;
+            const int rc = fwd ? fwd_piece(o, i, w, b, &q, full, c0)
+                               : bwdd_piece(o, i, w, &q, acc, full, c0);
+            if (rc) return rc;
+        }
+    }
+    return 0;
+}
+
+/* y (N,Cout,Ho,Wo) bf16, x (N,Cin,H,W) bf16, w (Cout,Cin/G,KH,KW), b (Cout) or NULL */
+int hyfi_conv2d_forward_cpu_bf16(uint16_t *y, const uint16_t *x, const float *w, const float *b,
+                                 const hyfi_conv2d_args *a)
+{
+    bdesc d;
+    if (!y || !x || !w || bdesc_init(&d, a)) return -1;
+    hyfi_dnnl_cache_trim();
+    const hyfi_dnnl_prim *p = prim(&d, a, a->has_bias && b, DIR_FWD, 0);
+    if (!p) return -1;
+    return run_pieces(DIR_FWD, y, x, w, b, a, 0, &d, pad_bytes(p));
+}
+
 /* dx (N,Cin,H,W) bf16, dy (N,Cout,Ho,Wo) bf16, w (Cout,Cin/G,KH,KW);
  * acc: dx = round(dx + result), the result in float32 */
 int hyfi_conv2d_backward_data_cpu_bf16(uint16_t *dx, const uint16_t *dy, const float *w,
                                        const hyfi_conv2d_args *a, int acc)
 {
     bdesc d;
-    if (bdesc_init(&d, a)) return -1;
+    if (!dx || !dy || !w || bdesc_init(&d, a)) return -1;
     hyfi_dnnl_cache_trim();
     const hyfi_dnnl_prim *p = prim(&d, a, 0, DIR_BWD_DATA, acc);
     if (!p) return -1;
-    int nn, k;
     /* accumulating, the float32 result is scratch too */
     const size_t wide = acc ? (size_t)a->n * a->c_in * a->h * a->w * sizeof(float) : 0;
-    split(a->n, a->c_in, a->src_blk, a->wei_blk, a->groups, pad_bytes(p) + wide, &nn, &k);
-    if (nn == a->n && k == 1) return bwdd_piece(dx, dy, w, a, acc, NULL, 0);
-    const size_t xs = (size_t)a->c_in * a->h * a->w, ys = (size_t)a->c_out * a->ho * a->wo;
-    for (int n0 = 0; n0 < a->n; n0 += nn) {
-        hyfi_conv2d_args q = *a;
-        q.n = a->n - n0 < nn ? a->n - n0 : nn;
-        q.c_in = a->c_in / k;
-        for (int c = 0; c < k; c++) {
-            const int ic0 = c * q.c_in;
-            const int rc = bwdd_piece(dx + n0 * xs + (size_t)ic0 * a->h * a->w, dy + n0 * ys, w,
-                                      &q, acc, k > 1 ? &d : NULL, ic0);
-            if (rc) return rc;
-        }
-    }
-    return 0;
+    return run_pieces(DIR_BWD_DATA, dx, dy, w, NULL, a, acc, &d, pad_bytes(p) + wide);
 }
 
 /* dw (Cout,Cin/G,KH,KW), db (Cout) or NULL, float32; dy (N,Cout,Ho,Wo), x (N,Cin,H,W) bf16 */
