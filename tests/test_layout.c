@@ -310,7 +310,13 @@ static int fused_reads(hyfi_ctx *ctx, const model_config *mc, int image, int bat
 
 int main(void)
 {
-    hyfi_ctx_config cfg = {.device = HYFI_DEVICE_CPU, .mpi = 0};
+    /* One CPU worker on every core, as hyfi-train runs a chain: a kernel's
+     * thread count is then fixed. With a worker per core, cores are lent to
+     * the large kernels while the other worker idles, so a kernel's thread
+     * count (and with it oneDNN's and batch norm's order of sums) follows the
+     * timing: the resumed step 3 differed from the uninterrupted one in 1 run
+     * of 6-16 (before and after the AVX-512 builds). */
+    hyfi_ctx_config cfg = {.device = HYFI_DEVICE_CPU, .mpi = 0, .ncpus = 1};
     hyfi_ctx *ctx;
     if (hyfi_ctx_create(&cfg, &ctx) != HYFI_OK) {
         printf("context: %s\n", hyfi_last_error());
