@@ -243,7 +243,7 @@ static hyfi_status write_file(hyfi_graph *g, const char *who, const char *path,
                 st = hyfi_call_fail(g, HYFI_ERR_NOMEM, "%s: out of memory", who);
                 break;
             }
-            hyfi_f32_to_bf16_ref(half[i], vals[i], t->numel);
+            hyfi_bf16_narrow(half[i], vals[i], t->numel); /* internal.h */
             x->dtype = ST_BF16;
             x->data = half[i];
         }

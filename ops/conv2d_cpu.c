@@ -480,56 +480,6 @@ static int bwdw_gemm(float *dw, float *db, const float *dy, const float *x,
     return bad ? -1 : 0;
 }
 
-/* One tensor argument: `user` wraps the caller's plain buffer, `prim` is what
- * the primitive reads or writes (== user, or scratch in the chosen layout). */
-typedef struct {
-    dnnl_memory_t user, prim;
-} conv_arg;
-
-static void arg_free(conv_arg *t)
-{
-    if (t->prim && t->prim != t->user) dnnl_memory_destroy(t->prim);
-    if (t->user) dnnl_memory_destroy(t->user);
-    t->prim = t->user = NULL;
-}
-
-/* Memory of layout `md` on scratch slot `slot`. */
-static int scratch_mem(dnnl_memory_t *mem, const dnnl_memory_desc_t *md, int slot)
-{
-    size_t bytes = dnnl_memory_desc_get_size(md);
-    float *p = hyfi_cpu_scratch(slot, (bytes + sizeof(float) - 1) / sizeof(float));
-    if (!p) return -1;
-    return hyfi_dnnl_mem(mem, md, p);
-}
-
-/* Input: wrap `ptr` (layout user_md); reorder it into `want` if that differs. */
-static int arg_in(conv_arg *t, const dnnl_memory_desc_t *user_md, const float *ptr,
-                  const dnnl_memory_desc_t *want, int slot)
-{
-    int rc = hyfi_dnnl_mem(&t->user, user_md, (void *)ptr);
-    if (rc) return rc;
-    if (dnnl_memory_desc_equal(user_md, want)) {
-        t->prim = t->user;
-        return 0;
-    }
-    if ((rc = scratch_mem(&t->prim, want, slot))) return rc;
-    return hyfi_dnnl_reorder(t->user, t->prim);
-}
-
-/* Output: the primitive writes straight into `ptr` when the layouts agree and
- * nothing is accumulated, else into scratch (finished by arg_out_finish). */
-static int arg_out(conv_arg *t, const dnnl_memory_desc_t *user_md, float *ptr,
-                   const dnnl_memory_desc_t *want, int slot, int acc)
-{
-    int rc = hyfi_dnnl_mem(&t->user, user_md, ptr);
-    if (rc) return rc;
-    if (!acc && dnnl_memory_desc_equal(user_md, want)) {
-        t->prim = t->user;
-        return 0;
-    }
-    return scratch_mem(&t->prim, want, slot);
-}
-
 /* user += reorder(prim): a reorder with a sum post-op; when oneDNN has none
  * for this pair of layouts, reorder into plain scratch (slot fb_slot) and add. */
 static int reorder_add(dnnl_memory_t prim, dnnl_memory_t user, int fb_slot)
@@ -558,7 +508,7 @@ static int reorder_add(dnnl_memory_t prim, dnnl_memory_t user, int fb_slot)
         if (dnnl_memory_desc_equal(smd, dmd)) {
             CK_DNNL(dnnl_memory_get_data_handle(prim, &sp));
         } else {
-            CK(scratch_mem(&tmp, dmd, fb_slot));
+            CK(hyfi_dnnl_scratch_mem(&tmp, dmd, fb_slot));
             CK(hyfi_dnnl_reorder(prim, tmp));
             CK_DNNL(dnnl_memory_get_data_handle(tmp, &sp));
         }
@@ -576,7 +526,7 @@ out:
 }
 
 /* Bring an output computed in scratch back to the user buffer (add if acc). */
-static int arg_out_finish(conv_arg *t, int acc, int fb_slot)
+static int arg_out_finish(hyfi_dnnl_arg *t, int acc, int fb_slot)
 {
     if (t->prim == t->user) return 0;
     return acc ? reorder_add(t->prim, t->user, fb_slot) : hyfi_dnnl_reorder(t->prim, t->user);
@@ -590,32 +540,32 @@ int hyfi_conv2d_forward_cpu(float *y, const float *x, const float *w, const floa
     conv_desc d;
     const hyfi_dnnl_prim *cp = NULL;
     dnnl_primitive_desc_t pd;
-    conv_arg src = {0}, wei = {0}, bia = {0}, dst = {0};
+    hyfi_dnnl_arg src = {0}, wei = {0}, bia = {0}, dst = {0};
     int rc;
     if (hyfi_conv2d_cpu_gemm(a, 0)) return fwd_gemm(y, x, w, with_bias ? b : NULL, a);
     hyfi_dnnl_cache_trim();
     CK(conv_desc_init(&d, a));
     CK(conv_prim(&cp, &d, a, with_bias, DIR_FWD, y, x, w));
     pd = cp->pd;
-    CK(arg_in(&src, &d.src, x, dnnl_primitive_desc_query_md(pd, dnnl_query_src_md, 0), 0));
-    CK(arg_in(&wei, &d.wei, w, dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0), 1));
-    CK(arg_out(&dst, &d.dst, y, dnnl_primitive_desc_query_md(pd, dnnl_query_dst_md, 0), 2, 0));
+    CK(hyfi_dnnl_arg_in(&src, &d.src, x, dnnl_primitive_desc_query_md(pd, dnnl_query_src_md, 0), 0));
+    CK(hyfi_dnnl_arg_in(&wei, &d.wei, w, dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0), 1));
+    CK(hyfi_dnnl_arg_out(&dst, &d.dst, y, dnnl_primitive_desc_query_md(pd, dnnl_query_dst_md, 0), 2, 0));
     dnnl_exec_arg_t args[4] = {{DNNL_ARG_SRC, src.prim},
                                {DNNL_ARG_WEIGHTS, wei.prim},
                                {DNNL_ARG_DST, dst.prim},
                                {DNNL_ARG_BIAS, NULL}};
     if (with_bias) {
-        CK(arg_in(&bia, &d.bia, b, dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 1),
+        CK(hyfi_dnnl_arg_in(&bia, &d.bia, b, dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 1),
                   3));
         args[3].memory = bia.prim;
     }
     CK(hyfi_dnnl_exec(cp, with_bias ? 4 : 3, args));
     CK(arg_out_finish(&dst, 0, 0));
 out:
-    arg_free(&src);
-    arg_free(&wei);
-    arg_free(&bia);
-    arg_free(&dst);
+    hyfi_dnnl_arg_free(&src);
+    hyfi_dnnl_arg_free(&wei);
+    hyfi_dnnl_arg_free(&bia);
+    hyfi_dnnl_arg_free(&dst);
     return rc;
 }
 
@@ -626,17 +576,17 @@ int hyfi_conv2d_backward_data_cpu(float *dx, const float *dy, const float *w,
     conv_desc d;
     const hyfi_dnnl_prim *cp = NULL;
     dnnl_primitive_desc_t pd;
-    conv_arg ddst = {0}, wei = {0}, dsrc = {0};
+    hyfi_dnnl_arg ddst = {0}, wei = {0}, dsrc = {0};
     int rc;
     if (hyfi_conv2d_cpu_gemm(a, 1)) return bwdd_gemm(dx, dy, w, a, acc);
     hyfi_dnnl_cache_trim();
     CK(conv_desc_init(&d, a));
     CK(conv_prim(&cp, &d, a, 0, DIR_BWD_DATA, dx, dy, w));
     pd = cp->pd;
-    CK(arg_in(&ddst, &d.dst, dy, dnnl_primitive_desc_query_md(pd, dnnl_query_diff_dst_md, 0),
+    CK(hyfi_dnnl_arg_in(&ddst, &d.dst, dy, dnnl_primitive_desc_query_md(pd, dnnl_query_diff_dst_md, 0),
               0));
-    CK(arg_in(&wei, &d.wei, w, dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0), 1));
-    CK(arg_out(&dsrc, &d.src, dx, dnnl_primitive_desc_query_md(pd, dnnl_query_diff_src_md, 0),
+    CK(hyfi_dnnl_arg_in(&wei, &d.wei, w, dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0), 1));
+    CK(hyfi_dnnl_arg_out(&dsrc, &d.src, dx, dnnl_primitive_desc_query_md(pd, dnnl_query_diff_src_md, 0),
                2, acc));
     dnnl_exec_arg_t args[3] = {{DNNL_ARG_DIFF_DST, ddst.prim},
                                {DNNL_ARG_WEIGHTS, wei.prim},
@@ -644,9 +594,9 @@ int hyfi_conv2d_backward_data_cpu(float *dx, const float *dy, const float *w,
     CK(hyfi_dnnl_exec(cp, 3, args));
     CK(arg_out_finish(&dsrc, acc, 0));
 out:
-    arg_free(&ddst);
-    arg_free(&wei);
-    arg_free(&dsrc);
+    hyfi_dnnl_arg_free(&ddst);
+    hyfi_dnnl_arg_free(&wei);
+    hyfi_dnnl_arg_free(&dsrc);
     return rc;
 }
 
@@ -658,24 +608,24 @@ int hyfi_conv2d_backward_weight_cpu(float *dw, float *db, const float *dy, const
     conv_desc d;
     const hyfi_dnnl_prim *cp = NULL;
     dnnl_primitive_desc_t pd;
-    conv_arg src = {0}, ddst = {0}, dwei = {0}, dbia = {0};
+    hyfi_dnnl_arg src = {0}, ddst = {0}, dwei = {0}, dbia = {0};
     int rc;
     if (hyfi_conv2d_cpu_gemm(a, 2)) return bwdw_gemm(dw, with_bias ? db : NULL, dy, x, a, acc);
     hyfi_dnnl_cache_trim();
     CK(conv_desc_init(&d, a));
     CK(conv_prim(&cp, &d, a, with_bias, DIR_BWD_WEIGHTS, dw, dy, x));
     pd = cp->pd;
-    CK(arg_in(&src, &d.src, x, dnnl_primitive_desc_query_md(pd, dnnl_query_src_md, 0), 0));
-    CK(arg_in(&ddst, &d.dst, dy, dnnl_primitive_desc_query_md(pd, dnnl_query_diff_dst_md, 0),
+    CK(hyfi_dnnl_arg_in(&src, &d.src, x, dnnl_primitive_desc_query_md(pd, dnnl_query_src_md, 0), 0));
+    CK(hyfi_dnnl_arg_in(&ddst, &d.dst, dy, dnnl_primitive_desc_query_md(pd, dnnl_query_diff_dst_md, 0),
               1));
-    CK(arg_out(&dwei, &d.wei, dw,
+    CK(hyfi_dnnl_arg_out(&dwei, &d.wei, dw,
                dnnl_primitive_desc_query_md(pd, dnnl_query_diff_weights_md, 0), 2, acc));
     dnnl_exec_arg_t args[4] = {{DNNL_ARG_SRC, src.prim},
                                {DNNL_ARG_DIFF_DST, ddst.prim},
                                {DNNL_ARG_DIFF_WEIGHTS, dwei.prim},
                                {DNNL_ARG_DIFF_BIAS, NULL}};
     if (with_bias) {
-        CK(arg_out(&dbia, &d.bia, db,
+        CK(hyfi_dnnl_arg_out(&dbia, &d.bia, db,
                    dnnl_primitive_desc_query_md(pd, dnnl_query_diff_weights_md, 1), 3, acc));
         args[3].memory = dbia.prim;
     }
@@ -684,9 +634,9 @@ int hyfi_conv2d_backward_weight_cpu(float *dw, float *db, const float *dy, const
     CK(arg_out_finish(&dwei, acc, 0));
     if (with_bias) CK(arg_out_finish(&dbia, acc, 1));
 out:
-    arg_free(&src);
-    arg_free(&ddst);
-    arg_free(&dwei);
-    arg_free(&dbia);
+    hyfi_dnnl_arg_free(&src);
+    hyfi_dnnl_arg_free(&ddst);
+    hyfi_dnnl_arg_free(&dwei);
+    hyfi_dnnl_arg_free(&dbia);
     return rc;
 }

@@ -257,35 +257,6 @@ int hyfi_conv2d_cpu_bf16(const hyfi_conv2d_args *a, int dir, int acc)
     return fast(prim(&d, a, dir != 1 && a->has_bias, dirs[dir], acc));
 }
 
-/* ----------------------------------------------------------- the calls */
-/* user memory over ptr; the primitive's (== user, or scratch slot `slot`
- * reordered from user when `in`) */
-typedef struct {
-    dnnl_memory_t user, prim;
-} barg;
-
-static void barg_free(barg *t)
-{
-    if (t->prim && t->prim != t->user) dnnl_memory_destroy(t->prim);
-    if (t->user) dnnl_memory_destroy(t->user);
-    t->prim = t->user = NULL;
-}
-
-static int barg_init(barg *t, const dnnl_memory_desc_t *user_md, void *ptr,
-                     const dnnl_memory_desc_t *want, int slot, int in)
-{
-    int rc = hyfi_dnnl_mem(&t->user, user_md, ptr);
-    if (rc) return rc;
-    if (dnnl_memory_desc_equal(user_md, want)) {
-        t->prim = t->user;
-        return 0;
-    }
-    const size_t bytes = dnnl_memory_desc_get_size(want);
-    float *s = hyfi_cpu_scratch(slot, (bytes + 3) / 4);
-    if (!s || (rc = hyfi_dnnl_mem(&t->prim, want, s))) return rc ? rc : -1;
-    return in ? hyfi_dnnl_reorder(t->user, t->prim) : 0;
-}
-
 /* ------------------------------------------------------------ pieces */
 /* oneDNN's bf16 1x1 kernels (jit_bf16_1x1) book a float32 store buffer of
  * the whole result per thread: at 2,048² ResNet-50's 64 -> 256 convolution
@@ -344,107 +315,92 @@ static void split(int n, int C, int blk, int wei_blk, int groups, size_t pad, in
     *k = blocks > 1 ? blocks : 1;
 }
 
+/* ----------------------------------------------------------- the calls */
+/* The float32 values of `prim` (a result in the primitive's layout `want`)
+ * in layout `md`: its own buffer when the two agree, else reordered into
+ * scratch slot `slot` (*flat, which the caller destroys). NULL on failure. */
+static const float *f32_view(dnnl_memory_t prim, const dnnl_memory_desc_t *want,
+                             const dnnl_memory_desc_t *md, int slot, dnnl_memory_t *flat)
+{
+    void *h = NULL;
+    if (dnnl_memory_desc_equal(want, md))
+        return dnnl_memory_get_data_handle(prim, &h) == dnnl_success ? h : NULL;
+    if (hyfi_dnnl_scratch_mem(flat, md, slot) || hyfi_dnnl_reorder(prim, *flat) ||
+        dnnl_memory_get_data_handle(*flat, &h) != dnnl_success)
+        return NULL;
+    return h;
+}
+
 /* y (N,Cout,Ho,Wo) bf16, x (N,Cin,H,W) bf16, w (Cout,Cin/G,KH,KW), b (Cout) or NULL:
- * one piece, a its shape; wfull the whole call's weights (sub-memory at oc0) */
+ * one piece, a its shape, d and p its descriptors and primitive (the weights
+ * a sub-memory at oc0 of the whole call's) */
 static int fwd_piece(uint16_t *y, const uint16_t *x, const float *w, const float *b,
-                     const hyfi_conv2d_args *a, const bdesc *full, int oc0)
+                     const hyfi_conv2d_args *a, const bdesc *d, const hyfi_dnnl_prim *p, int oc0)
 {
     const int with_bias = a->has_bias && b;
-    bdesc d;
-    barg src = {0}, wei = {0}, bia = {0}, dst = {0};
-    int rc = bdesc_init(&d, a);
-    if (rc) return rc;
-    if (full) {
-        dnnl_dims_t dims = {a->c_out, a->c_in, a->kh, a->kw}, offs = {oc0, 0, 0, 0};
-        if (dnnl_memory_desc_init_submemory(&d.wei, &full->wei, dims, offs) != dnnl_success)
-            return -1;
-    }
-    const hyfi_dnnl_prim *p = prim(&d, a, with_bias, DIR_FWD, 0);
-    if (!p) return -1;
-    CK(barg_init(&src, &d.src, (void *)x, qmd(p, dnnl_query_src_md, 0), 0, 1));
-    CK(barg_init(&wei, &d.wei, (void *)w, qmd(p, dnnl_query_weights_md, 0), 1, 1));
-    CK(barg_init(&dst, &d.dst, y, qmd(p, dnnl_query_dst_md, 0), 2, 0));
+    hyfi_dnnl_arg src = {0}, wei = {0}, bia = {0}, dst = {0};
+    int rc;
+    CK(hyfi_dnnl_arg_in(&src, &d->src, x, qmd(p, dnnl_query_src_md, 0), 0));
+    CK(hyfi_dnnl_arg_in(&wei, &d->wei, w, qmd(p, dnnl_query_weights_md, 0), 1));
+    CK(hyfi_dnnl_arg_out(&dst, &d->dst, y, qmd(p, dnnl_query_dst_md, 0), 2, 0));
     dnnl_exec_arg_t args[4] = {{DNNL_ARG_SRC, src.prim}, {DNNL_ARG_WEIGHTS, wei.prim},
                                {DNNL_ARG_DST, dst.prim}, {DNNL_ARG_BIAS, NULL}};
     if (with_bias) {
-        CK(barg_init(&bia, &d.bia, (void *)(b + oc0), qmd(p, dnnl_query_weights_md, 1), 3, 1));
+        CK(hyfi_dnnl_arg_in(&bia, &d->bia, b + oc0, qmd(p, dnnl_query_weights_md, 1), 3));
         args[3].memory = bia.prim;
     }
     CK(hyfi_dnnl_exec(p, with_bias ? 4 : 3, args));
     if (dst.prim != dst.user) CK(hyfi_dnnl_reorder(dst.prim, dst.user));
 out:
-    barg_free(&src), barg_free(&wei), barg_free(&bia), barg_free(&dst);
+    hyfi_dnnl_arg_free(&src), hyfi_dnnl_arg_free(&wei), hyfi_dnnl_arg_free(&bia);
+    hyfi_dnnl_arg_free(&dst);
     return rc;
 }
 
 /* dx (N,Cin,H,W) bf16, dy (N,Cout,Ho,Wo) bf16, w (Cout,Cin/G,KH,KW): one
- * piece, a its shape; full the whole call's (the weights' sub-memory at ic0) */
+ * piece, as fwd_piece */
 static int bwdd_piece(uint16_t *dx, const uint16_t *dy, const float *w,
-                      const hyfi_conv2d_args *a, int acc, const bdesc *full, int ic0)
+                      const hyfi_conv2d_args *a, int acc, const bdesc *d,
+                      const hyfi_dnnl_prim *p)
 {
-    bdesc d;
-    barg ddst = {0}, wei = {0}, dsrc = {0}, flat = {0};
-    int rc = bdesc_init(&d, a);
-    if (rc) return rc;
-    if (full) {
-        dnnl_dims_t dims = {a->c_out, a->c_in, a->kh, a->kw}, offs = {0, ic0, 0, 0};
-        if (dnnl_memory_desc_init_submemory(&d.wei, &full->wei, dims, offs) != dnnl_success)
-            return -1;
-    }
-    const hyfi_dnnl_prim *p = prim(&d, a, 0, DIR_BWD_DATA, acc);
-    if (!p) return -1;
-    CK(barg_init(&ddst, &d.dst, (void *)dy, qmd(p, dnnl_query_diff_dst_md, 0), 0, 1));
-    CK(barg_init(&wei, &d.wei, (void *)w, qmd(p, dnnl_query_weights_md, 0), 1, 1));
+    hyfi_dnnl_arg ddst = {0}, wei = {0}, dsrc = {0};
+    dnnl_memory_t flat = NULL;
+    int rc;
+    CK(hyfi_dnnl_arg_in(&ddst, &d->dst, dy, qmd(p, dnnl_query_diff_dst_md, 0), 0));
+    CK(hyfi_dnnl_arg_in(&wei, &d->wei, w, qmd(p, dnnl_query_weights_md, 0), 1));
+    /* accumulating, the result in float32 (the primitive's layout) */
     const dnnl_memory_desc_t *want = qmd(p, dnnl_query_diff_src_md, 0);
-    if (!acc) {
-        CK(barg_init(&dsrc, &d.src, dx, want, 2, 0));
-    } else {
-        /* the result in float32 (dx's layout, or the primitive's then reordered) */
-        const size_t bytes = dnnl_memory_desc_get_size(want);
-        float *s = hyfi_cpu_scratch(2, (bytes + 3) / 4);
-        if (!s) return -1;
-        CK(hyfi_dnnl_mem(&dsrc.prim, want, s));
-    }
+    CK(hyfi_dnnl_arg_out(&dsrc, &d->src, dx, want, 2, acc));
     dnnl_exec_arg_t args[3] = {{DNNL_ARG_DIFF_DST, ddst.prim}, {DNNL_ARG_WEIGHTS, wei.prim},
                                {DNNL_ARG_DIFF_SRC, dsrc.prim}};
     CK(hyfi_dnnl_exec(p, 3, args));
     if (!acc) {
         if (dsrc.prim != dsrc.user) CK(hyfi_dnnl_reorder(dsrc.prim, dsrc.user));
     } else {
-        const float *r;
-        if (dnnl_memory_desc_equal(want, &d.dsrc_f32)) {
-            void *h;
-            if (dnnl_memory_get_data_handle(dsrc.prim, &h) != dnnl_success) CK(-1);
-            r = h;
-        } else {
-            const size_t bytes = dnnl_memory_desc_get_size(&d.dsrc_f32);
-            float *s = hyfi_cpu_scratch(0, (bytes + 3) / 4); /* dy is consumed */
-            if (!s) CK(-1);
-            CK(hyfi_dnnl_mem(&flat.prim, &d.dsrc_f32, s));
-            CK(hyfi_dnnl_reorder(dsrc.prim, flat.prim));
-            r = s;
-        }
+        const float *r = f32_view(dsrc.prim, want, &d->dsrc_f32, 0, &flat); /* dy is consumed */
+        if (!r) CK(-1);
         /* one rounding: the staged path's widen, add, narrow */
         CK(hyfi_accumulate_f32_bf16(dx, r, (size_t)a->n * a->c_in * a->h * a->w));
     }
 out:
-    if (dsrc.prim == dsrc.user) dsrc.prim = NULL;
-    if (dsrc.prim) dnnl_memory_destroy(dsrc.prim);
-    if (dsrc.user) dnnl_memory_destroy(dsrc.user);
-    if (flat.prim) dnnl_memory_destroy(flat.prim);
-    barg_free(&ddst), barg_free(&wei);
+    if (flat) dnnl_memory_destroy(flat);
+    hyfi_dnnl_arg_free(&ddst), hyfi_dnnl_arg_free(&wei), hyfi_dnnl_arg_free(&dsrc);
     return rc;
 }
 
 /* A call in its pieces (split): dir DIR_FWD writes out = y from in = x, its
  * output channels split; DIR_BWD_DATA out = dx from in = dy, its input
- * channels split. d: the whole call's descriptors; scratch: its scratch. */
+ * channels split. d and p: the whole call's descriptors and primitive;
+ * scratch: its scratch. */
 static int run_pieces(int dir, uint16_t *out, const uint16_t *in, const float *w, const float *b,
-                      const hyfi_conv2d_args *a, int acc, const bdesc *d, size_t scratch)
+                      const hyfi_conv2d_args *a, int acc, const bdesc *d,
+                      const hyfi_dnnl_prim *p, size_t scratch)
 {
     const int fwd = dir == DIR_FWD, C = fwd ? a->c_out : a->c_in;
     int nn, k;
     split(a->n, C, fwd ? a->dst_blk : a->src_blk, a->wei_blk, a->groups, scratch, &nn, &k);
+    if (nn == a->n && k == 1)
+        return fwd ? fwd_piece(out, in, w, b, a, d, p, 0) : bwdd_piece(out, in, w, a, acc, d, p);
     const size_t xs = (size_t)a->c_in * a->h * a->w, ys = (size_t)a->c_out * a->ho * a->wo;
     const size_t outs = fwd ? ys : xs, ins = fwd ? xs : ys;
     const size_t plane = fwd ? (size_t)a->ho * a->wo : (size_t)a->h * a->w;
@@ -454,11 +410,20 @@ static int run_pieces(int dir, uint16_t *out, const uint16_t *in, const float *w
         *(fwd ? &q.c_out : &q.c_in) = C / k;
         for (int c = 0; c < k; c++) {
             const int c0 = c * (C / k);
+            bdesc qd;
+            if (bdesc_init(&qd, &q)) return -1;
+            if (k > 1) {
+                dnnl_dims_t dims = {q.c_out, q.c_in, q.kh, q.kw};
+                dnnl_dims_t offs = {fwd ? c0 : 0, fwd ? 0 : c0, 0, 0};
+                if (dnnl_memory_desc_init_submemory(&qd.wei, &d->wei, dims, offs) != dnnl_success)
+                    return -1;
+            }
+            const hyfi_dnnl_prim *qp = prim(&qd, &q, fwd && q.has_bias && b, dir, acc);
+            if (!qp) return -1;
             uint16_t *o = out + n0 * outs + (size_t)c0 * plane;
             const uint16_t *i = in + n0 * ins;
-            const bdesc *full = k > 1 ? d : NULL;
-            const int rc = fwd ? fwd_piece(o, i, w, b, &q, full, c0)
-                               : bwdd_piece(o, i, w, &q, acc, full, c0);
+            const int rc = fwd ? fwd_piece(o, i, w, b, &q, &qd, qp, c0)
+                               : bwdd_piece(o, i, w, &q, acc, &qd, qp);
             if (rc) return rc;
         }
     }
@@ -474,7 +439,7 @@ int hyfi_conv2d_forward_cpu_bf16(uint16_t *y, const uint16_t *x, const float *w,
     hyfi_dnnl_cache_trim();
     const hyfi_dnnl_prim *p = prim(&d, a, a->has_bias && b, DIR_FWD, 0);
     if (!p) return -1;
-    return run_pieces(DIR_FWD, y, x, w, b, a, 0, &d, pad_bytes(p));
+    return run_pieces(DIR_FWD, y, x, w, b, a, 0, &d, p, pad_bytes(p));
 }
 
 /* dx (N,Cin,H,W) bf16, dy (N,Cout,Ho,Wo) bf16, w (Cout,Cin/G,KH,KW);
@@ -489,84 +454,54 @@ int hyfi_conv2d_backward_data_cpu_bf16(uint16_t *dx, const uint16_t *dy, const f
     if (!p) return -1;
     /* accumulating, the float32 result is scratch too */
     const size_t wide = acc ? (size_t)a->n * a->c_in * a->h * a->w * sizeof(float) : 0;
-    return run_pieces(DIR_BWD_DATA, dx, dy, w, NULL, a, acc, &d, pad_bytes(p) + wide);
+    return run_pieces(DIR_BWD_DATA, dx, dy, w, NULL, a, acc, &d, p, pad_bytes(p) + wide);
 }
 
-/* dw (Cout,Cin/G,KH,KW), db (Cout) or NULL, float32; dy (N,Cout,Ho,Wo), x (N,Cin,H,W) bf16 */
+/* dw (Cout,Cin/G,KH,KW), db (Cout) or NULL, float32; dy (N,Cout,Ho,Wo), x (N,Cin,H,W) bf16;
+ * acc: the results go to scratch and are added (float32) */
 int hyfi_conv2d_backward_weight_cpu_bf16(float *dw, float *db, const uint16_t *dy,
                                          const uint16_t *x, const hyfi_conv2d_args *a, int acc)
 {
     const int with_bias = a->has_bias && db;
     bdesc d;
-    barg src = {0}, ddst = {0}, dwei = {0}, dbia = {0};
-    if (!dw || !dy || !x) return -1;
-    int rc = bdesc_init(&d, a);
-    if (rc) return rc;
+    hyfi_dnnl_arg src = {0}, ddst = {0}, dwei = {0}, dbia = {0};
+    dnnl_memory_t flat = NULL, flatb = NULL;
+    if (!dw || !dy || !x || bdesc_init(&d, a)) return -1;
     hyfi_dnnl_cache_trim();
     const hyfi_dnnl_prim *p = prim(&d, a, with_bias, DIR_BWD_WEIGHTS, 0);
     if (!p) return -1;
-    CK(barg_init(&src, &d.src, (void *)x, qmd(p, dnnl_query_src_md, 0), 0, 1));
-    CK(barg_init(&ddst, &d.dst, (void *)dy, qmd(p, dnnl_query_diff_dst_md, 0), 1, 1));
+    int rc;
+    CK(hyfi_dnnl_arg_in(&src, &d.src, x, qmd(p, dnnl_query_src_md, 0), 0));
+    CK(hyfi_dnnl_arg_in(&ddst, &d.dst, dy, qmd(p, dnnl_query_diff_dst_md, 0), 1));
     const dnnl_memory_desc_t *wwant = qmd(p, dnnl_query_diff_weights_md, 0);
     const dnnl_memory_desc_t *bwant = qmd(p, dnnl_query_diff_weights_md, 1);
-    /* with acc the results go to scratch and are added (float32) */
-    if (acc) {
-        const size_t bytes = dnnl_memory_desc_get_size(wwant);
-        float *s = hyfi_cpu_scratch(2, (bytes + 3) / 4);
-        if (!s) return -1;
-        CK(hyfi_dnnl_mem(&dwei.prim, wwant, s));
-        CK(hyfi_dnnl_mem(&dwei.user, &d.wei, dw));
-    } else {
-        CK(barg_init(&dwei, &d.wei, dw, wwant, 2, 0));
-    }
+    CK(hyfi_dnnl_arg_out(&dwei, &d.wei, dw, wwant, 2, acc));
     dnnl_exec_arg_t args[4] = {{DNNL_ARG_SRC, src.prim}, {DNNL_ARG_DIFF_DST, ddst.prim},
                                {DNNL_ARG_DIFF_WEIGHTS, dwei.prim}, {DNNL_ARG_DIFF_BIAS, NULL}};
-    float *bscratch = NULL;
     if (with_bias) {
-        if (acc) {
-            bscratch = hyfi_cpu_scratch(3, (size_t)a->c_out);
-            if (!bscratch) CK(-1);
-            CK(hyfi_dnnl_mem(&dbia.prim, bwant, bscratch));
-        } else {
-            CK(barg_init(&dbia, &d.bia, db, bwant, 3, 0));
-        }
+        CK(hyfi_dnnl_arg_out(&dbia, &d.bia, db, bwant, 3, acc));
         args[3].memory = dbia.prim;
     }
     CK(hyfi_dnnl_exec(p, with_bias ? 4 : 3, args));
     if (acc) {
         /* dw += the result, in dw's layout (slot 0: x is consumed) */
-        const float *r;
-        barg flat = {0};
-        if (dnnl_memory_desc_equal(wwant, &d.wei)) {
-            void *h;
-            if (dnnl_memory_get_data_handle(dwei.prim, &h) != dnnl_success) CK(-1);
-            r = h;
-        } else {
-            const size_t bytes = dnnl_memory_desc_get_size(&d.wei);
-            float *s = hyfi_cpu_scratch(0, (bytes + 3) / 4);
-            if (!s) CK(-1);
-            CK(hyfi_dnnl_mem(&flat.prim, &d.wei, s));
-            CK(hyfi_dnnl_reorder(dwei.prim, flat.prim));
-            r = s;
-        }
+        const float *r = f32_view(dwei.prim, wwant, &d.wei, 0, &flat);
+        if (!r) CK(-1);
         const size_t n = dnnl_memory_desc_get_size(&d.wei) / sizeof(float);
         for (size_t i = 0; i < n; i++) dw[i] += r[i];
-        if (flat.prim) dnnl_memory_destroy(flat.prim);
-        if (with_bias)
-            for (int i = 0; i < a->c_out; i++) db[i] += bscratch[i];
+        if (with_bias) {
+            const float *rb = f32_view(dbia.prim, bwant, &d.bia, 1, &flatb);
+            if (!rb) CK(-1);
+            for (int i = 0; i < a->c_out; i++) db[i] += rb[i];
+        }
     } else {
         if (dwei.prim != dwei.user) CK(hyfi_dnnl_reorder(dwei.prim, dwei.user));
         if (with_bias && dbia.prim != dbia.user) CK(hyfi_dnnl_reorder(dbia.prim, dbia.user));
     }
 out:
-    barg_free(&src), barg_free(&ddst);
-    if (acc) {
-        if (dwei.prim) dnnl_memory_destroy(dwei.prim);
-        if (dwei.user) dnnl_memory_destroy(dwei.user);
-        if (dbia.prim) dnnl_memory_destroy(dbia.prim);
-        dwei.prim = dwei.user = dbia.prim = NULL;
-    } else {
-        barg_free(&dwei), barg_free(&dbia);
-    }
+    if (flat) dnnl_memory_destroy(flat);
+    if (flatb) dnnl_memory_destroy(flatb);
+    hyfi_dnnl_arg_free(&src), hyfi_dnnl_arg_free(&ddst), hyfi_dnnl_arg_free(&dwei);
+    hyfi_dnnl_arg_free(&dbia);
     return rc;
 }

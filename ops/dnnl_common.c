@@ -359,6 +359,46 @@ float *hyfi_cpu_scratch(int slot, size_t count)
     return t->scratch[slot];
 }
 
+void hyfi_dnnl_arg_free(hyfi_dnnl_arg *t)
+{
+    if (t->prim && t->prim != t->user) dnnl_memory_destroy(t->prim);
+    if (t->user) dnnl_memory_destroy(t->user);
+    t->prim = t->user = NULL;
+}
+
+int hyfi_dnnl_scratch_mem(dnnl_memory_t *mem, const dnnl_memory_desc_t *md, int slot)
+{
+    size_t bytes = dnnl_memory_desc_get_size(md);
+    float *p = hyfi_cpu_scratch(slot, (bytes + sizeof(float) - 1) / sizeof(float));
+    if (!p) return -1;
+    return hyfi_dnnl_mem(mem, md, p);
+}
+
+int hyfi_dnnl_arg_in(hyfi_dnnl_arg *t, const dnnl_memory_desc_t *user_md, const void *ptr,
+                     const dnnl_memory_desc_t *want, int slot)
+{
+    int rc = hyfi_dnnl_mem(&t->user, user_md, (void *)ptr);
+    if (rc) return rc;
+    if (dnnl_memory_desc_equal(user_md, want)) {
+        t->prim = t->user;
+        return 0;
+    }
+    if ((rc = hyfi_dnnl_scratch_mem(&t->prim, want, slot))) return rc;
+    return hyfi_dnnl_reorder(t->user, t->prim);
+}
+
+int hyfi_dnnl_arg_out(hyfi_dnnl_arg *t, const dnnl_memory_desc_t *user_md, void *ptr,
+                      const dnnl_memory_desc_t *want, int slot, int acc)
+{
+    int rc = hyfi_dnnl_mem(&t->user, user_md, ptr);
+    if (rc) return rc;
+    if (!acc && dnnl_memory_desc_equal(user_md, want)) {
+        t->prim = t->user;
+        return 0;
+    }
+    return hyfi_dnnl_scratch_mem(&t->prim, want, slot);
+}
+
 void hyfi_cpu_scratch_trim(size_t keep)
 {
     pthread_once(&g_key_once, key_create);

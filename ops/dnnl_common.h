@@ -37,6 +37,23 @@ int hyfi_dnnl_run(const_dnnl_primitive_desc_t pd, int nargs, const dnnl_exec_arg
  * primitive from the thread's cache. */
 int hyfi_dnnl_reorder(dnnl_memory_t src, dnnl_memory_t dst);
 
+/* One tensor argument of a primitive: `user` wraps the caller's buffer, `prim`
+ * is what the primitive reads or writes (== user, or scratch in the layout it
+ * wants). */
+typedef struct {
+    dnnl_memory_t user, prim;
+} hyfi_dnnl_arg;
+void hyfi_dnnl_arg_free(hyfi_dnnl_arg *t);
+/* Memory of layout `md` on the thread's scratch slot `slot`. */
+int hyfi_dnnl_scratch_mem(dnnl_memory_t *mem, const dnnl_memory_desc_t *md, int slot);
+/* Input: wrap `ptr` (layout user_md); reorder it into `want` if that differs. */
+int hyfi_dnnl_arg_in(hyfi_dnnl_arg *t, const dnnl_memory_desc_t *user_md, const void *ptr,
+                     const dnnl_memory_desc_t *want, int slot);
+/* Output: the primitive writes straight into `ptr` when the layouts agree and
+ * nothing is accumulated, else into scratch (the caller reorders or adds). */
+int hyfi_dnnl_arg_out(hyfi_dnnl_arg *t, const dnnl_memory_desc_t *user_md, void *ptr,
+                      const dnnl_memory_desc_t *want, int slot, int acc);
+
 /* The calling thread's primitive cache. oneDNN's own cache is global and keyed
  * by the whole descriptor, so a kernel that creates its descriptor and
  * primitive per call pays 15-30 us for them even on a hit; this cache is

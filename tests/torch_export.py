@@ -184,12 +184,8 @@ def hyfi_to_torch(hyfi_train, torch_logits, tmp, cfg, twin):
     sd = load_file(path)
     args = model_args(flags)
     model = twin(args)
-    try:
-        model.load_state_dict(sd, strict=True)
-        check(True, f"hyfi-train {cfg} --save: strict load_state_dict into "
-                    f"{type(model).__name__} ({len(sd)} tensors)")
-    except RuntimeError as e:
-        check(False, f"hyfi-train {cfg} --save: strict load_state_dict: {e}")
+    if not strict_load(model, sd, f"hyfi-train {cfg} --save",
+                       f"{type(model).__name__} ({len(sd)} tensors)"):
         return
     nbt = [v for k, v in sd.items() if k.endswith("num_batches_tracked")]
     check(bool(nbt) and all(v.dtype == torch.int64 and v.dim() == 0 and int(v) == STEPS
@@ -205,6 +201,18 @@ def hyfi_to_torch(hyfi_train, torch_logits, tmp, cfg, twin):
     # logits are huge): the training-mode forward checks every weight too
     hy = hyfi_logits_of(torch_logits, flags, path, x, tmp, train_mode=True)
     compare_logits(f"hyfi -> torch {cfg}", hy, model, x, train_mode=True)
+
+
+def strict_load(model, sd, what, into):
+    """model.load_state_dict(sd, strict=True), checked: "<what>: strict
+    load_state_dict into <into>", or the error. Whether it loaded."""
+    try:
+        model.load_state_dict(sd, strict=True)
+    except RuntimeError as e:
+        check(False, f"{what}: strict load_state_dict: {e}")
+        return False
+    check(True, f"{what}: strict load_state_dict into {into}")
+    return True
 
 
 def hyfi_to_torch_bf16(hyfi_train, tmp, cfg, twin):
@@ -224,12 +232,8 @@ def hyfi_to_torch_bf16(hyfi_train, tmp, cfg, twin):
           f"{cfg} --save-precision bf16: {len(floats)} tensors BF16, each PyTorch's rounding "
           f"of the F32 export" + (f"; differ: {bad[:4]}" if bad else ""))
     model = twin(model_args(cfg.split())).to(torch.bfloat16)
-    try:
-        model.load_state_dict(b, strict=True)
-        check(True, f"{cfg} --save-precision bf16: strict load_state_dict into the bfloat16 "
-                    f"{type(model).__name__}")
-    except RuntimeError as e:
-        check(False, f"{cfg} --save-precision bf16: strict load_state_dict: {e}")
+    strict_load(model, b, f"{cfg} --save-precision bf16",
+                f"the bfloat16 {type(model).__name__}")
 
 
 def torch_to_hyfi(torch_logits, tmp, cfg, model, seed):
