@@ -1,6 +1,6 @@
 /* The safetensors codec of engine/safetensors.h: parsing a whole file held in
- * memory, converting its floating-point tensors to float, and writing the
- * header of a new file. Plain C, no StarPU, no JSON library: the header is
+ * memory and converting its floating-point tensors to float (writing a new
+ * file's header: safetensors_write.c). Plain C, no StarPU, no JSON library: the header is
  * read by a small strict recursive-descent parser of exactly the format's
  * nesting
  *   {"__metadata__": {"key": "value", ...},                        (optional)
@@ -25,6 +25,7 @@
  * read with memcpy (a tensor's data may start at any byte of the buffer).
  */
 #include "safetensors.h"
+#include "safetensors_util.h"
 
 #include <limits.h>
 #include <math.h>
@@ -33,15 +34,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#if defined(__BYTE_ORDER__) && defined(__ORDER_LITTLE_ENDIAN__)
-_Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
-               "safetensors.c assumes a little-endian host, as the format is");
-#else
-#error "safetensors.c: cannot tell the host's byte order (a little-endian host is assumed)"
-#endif
-
-#define MAX_HEADER 100000000u /* bytes of JSON, as the reference implementation's limit */
-#define QLEN 112              /* a quoted name in a message, at most */
 
 static const struct {
     const char *name;
@@ -67,37 +59,8 @@ int st_dtype_from_name(const char *s)
 
 size_t st_dtype_size(st_dtype d) { return (unsigned)d < ST_NDTYPES ? DTYPES[d].size : 0; }
 
-static void set_err(char *err, size_t errlen, const char *fmt, ...)
-{
-    if (!err || !errlen) return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-}
-
 /* ------------------------------------------------------------------ UTF-8 */
-/* Length of the valid UTF-8 sequence at p (< end) that starts with a byte >=
- * 0x80, or 0 (a stray continuation byte, an overlong form, a surrogate, a code
- * point past U+10FFFF, a sequence cut short). */
-static int utf8_len(const unsigned char *p, const unsigned char *end)
-{
-    const unsigned c = p[0];
-    int n;
-    unsigned cp, min;
-    if (c >= 0xC2 && c <= 0xDF) n = 2, cp = c & 0x1F, min = 0x80;
-    else if (c >= 0xE0 && c <= 0xEF) n = 3, cp = c & 0x0F, min = 0x800;
-    else if (c >= 0xF0 && c <= 0xF4) n = 4, cp = c & 0x07, min = 0x10000;
-    else return 0;
-    if (end - p < n) return 0;
-    for (int i = 1; i < n; i++) {
-        if ((p[i] & 0xC0) != 0x80) return 0;
-        cp = cp << 6 | (p[i] & 0x3F);
-    }
-    if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return 0;
-    return n;
-}
-
+/* code point cp as UTF-8 at o; the bytes written */
 static size_t put_utf8(char *o, unsigned cp)
 {
     if (cp < 0x80) {
@@ -122,41 +85,6 @@ static size_t put_utf8(char *o, unsigned cp)
     return 4;
 }
 
-/* s as a string literal for a message (quotes, backslashes and control
- * characters escaped, bytes that are not UTF-8 as \xNN), cut at a character
- * boundary with "..." past about 80 bytes. */
-static const char *quoted(const char *s, char out[QLEN])
-{
-    const unsigned char *p = (const unsigned char *)s, *end = p + strlen(s);
-    size_t o = 0;
-    out[o++] = '"';
-    while (p < end) {
-        if (o > 80) {
-            memcpy(out + o, "...", 3);
-            o += 3;
-            break;
-        }
-        const int k = *p < 0x80 ? 1 : utf8_len(p, end);
-        if (*p == '"' || *p == '\\') {
-            out[o++] = '\\';
-            out[o++] = (char)*p;
-        } else if (*p < 0x20 || *p == 0x7F) {
-            o += (size_t)snprintf(out + o, QLEN - o, "\\u%04x", *p);
-        } else if (!k) {
-            o += (size_t)snprintf(out + o, QLEN - o, "\\x%02X", *p);
-        } else {
-            memcpy(out + o, p, (size_t)k);
-            o += (size_t)k;
-            p += k;
-            continue;
-        }
-        p++;
-    }
-    out[o++] = '"';
-    out[o] = 0;
-    return out;
-}
-
 /* "(2, 3)", "(5)", "()" */
 static const char *shape_str(const int64_t *shape, int ndim, char out[256])
 {
@@ -166,37 +94,6 @@ static const char *shape_str(const int64_t *shape, int ndim, char out[256])
         o += (size_t)snprintf(out + o, 256 - o, "%s%lld", i ? ", " : "", (long long)shape[i]);
     snprintf(out + o, 256 - o, ")");
     return out;
-}
-
-/* Elements of a shape (all dimensions >= 0), or -1 when the count or its
- * bytes (elements of `size` bytes) do not fit in a size_t. */
-static int count_elements(const int64_t *shape, int ndim, size_t size, size_t *numel)
-{
-    size_t n = 1;
-    for (int i = 0; i < ndim; i++)
-        if (shape[i] == 0) n = 0;
-    for (int i = 0; n && i < ndim; i++) {
-        if ((uint64_t)shape[i] > SIZE_MAX || n > SIZE_MAX / (size_t)shape[i]) return -1;
-        n *= (size_t)shape[i];
-    }
-    if (size && n > SIZE_MAX / size) return -1;
-    *numel = n;
-    return 0;
-}
-
-/* Sorted names: the first one that appears twice, or NULL. */
-static int cmp_str(const void *a, const void *b)
-{
-    return strcmp(*(const char *const *)a, *(const char *const *)b);
-}
-
-static const char *first_duplicate(const char **names, size_t n)
-{
-    if (n < 2) return NULL;
-    qsort(names, n, sizeof *names, cmp_str);
-    for (size_t i = 1; i < n; i++)
-        if (strcmp(names[i - 1], names[i]) == 0) return names[i];
-    return NULL;
 }
 
 /* ----------------------------------------------------------------- parsing */
@@ -222,7 +119,7 @@ static int jfail(jp *j, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    set_err(j->err, j->errlen, "%s%s (file offset %zu)", j->where, msg,
+    st_set_err(j->err, j->errlen, "%s%s (file offset %zu)", j->where, msg,
             (size_t)(j->p - j->s) + 8);
     return -1;
 }
@@ -318,7 +215,7 @@ static int parse_string(jp *j, const char *what, char **out)
             return jfail(j, "control character 0x%02X in a string (it must be escaped)", c);
         }
         if (c >= 0x80) {
-            const int k = utf8_len(j->p, q);
+            const int k = st_utf8_len(j->p, q);
             if (!k) {
                 free(o);
                 return jfail(j, "invalid UTF-8 in a string");
@@ -431,7 +328,7 @@ static int parse_tensor(jp *j, raw_tensor *r)
             char q[QLEN];
             j->p = at;
             jfail(j, "unknown field %s (a tensor has \"dtype\", \"shape\" and \"data_offsets\")",
-                  quoted(key, q));
+                  st_quoted(key, q));
             free(key);
             return -1;
         }
@@ -453,7 +350,7 @@ static int parse_tensor(jp *j, raw_tensor *r)
             if (d < 0) {
                 j->p = at;
                 jfail(j, "unknown dtype %s (known: F32, F64, F16, BF16, I64, I32, I16, I8, U8, "
-                         "BOOL)", quoted(name, q));
+                         "BOOL)", st_quoted(name, q));
                 free(name);
                 return -1;
             }
@@ -529,7 +426,7 @@ static int parse_meta(jp *j, parsed *ps)
         }
         skip_ws(j);
         if (j->p >= j->end || *j->p != '"') {
-            jfail(j, "the value of %s is %s, not a string", quoted(key, q), value_kind(j));
+            jfail(j, "the value of %s is %s, not a string", st_quoted(key, q), value_kind(j));
             free(key);
             return -1;
         }
@@ -592,7 +489,7 @@ static int parse_header(jp *j, parsed *ps)
             memset(t, 0, sizeof *t);
             t->t.name = key;
             t->order = ps->n++;
-            snprintf(j->where, sizeof j->where, "tensor %s: ", quoted(key, q));
+            snprintf(j->where, sizeof j->where, "tensor %s: ", st_quoted(key, q));
             if (parse_tensor(j, t) != 0) return -1;
         }
         j->where[0] = 0;
@@ -618,15 +515,15 @@ static int check_tensors(parsed *ps, size_t dlen, char *err, size_t errlen)
     char q[QLEN], q2[QLEN], sh[256];
     const char **names = malloc((ps->n + ps->nmeta + 1) * sizeof *names);
     if (!names) {
-        set_err(err, errlen, "out of memory");
+        st_set_err(err, errlen, "out of memory");
         return -1;
     }
     for (size_t i = 0; i < ps->n; i++) names[i] = ps->t[i].t.name;
-    const char *dup = first_duplicate(names, ps->n);
-    if (dup) set_err(err, errlen, "tensor %s appears twice in the header", quoted(dup, q));
+    const char *dup = st_first_duplicate(names, ps->n);
+    if (dup) st_set_err(err, errlen, "tensor %s appears twice in the header", st_quoted(dup, q));
     for (size_t i = 0; !dup && i < ps->nmeta; i++) names[i] = ps->keys[i];
-    const char *mdup = dup ? NULL : first_duplicate(names, ps->nmeta);
-    if (mdup) set_err(err, errlen, "__metadata__: key %s appears twice", quoted(mdup, q));
+    const char *mdup = dup ? NULL : st_first_duplicate(names, ps->nmeta);
+    if (mdup) st_set_err(err, errlen, "__metadata__: key %s appears twice", st_quoted(mdup, q));
     free(names);
     if (dup || mdup) return -1;
 
@@ -634,27 +531,27 @@ static int check_tensors(parsed *ps, size_t dlen, char *err, size_t errlen)
         raw_tensor *r = &ps->t[i];
         st_tensor *t = &r->t;
         const size_t size = st_dtype_size(t->dtype);
-        quoted(t->name, q);
+        st_quoted(t->name, q);
         if (r->begin > r->end) {
-            set_err(err, errlen, "tensor %s: data_offsets [%zu, %zu] are reversed (begin after "
+            st_set_err(err, errlen, "tensor %s: data_offsets [%zu, %zu] are reversed (begin after "
                                  "end)", q, r->begin, r->end);
             return -1;
         }
         if (r->end > dlen) {
-            set_err(err, errlen, "tensor %s: data_offsets [%zu, %zu] go past the end of the data "
+            st_set_err(err, errlen, "tensor %s: data_offsets [%zu, %zu] go past the end of the data "
                                  "section (%zu bytes; a truncated file?)", q, r->begin, r->end,
                     dlen);
             return -1;
         }
         shape_str(t->shape, t->ndim, sh);
-        if (count_elements(t->shape, t->ndim, size, &t->numel) != 0) {
-            set_err(err, errlen, "tensor %s: %s %s has too many elements to address", q,
+        if (st_count_elements(t->shape, t->ndim, size, &t->numel) != 0) {
+            st_set_err(err, errlen, "tensor %s: %s %s has too many elements to address", q,
                     st_dtype_name(t->dtype), sh);
             return -1;
         }
         t->nbytes = t->numel * size;
         if (r->end - r->begin != t->nbytes) {
-            set_err(err, errlen, "tensor %s: data_offsets [%zu, %zu] hold %zu bytes, but %s %s "
+            st_set_err(err, errlen, "tensor %s: data_offsets [%zu, %zu] hold %zu bytes, but %s %s "
                                  "needs %zu", q, r->begin, r->end, r->end - r->begin,
                     st_dtype_name(t->dtype), sh, t->nbytes);
             return -1;
@@ -669,28 +566,28 @@ static int check_tensors(parsed *ps, size_t dlen, char *err, size_t errlen)
             pos = r->end;
             continue;
         }
-        quoted(r->t.name, q);
+        st_quoted(r->t.name, q);
         if (!prev)
-            set_err(err, errlen, "tensor %s: data_offsets [%zu, %zu]: the data section's first "
+            st_set_err(err, errlen, "tensor %s: data_offsets [%zu, %zu]: the data section's first "
                                  "%zu bytes belong to no tensor (the first must start at 0)", q,
                     r->begin, r->end, r->begin);
         else if (r->begin > pos)
-            set_err(err, errlen, "a gap of %zu bytes between tensor %s (data_offsets [%zu, %zu]) "
+            st_set_err(err, errlen, "a gap of %zu bytes between tensor %s (data_offsets [%zu, %zu]) "
                                  "and tensor %s ([%zu, %zu])", r->begin - pos,
-                    quoted(prev->t.name, q2), prev->begin, prev->end, q, r->begin, r->end);
+                    st_quoted(prev->t.name, q2), prev->begin, prev->end, q, r->begin, r->end);
         else
-            set_err(err, errlen, "tensor %s (data_offsets [%zu, %zu]) overlaps tensor %s ([%zu, "
-                                 "%zu])", q, r->begin, r->end, quoted(prev->t.name, q2),
+            st_set_err(err, errlen, "tensor %s (data_offsets [%zu, %zu]) overlaps tensor %s ([%zu, "
+                                 "%zu])", q, r->begin, r->end, st_quoted(prev->t.name, q2),
                     prev->begin, prev->end);
         return -1;
     }
     if (pos != dlen) {
         if (ps->n)
-            set_err(err, errlen, "%zu bytes after the last tensor (%s ends at byte %zu of the "
+            st_set_err(err, errlen, "%zu bytes after the last tensor (%s ends at byte %zu of the "
                                  "%zu-byte data section)", dlen - pos,
-                    quoted(ps->t[ps->n - 1].t.name, q), pos, dlen);
+                    st_quoted(ps->t[ps->n - 1].t.name, q), pos, dlen);
         else
-            set_err(err, errlen, "%zu bytes of data but no tensor in the header", dlen);
+            st_set_err(err, errlen, "%zu bytes of data but no tensor in the header", dlen);
         return -1;
     }
     return 0;
@@ -701,19 +598,19 @@ int st_parse(const unsigned char *buf, size_t len, st_file *out, char *err, size
     memset(out, 0, sizeof *out);
     if (err && errlen) err[0] = 0;
     if (!buf || len < 8) {
-        set_err(err, errlen, "a file of %zu bytes is too short for the 8-byte header length "
+        st_set_err(err, errlen, "a file of %zu bytes is too short for the 8-byte header length "
                              "(truncated?)", buf ? len : 0);
         return -1;
     }
     uint64_t hl = 0;
     for (int i = 7; i >= 0; i--) hl = hl << 8 | buf[i];
     if (hl > MAX_HEADER) {
-        set_err(err, errlen, "the header length %llu is absurd (more than %u bytes); not a "
+        st_set_err(err, errlen, "the header length %llu is absurd (more than %u bytes); not a "
                              "safetensors file?", (unsigned long long)hl, MAX_HEADER);
         return -1;
     }
     if (hl > len - 8) {
-        set_err(err, errlen, "the header length %llu goes past the end of the file (%zu bytes "
+        st_set_err(err, errlen, "the header length %llu goes past the end of the file (%zu bytes "
                              "after the length; truncated?)", (unsigned long long)hl, len - 8);
         return -1;
     }
@@ -724,7 +621,7 @@ int st_parse(const unsigned char *buf, size_t len, st_file *out, char *err, size
     if (rc == 0 && ps.n) {
         out->tensors = malloc(ps.n * sizeof *out->tensors);
         if (!out->tensors) {
-            set_err(err, errlen, "out of memory");
+            st_set_err(err, errlen, "out of memory");
             rc = -1;
         }
     }
@@ -833,202 +730,4 @@ int st_to_f32(const st_tensor *t, float *out)
     default:
         return -1;
     }
-}
-
-/* ----------------------------------------------------------------- writing */
-size_t st_entry_bytes(const st_entry *e)
-{
-    size_t numel;
-    if (!e || (unsigned)e->dtype >= ST_NDTYPES || e->ndim < 0 || e->ndim > ST_MAX_DIMS) return 0;
-    for (int i = 0; i < e->ndim; i++)
-        if (e->shape[i] < 0) return 0;
-    if (count_elements(e->shape, e->ndim, st_dtype_size(e->dtype), &numel) != 0) return 0;
-    return numel * st_dtype_size(e->dtype);
-}
-
-typedef struct {
-    unsigned char *p;
-    size_t len, cap;
-    int oom;
-} sbuf;
-
-static void put(sbuf *b, const void *s, size_t n)
-{
-    if (b->oom) return;
-    if (n > b->cap - b->len) {
-        size_t c = b->cap ? b->cap : 256;
-        while (c - b->len < n && c <= SIZE_MAX / 2) c *= 2;
-        unsigned char *q = c - b->len >= n ? realloc(b->p, c) : NULL;
-        if (!q) {
-            b->oom = 1;
-            return;
-        }
-        b->p = q;
-        b->cap = c;
-    }
-    memcpy(b->p + b->len, s, n);
-    b->len += n;
-}
-
-static void puts_(sbuf *b, const char *s) { put(b, s, strlen(s)); }
-
-/* s as a JSON string: '"' and '\' escaped, control characters as \u00XX. */
-static void put_json_string(sbuf *b, const char *s)
-{
-    put(b, "\"", 1);
-    for (const char *p = s; *p; p++) {
-        const unsigned char c = (unsigned char)*p;
-        char e[8];
-        if (c == '"' || c == '\\') {
-            e[0] = '\\';
-            e[1] = (char)c;
-            put(b, e, 2);
-        } else if (c < 0x20) {
-            snprintf(e, sizeof e, "\\u%04x", c);
-            put(b, e, 6);
-        } else {
-            put(b, p, 1);
-        }
-    }
-    put(b, "\"", 1);
-}
-
-/* 0, or -1 where s is not valid UTF-8. */
-static int check_utf8(const char *s)
-{
-    const unsigned char *p = (const unsigned char *)s, *end = p + strlen(s);
-    while (p < end) {
-        const int k = *p < 0x80 ? 1 : utf8_len(p, end);
-        if (!k) return -1;
-        p += k;
-    }
-    return 0;
-}
-
-unsigned char *st_header(const st_entry *e, int n, const char *const *meta_keys,
-                         const char *const *meta_values, int nmeta, size_t *len, char *err,
-                         size_t errlen)
-{
-    char q[QLEN], num[64];
-    if (len) *len = 0;
-    if (err && errlen) err[0] = 0;
-    if (n < 0 || nmeta < 0 || (n && !e) || (nmeta && (!meta_keys || !meta_values)) || !len) {
-        set_err(err, errlen, "st_header: invalid arguments (n %d, nmeta %d)", n, nmeta);
-        return NULL;
-    }
-    for (int i = 0; i < nmeta; i++) {
-        if (!meta_keys[i] || !meta_values[i]) {
-            set_err(err, errlen, "metadata entry %d: a NULL %s", i, meta_keys[i] ? "value" : "key");
-            return NULL;
-        }
-        if (check_utf8(meta_keys[i]) != 0 || check_utf8(meta_values[i]) != 0) {
-            set_err(err, errlen, "metadata %s: the key or the value is not valid UTF-8",
-                    quoted(meta_keys[i], q));
-            return NULL;
-        }
-    }
-    for (int i = 0; i < n; i++) {
-        const st_entry *t = &e[i];
-        if (!t->name || !t->name[0]) {
-            set_err(err, errlen, "tensor %d: %s name", i, t->name ? "an empty" : "no");
-            return NULL;
-        }
-        quoted(t->name, q);
-        if (strcmp(t->name, "__metadata__") == 0) {
-            set_err(err, errlen, "tensor %s: the name is reserved for the metadata", q);
-            return NULL;
-        }
-        if (check_utf8(t->name) != 0) {
-            set_err(err, errlen, "tensor %s: the name is not valid UTF-8", q);
-            return NULL;
-        }
-        if ((unsigned)t->dtype >= ST_NDTYPES) {
-            set_err(err, errlen, "tensor %s: invalid dtype %d", q, (int)t->dtype);
-            return NULL;
-        }
-        if (t->ndim < 0 || t->ndim > ST_MAX_DIMS) {
-            set_err(err, errlen, "tensor %s: %d dimensions (0 to %d)", q, t->ndim, ST_MAX_DIMS);
-            return NULL;
-        }
-        for (int d = 0; d < t->ndim; d++)
-            if (t->shape[d] < 0) {
-                set_err(err, errlen, "tensor %s: negative dimension %lld", q,
-                        (long long)t->shape[d]);
-                return NULL;
-            }
-        size_t numel;
-        if (count_elements(t->shape, t->ndim, st_dtype_size(t->dtype), &numel) != 0) {
-            set_err(err, errlen, "tensor %s: too many elements to address", q);
-            return NULL;
-        }
-        if (numel && !t->data) {
-            set_err(err, errlen, "tensor %s: no data", q);
-            return NULL;
-        }
-    }
-    const char **names = malloc(((size_t)n + (size_t)nmeta + 1) * sizeof *names);
-    if (!names) {
-        set_err(err, errlen, "out of memory");
-        return NULL;
-    }
-    for (int i = 0; i < n; i++) names[i] = e[i].name;
-    const char *dup = first_duplicate(names, (size_t)n);
-    if (dup) set_err(err, errlen, "tensor %s: the name is given twice", quoted(dup, q));
-    for (int i = 0; !dup && i < nmeta; i++) names[i] = meta_keys[i];
-    const char *mdup = dup ? NULL : first_duplicate(names, (size_t)nmeta);
-    if (mdup) set_err(err, errlen, "metadata key %s given twice", quoted(mdup, q));
-    free(names);
-    if (dup || mdup) return NULL;
-
-    sbuf b = {0};
-    put(&b, "\0\0\0\0\0\0\0\0{", 9); /* the length, filled in at the end */
-    if (nmeta) {
-        puts_(&b, "\"__metadata__\":{");
-        for (int i = 0; i < nmeta; i++) {
-            if (i) puts_(&b, ",");
-            put_json_string(&b, meta_keys[i]);
-            puts_(&b, ":");
-            put_json_string(&b, meta_values[i]);
-        }
-        puts_(&b, "}");
-    }
-    size_t off = 0;
-    for (int i = 0; i < n; i++) {
-        const size_t bytes = st_entry_bytes(&e[i]);
-        if (off > SIZE_MAX - bytes) {
-            set_err(err, errlen, "tensor %s: the data section would pass SIZE_MAX bytes",
-                    quoted(e[i].name, q));
-            free(b.p);
-            return NULL;
-        }
-        if (i || nmeta) puts_(&b, ",");
-        put_json_string(&b, e[i].name);
-        puts_(&b, ":{\"dtype\":\"");
-        puts_(&b, st_dtype_name(e[i].dtype));
-        puts_(&b, "\",\"shape\":[");
-        for (int d = 0; d < e[i].ndim; d++) {
-            snprintf(num, sizeof num, "%s%lld", d ? "," : "", (long long)e[i].shape[d]);
-            puts_(&b, num);
-        }
-        snprintf(num, sizeof num, "],\"data_offsets\":[%zu,%zu]}", off, off + bytes);
-        puts_(&b, num);
-        off += bytes;
-    }
-    puts_(&b, "}");
-    while (!b.oom && b.len % 8) put(&b, " ", 1);
-    if (b.oom) {
-        free(b.p);
-        set_err(err, errlen, "out of memory (a header for %d tensors)", n);
-        return NULL;
-    }
-    const uint64_t hl = b.len - 8;
-    if (hl > MAX_HEADER) {
-        free(b.p);
-        set_err(err, errlen, "the header would take %llu bytes, more than a reader accepts (%u)",
-                (unsigned long long)hl, MAX_HEADER);
-        return NULL;
-    }
-    for (int i = 0; i < 8; i++) b.p[i] = (unsigned char)(hl >> 8 * i);
-    *len = b.len;
-    return b.p;
 }

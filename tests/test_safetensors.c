@@ -1,4 +1,4 @@
-/* test_safetensors.c: the safetensors codec (engine/safetensors.c), no StarPU.
+/* test_safetensors.c: the safetensors codec (engine/safetensors*.c), no StarPU.
  * (1) round trips through st_header and st_parse: every dtype, a 0-d I64
  *     scalar, zero-size tensors, names and metadata with quotes, backslashes,
  *     control characters and non-ASCII text; the exact bytes of a small header;
