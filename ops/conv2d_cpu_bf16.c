@@ -92,15 +92,65 @@ static int bdesc_init(bdesc *d, const hyfi_conv2d_args *a)
     return 0;
 }
 
+/* The scratch caps: of oneDNN's kernel choice (pick_pd) and of a call before
+ * it runs in pieces (below); hyfi_conv2d_cpu_bf16_set_scratch_cap */
+#define PAD_CAP_DEFAULT ((size_t)32 << 20)
+static size_t g_pad_cap = PAD_CAP_DEFAULT, g_pick_cap = PAD_CAP_DEFAULT;
+
+static size_t pd_pad_bytes(const_dnnl_primitive_desc_t pd)
+{
+    const dnnl_memory_desc_t *m = dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0);
+    return m ? dnnl_memory_desc_get_size(m) : 0;
+}
+
+/* Whether a primitive descriptor is one of oneDNN's fast kernels (not "ref"). */
+static int pd_fast(const_dnnl_primitive_desc_t pd)
+{
+    const char *impl = NULL;
+    if (!pd || dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl) !=
+                   dnnl_success || !impl)
+        return 0;
+    return strstr(impl, "ref") == NULL;
+}
+
+/* The primitive descriptor of op cd: oneDNN's first choice, unless its
+ * scratchpad passes the cap and a later fast kernel's does not. oneDNN's bf16
+ * 1x1 kernels book a float32 buffer of the whole result (256 MB for a
+ * 16 -> 32 convolution at 1,024², 2 threads), its direct bf16 kernel none, at
+ * the same speed within ~15% (docs/results.md). Which kernel follows the
+ * shape, the thread count and the cap alone, so every process running a shape
+ * runs the same one. */
+static int pick_pd(dnnl_primitive_desc_t *pd, const void *cd, const_dnnl_primitive_desc_t hint)
+{
+    dnnl_primitive_desc_iterator_t it;
+    *pd = NULL;
+    HYFI_DNNL_CHECK(dnnl_primitive_desc_iterator_create(&it, (const_dnnl_op_desc_t)cd,
+                                                        hyfi_dnnl_attr(), hyfi_dnnl_engine(),
+                                                        hint));
+    dnnl_primitive_desc_t first = dnnl_primitive_desc_iterator_fetch(it);
+    if (first && !(pd_fast(first) && pd_pad_bytes(first) <= g_pick_cap)) {
+        while (dnnl_primitive_desc_iterator_next(it) == dnnl_success) {
+            dnnl_primitive_desc_t q = dnnl_primitive_desc_iterator_fetch(it);
+            if (q && pd_fast(q) && pd_pad_bytes(q) <= g_pick_cap) {
+                dnnl_primitive_desc_destroy(first);
+                first = q;
+                break;
+            }
+            if (q) dnnl_primitive_desc_destroy(q);
+        }
+    }
+    dnnl_primitive_desc_iterator_destroy(it);
+    *pd = first;
+    return first ? 0 : -1;
+}
+
 static int fwd_pd(dnnl_primitive_desc_t *pd, const bdesc *d, int with_bias)
 {
     dnnl_convolution_desc_t cd;
     HYFI_DNNL_CHECK(dnnl_convolution_forward_desc_init(
         &cd, dnnl_forward_training, dnnl_convolution_direct, &d->src_any, &d->wei_any,
         with_bias ? &d->bia : NULL, &d->dst_any, d->strides, d->pad, d->pad));
-    HYFI_DNNL_CHECK(
-        dnnl_primitive_desc_create(pd, &cd, hyfi_dnnl_attr(), hyfi_dnnl_engine(), NULL));
-    return 0;
+    return pick_pd(pd, &cd, NULL);
 }
 
 /* The primitive of direction dir (and its forward hint), dx in float32 when acc. */
@@ -126,11 +176,9 @@ static int dir_pd(dnnl_primitive_desc_t *pd, dnnl_primitive_desc_t *hint, const 
             : dnnl_convolution_backward_weights_desc_init(
                   &cd, dnnl_convolution_direct, &d->src_any, &d->dwei_any,
                   with_bias ? &d->bia : NULL, &d->dst_any, d->strides, d->pad, d->pad);
-    if (s == dnnl_success)
-        s = dnnl_primitive_desc_create(pd, &cd, hyfi_dnnl_attr(), hyfi_dnnl_engine(), f);
-    if (s != dnnl_success) {
+    if (s != dnnl_success || (rc = pick_pd(pd, &cd, f)) != 0) {
         dnnl_primitive_desc_destroy(f);
-        return -(int)s - 1;
+        return s != dnnl_success ? -(int)s - 1 : rc;
     }
     *hint = f;
     return 0;
@@ -149,11 +197,13 @@ static const hyfi_dnnl_prim *prim(const bdesc *d, const hyfi_conv2d_args *a, int
         char tag[8];
         hyfi_conv2d_args a;
         int with_bias, dir, acc;
+        size_t cap;
     } key;
     memset(&key, 0, sizeof key);
     memcpy(key.tag, "cbf16", 6);
     key.a = *a;
     key.with_bias = with_bias, key.dir = dir, key.acc = dir == DIR_BWD_DATA && acc;
+    key.cap = g_pick_cap;
     const hyfi_dnnl_prim *p = hyfi_dnnl_cache_find(&key, sizeof key);
     if (p) return p;
     dnnl_primitive_desc_t pd, hint;
@@ -164,11 +214,7 @@ static const hyfi_dnnl_prim *prim(const bdesc *d, const hyfi_conv2d_args *a, int
 /* Whether a primitive is one of oneDNN's fast kernels (not "ref"). */
 static int fast(const hyfi_dnnl_prim *p)
 {
-    const char *impl = NULL;
-    if (!p || dnnl_primitive_desc_query(p->pd, dnnl_query_impl_info_str, 0, &impl) !=
-                  dnnl_success || !impl)
-        return 0;
-    return strstr(impl, "ref") == NULL;
+    return p && pd_fast(p->pd);
 }
 
 /* -------------------------------------------------- which path, per CPU */
@@ -260,8 +306,10 @@ int hyfi_conv2d_cpu_bf16(const hyfi_conv2d_args *a, int dir, int acc)
 /* ------------------------------------------------------------ pieces */
 /* oneDNN's bf16 1x1 kernels (jit_bf16_1x1) book a float32 store buffer of
  * the whole result per thread: at 2,048² ResNet-50's 64 -> 256 convolution
- * at 512² asked 512 MB of scratchpad on 2 threads for a 32 MB input. A call
- * whose scratch would exceed the cap (32 MB) runs in pieces: images (any layout:
+ * at 512² asked 512 MB of scratchpad on 2 threads for a 32 MB input. Where
+ * oneDNN has another fast kernel within the kernel cap, pick_pd takes it;
+ * else a call whose scratch would exceed the cap (32 MB) runs in pieces:
+ * images (any layout:
  * the batch is outermost), then, for one image, channel blocks of the
  * result (the forward's output channels, the backward data's input channels:
  * contiguous for one image in every activation layout, the weights read
@@ -271,18 +319,24 @@ int hyfi_conv2d_cpu_bf16(const hyfi_conv2d_args *a, int dir, int acc)
  * apart at most (tests/test_op_conv2d_bf16.c). Which pieces follows the shape
  * and the thread count alone, so every process and plan running a shape
  * runs the same pieces. */
-#define PAD_CAP_DEFAULT ((size_t)32 << 20)
-static size_t g_pad_cap = PAD_CAP_DEFAULT;
-
-void hyfi_conv2d_cpu_bf16_set_scratch_cap(size_t bytes)
+void hyfi_conv2d_cpu_bf16_set_scratch_cap(size_t pieces, size_t kernel)
 {
-    g_pad_cap = bytes ? bytes : PAD_CAP_DEFAULT;
+    g_pad_cap = pieces ? pieces : PAD_CAP_DEFAULT;
+    g_pick_cap = kernel ? kernel : PAD_CAP_DEFAULT;
+}
+
+size_t hyfi_conv2d_cpu_bf16_scratch(const hyfi_conv2d_args *a, int dir)
+{
+    static const int dirs[3] = {DIR_FWD, DIR_BWD_DATA, DIR_BWD_WEIGHTS};
+    bdesc d;
+    if (dir < 0 || dir > 2 || bdesc_init(&d, a)) return 0;
+    const hyfi_dnnl_prim *p = prim(&d, a, dir != 1 && a->has_bias, dirs[dir], 0);
+    return p ? pd_pad_bytes(p->pd) : 0;
 }
 
 static size_t pad_bytes(const hyfi_dnnl_prim *p)
 {
-    const dnnl_memory_desc_t *m = qmd(p, dnnl_query_scratchpad_md, 0);
-    return m ? dnnl_memory_desc_get_size(m) : 0;
+    return pd_pad_bytes(p->pd);
 }
 
 typedef struct {

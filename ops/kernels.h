@@ -84,12 +84,18 @@ int hyfi_conv2d_forward_cpu_bf16(uint16_t *y, const uint16_t *x, const float *w,
 /* dx (N,Cin,H,W) bf16, dy (N,Cout,Ho,Wo) bf16, w (Cout,Cin/G,KH,KW) */
 int hyfi_conv2d_backward_data_cpu_bf16(uint16_t *dx, const uint16_t *dy, const float *w,
                                        const hyfi_conv2d_args *a, int acc);
-/* The most scratch one oneDNN call of the two above may take (default
- * 32 MB: oneDNN's scratchpad, and an accumulating backward data's float32
- * result): a larger call runs in pieces (images, then channel blocks of its
- * result) that give the same bits (strided forwards: within a bf16 unit).
- * 0: the default. For tests; not thread-safe. */
-void hyfi_conv2d_cpu_bf16_set_scratch_cap(size_t bytes);
+/* The scratch caps (default 32 MB each). kernel: oneDNN's first choice of
+ * kernel gives way to a later fast one whose scratchpad is within it (its
+ * bf16 1x1 kernels book a float32 buffer of the whole result; its direct
+ * kernel none). pieces: the most scratch one call of the two above may take
+ * (oneDNN's scratchpad, and an accumulating backward data's float32 result):
+ * a larger call runs in pieces (images, then channel blocks of its result)
+ * that give the same bits (strided forwards: within a bf16 unit). 0: the
+ * default. For tests; not thread-safe. */
+void hyfi_conv2d_cpu_bf16_set_scratch_cap(size_t pieces, size_t kernel);
+/* oneDNN's scratchpad in bytes of the kernel a call of direction dir (0
+ * forward, 1 backward data, 2 backward weights) of shape a runs */
+size_t hyfi_conv2d_cpu_bf16_scratch(const hyfi_conv2d_args *a, int dir);
 /* dw (Cout,Cin/G,KH,KW), db (Cout) or NULL: float32; dy, x bf16 */
 int hyfi_conv2d_backward_weight_cpu_bf16(float *dw, float *db, const uint16_t *dy,
                                          const uint16_t *x, const hyfi_conv2d_args *a, int acc);

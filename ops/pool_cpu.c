@@ -20,6 +20,7 @@
 #endif
 
 #include "kernels.h"
+#include "pool_window.h"
 
 #include <math.h>
 #include <string.h>
@@ -31,22 +32,6 @@
 static inline int pool_par(const hyfi_pool_args *a)
 {
     return (long)a->n * a->c * a->h * a->w >= (1L << 16);
-}
-
-/* Window of output (oh, ow) clipped to the image: rows [h0, h1), cols [w0, w1);
- * *full is the unclipped window size (count_include_pad divisor, clipped to
- * the padded image as PyTorch does). */
-static inline void pool_window(const hyfi_pool_args *a, int oh, int ow, int *h0, int *h1,
-                               int *w0, int *w1, int *full)
-{
-    const int hs = oh * a->sh - a->ph, ws = ow * a->sw - a->pw;
-    int he = hs + a->kh, we = ws + a->kw;
-    const int hp = he > a->h + a->ph ? a->h + a->ph : he, wp = we > a->w + a->pw ? a->w + a->pw : we;
-    *full = (hp - hs) * (wp - ws);
-    *h0 = hs < 0 ? 0 : hs;
-    *w0 = ws < 0 ? 0 : ws;
-    *h1 = he > a->h ? a->h : he;
-    *w1 = we > a->w ? a->w : we;
 }
 
 /* Own loops: oneDNN 2.6 pools plain NCHW with its reference-like simple_nchw

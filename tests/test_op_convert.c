@@ -414,6 +414,11 @@ int main(void)
     test_pool_bf16(2, 16, 64, 64, 3, 2, 1, 0, &seed); /* split over threads */
     test_pool_bf16(2, 16, 13, 13, 3, 2, 1, 8, &seed); /* nChw8c */
     test_pool_bf16(2, 32, 64, 33, 2, 2, 0, 16, &seed); /* nChw16c, split */
+    /* backward in bands of rows (256 KB of float32 per thread): windows that
+     * straddle two bands */
+    test_pool_bf16(1, 2, 500, 300, 3, 2, 1, 0, &seed);
+    test_pool_bf16(1, 16, 200, 64, 3, 2, 1, 16, &seed);
+    test_pool_bf16(1, 8, 300, 40, 3, 1, 1, 8, &seed);
     test_concat_bf16(&seed);
 #if HYFI_TEST_ISA
     test_isa_builds(&seed);
