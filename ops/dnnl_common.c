@@ -405,8 +405,18 @@ void hyfi_cpu_scratch_trim(size_t keep)
     thread_state *t = pthread_getspecific(g_key);
     if (!t) return;
     size_t held = 0;
-    for (int i = 0; i < HYFI_SCRATCH_SLOTS; i++)
-        if (t->scratch[i]) held += slot_bytes(t->scratch_count[i]);
+    for (int i = 0; i < HYFI_SCRATCH_SLOTS; i++) {
+        if (!t->scratch[i]) continue;
+        const size_t bytes = slot_bytes(t->scratch_count[i]);
+        if (bytes > keep / 4) { /* one large slot: a large task's, not kept */
+            slot_free(t->scratch[i], t->scratch_count[i]);
+            t->scratch[i] = NULL;
+            t->scratch_count[i] = 0;
+            scratch_account(bytes, 0);
+        } else {
+            held += bytes;
+        }
+    }
     while (held > keep) {
         int big = -1;
         for (int i = 0; i < HYFI_SCRATCH_SLOTS; i++)

@@ -93,13 +93,15 @@ int hyfi_dnnl_exec(const hyfi_dnnl_prim *p, int nargs, const dnnl_exec_arg_t *ar
 #define HYFI_SCRATCH_STAGE 6
 #define HYFI_SCRATCH_NSTAGE 72 /* a task's buffers at most (HYFI_MAX_TASK_BUFFERS) */
 float *hyfi_cpu_scratch(int slot, size_t count);
-/* After a task: free the calling thread's largest scratch slots until it
+/* After a task: free the calling thread's slots over keep / 4 (16 MB: a
+ * large task's, mapped again when needed), then its largest ones until it
  * holds at most `keep` bytes (HYFI_SCRATCH_KEEP, 64 MB). Slots stay allocated
  * from task to task while they are small, so that tasks of usual sizes
  * allocate nothing (ResNet-50 at 128², batch 8: 54 MB in all); at very large
  * images the sum of every slot's largest size (each grown by another op) was
  * held for the whole run, while one task needs only its own: AmoebaNet-D
- * (6, 64) at 2,048², bf16, 800 MB held, 252 MB at most with the trim. Slots
+ * (6, 64) at 2,048², bf16, 800 MB held, 252 MB at most with the trim, 89-97
+ * MB with large slots freed too (its peak 1,711 -> 1,645 MB, same time). Slots
  * of 1 MB or more are mapped with huge pages, so mapping one again costs
  * little (the same run's time unchanged). */
 #define HYFI_SCRATCH_KEEP ((size_t)64 << 20)

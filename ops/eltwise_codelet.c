@@ -39,6 +39,16 @@ static void accumulate_n_cpu_func(void *stored[], void *cl_arg)
 {
     const hyfi_task_args *t = cl_arg;
     if (!hyfi_ops_buffers_ok(stored, "accumulate_n", "w", t->u.elt.nsrc, 'r', "")) return;
+    if (t->u.elt.nsrc <= 64 && hyfi_ops_all_bf16(stored)) {
+        /* every buffer bf16-stored: one pass, bitwise the staged chain */
+        const uint16_t *src[64];
+        for (int k = 0; k < t->u.elt.nsrc; k++)
+            src[k] = (const uint16_t *)STARPU_VECTOR_GET_PTR(stored[1 + k]);
+        HYFI_REPORT("accumulate_n",
+                    hyfi_accumulate_n_bf16((uint16_t *)STARPU_VECTOR_GET_PTR(stored[0]), src,
+                                           t->u.elt.nsrc, t->u.elt.count, t->acc));
+        return;
+    }
     void **buffers = hyfi_ops_stage_in(stored, "accumulate_n"); /* bf16 storage: float32 */
     if (!buffers) return;
     for (int k = 0; k < t->u.elt.nsrc; k++)

@@ -70,6 +70,30 @@ int HYFI_ISA(hyfi_accumulate_bf16)(uint16_t *dst, const uint16_t *src, size_t co
     return 0;
 }
 
+/* dst (count) = round(src_0 + ... + src_(nsrc-1)), with acc round(dst + src_0
+ * + ...): the float32 sums in that order, one rounding (accumulate_n's chain
+ * on widened buffers, then rounded), in blocks of 1,024 values on the stack */
+int HYFI_ISA(hyfi_accumulate_n_bf16)(uint16_t *dst, const uint16_t *const *src, int nsrc,
+                                     size_t count, int acc)
+{
+    if (nsrc < 1) return -1;
+    const long n = (long)count, nblk = (n + 1023) / 1024;
+#pragma omp parallel for schedule(static) if (n >= PAR_MIN)
+    for (long b = 0; b < nblk; b++) {
+        const long i0 = b * 1024, m = n - i0 < 1024 ? n - i0 : 1024;
+        float f[1024];
+        if (acc)
+            for (long i = 0; i < m; i++)
+                f[i] = hyfi_bf16_widen(dst[i0 + i]) + hyfi_bf16_widen(src[0][i0 + i]);
+        else
+            for (long i = 0; i < m; i++) f[i] = hyfi_bf16_widen(src[0][i0 + i]);
+        for (int k = 1; k < nsrc; k++)
+            for (long i = 0; i < m; i++) f[i] += hyfi_bf16_widen(src[k][i0 + i]);
+        for (long i = 0; i < m; i++) dst[i0 + i] = hyfi_bf16_narrow(f[i]);
+    }
+    return 0;
+}
+
 /* dst (count) bf16 = round(dst + src), src (count) float32: one rounding (a
  * float32 result added into bf16 storage: the accumulating bf16 convolution) */
 int HYFI_ISA(hyfi_accumulate_f32_bf16)(uint16_t *dst, const float *src, size_t count)

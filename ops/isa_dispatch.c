@@ -36,6 +36,9 @@
       (dst, src, count, acc))                                                                    \
     X(hyfi_accumulate_f32_bf16, (uint16_t *dst, const float *src, size_t count),                 \
       (dst, src, count))                                                                         \
+    X(hyfi_accumulate_n_bf16,                                                                    \
+      (uint16_t *dst, const uint16_t *const *src, int nsrc, size_t count, int acc),              \
+      (dst, src, nsrc, count, acc))                                                              \
     X(hyfi_fill_bf16, (uint16_t *dst, float value, size_t count), (dst, value, count))           \
     X(hyfi_maxpool_forward_bf16, (uint16_t *y, const uint16_t *x, const hyfi_pool_args *a),      \
       (y, x, a))                                                                                 \

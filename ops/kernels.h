@@ -237,6 +237,11 @@ int hyfi_add_forward_bf16(uint16_t *y, const uint16_t *a, const uint16_t *b, siz
 int hyfi_accumulate_bf16(uint16_t *dst, const uint16_t *src, size_t count, int acc);
 /* dst (count) bf16 = round(dst + src), src (count) float32 */
 int hyfi_accumulate_f32_bf16(uint16_t *dst, const float *src, size_t count);
+/* dst (count) = round([dst +] src_0 + ... + src_(nsrc-1)) (dst added with acc):
+ * the float32 sums in that order, one rounding (accumulate_n on widened
+ * buffers) */
+int hyfi_accumulate_n_bf16(uint16_t *dst, const uint16_t *const *src, int nsrc, size_t count,
+                           int acc);
 int hyfi_fill_bf16(uint16_t *dst, float value, size_t count);
 
 /* ------------------------------------------------------------------- pool */

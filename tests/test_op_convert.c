@@ -179,6 +179,15 @@ static void test_eltwise_bf16(size_t n, uint64_t *seed)
         hyfi_accumulate_cpu(want, a, n, acc);
         hyfi_accumulate_bf16(hc, ha, n, acc);
         SAME(acc ? "accumulate (acc)" : "accumulate");
+        /* accumulate_n over three sources: the staged chain */
+        hyfi_f32_to_bf16_ref(hc, c, n);
+        memcpy(want, c, n * sizeof *c);
+        hyfi_accumulate_cpu(want, a, n, acc);
+        hyfi_accumulate_cpu(want, b, n, 1);
+        hyfi_accumulate_cpu(want, a, n, 1);
+        const uint16_t *srcs[3] = {ha, hb, ha};
+        hyfi_accumulate_n_bf16(hc, srcs, 3, n, acc);
+        SAME(acc ? "accumulate_n (acc)" : "accumulate_n");
     }
     hyfi_fill_cpu(want, 0.3f, n);
     hyfi_fill_bf16(hc, 0.3f, n);
