@@ -37,12 +37,16 @@
  * storage kernels (batchnorm_cpu_bf16.c).
  */
 #include "kernels.h"
+
+#include <string.h>
 #include "isa.h"
 
 /* float32 storage: the kernels of batchnorm_cpu_body.h on float buffers */
 #define BN_T float
 #define BN_LD(v) (v)
 #define BN_ST(f) (f)
+#define BN_STN(p, v, B) memcpy((p), (v), (size_t)(B) * sizeof(float))
+#define BN_LDN(v, p, B) memcpy((v), (p), (size_t)(B) * sizeof(float))
 #define BN_VIEW_DECL(b) (void)0
 #define BN_VIEW(b, p, n) (p)
 #define BN_NAME(op) HYFI_ISA(hyfi_batchnorm_##op##_cpu)

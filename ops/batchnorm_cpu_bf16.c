@@ -23,6 +23,18 @@ static const float *bn_view(float *buf, const uint16_t *p, size_t n)
 #define BN_T uint16_t
 #define BN_LD(v) hyfi_bf16_widen(v)
 #define BN_ST(f) hyfi_bf16_narrow(f)
+#define BN_LDN(v, p, B)                                                                            \
+    do {                                                                                           \
+        if ((B) == 16) hyfi_bf16_widen16((v), (p));                                                \
+        else if ((B) == 8) hyfi_bf16_widen8((v), (p));                                             \
+        else for (int j_ = 0; j_ < (B); j_++) (v)[j_] = hyfi_bf16_widen((p)[j_]);                  \
+    } while (0)
+#define BN_STN(p, v, B)                                                                            \
+    do {                                                                                           \
+        if ((B) == 16) hyfi_bf16_narrow16((p), (v));                                               \
+        else if ((B) == 8) hyfi_bf16_narrow8((p), (v));                                            \
+        else for (int j_ = 0; j_ < (B); j_++) (p)[j_] = hyfi_bf16_narrow((v)[j_]);                 \
+    } while (0)
 #define BN_VIEW_DECL(b) float b[HYFI_BN_BLOCK]
 #define BN_VIEW(b, p, n) bn_view(b, p, n)
 #define BN_NAME(op) HYFI_ISA(hyfi_batchnorm_##op##_bf16)

@@ -5,6 +5,8 @@
  *   BN_T             the element type of x, y, dx, dy (float or uint16_t)
  *   BN_LD(v)         an element as float (exact)
  *   BN_ST(f)         a float as an element (bf16: rounded to nearest even)
+ *   BN_STN(p, v, B)  B floats v as elements at p (BN_ST each)
+ *   BN_LDN(v, p, B)  B elements at p as floats v (BN_LD each)
  *   BN_VIEW_DECL(b)  declares scratch b for BN_VIEW
  *   BN_VIEW(b, p, n) n elements from p as a const float * (p itself for float
  *                    storage; widened into b, at most HYFI_BN_BLOCK, for bf16)
@@ -19,12 +21,18 @@
 #include <stdlib.h>
 
 #define HYFI_BN_BLOCK 4096
+/* The blocked layouts' per-lane loops, inlined into callers where B is a
+ * literal (8 or 16), so that the lanes are vector code: with B a variable they
+ * ran at 60% of the float32 kernels' speed on bf16 storage (2-core EPYC,
+ * 32x16x32x32 in nChw16c, forward 0.092 against 0.056 ms). Per lane the sums
+ * run in the same order either way: the same bits. */
+#define BN_LANES static inline __attribute__((always_inline))
 #define HYFI_BN_MAXB 16 /* largest channel block */
 
 /* ------------------------------------------------------- blocked layouts */
 /* y = (x - mu) * scale + shift over image n of channel block cb, per lane j.
  * y, x (N, C/B, H, W, B). */
-static void block_affine(BN_T *y, const BN_T *x, size_t CB, size_t hw, int B, size_t n,
+BN_LANES void block_affine_b(BN_T *y, const BN_T *x, size_t CB, size_t hw, int B, size_t n,
                          size_t cb, const float *coef, int relu)
 {
     const BN_T *xp = x + (n * CB + cb) * hw * B;
@@ -32,18 +40,29 @@ static void block_affine(BN_T *y, const BN_T *x, size_t CB, size_t hw, int B, si
     float mu[HYFI_BN_MAXB], scale[HYFI_BN_MAXB], shift[HYFI_BN_MAXB]; /* coef (3, B) */
     for (int j = 0; j < B; j++) mu[j] = coef[j], scale[j] = coef[B + j], shift[j] = coef[2 * B + j];
     for (size_t i = 0; i < hw; i++) {
+        float v[HYFI_BN_MAXB], xv[HYFI_BN_MAXB];
+        BN_LDN(xv, xp + i * B, B);
         if (relu) {
 #pragma omp simd
             for (int j = 0; j < B; j++) {
-                const float v = (BN_LD(xp[i * B + j]) - mu[j]) * scale[j] + shift[j];
-                yp[i * B + j] = BN_ST(v > 0.0f ? v : 0.0f);
+                const float t = (xv[j] - mu[j]) * scale[j] + shift[j];
+                v[j] = t > 0.0f ? t : 0.0f;
             }
         } else {
 #pragma omp simd
-            for (int j = 0; j < B; j++)
-                yp[i * B + j] = BN_ST((BN_LD(xp[i * B + j]) - mu[j]) * scale[j] + shift[j]);
+            for (int j = 0; j < B; j++) v[j] = (xv[j] - mu[j]) * scale[j] + shift[j];
         }
+        BN_STN(yp + i * B, v, B);
     }
+}
+
+/* block_affine with B a literal (8 or 16): its lane loops vector code */
+static void block_affine(BN_T *y, const BN_T *x, size_t CB, size_t hw, int B, size_t n,
+                         size_t cb, const float *coef, int relu)
+{
+    if (B == 16) block_affine_b(y, x, CB, hw, 16, n, cb, coef, relu);
+    else if (B == 8) block_affine_b(y, x, CB, hw, 8, n, cb, coef, relu);
+    else block_affine_b(y, x, CB, hw, B, n, cb, coef, relu);
 }
 
 /* The sums of a blocked pass are taken per (channel block, image) pair, in
@@ -61,7 +80,7 @@ static double *blk_parts(size_t CB, size_t N, int B)
 }
 
 /* part (2, B) of pair (cb, n): sums of x - k and (x - k)^2, k = x[0, cb, 0, 0] */
-static void fwd_pair_sums(double *part, const BN_T *x, size_t CB, size_t hw, int B, size_t n,
+BN_LANES void fwd_pair_sums_b(double *part, const BN_T *x, size_t CB, size_t hw, int B, size_t n,
                           size_t cb)
 {
     float k[HYFI_BN_MAXB];
@@ -72,9 +91,11 @@ static void fwd_pair_sums(double *part, const BN_T *x, size_t CB, size_t hw, int
         const size_t i1 = i0 + HYFI_BN_BLOCK < hw ? i0 + HYFI_BN_BLOCK : hw;
         float fa[HYFI_BN_MAXB] = {0}, fb[HYFI_BN_MAXB] = {0};
         for (size_t i = i0; i < i1; i++) {
+            float xv[HYFI_BN_MAXB];
+            BN_LDN(xv, xp + i * B, B);
 #pragma omp simd
             for (int j = 0; j < B; j++) {
-                const float d = BN_LD(xp[i * B + j]) - k[j];
+                const float d = xv[j] - k[j];
                 fa[j] += d;
                 fb[j] += d * d;
             }
@@ -82,6 +103,15 @@ static void fwd_pair_sums(double *part, const BN_T *x, size_t CB, size_t hw, int
         for (int j = 0; j < B; j++) s1[j] += fa[j], s2[j] += fb[j];
     }
     for (int j = 0; j < B; j++) part[j] = s1[j], part[B + j] = s2[j];
+}
+
+/* fwd_pair_sums with B a literal (8 or 16): its lane loops vector code */
+static void fwd_pair_sums(double *part, const BN_T *x, size_t CB, size_t hw, int B, size_t n,
+                          size_t cb)
+{
+    if (B == 16) fwd_pair_sums_b(part, x, CB, hw, 16, n, cb);
+    else if (B == 8) fwd_pair_sums_b(part, x, CB, hw, 8, n, cb);
+    else fwd_pair_sums_b(part, x, CB, hw, B, n, cb);
 }
 
 /* Block cb's statistics from its pairs' sums: coef (3, B) = mu, scale, shift,
@@ -195,7 +225,7 @@ static inline float bn_masked(float dy, float y) { return y > 0.0f ? dy : 0.0f; 
 
 /* part (2, B) of pair (cb, n): sums of dy' and dy' (x - mean), dy' = dy masked
  * by the fused ReLU's y > 0 */
-static void bwd_pair_sums(double *part, const BN_T *dy, const BN_T *x, const BN_T *y,
+BN_LANES void bwd_pair_sums_b(double *part, const BN_T *dy, const BN_T *x, const BN_T *y,
                           const float *mean, size_t CB, size_t hw, int B, size_t n, size_t cb,
                           int relu)
 {
@@ -209,25 +239,39 @@ static void bwd_pair_sums(double *part, const BN_T *dy, const BN_T *x, const BN_
         const size_t i1 = i0 + HYFI_BN_BLOCK < hw ? i0 + HYFI_BN_BLOCK : hw;
         float p[HYFI_BN_MAXB] = {0}, q[HYFI_BN_MAXB] = {0};
         for (size_t i = i0; i < i1; i++) {
+            float xv[HYFI_BN_MAXB], gv[HYFI_BN_MAXB], yv[HYFI_BN_MAXB];
+            BN_LDN(xv, xp + i * B, B);
+            BN_LDN(gv, dyp + i * B, B);
             if (relu) {
+                BN_LDN(yv, yp + i * B, B);
 #pragma omp simd
                 for (int j = 0; j < B; j++) {
-                    const float g = bn_masked(BN_LD(dyp[i * B + j]), BN_LD(yp[i * B + j]));
+                    const float g = bn_masked(gv[j], yv[j]);
                     p[j] += g;
-                    q[j] += g * (BN_LD(xp[i * B + j]) - mu[j]);
+                    q[j] += g * (xv[j] - mu[j]);
                 }
             } else {
 #pragma omp simd
                 for (int j = 0; j < B; j++) {
-                    const float g = BN_LD(dyp[i * B + j]);
+                    const float g = gv[j];
                     p[j] += g;
-                    q[j] += g * (BN_LD(xp[i * B + j]) - mu[j]);
+                    q[j] += g * (xv[j] - mu[j]);
                 }
             }
         }
         for (int j = 0; j < B; j++) sdy[j] += p[j], sdyx[j] += q[j];
     }
     for (int j = 0; j < B; j++) part[j] = sdy[j], part[B + j] = sdyx[j];
+}
+
+/* bwd_pair_sums with B a literal (8 or 16): its lane loops vector code */
+static void bwd_pair_sums(double *part, const BN_T *dy, const BN_T *x, const BN_T *y,
+                          const float *mean, size_t CB, size_t hw, int B, size_t n, size_t cb,
+                          int relu)
+{
+    if (B == 16) bwd_pair_sums_b(part, dy, x, y, mean, CB, hw, 16, n, cb, relu);
+    else if (B == 8) bwd_pair_sums_b(part, dy, x, y, mean, CB, hw, 8, n, cb, relu);
+    else bwd_pair_sums_b(part, dy, x, y, mean, CB, hw, B, n, cb, relu);
 }
 
 /* Block cb's coefficients from its pairs' sums: coef (4, B) = mean, A, Bc, D
@@ -257,7 +301,7 @@ static void bwd_block_coef(float *coef, const double *part, size_t cb, size_t N,
 }
 
 /* dx of pair (cb, n) from coef (4, B) */
-static void bwd_pair_dx(BN_T *dx, const BN_T *dy, const BN_T *x, const BN_T *y,
+BN_LANES void bwd_pair_dx_b(BN_T *dx, const BN_T *dy, const BN_T *x, const BN_T *y,
                         const float *coef, size_t CB, size_t hw, int B, size_t n, size_t cb,
                         int relu, int add)
 {
@@ -271,24 +315,38 @@ static void bwd_pair_dx(BN_T *dx, const BN_T *dy, const BN_T *x, const BN_T *y,
     for (size_t i = 0; i < hw; i++) {
         const BN_T *xi = xp + i * B, *dyi = dyp + i * B, *yi = yp + i * B;
         BN_T *dxi = dxp + i * B;
+        float o[HYFI_BN_MAXB], xv[HYFI_BN_MAXB], gv[HYFI_BN_MAXB], yv[HYFI_BN_MAXB],
+            dv[HYFI_BN_MAXB];
+        BN_LDN(xv, xi, B);
+        BN_LDN(gv, dyi, B);
+        if (relu) BN_LDN(yv, yi, B);
+        if (add) BN_LDN(dv, dxi, B);
         if (relu) {
 #pragma omp simd
             for (int j = 0; j < B; j++) {
-                const float v = A[j] * bn_masked(BN_LD(dyi[j]), BN_LD(yi[j])) +
-                                Bc[j] * (BN_LD(xi[j]) - mu[j]) + D[j];
-                dxi[j] = BN_ST(add ? BN_LD(dxi[j]) + v : v);
+                const float v = A[j] * bn_masked(gv[j], yv[j]) + Bc[j] * (xv[j] - mu[j]) + D[j];
+                o[j] = add ? dv[j] + v : v;
             }
         } else if (add) {
 #pragma omp simd
             for (int j = 0; j < B; j++)
-                dxi[j] = BN_ST(BN_LD(dxi[j]) +
-                               (A[j] * BN_LD(dyi[j]) + Bc[j] * (BN_LD(xi[j]) - mu[j]) + D[j]));
+                o[j] = dv[j] + (A[j] * gv[j] + Bc[j] * (xv[j] - mu[j]) + D[j]);
         } else {
 #pragma omp simd
-            for (int j = 0; j < B; j++)
-                dxi[j] = BN_ST(A[j] * BN_LD(dyi[j]) + Bc[j] * (BN_LD(xi[j]) - mu[j]) + D[j]);
+            for (int j = 0; j < B; j++) o[j] = A[j] * gv[j] + Bc[j] * (xv[j] - mu[j]) + D[j];
         }
+        BN_STN(dxi, o, B);
     }
+}
+
+/* bwd_pair_dx with B a literal (8 or 16): its lane loops vector code */
+static void bwd_pair_dx(BN_T *dx, const BN_T *dy, const BN_T *x, const BN_T *y,
+                        const float *coef, size_t CB, size_t hw, int B, size_t n, size_t cb,
+                        int relu, int add)
+{
+    if (B == 16) bwd_pair_dx_b(dx, dy, x, y, coef, CB, hw, 16, n, cb, relu, add);
+    else if (B == 8) bwd_pair_dx_b(dx, dy, x, y, coef, CB, hw, 8, n, cb, relu, add);
+    else bwd_pair_dx_b(dx, dy, x, y, coef, CB, hw, B, n, cb, relu, add);
 }
 
 static int bn_backward_blk(BN_T *dx, float *dgamma, float *dbeta, const BN_T *dy,
