@@ -23,6 +23,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* Parameters per SGD task without CUDA workers (4 buffers each, within
+ * HYFI_MAX_TASK_BUFFERS) */
+#define SGD_GROUP 16
+
 /* Handles of micro-batch m. */
 #define HV(t) TH((t), e->m)
 #define HG(t) TGH((t), e->m)
@@ -451,19 +455,36 @@ static int build_train(hyfi_graph *g, const int *first)
     program *P = ec.P;
     if (hyfi_spatial_param_sums(e)) return -1;
     if (hyfi_emit_state_combine(g, P) || hyfi_emit_allreduce(g, P)) return -1;
+    /* Without CUDA workers, consecutive parameters of a stage share a task
+     * (hyfi_cl_sgd_update_n, SGD_GROUP at most): the same updates, fewer tasks. */
+    const int group = g->ctx->ncuda > 0 ? 1 : SGD_GROUP;
     for (int k = 0; k < pl->nrep; k++)
-        for (int i = 0; i < g->nparams && g->cc->rep_mine[k]; i++) {
+        for (int i = 0; i < g->nparams && g->cc->rep_mine[k];) {
             hyfi_tensor *p = g->params[i];
-            if (!p->gwritten) continue; /* not on the loss's path: left alone, as PyTorch does */
+            if (!p->gwritten) { /* not on the loss's path: left alone, as PyTorch does */
+                i++;
+                continue;
+            }
+            int n = 1, end = i + 1;
+            while (n < group && end < g->nparams &&
+                   (!g->params[end]->gwritten || g->params[end]->stage == p->stage)) {
+                n += g->params[end]->gwritten;
+                end++;
+            }
             hyfi_task_args a = {.u.sgd = {.count = p->numel, .lr = g->train.lr,
                                           .momentum = g->train.momentum,
                                           .weight_decay = g->train.weight_decay}};
             char nm[128];
-            if (pl->nrep > 1) snprintf(nm, sizeof nm, "%.40s.sgd.r%d", p->name, k);
-            else snprintf(nm, sizeof nm, "%.50s.sgd", p->name);
-            TASK(&hyfi_cl_sgd_update, nm, &a);
-            RW(p->h[k]), RW(p->mh[k]), W(p->nmh[k]), R(p->gh[k]);
+            const char *sfx = n > 1 ? "sgd_n" : "sgd";
+            if (pl->nrep > 1) snprintf(nm, sizeof nm, "%.40s.%s.r%d", p->name, sfx, k);
+            else snprintf(nm, sizeof nm, "%.50s.%s", p->name, sfx);
+            TASK(n > 1 ? &hyfi_cl_sgd_update_n : &hyfi_cl_sgd_update, nm, &a);
+            for (int j = i; j < end; j++) {
+                hyfi_tensor *q = g->params[j];
+                if (q->gwritten) RW(q->h[k]), RW(q->mh[k]), W(q->nmh[k]), R(q->gh[k]);
+            }
             hyfi_on_place(g, P, HYFI_PLACE(pl, k, pl->stage_place0[p->stage]), 0);
+            i = end;
         }
     if (hyfi_emit_health(g, P)) return -1;
     return 0;

@@ -571,7 +571,8 @@ hyfi_status hyfi_set_lr(hyfi_graph *g, float lr)
     g->train.lr = lr;
     program *P = &g->cc->train_prog;
     for (int i = 0; i < P->n; i++)
-        if (P->t[i].cl == &hyfi_cl_sgd_update) P->t[i].args.u.sgd.lr = lr;
+        if (P->t[i].cl == &hyfi_cl_sgd_update || P->t[i].cl == &hyfi_cl_sgd_update_n)
+            P->t[i].args.u.sgd.lr = lr;
     return HYFI_OK;
 }
 

@@ -317,6 +317,7 @@ extern struct starpu_codelet hyfi_cl_fc_forward, hyfi_cl_fc_backward_data,
     hyfi_cl_fc_backward_weight;
 extern struct starpu_codelet hyfi_cl_xent_forward, hyfi_cl_xent_backward;
 extern struct starpu_codelet hyfi_cl_sgd_update;
+extern struct starpu_codelet hyfi_cl_sgd_update_n; /* CPU only: groups of parameters */
 /* Replicas: copy_slice (dst, src); running_combine (x, r0, r_1 .. r_(R-1)). */
 extern struct starpu_codelet hyfi_cl_copy_slice, hyfi_cl_running_combine;
 /* Spatial tiles: assemble (dst, src...), scatter (dst..., src); batch norm over
