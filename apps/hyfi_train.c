@@ -194,6 +194,23 @@ static int compile_model(run *r)
     return 0;
 }
 
+/* --compile-only: this rank's share of the compiled plan, a line on stderr */
+static int print_rank_stats(run *r)
+{
+    hyfi_rank_stats st;
+    const hyfi_status s = hyfi_graph_rank_stats(r->g, &st);
+    if (s != HYFI_OK) {
+        lib_fail("hyfi_graph_rank_stats", s, r->g);
+        return 1;
+    }
+    /* every rank (stdout is the first rank's alone) */
+    fprintf(stderr,
+            "hyfi-train: compiled rank %d of %d: %ld handles, %ld tasks built, %ld submitted per "
+            "step, compile %.1f MB\n",
+            st.rank, st.nranks, st.handles, st.tasks_built, st.tasks_submitted, st.graph_mb);
+    return 0;
+}
+
 /* The model, the data, the settings and the plan, on stdout. */
 static void print_setup(const run *r)
 {
@@ -738,6 +755,7 @@ int main(int argc, char **argv)
     rc = start_engine(&r);
     if (rc == 0) rc = build_model(&r);
     if (rc == 0) rc = compile_model(&r);
+    if (rc == 0 && r.o.compile_only) return finish(&r, print_rank_stats(&r));
     if (rc == 0) {
         print_setup(&r);
         rc = restore(&r);

@@ -61,6 +61,12 @@ void train_usage(FILE *f)
         "                        parameters and FLOPs per image, then the totals (parameters,\n"
         "                        forward FLOPs per image, activation memory per image) and\n"
         "                        exit 0 without compiling or training\n"
+        "  --compile-only        compile the plan (register this rank's data, build its\n"
+        "                        programs), print per rank its handles, tasks built, tasks\n"
+        "                        submitted per step and the compile's memory, and exit 0\n"
+        "                        without training. With StarPU-MPI's STARPU_MPI_FAKE_SIZE=N\n"
+        "                        and STARPU_MPI_FAKE_RANK=r under mpiexec -n 1: rank r of an\n"
+        "                        N-rank plan, on one host\n"
         "  --dataset NAME        synthetic | fashion-mnist | mnist | cifar10 | folder\n"
         "                        [synthetic]\n"
         "                        synthetic: 10 x batch-size random 3-channel images with random\n"
@@ -647,6 +653,11 @@ static int parse_all(int argc, char **argv, train_options *o)
             mark_given(o, arg);
             continue;
         }
+        if (strcmp(arg, "--compile-only") == 0) {
+            o->compile_only = 1;
+            mark_given(o, arg);
+            continue;
+        }
         if (strcmp(arg, "--deterministic") == 0) {
             o->deterministic = 1;
             mark_given(o, arg);
@@ -740,6 +751,7 @@ void train_settings_fill(const train_options *o, train_settings *ts)
     model_describe(&o->mc, model, sizeof model);
     put(ts, "--model and its flags", 0, "%s", model);
     put(ts, "--dry-run", 0, "%d", o->dry_run);
+    put(ts, "--compile-only", 0, "%d", o->compile_only);
     put(ts, "--batch-size", 0, "%d", o->batch_size);
     put(ts, "--image-size", 0, "%d", o->image_size);
     put(ts, "--num-classes", 0, "%d", o->num_classes);

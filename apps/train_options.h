@@ -16,6 +16,7 @@
 typedef struct train_options {
     model_config mc;           /* --model and its flags (num_classes set in main) */
     int dry_run;               /* --dry-run: summary of the graph, no training */
+    int compile_only;          /* --compile-only: compile, per-rank counts, no training */
     int batch_size;
     int image_size;            /* 0: the data set's */
     int num_classes;           /* 0: the data set's (synthetic: 10) */

@@ -146,7 +146,7 @@ static hyfi_status agree_round(hyfi_ctx *ctx, hyfi_status local, const char *loc
     if (!sp) sp = &none;
     if (msg && len) msg[0] = 0;
     if (any) *any = flag;
-    if (!ctx || !ctx->mpi || ctx->nranks < 2) {
+    if (!ctx || !ctx->mpi || ctx->nranks < 2 || ctx->fake_ranks) {
         if (local != HYFI_OK && msg && len) snprintf(msg, len, "%s", local_msg ? local_msg : "");
         return local;
     }
@@ -199,7 +199,7 @@ hyfi_status hyfi_agree(hyfi_ctx *ctx, hyfi_status local, const char *local_msg,
 
 void hyfi_ctx_share_rows(hyfi_ctx *ctx, size_t *rows, size_t cols)
 {
-    if (!ctx || !ctx->mpi || ctx->nranks < 2) return;
+    if (!ctx || !ctx->mpi || ctx->nranks < 2 || ctx->fake_ranks) return;
     const int me = ctx->rank, R = ctx->nranks;
     const int64_t tag = AGREE_TAG_BASE + 2 * ctx->agree_seq++;
     const size_t row = cols * sizeof *rows;
@@ -221,7 +221,7 @@ void hyfi_ctx_share_rows(hyfi_ctx *ctx, size_t *rows, size_t cols)
  * elsewhere, the sum is that rank's value bit for bit (x + 0 = x). */
 void hyfi_ctx_sum_floats(hyfi_ctx *ctx, float *v, float *in, int n)
 {
-    if (!ctx || !ctx->mpi || ctx->nranks < 2 || n <= 0) return;
+    if (!ctx || !ctx->mpi || ctx->nranks < 2 || ctx->fake_ranks || n <= 0) return;
     const int me = ctx->rank, R = ctx->nranks;
     const int64_t tag = AGREE_TAG_BASE + 2 * ctx->agree_seq++;
     const size_t bytes = (size_t)n * sizeof *v;
@@ -383,7 +383,7 @@ hyfi_status hyfi_graph_agree(hyfi_graph *g, hyfi_status local, const char *local
                              const hyfi_train_config *tc)
 {
     hyfi_ctx *ctx = g->ctx;
-    if (!ctx->mpi || ctx->nranks < 2) return local;
+    if (!ctx->mpi || ctx->nranks < 2 || ctx->fake_ranks) return local;
     enum { INPUTS, SEED, LR, MOMENTUM, WD, PREC, PLAN, GRAPH, N };
     static const char *const names[N] = {"the input shapes", "the seed", "the learning rate",
                                          "the momentum", "the weight decay", "the precision",
@@ -452,7 +452,7 @@ hyfi_status hyfi_graph_agree(hyfi_graph *g, hyfi_status local, const char *local
 hyfi_status hyfi_io_agree(hyfi_graph *g, hyfi_status st, int root_only)
 {
     hyfi_ctx *c = g->ctx;
-    if (!c->mpi || c->nranks < 2) return st;
+    if (!c->mpi || c->nranks < 2 || c->fake_ranks) return st;
     if (root_only && c->rank != 0) st = HYFI_OK;
     char own[512], out[512];
     snprintf(own, sizeof own, "%s", st != HYFI_OK ? hyfi_last_error() : "");

@@ -152,7 +152,7 @@ hyfi_status hyfi_ctx_create(const hyfi_ctx_config *cfg, hyfi_ctx **out)
     if (s != HYFI_OK) {
         hyfi_sentinel_stop();
         atomic_store(&g_ctx_alive, 0);
-    } else if ((*out)->nranks > 1) {
+    } else if ((*out)->nranks > 1 && !(*out)->fake_ranks) {
         hyfi_sentinel_arm((*out)->rank, (*out)->nranks);
         if (!hyfi_launch_peers_done() && !HYFI_SIMULATION) {
             /* the children's addresses (hyfi_launch_begin gathers them where it runs);
@@ -423,6 +423,11 @@ static hyfi_status ctx_create(hyfi_ctx **out, const hyfi_ctx_config *cfg_in)
     if (ctx->mpi) {
         starpu_mpi_comm_rank(MPI_COMM_WORLD, &ctx->rank);
         starpu_mpi_comm_size(MPI_COMM_WORLD, &ctx->nranks);
+        /* StarPU-MPI's STARPU_MPI_FAKE_SIZE / _RANK: one process stands for
+         * one rank of a larger run; nothing runs, so nothing is exchanged */
+        int real = 1;
+        MPI_Comm_size(MPI_COMM_WORLD, &real);
+        ctx->fake_ranks = ctx->nranks > 1 && real == 1;
     } else {
         ctx->rank = 0;
         ctx->nranks = 1;

@@ -320,6 +320,8 @@ struct hyfi_ctx {
     int rank, nranks;
     int local_ranks;      /* ranks mpiexec started on this node (MPI_LOCALNRANKS), 0: unknown */
     int64_t next_tag;     /* StarPU-MPI tags handed out to graphs' handles */
+    int fake_ranks;       /* StarPU-MPI's fake size: this process alone stands for rank
+                           * `rank` of `nranks` (compile only, no collectives) */
     int comm_stats;       /* StarPU-MPI counts the bytes sent */
     int mpi;
     int ncpu, ncuda;

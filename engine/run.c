@@ -15,6 +15,7 @@
  * StarPU-MPI moves the data it reads from, or writes back to, the ranks that
  * own it. */
 static hyfi_status program_run(hyfi_graph *g, program *p);
+static hyfi_status need_compiled(hyfi_graph *g, const char *who);
 
 /* An open-addressing set of handles. */
 typedef struct {
@@ -93,6 +94,30 @@ static int mark_skips(hyfi_graph *g)
                 sub, n);
     }
     return rc;
+}
+
+hyfi_status hyfi_graph_rank_stats(hyfi_graph *g, hyfi_rank_stats *out)
+{
+    if (!g || !out) return hyfi_fail(HYFI_ERR_ARG, "hyfi_graph_rank_stats: g or out is NULL");
+    hyfi_status s = need_compiled(g, "hyfi_graph_rank_stats");
+    if (s != HYFI_OK) return s;
+    memset(out, 0, sizeof *out);
+    const program *P = &g->cc->train_prog;
+    if (g->ctx->mpi && !P->skip) {
+        const char *all = getenv("HYFI_SUBMIT_ALL");
+        if (!(all && *all && strcmp(all, "0")) && mark_skips(g))
+            return hyfi_call_fail(g, HYFI_ERR_NOMEM, "out of memory preparing a program");
+    }
+    out->rank = g->ctx->rank;
+    out->nranks = g->ctx->nranks;
+    out->handles = g->cc->nhtab;
+    for (int i = 0; i < P->n; i++) {
+        if (P->t[i].kind != PT_TASK) continue;
+        out->tasks_built++;
+        out->tasks_submitted += !(P->skip && P->skip[i]);
+    }
+    out->graph_mb = g->ctx->graph_rss_mb;
+    return HYFI_OK;
 }
 
 hyfi_status hyfi_program_run(hyfi_graph *g, program *p)

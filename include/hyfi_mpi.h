@@ -117,4 +117,18 @@ void hyfi_launch_end(void);
  * failed hyfi_launch_agree. */
 void hyfi_launch_exit_status(int status);
 
+/* What one rank built of a compiled graph, its share of the plan. With
+ * StarPU-MPI's STARPU_MPI_FAKE_SIZE / STARPU_MPI_FAKE_RANK one process compiles
+ * rank r of a plan of any size (nothing runs: hyfi-train --compile-only), so
+ * per-rank costs of plans far larger than a host can be measured on it. */
+typedef struct hyfi_rank_stats {
+    int rank, nranks;
+    long handles;         /* StarPU data handles registered on this rank */
+    long tasks_built;     /* tasks of this rank's training-step program */
+    long tasks_submitted; /* of those, the ones it submits each step */
+    double graph_mb;      /* what the compile grew the process by, less StarPU's data */
+} hyfi_rank_stats;
+typedef struct hyfi_graph hyfi_graph;
+hyfi_status hyfi_graph_rank_stats(hyfi_graph *g, hyfi_rank_stats *out);
+
 #endif
