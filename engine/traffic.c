@@ -35,17 +35,22 @@ void hyfi_plan_predict_comm(hyfi_graph *g)
     memset(pl->pred_halo, 0, (size_t)R * R * sizeof(size_t));
     pl->halo_volume = hyfi_spatial_halo_volume(g);
     if (R < 2) return;
-    /* cached[h][r]: by handle pointer through a small open-addressing table */
+    /* cached[h] bit r: by handle pointer through a small open-addressing table;
+     * a bit per rank (a byte per rank had made this table 134 MB for one rank
+     * of a 2,048-rank plan) */
     size_t cap = 1024;
     while (cap < (size_t)g->cc->train_prog.n * 4) cap *= 2;
+    const size_t RB = ((size_t)R + 7) / 8;
     starpu_data_handle_t *keys = calloc(cap, sizeof *keys);
-    unsigned char *cached = calloc(cap * (size_t)R, 1);
+    unsigned char *cached = calloc(cap * RB, 1);
     if (!keys || !cached) {
         free(keys);
         free(cached);
         share_rows(g); /* the others wait for this rank's row (zeros) */
         return;
     }
+#define CACHED(sl, r) (cached[(sl) * RB + (size_t)(r) / 8] >> ((r) % 8) & 1)
+#define SET_CACHED(sl, r) (cached[(sl) * RB + (size_t)(r) / 8] |= (unsigned char)(1u << ((r) % 8)))
 #define SLOT(hh)                                                                           \
     ({                                                                                     \
         size_t i_ = ((uintptr_t)(hh) >> 4) * 0x9E3779B97F4A7C15ull & (cap - 1);            \
@@ -66,35 +71,37 @@ void hyfi_plan_predict_comm(hyfi_graph *g)
                 const size_t sl = SLOT(h), bytes = starpu_data_get_size(h);
                 const enum starpu_data_access_mode m = prog_cbufs(t)[b].mode;
                 if (t->kind == PT_RELEASE || t->kind == PT_FLUSH) {
-                    memset(cached + sl * R, 0, (size_t)R);
+                    memset(cached + sl * RB, 0, RB);
                     continue;
                 }
                 if (t->kind == PT_BCAST) {
                     for (int r = 0; r < R; r++)
-                        if (r != o && !cached[sl * R + r]) {
+                        if (r != o && !CACHED(sl, r)) {
                             pl->pred_bytes[(size_t)o * R + r] += bytes;
-                            cached[sl * R + r] = 1;
+                            SET_CACHED(sl, r);
                         }
                     continue;
                 }
                 const int halo = hyfi_handle_hcat(h) == HC_HALO;
-                if ((m & STARPU_R) && e != o && !cached[sl * R + e]) {
+                if ((m & STARPU_R) && e != o && !CACHED(sl, e)) {
                     pl->pred_bytes[(size_t)o * R + e] += bytes;
                     if (halo) pl->pred_halo[(size_t)o * R + e] += bytes;
-                    cached[sl * R + e] = 1;
+                    SET_CACHED(sl, e);
                 }
                 if ((m & STARPU_W) || (m & STARPU_REDUX)) {
                     if ((m & STARPU_W) && e != o) {
                         pl->pred_bytes[(size_t)e * R + o] += bytes;
                         if (halo) pl->pred_halo[(size_t)e * R + o] += bytes;
                     }
-                    memset(cached + sl * R, 0, (size_t)R);
+                    memset(cached + sl * RB, 0, RB);
                 }
             }
         }
 
     }
 #undef SLOT
+#undef CACHED
+#undef SET_CACHED
     free(keys);
     free(cached);
     const size_t lb = (size_t)g->loss->nh * sizeof(float);
