@@ -543,7 +543,7 @@ static int register_recompute(hyfi_graph *g)
             char nm[48];
             snprintf(nm, sizeof nm, "place%d.recompute_fence", q);
             hyfi_reg_scope(g, q / pl->nplaces1, HYFI_SCOPE_MINE);
-            hyfi_reg(g, &g->cc->rc_fence[q], g->cc->rc_fence_host + q, 1, sizeof(float),
+            hyfi_reg(g, &g->cc->rc_fence[q], HYFI_KEY(HK_RC_FENCE, 0, q), g->cc->rc_fence_host + q, 1, sizeof(float),
                      pl->place_rank[q], HC_PIPELINE, HYFI_KEEP, nm, "", 0, 1);
         }
     }
@@ -556,7 +556,8 @@ static int register_recompute(hyfi_graph *g)
         for (int r = 0; r < pl->nrep; r++)
             for (int k = 0; k < 4; k++) {
                 hyfi_reg_scope(g, r, HYFI_SCOPE_MINE);
-                hyfi_reg(g, &g->cc->rc_bn[((size_t)i * pl->nrep + r) * 4 + k], NULL,
+                hyfi_reg(g, &g->cc->rc_bn[((size_t)i * pl->nrep + r) * 4 + k],
+                         HYFI_KEY(HK_RC_BN, i, (size_t)r * 4 + k), NULL,
                          (size_t)nd->out->dims[1], sizeof(float), hyfi_stage_rank(pl, r, nd->stage),
                          HC_BNSTATS, HYFI_KEEP, nd->name, sfx[k], r, pl->nrep);
             }
@@ -595,6 +596,28 @@ static hyfi_status check_task_memory(hyfi_graph *g)
 
 /* Everything compile made: programs, handles (the table, then what held
  * them), the plan. */
+/* A registration that failed: a key that does not fit a tag or came twice
+ * (keys.h: a fault of the engine, named), else memory. */
+static hyfi_status key_failure(hyfi_graph *g)
+{
+    const int64_t e = g->cc->key_err;
+    unsigned serial = 0;
+    int cat = 0;
+    hyfi_key k = {0};
+    if (e < 0)
+        return hyfi_graph_fail(g, HYFI_ERR_UNSUPPORTED,
+                               "this plan has more pieces of data than a StarPU-MPI tag can name "
+                               "(a tensor, node or bucket index over 2^%d, or an index over 2^%d); "
+                               "use fewer micro-batches, tiles or replicas",
+                               HYFI_KEY_OBJ_BITS, HYFI_KEY_IDX_BITS);
+    if (e > 0 && hyfi_key_of_tag(e, &serial, &cat, &k) == 0)
+        return hyfi_graph_fail(g, HYFI_ERR_RUNTIME,
+                               "internal error: two pieces of data got the same key (role %d, "
+                               "object %u, index %llu); please report it with the command line",
+                               (int)k.role, k.obj, (unsigned long long)k.idx);
+    return hyfi_graph_fail(g, HYFI_ERR_NOMEM, "out of memory registering the tensors and tiles");
+}
+
 void hyfi_compiled_free(hyfi_graph *g)
 {
     if (!g->cc) return;
@@ -667,14 +690,12 @@ hyfi_status hyfi_graph_compile(hyfi_graph *g, hyfi_tensor *loss, const hyfi_trai
         return hyfi_graph_fail(g, HYFI_ERR_NOMEM, "out of memory compiling the graph");
     }
     s = hyfi_register_tensors(g);
+    if (s == HYFI_OK && (g->cc->htab_oom || hyfi_spatial_register(g) || g->cc->htab_oom ||
+                         register_recompute(g) || hyfi_release_index(g)))
+        s = key_failure(g);
     if (s != HYFI_OK) {
         hyfi_compiled_free(g);
         return s;
-    }
-    if (g->cc->htab_oom || hyfi_spatial_register(g) || g->cc->htab_oom ||
-        register_recompute(g) || hyfi_release_index(g)) {
-        hyfi_compiled_free(g);
-        return hyfi_graph_fail(g, HYFI_ERR_NOMEM, "out of memory registering the tiles");
     }
     if (build_programs(g)) {
         const int overflow =

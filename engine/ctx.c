@@ -418,7 +418,6 @@ static hyfi_status ctx_create(hyfi_ctx **out, const hyfi_ctx_config *cfg_in)
             w >= 0 ? starpu_memory_get_total(starpu_worker_get_memory_node(w)) : -1;
         ctx->cuda_mem[k] = total > 0 ? (double)total : 0.0;
     }
-    ctx->next_tag = 1;
     ctx->comm_stats = cfg.comm_stats && ctx->mpi;
     if (ctx->mpi) {
         starpu_mpi_comm_rank(MPI_COMM_WORLD, &ctx->rank);

@@ -3,6 +3,7 @@
 #ifndef HYFI_ENGINE_EMIT_H
 #define HYFI_ENGINE_EMIT_H
 
+#include "keys.h"
 #include "internal.h"
 
 /* Where and how the tasks being emitted run: micro-batch m of a stage event. */
@@ -49,10 +50,11 @@ void hyfi_host_free(float *p, size_t n);
  * in the handle table with its owner, category and lifetime (released after
  * the backward of micro-batch m on stage rstage, or HYFI_KEEP). Named
  * name+suffix, with "[m]" when nm > 1. cat: a hyfi_hcat, with HYFI_HCAT_BF16
- * for a handle of bf16 values (hyfi_tensor_hflags). */
-void hyfi_reg(hyfi_graph *g, starpu_data_handle_t *h, float *ptr, size_t n, size_t elem,
-              int owner, int cat, int rstage, const char *name, const char *suffix, int m,
-              int nm);
+ * for a handle of bf16 values (hyfi_tensor_hflags). key: what it is (keys.h),
+ * which gives its StarPU-MPI tag. */
+void hyfi_reg(hyfi_graph *g, starpu_data_handle_t *h, hyfi_key key, float *ptr, size_t n,
+              size_t elem, int owner, int cat, int rstage, const char *name, const char *suffix,
+              int m, int nm);
 /* Scoped compile (scope.c). */
 enum { HYFI_SCOPE_MINE, HYFI_SCOPE_WANT };
 int hyfi_scope_init(hyfi_graph *g);

@@ -22,6 +22,7 @@ hyfi_status hyfi_graph_create(hyfi_ctx *ctx, uint64_t seed, hyfi_graph **out)
     hyfi_graph *g = calloc(1, sizeof *g);
     if (!g) return hyfi_fail(HYFI_ERR_NOMEM, "hyfi_graph_create: out of memory");
     g->ctx = ctx;
+    g->serial = ctx->ngraphs++;
     g->seed = seed;
     g->train = hyfi_train_config_default(); /* hyfi_graph_compile's cfg NULL */
     *out = g;

@@ -147,16 +147,51 @@ int hyfi_tensor_hflags(const hyfi_graph *g, const hyfi_tensor *t, int base)
  * rank, lazily allocated elsewhere (and everywhere when ptr is NULL); known to
  * StarPU-MPI with its owner in MPI runs; entered in the graph's handle table
  * (its slot, owner and category). */
-void hyfi_reg(hyfi_graph *g, starpu_data_handle_t *h, float *ptr, size_t n, size_t elem,
-              int owner, int flags, int rstage, const char *name, const char *suffix, int m,
-              int nm)
+/* Enter tag in the graph's set of registered tags: 0, or -1 when it was
+ * there already (two keys alike) or memory ran out. */
+static int tag_enter(hyfi_compiled *cc, int64_t tag)
+{
+    if (2 * (cc->ntags + 1) > cc->tagcap) {
+        const size_t nc = cc->tagcap ? 2 * cc->tagcap : 4096;
+        int64_t *t = calloc(nc, sizeof *t);
+        if (!t) return -1;
+        for (size_t i = 0; i < cc->tagcap; i++) {
+            if (!cc->tagset[i]) continue;
+            size_t j = ((uint64_t)cc->tagset[i] * 0x9E3779B97F4A7C15ull) & (nc - 1);
+            while (t[j]) j = (j + 1) & (nc - 1);
+            t[j] = cc->tagset[i];
+        }
+        free(cc->tagset);
+        cc->tagset = t;
+        cc->tagcap = nc;
+    }
+    size_t j = ((uint64_t)tag * 0x9E3779B97F4A7C15ull) & (cc->tagcap - 1);
+    while (cc->tagset[j]) {
+        if (cc->tagset[j] == tag) return -1;
+        j = (j + 1) & (cc->tagcap - 1);
+    }
+    cc->tagset[j] = tag;
+    cc->ntags++;
+    return 0;
+}
+
+void hyfi_reg(hyfi_graph *g, starpu_data_handle_t *h, hyfi_key key, float *ptr, size_t n,
+              size_t elem, int owner, int flags, int rstage, const char *name, const char *suffix,
+              int m, int nm)
 {
     const hyfi_hcat cat = (hyfi_hcat)(flags & ~(HYFI_HCAT_BF16 | HYFI_HCAT_BF16S));
     const int bf16 = (flags & HYFI_HCAT_BF16) && elem == sizeof(float);
     if (bf16 && (flags & HYFI_HCAT_BF16S) && !ptr) elem = sizeof(uint16_t);
-    if (!hyfi_reg_wanted(g)) { /* scoped compile: not on this rank, the tag all the same */
+    if (!hyfi_reg_wanted(g)) { /* scoped compile: not on this rank */
         *h = NULL;
-        g->ctx->next_tag++;
+        return;
+    }
+    /* the tag, a function of the key alone; no key twice in a graph */
+    const int64_t tag = hyfi_key_tag(g->serial, (int)cat, key);
+    if (tag < 0 || tag_enter(g->cc, tag)) {
+        if (!g->cc->key_err) g->cc->key_err = tag < 0 ? -1 : tag;
+        g->cc->htab_oom = 1;
+        *h = NULL;
         return;
     }
     if (g->cc->nhtab == g->cc->caphtab) {
@@ -182,9 +217,8 @@ void hyfi_reg(hyfi_graph *g, starpu_data_handle_t *h, float *ptr, size_t n, size
     if (nm > 1) snprintf(buf, sizeof buf, "%s%s[%d]", name, suffix, m);
     else snprintf(buf, sizeof buf, "%s%s", name, suffix);
     starpu_data_set_name(*h, buf);
-    if (g->ctx->mpi) starpu_mpi_data_register(*h, g->ctx->next_tag, owner);
-    if (g->ctx->trace_dir) hyfi_trace_note_handle(g, g->ctx->next_tag, owner, cat, buf);
-    g->ctx->next_tag++;
+    if (g->ctx->mpi) starpu_mpi_data_register(*h, tag, owner);
+    if (g->ctx->trace_dir) hyfi_trace_note_handle(g, tag, owner, cat, buf);
 }
 
 hyfi_hcat hyfi_handle_hcat(starpu_data_handle_t h)
@@ -203,6 +237,9 @@ void hyfi_handles_unregister(hyfi_graph *g)
 {
     for (int i = g->cc->nhtab - 1; i >= 0; i--) hyfi_unreg(g->cc->htab[i].slot);
     free(g->cc->htab);
+    free(g->cc->tagset);
+    g->cc->tagset = NULL;
+    g->cc->tagcap = g->cc->ntags = 0;
     free(g->cc->rel_first);
     free(g->cc->rel_idx);
     g->cc->htab = NULL;
@@ -273,12 +310,12 @@ int hyfi_handle_owner(const hyfi_graph *g, const hyfi_tensor *t, int k)
 }
 
 /* Register every tensor; allocate and initialise what lives in host memory. */
-/* hyfi_reg with a given tag: registers *h (if not yet) as the registration
- * that was skipped would have. */
+/* Registers handle k of t (if not yet) as the registration that was skipped
+ * would have, with the same key. */
 starpu_data_handle_t hyfi_handle_need(hyfi_graph *g, hyfi_tensor *t, int grad, int tile, int k)
 {
     starpu_data_handle_t *slot;
-    int64_t tag;
+    hyfi_key key;
     size_t n;
     int owner;
     const int cat = hyfi_tensor_hflags(g, t, -1);
@@ -287,24 +324,21 @@ starpu_data_handle_t hyfi_handle_need(hyfi_graph *g, hyfi_tensor *t, int grad, i
     if (tile) {
         const int P = pl->P, q = k % P;
         slot = grad ? &t->tl->gh[k] : &t->tl->h[k];
-        tag = t->tl->tag0 + (int64_t)t->tl->tag_step * k + grad;
+        key = HYFI_KEY(grad ? HK_TILE_GRAD : HK_TILE, t->id, k);
         n = hyfi_tile_numel(t, q);
         owner = hyfi_tile_rank(g, t->tl, q, HYFI_REP(pl, k / P));
         snprintf(sfx, sizeof sfx, ".tile%d%s", q, grad ? ".grad" : "");
     } else {
         slot = grad ? &t->gh[k] : &t->h[k];
-        tag = (grad ? t->tag_gh : t->tag_h) + k;
+        key = HYFI_KEY(grad ? HK_GRAD : HK_VALUE, t->id, k);
         n = t->mb_numel;
         owner = hyfi_handle_owner(g, t, k);
         snprintf(sfx, sizeof sfx, "%s", grad ? ".grad" : "");
     }
     if (*slot || !g->ctx->mpi) return *slot;
-    const int64_t next = g->ctx->next_tag;
-    g->ctx->next_tag = tag;
     hyfi_reg_scope(g, -1, 0);
-    hyfi_reg(g, slot, NULL, n, t->is_int ? sizeof(int32_t) : sizeof(float), owner, cat,
+    hyfi_reg(g, slot, key, NULL, n, t->is_int ? sizeof(int32_t) : sizeof(float), owner, cat,
              HYFI_KEEP, t->name, sfx, tile ? k / pl->P : k, pl->nmb);
-    g->ctx->next_tag = next;
     free(g->cc->howner); /* rebuilt with the new entry when next needed */
     g->cc->howner = NULL;
     return *slot;
@@ -350,11 +384,10 @@ hyfi_status hyfi_register_tensors(hyfi_graph *g)
                 if (hyfi_host_alloc(&t->host, n)) goto oom;
                 memset(t->host, 0, n * 4);
             }
-            t->tag_h = g->ctx->next_tag;
             for (int m = 0, j = 0; m < M; m++) {
                 const int r = hyfi_handle_owner(g, t, m), mine = t->nhost && r == me;
                 hyfi_reg_scope(g, HYFI_REP(pl, m), HYFI_SCOPE_MINE);
-                hyfi_reg(g, &t->h[m], mine ? t->host + (size_t)j * t->mb_numel : NULL,
+                hyfi_reg(g, &t->h[m], HYFI_KEY(HK_VALUE, t->id, m), mine ? t->host + (size_t)j * t->mb_numel : NULL,
                          t->mb_numel, elem, r, hyfi_tensor_hflags(g, t, -1), HYFI_KEEP, t->name,
                          "", m, M);
                 j += mine;
@@ -362,11 +395,11 @@ hyfi_status hyfi_register_tensors(hyfi_graph *g)
             if (!t->is_int) {
                 t->gh = calloc((size_t)M, sizeof *t->gh);
                 if (!t->gh) goto oom;
-                t->tag_gh = g->ctx->next_tag;
                 for (int m = 0; m < M; m++) {
                     hyfi_reg_scope(g, HYFI_REP(pl, m), HYFI_SCOPE_MINE);
-                    hyfi_reg(g, &t->gh[m], NULL, t->mb_numel, elem, hyfi_handle_owner(g, t, m),
-                             hyfi_tensor_hflags(g, t, -1), HYFI_KEEP, t->name, ".grad", m, M);
+                    hyfi_reg(g, &t->gh[m], HYFI_KEY(HK_GRAD, t->id, m), NULL, t->mb_numel, elem,
+                             hyfi_handle_owner(g, t, m), hyfi_tensor_hflags(g, t, -1), HYFI_KEEP,
+                             t->name, ".grad", m, M);
                 }
             }
             break;
@@ -399,13 +432,13 @@ hyfi_status hyfi_register_tensors(hyfi_graph *g)
                 const int mine = r == me;
                 j += mine;
                 hyfi_reg_scope(g, k, HYFI_SCOPE_WANT);
-                hyfi_reg(g, &t->h[k], mine ? t->host + o : NULL, t->numel, elem, r, HC_ALLREDUCE,
+                hyfi_reg(g, &t->h[k], HYFI_KEY(HK_VALUE, t->id, k), mine ? t->host + o : NULL, t->numel, elem, r, HC_ALLREDUCE,
                          HYFI_KEEP, t->name, "", k, NR);
-                hyfi_reg(g, &t->gh[k], mine ? t->ghost + o : NULL, t->numel, elem, r, HC_ALLREDUCE,
+                hyfi_reg(g, &t->gh[k], HYFI_KEY(HK_GRAD, t->id, k), mine ? t->ghost + o : NULL, t->numel, elem, r, HC_ALLREDUCE,
                          HYFI_KEEP, t->name, ".grad", k, NR);
-                hyfi_reg(g, &t->mh[k], mine ? t->mhost + o : NULL, t->numel, elem, r, HC_ALLREDUCE,
+                hyfi_reg(g, &t->mh[k], HYFI_KEY(HK_MOMENTUM, t->id, k), mine ? t->mhost + o : NULL, t->numel, elem, r, HC_ALLREDUCE,
                          HYFI_KEEP, t->name, ".momentum", k, NR);
-                hyfi_reg(g, &t->nmh[k], NULL, 2, sizeof(float), r, HC_ALLREDUCE, HYFI_KEEP, t->name,
+                hyfi_reg(g, &t->nmh[k], HYFI_KEY(HK_NORMS, t->id, k), NULL, 2, sizeof(float), r, HC_ALLREDUCE, HYFI_KEEP, t->name,
                          ".norms", k, NR);
                 /* Summed over micro-batches by a StarPU reduction. */
                 if (pl->mbr > 1 && !g->plan_cfg.deterministic && t->gh[k])
@@ -422,36 +455,37 @@ hyfi_status hyfi_register_tensors(hyfi_graph *g)
             for (int k = 0, j = 0; k < NR; k++) {
                 const int r = hyfi_trank(g, t, k), mine = r == me;
                 hyfi_reg_scope(g, k, HYFI_SCOPE_WANT);
-                hyfi_reg(g, &t->h[k], mine ? t->host + (size_t)j * t->numel : NULL, t->numel, elem,
+                hyfi_reg(g, &t->h[k], HYFI_KEY(HK_VALUE, t->id, k),
+                         mine ? t->host + (size_t)j * t->numel : NULL, t->numel, elem,
                          r, HC_ALLREDUCE, HYFI_KEEP, t->name, "", k, NR);
                 j += mine;
             }
             break;
         case T_ACT:
             /* the loss too: its owner reads it, the ranks sum (loss_value) */
-            t->tag_h = g->ctx->next_tag;
             for (int m = 0; m < M; m++) {
                 hyfi_reg_scope(g, HYFI_REP(pl, m), HYFI_SCOPE_MINE);
-                hyfi_reg(g, &t->h[m], NULL, t->mb_numel, elem, hyfi_handle_owner(g, t, m),
-                         hyfi_tensor_hflags(g, t, -1), rs, t->name, "", m, M);
+                hyfi_reg(g, &t->h[m], HYFI_KEY(HK_VALUE, t->id, m), NULL, t->mb_numel, elem,
+                         hyfi_handle_owner(g, t, m), hyfi_tensor_hflags(g, t, -1), rs, t->name,
+                         "", m, M);
             }
             if (t != g->loss) {
                 t->gh = calloc((size_t)M, sizeof *t->gh);
                 if (!t->gh) goto oom;
-                t->tag_gh = g->ctx->next_tag;
                 for (int m = 0; m < M; m++) {
                     hyfi_reg_scope(g, HYFI_REP(pl, m), HYFI_SCOPE_MINE);
-                    hyfi_reg(g, &t->gh[m], NULL, t->mb_numel, elem, hyfi_handle_owner(g, t, m),
-                             hyfi_tensor_hflags(g, t, -1), rs, t->name, ".grad", m, M);
+                    hyfi_reg(g, &t->gh[m], HYFI_KEY(HK_GRAD, t->id, m), NULL, t->mb_numel, elem,
+                             hyfi_handle_owner(g, t, m), hyfi_tensor_hflags(g, t, -1), rs,
+                             t->name, ".grad", m, M);
                 }
             }
             break;
         case T_SAVED:
-            t->tag_h = g->ctx->next_tag;
             for (int m = 0; m < M; m++) {
                 hyfi_reg_scope(g, HYFI_REP(pl, m), HYFI_SCOPE_MINE);
-                hyfi_reg(g, &t->h[m], NULL, t->mb_numel, elem, hyfi_handle_owner(g, t, m),
-                         hyfi_tensor_hcat(g, t), rs, t->name, "", m, M);
+                hyfi_reg(g, &t->h[m], HYFI_KEY(HK_VALUE, t->id, m), NULL, t->mb_numel, elem,
+                         hyfi_handle_owner(g, t, m), hyfi_tensor_hcat(g, t), rs, t->name, "", m,
+                         M);
             }
             break;
         }
@@ -476,7 +510,9 @@ hyfi_status hyfi_register_tensors(hyfi_graph *g)
             snprintf(sfx, sizeof sfx, ".grad.stage%d", nd->stage);
             for (int m = 0; m < M; m++) {
                 hyfi_reg_scope(g, HYFI_REP(pl, m), HYFI_SCOPE_MINE);
-                hyfi_reg(g, &t->gpart[(size_t)nd->stage * M + m], NULL, t->mb_numel, sizeof(float),
+                hyfi_reg(g, &t->gpart[(size_t)nd->stage * M + m],
+                         HYFI_KEY(HK_PARTIAL, t->id, (size_t)nd->stage * M + m), NULL, t->mb_numel,
+                         sizeof(float),
                          hyfi_stage_rank(pl, HYFI_REP(pl, m), nd->stage),
                          hyfi_tensor_hflags(g, t, -1), hyfi_release_stage(g, t), t->name, sfx, m,
                          M);
@@ -491,7 +527,7 @@ hyfi_status hyfi_register_tensors(hyfi_graph *g)
         if (!(t->rsave = calloc((size_t)NR, sizeof *t->rsave))) goto oom;
         for (int k = 0; k < NR; k++) {
             hyfi_reg_scope(g, k, HYFI_SCOPE_WANT);
-            hyfi_reg(g, &t->rsave[k], NULL, t->numel, sizeof(float), hyfi_trank(g, t, k),
+            hyfi_reg(g, &t->rsave[k], HYFI_KEY(HK_RSAVE, t->id, k), NULL, t->numel, sizeof(float), hyfi_trank(g, t, k),
                      HC_ALLREDUCE, HYFI_KEEP, t->name, ".start", k, NR);
         }
         hyfi_reg_scope(g, -1, 0);
@@ -501,7 +537,7 @@ hyfi_status hyfi_register_tensors(hyfi_graph *g)
     g->cc->health = calloc((size_t)g->cc->nhealth, sizeof *g->cc->health);
     if (!g->cc->health) goto oom;
     for (int r = 0; r < g->cc->nhealth; r++)
-        hyfi_reg(g, &g->cc->health[r], NULL, 2, sizeof(float), r, HC_PIPELINE, HYFI_KEEP, "health",
+        hyfi_reg(g, &g->cc->health[r], HYFI_KEY(HK_HEALTH, 0, r), NULL, 2, sizeof(float), r, HC_PIPELINE, HYFI_KEEP, "health",
                  "", r, g->cc->nhealth);
     /* The seed of the backward: d(mean over the batch)/d(micro-batch loss) = 1/M. */
     if (hyfi_host_alloc(&g->cc->dloss_host, (size_t)M)) goto oom;
@@ -511,7 +547,7 @@ hyfi_status hyfi_register_tensors(hyfi_graph *g)
     for (int m = 0; m < M; m++) {
         g->cc->dloss_host[m] = 1.0f / (float)M;
         hyfi_reg_scope(g, HYFI_REP(pl, m), HYFI_SCOPE_MINE);
-        hyfi_reg(g, &g->cc->dloss[m], g->cc->dloss_host + m, 1, sizeof(float),
+        hyfi_reg(g, &g->cc->dloss[m], HYFI_KEY(HK_DLOSS, 0, m), g->cc->dloss_host + m, 1, sizeof(float),
                  hyfi_handle_owner(g, g->loss, m), HC_LOSS, HYFI_KEEP, g->loss->name, ".grad", m,
                  M);
     }
@@ -528,7 +564,7 @@ hyfi_status hyfi_register_tensors(hyfi_graph *g)
                 char nm[48];
                 snprintf(nm, sizeof nm, "place%d.token", q);
                 hyfi_reg_scope(g, q / pl->nplaces1, HYFI_SCOPE_MINE);
-                hyfi_reg(g, &g->cc->tokens[k], g->cc->token_host + k, 1, sizeof(float),
+                hyfi_reg(g, &g->cc->tokens[k], HYFI_KEY(HK_TOKEN, 0, k), g->cc->token_host + k, 1, sizeof(float),
                          pl->place_rank[q], HC_PIPELINE, HYFI_KEEP, nm, "", j, 2);
             }
         hyfi_reg_scope(g, -1, 0);

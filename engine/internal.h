@@ -133,7 +133,6 @@ struct hyfi_tensor {
     float *host;          /* host memory for inputs, labels, params, state (StarPU-allocated,
                              on the owning rank only) */
     starpu_data_handle_t *h;  /* nh value handles (NULL: not registered on this rank, scope.c) */
-    int64_t tag_h, tag_gh;    /* batch tensors: StarPU-MPI tags of h[0] and gh[0] (h[m]: tag_h + m) */
     float *ghost;         /* gradient host memory (params) */
     starpu_data_handle_t *gh; /* nh gradient handles (NULL when none) */
     unsigned char *gw;    /* compile-time, per handle: a backward task already wrote the
@@ -171,8 +170,6 @@ typedef struct hyfi_tiles {
     int rows, cols;       /* grid */
     int rcut[HYFI_MAX_TILES + 1], ccut[HYFI_MAX_TILES + 1]; /* cut points (H, W) */
     starpu_data_handle_t *h, *gh; /* [m * P + t], t = r * cols + c */
-    int64_t tag0;         /* tag of h[0]; h[k] has tag0 + tag_step k, gh[k] one more */
-    int tag_step;
     unsigned char *gw;    /* compile-time gradient flags per handle */
     int full;             /* untiled ops read it too: t->h / t->gh are the whole-tensor view,
                              gathered from the tiles on the place of t->stage */
@@ -319,7 +316,7 @@ typedef struct {
 struct hyfi_ctx {
     int rank, nranks;
     int local_ranks;      /* ranks mpiexec started on this node (MPI_LOCALNRANKS), 0: unknown */
-    int64_t next_tag;     /* StarPU-MPI tags handed out to graphs' handles */
+    unsigned ngraphs;     /* graphs created: the next one's serial (keys.h) */
     int fake_ranks;       /* StarPU-MPI's fake size: this process alone stands for rank
                            * `rank` of `nranks` (compile only, no collectives) */
     int comm_stats;       /* StarPU-MPI counts the bytes sent */
@@ -353,6 +350,7 @@ struct hyfi_ctx {
 struct hyfi_graph {
     hyfi_ctx *ctx;
     uint64_t seed;
+    unsigned serial;       /* the context's graphs in creation order: its keys' tags (keys.h) */
     hyfi_tensor **tensors;
     int ntensors, cap_tensors;
     node *nodes;
@@ -402,6 +400,9 @@ typedef struct hyfi_compiled {
     program train_prog, infer_prog, fwd_train_prog;
     hyfi_hentry *htab;     /* the handle table (handles.c) */
     int nhtab, caphtab, htab_oom;
+    int64_t *tagset;       /* the tags registered (open addressing, 0: free): none twice */
+    size_t tagcap, ntags;
+    int64_t key_err;       /* a key that did not fit a tag (-1) or came twice (its tag) */
     int *rel_first, *rel_idx; /* released entries by (stage, micro-batch): hyfi_release_index */
     struct hyfi_howner *howner; /* re-materialisation: handles and owners, sorted (program.c) */
     /* re-materialisation: per untiled batch norm re-run and replica, 4 scratch

@@ -239,7 +239,7 @@ int hyfi_emit_allreduce(hyfi_graph *g, program *P)
                 continue;
             }
             hyfi_reg_scope(g, k, HYFI_SCOPE_WANT);
-            hyfi_reg(g, &b->h[k], NULL, b->numel, sizeof(float), hyfi_stage_rank(pl, k, b->stage),
+            hyfi_reg(g, &b->h[k], HYFI_KEY(HK_BUCKET, bi, k), NULL, b->numel, sizeof(float), hyfi_stage_rank(pl, k, b->stage),
                      HC_ALLREDUCE, HYFI_KEEP, bname, ".grad", k, R);
         }
         for (int k = 0; ring && k < R; k++)
@@ -247,7 +247,7 @@ int hyfi_emit_allreduce(hyfi_graph *g, program *P)
                 char sfx[48];
                 hyfi_reg_scope(g, k, HYFI_SCOPE_WANT);
                 snprintf(sfx, sizeof sfx, ".grad.r%d.chunk%d", k, c);
-                hyfi_reg(g, &b->arc[k * R + c], NULL,
+                hyfi_reg(g, &b->arc[k * R + c], HYFI_KEY(HK_ARC, bi, (size_t)k * R + c), NULL,
                          hyfi_chunk_lo(b->numel, R, c + 1) - hyfi_chunk_lo(b->numel, R, c),
                          sizeof(float), hyfi_stage_rank(pl, k, b->stage), HC_ALLREDUCE, HYFI_KEEP,
                          bname, sfx, 0, 1);

@@ -12,9 +12,9 @@
  *   - registers the per-micro-batch handles of those replicas, and the
  *     per-replica handles (parameters, gradients, running statistics, buckets)
  *     of those replicas and of the replicas they exchange with in the
- *     collectives (rep_want: tree partners, ring neighbours, replica 0),
- *     consuming the StarPU-MPI tags of the others all the same, so that every
- *     rank gives a handle the same tag;
+ *     collectives (rep_want: tree partners, ring neighbours, replica 0); a
+ *     handle's tag comes from its key (keys.h), the same on every rank
+ *     whatever it skips;
  *   - keeps a collective's task (combine of running statistics, all-reduce,
  *     health sums) only where it runs on the rank or touches a handle the rank
  *     owns (hyfi_collective_done).
@@ -23,7 +23,7 @@
  * no rank keeps a received copy whose later writers it does not see (mark_skips'
  * reason to submit them). A handle read outside the programs that a rank did
  * not register (hyfi_tensor_read of another replica's micro-batches) is
- * registered when read (hyfi_handle_need, handles.c), with the tag it was given.
+ * registered when read (hyfi_handle_need, handles.c), with its key.
  *
  * A single-process run, and an MPI run with HYFI_SUBMIT_ALL=1, build
  * everything on every rank as before (the flushes are in every MPI build). */

@@ -68,7 +68,8 @@ static int fused_register(hyfi_graph *g)
                 memset(fg->ztot_host[j], 0, fg->ztot_n[j] * sizeof(float));
                 for (int r = 0; r < R; r++) {
                     hyfi_reg_scope(g, r, HYFI_SCOPE_MINE);
-                    hyfi_reg(g, &fg->ztot[j * R + r], fg->ztot_host[j] + 2 * (size_t)Co * r,
+                    hyfi_reg(g, &fg->ztot[j * R + r], HYFI_KEY(HK_F_ZTOT, i, (size_t)j * R + r),
+                             fg->ztot_host[j] + 2 * (size_t)Co * r,
                              2 * (size_t)Co, sizeof(float), hyfi_stage_rank(pl, r, nd->stage),
                              HC_BNSTATS, HYFI_KEEP, nd->name, ".zero_dstats", r, R);
                 }
@@ -81,10 +82,10 @@ static int fused_register(hyfi_graph *g)
                     const size_t on = (size_t)n * Co * fg_rows(fg, j, q) * fg_cols(fg, j, q);
                     if (j < fg->n - 1) {
                         snprintf(sfx, sizeof sfx, ".ext.tile%d", q);
-                        hyfi_reg(g, &fg->val[k], NULL, on, sizeof(float), rq, hyfi_tensor_hflags(g, nd->out, HC_PIPELINE),
+                        hyfi_reg(g, &fg->val[k], HYFI_KEY(HK_F_VAL, i, k), NULL, on, sizeof(float), rq, hyfi_tensor_hflags(g, nd->out, HC_PIPELINE),
                                  fg->op[0]->stage, nd->name, sfx, m, M);
                         snprintf(sfx, sizeof sfx, ".ext.tile%d.grad", q);
-                        hyfi_reg(g, &fg->grad[k], NULL, on, sizeof(float), rq, hyfi_tensor_hflags(g, nd->out, HC_PIPELINE),
+                        hyfi_reg(g, &fg->grad[k], HYFI_KEY(HK_F_GRAD, i, k), NULL, on, sizeof(float), rq, hyfi_tensor_hflags(g, nd->out, HC_PIPELINE),
                                  fg->op[0]->stage, nd->name, sfx, m, M);
                     }
                     if (fg_padded(fg, j, q)) {
@@ -92,22 +93,22 @@ static int fused_register(hyfi_graph *g)
                                           (fg_rows(fg, j - 1, q) + fg->pt[j][q] + fg->pb[j][q]) *
                                           (fg_cols(fg, j - 1, q) + fg->pl[j][q] + fg->pr[j][q]);
                         snprintf(sfx, sizeof sfx, ".in.tile%d", q);
-                        hyfi_reg(g, &fg->pbuf[k], NULL, pn, sizeof(float), rq, hyfi_tensor_hflags(g, nd->in[0], HC_PIPELINE),
+                        hyfi_reg(g, &fg->pbuf[k], HYFI_KEY(HK_F_PBUF, i, k), NULL, pn, sizeof(float), rq, hyfi_tensor_hflags(g, nd->in[0], HC_PIPELINE),
                                  fg->op[0]->stage, nd->name, sfx, m, M);
                         snprintf(sfx, sizeof sfx, ".in.tile%d.grad", q);
-                        hyfi_reg(g, &fg->dpbuf[k], NULL, pn, sizeof(float), rq, hyfi_tensor_hflags(g, nd->in[0], HC_PIPELINE),
+                        hyfi_reg(g, &fg->dpbuf[k], HYFI_KEY(HK_F_DPBUF, i, k), NULL, pn, sizeof(float), rq, hyfi_tensor_hflags(g, nd->in[0], HC_PIPELINE),
                                  fg->op[0]->stage, nd->name, sfx, m, M);
                     }
                     if (hyfi_op_batch_statistics(nd) && fg_bn_extended(fg, j, q)) {
                         const size_t own = hyfi_tile_numel(nd->out, q);
                         snprintf(sfx, sizeof sfx, ".own_x.tile%d", q);
-                        hyfi_reg(g, &fg->xo[k], NULL, own, sizeof(float), rq, hyfi_tensor_hflags(g, nd->out, HC_PIPELINE),
+                        hyfi_reg(g, &fg->xo[k], HYFI_KEY(HK_F_XO, i, k), NULL, own, sizeof(float), rq, hyfi_tensor_hflags(g, nd->out, HC_PIPELINE),
                                  fg->op[0]->stage, nd->name, sfx, m, M);
                         snprintf(sfx, sizeof sfx, ".own_dy.tile%d", q);
-                        hyfi_reg(g, &fg->dyo[k], NULL, own, sizeof(float), rq, hyfi_tensor_hflags(g, nd->out, HC_PIPELINE),
+                        hyfi_reg(g, &fg->dyo[k], HYFI_KEY(HK_F_DYO, i, k), NULL, own, sizeof(float), rq, hyfi_tensor_hflags(g, nd->out, HC_PIPELINE),
                                  fg->op[0]->stage, nd->name, sfx, m, M);
                         snprintf(sfx, sizeof sfx, ".own_dx.tile%d", q);
-                        hyfi_reg(g, &fg->dxo[k], NULL, own, sizeof(float), rq, hyfi_tensor_hflags(g, nd->out, HC_PIPELINE),
+                        hyfi_reg(g, &fg->dxo[k], HYFI_KEY(HK_F_DXO, i, k), NULL, own, sizeof(float), rq, hyfi_tensor_hflags(g, nd->out, HC_PIPELINE),
                                  fg->op[0]->stage, nd->name, sfx, m, M);
                     }
                 }
@@ -134,19 +135,17 @@ int hyfi_spatial_register(hyfi_graph *g)
         tl->gw = calloc((size_t)M * P, 1);
         if (!tl->h || !tl->gh || !tl->gw) return -1;
         const int trs = hyfi_tiles_release_stage(t);
-        tl->tag0 = g->ctx->next_tag;
-        tl->tag_step = t->kind == T_ACT && t->requires_grad ? 2 : 1;
         for (int m = 0; m < M; m++)
             for (int q = 0; q < P; q++) {
                 const size_t n = hyfi_tile_numel(t, q);
                 hyfi_reg_scope(g, HYFI_REP(pl, m), HYFI_SCOPE_MINE);
                 snprintf(sfx, sizeof sfx, ".tile%d", q);
-                hyfi_reg(g, &tl->h[m * P + q], NULL, n, sizeof(float),
+                hyfi_reg(g, &tl->h[m * P + q], HYFI_KEY(HK_TILE, t->id, m * P + q), NULL, n, sizeof(float),
                          hyfi_tile_rank(g, tl, q, HYFI_REP(pl, m)), hyfi_tensor_hflags(g, t, -1),
                          trs, t->name, sfx, m, M);
                 if (t->kind == T_ACT && t->requires_grad) {
                     snprintf(sfx, sizeof sfx, ".tile%d.grad", q);
-                    hyfi_reg(g, &tl->gh[m * P + q], NULL, n, sizeof(float),
+                    hyfi_reg(g, &tl->gh[m * P + q], HYFI_KEY(HK_TILE_GRAD, t->id, m * P + q), NULL, n, sizeof(float),
                              hyfi_tile_rank(g, tl, q, HYFI_REP(pl, m)), hyfi_tensor_hflags(g, t, -1),
                              trs, t->name, sfx, m, M);
                 }
@@ -172,11 +171,11 @@ int hyfi_spatial_register(hyfi_graph *g)
                     hyfi_reg_scope(g, HYFI_REP(pl, m), HYFI_SCOPE_MINE);
                     const size_t bn = (size_t)n * C * tn->buf_h[q] * tn->buf_w[q];
                     snprintf(sfx, sizeof sfx, ".in.tile%d", q);
-                    hyfi_reg(g, &tn->buf[m * P + q], NULL, bn, sizeof(float), rq, hyfi_tensor_hflags(g, x, HC_PIPELINE),
+                    hyfi_reg(g, &tn->buf[m * P + q], HYFI_KEY(HK_TBUF, i, m * P + q), NULL, bn, sizeof(float), rq, hyfi_tensor_hflags(g, x, HC_PIPELINE),
                              nd->stage, nd->name, sfx, m, M);
                     if (x->requires_grad) {
                         snprintf(sfx, sizeof sfx, ".in.tile%d.grad", q);
-                        hyfi_reg(g, &tn->dbuf[m * P + q], NULL, bn, sizeof(float), rq, hyfi_tensor_hflags(g, x, HC_PIPELINE),
+                        hyfi_reg(g, &tn->dbuf[m * P + q], HYFI_KEY(HK_TDBUF, i, m * P + q), NULL, bn, sizeof(float), rq, hyfi_tensor_hflags(g, x, HC_PIPELINE),
                                  nd->stage, nd->name, sfx, m, M);
                     }
                     for (int k = 1; k < tn->npieces[q]; k++) {
@@ -185,11 +184,11 @@ int hyfi_spatial_register(hyfi_graph *g)
                         const size_t sn = (size_t)n * C * p->h * p->w;
                         const size_t j = ((size_t)m * P + q) * NP + k;
                         snprintf(sfx, sizeof sfx, ".halo%d_%d", tn->from[q][k], q);
-                        hyfi_reg(g, &tn->strip[j], NULL, sn, sizeof(float), ru, hyfi_tensor_hflags(g, x, HC_HALO), nd->stage,
+                        hyfi_reg(g, &tn->strip[j], HYFI_KEY(HK_STRIP, i, j), NULL, sn, sizeof(float), ru, hyfi_tensor_hflags(g, x, HC_HALO), nd->stage,
                                  nd->name, sfx, m, M);
                         if (x->requires_grad) {
                             snprintf(sfx, sizeof sfx, ".halo%d_%d.grad", tn->from[q][k], q);
-                            hyfi_reg(g, &tn->dstrip[j], NULL, sn, sizeof(float), rq, hyfi_tensor_hflags(g, x, HC_HALO),
+                            hyfi_reg(g, &tn->dstrip[j], HYFI_KEY(HK_DSTRIP, i, j), NULL, sn, sizeof(float), rq, hyfi_tensor_hflags(g, x, HC_HALO),
                                      nd->stage, nd->name, sfx, m, M);
                         }
                     }
@@ -206,10 +205,10 @@ int hyfi_spatial_register(hyfi_graph *g)
                     hyfi_reg_scope(g, k / P, HYFI_SCOPE_MINE);
                     if (NR > 1) snprintf(sfx, sizeof sfx, ".grad.r%d.tile%d", k / P, q);
                     else snprintf(sfx, sizeof sfx, ".grad.tile%d", q);
-                    hyfi_reg(g, &tn->wpart[k], NULL, nd->p[0]->numel, sizeof(float), rq,
+                    hyfi_reg(g, &tn->wpart[k], HYFI_KEY(HK_WPART, i, k), NULL, nd->p[0]->numel, sizeof(float), rq,
                              HC_ALLREDUCE, HYFI_KEEP, nd->p[0]->name, sfx, 0, 1);
                     if (nd->p[1])
-                        hyfi_reg(g, &tn->bpart[k], NULL, nd->p[1]->numel, sizeof(float), rq,
+                        hyfi_reg(g, &tn->bpart[k], HYFI_KEY(HK_BPART, i, k), NULL, nd->p[1]->numel, sizeof(float), rq,
                                  HC_ALLREDUCE, HYFI_KEEP, nd->p[1]->name, sfx, 0, 1);
                     if (pl->mbr > 1 && !g->plan_cfg.deterministic && tn->wpart[k]) {
                         starpu_data_set_reduction_methods(tn->wpart[k], &hyfi_cl_redux_add,
@@ -231,13 +230,13 @@ int hyfi_spatial_register(hyfi_graph *g)
                     const int rq = hyfi_tile_rank(g, x->tl, q, HYFI_REP(pl, m));
                     snprintf(sfx, sizeof sfx, ".stats.tile%d", q);
                     /* 2C doubles */
-                    hyfi_reg(g, &tn->part[m * P + q], NULL, 4 * (size_t)C, sizeof(float), rq,
+                    hyfi_reg(g, &tn->part[m * P + q], HYFI_KEY(HK_BN_PART, i, m * P + q), NULL, 4 * (size_t)C, sizeof(float), rq,
                              HC_BNSTATS, nd->stage, nd->name, sfx, m, M);
                     snprintf(sfx, sizeof sfx, ".dstats.tile%d", q);
-                    hyfi_reg(g, &tn->bwpart[m * P + q], NULL, 4 * (size_t)C, sizeof(float), rq,
+                    hyfi_reg(g, &tn->bwpart[m * P + q], HYFI_KEY(HK_BN_BWPART, i, m * P + q), NULL, 4 * (size_t)C, sizeof(float), rq,
                              HC_BNSTATS, nd->stage, nd->name, sfx, m, M);
                 }
-                hyfi_reg(g, &tn->tot[m], NULL, 2 * (size_t)C, sizeof(float),
+                hyfi_reg(g, &tn->tot[m], HYFI_KEY(HK_BN_TOT, i, m), NULL, 2 * (size_t)C, sizeof(float),
                          hyfi_stage_rank(pl, HYFI_REP(pl, m), nd->stage), HC_BNSTATS, nd->stage,
                          nd->name, ".dstats", m, M);
             }

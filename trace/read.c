@@ -144,10 +144,19 @@ static int read_lines(const char *path, int (*cb)(const char *line, void *arg), 
     return e;
 }
 
-/* hyfi_handles.tsv: tag -> category (tags are small consecutive integers). */
+/* hyfi_handles.tsv: tag -> category. The tags are packed from the data's
+ * keys (engine/keys.h), not consecutive, and StarPU's trace keeps a message's
+ * tag in 32 bits: the low 32 bits of a tag, which hold its category (every
+ * tag with the same low word has the same one), as (tag, category) pairs,
+ * sorted and searched. */
 typedef struct {
-    int *cat;
-    long long cap, ntags;
+    long long tag;
+    int cat;
+} tag_cat;
+
+typedef struct {
+    tag_cat *p;
+    size_t n, cap;
 } categories;
 
 static int category_line(const char *line, void *arg)
@@ -157,17 +166,27 @@ static int category_line(const char *line, void *arg)
     int owner;
     char name[32];
     if (sscanf(line, "%lld\t%d\t%31s", &tag, &owner, name) != 3 || tag < 0) return 0;
-    if (tag >= c->cap) {
-        long long nc = c->cap ? c->cap : 1024;
-        while (nc <= tag) nc *= 2;
-        int *p = realloc(c->cat, (size_t)nc * sizeof *p);
+    if (c->n == c->cap) {
+        const size_t nc = c->cap ? 2 * c->cap : 1024;
+        tag_cat *p = realloc(c->p, nc * sizeof *p);
         if (!p) return ENOMEM;
-        for (long long i = c->cap; i < nc; i++) p[i] = CAT_OTHER;
-        c->cat = p, c->cap = nc;
+        c->p = p, c->cap = nc;
     }
-    c->cat[tag] = cat_of(name);
-    if (tag + 1 > c->ntags) c->ntags = tag + 1;
+    c->p[c->n++] = (tag_cat){tag & 0xffffffffLL, cat_of(name)};
     return 0;
+}
+
+static int tag_cat_cmp(const void *a, const void *b)
+{
+    const long long x = ((const tag_cat *)a)->tag, y = ((const tag_cat *)b)->tag;
+    return x < y ? -1 : x > y;
+}
+
+static int category_of(const categories *c, long long tag)
+{
+    const tag_cat key = {tag, 0};
+    const tag_cat *f = c->n ? bsearch(&key, c->p, c->n, sizeof *c->p, tag_cat_cmp) : NULL;
+    return f ? f->cat : CAT_OTHER;
 }
 
 /* hyfi_plan.tsv: "key value" lines. */
@@ -258,11 +277,10 @@ hyfi_status hyfi_tt_read(const char *dir, trace_data *d)
     if (st == HYFI_OK) st = read_tsv(dir, "hyfi_handles.tsv", category_line, &cats);
     if (st == HYFI_OK) st = read_tsv(dir, "hyfi_plan.tsv", plan_line, pi);
     if (st == HYFI_OK) st = read_tsv(dir, "hyfi_ops.tsv", op_line, &ops);
-    for (size_t i = 0; st == HYFI_OK && i < d->nc; i++) {
-        const long long tag = d->c[i].tag;
-        d->c[i].cat = cats.cat && tag >= 0 && tag < cats.ntags ? cats.cat[tag] : CAT_OTHER;
-    }
-    free(cats.cat);
+    if (cats.n) qsort(cats.p, cats.n, sizeof *cats.p, tag_cat_cmp);
+    for (size_t i = 0; st == HYFI_OK && i < d->nc; i++)
+        d->c[i].cat = category_of(&cats, d->c[i].tag & 0xffffffffLL);
+    free(cats.p);
     if (st == HYFI_OK && d->n) qsort(d->t, d->n, sizeof *d->t, hyfi_tt_job_cmp);
     return st;
 }
