@@ -456,8 +456,9 @@ static int build_train(hyfi_graph *g, const int *first)
     if (hyfi_spatial_param_sums(e)) return -1;
     if (hyfi_emit_state_combine(g, P) || hyfi_emit_allreduce(g, P)) return -1;
     /* Without CUDA workers, consecutive parameters of a stage share a task
-     * (hyfi_cl_sgd_update_n, SGD_GROUP at most): the same updates, fewer tasks. */
-    const int group = g->ctx->ncuda > 0 ? 1 : SGD_GROUP;
+     * (hyfi_cl_sgd_update_n, SGD_GROUP at most): the same updates, fewer tasks.
+     * Not in a simulation, whose sampled performance models know sgd_update. */
+    const int group = g->ctx->ncuda > 0 || HYFI_SIMULATION ? 1 : SGD_GROUP;
     for (int k = 0; k < pl->nrep; k++)
         for (int i = 0; i < g->nparams && g->cc->rep_mine[k];) {
             hyfi_tensor *p = g->params[i];
