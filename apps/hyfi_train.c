@@ -756,6 +756,7 @@ int main(int argc, char **argv)
     if (rc == 0) rc = build_model(&r);
     if (rc == 0) rc = compile_model(&r);
     if (rc == 0 && r.o.compile_only) return finish(&r, print_rank_stats(&r));
+    if (rc == 0 && r.o.verbose) rc = print_rank_stats(&r); /* -v: every rank's share too */
     if (rc == 0) {
         print_setup(&r);
         rc = restore(&r);

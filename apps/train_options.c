@@ -201,7 +201,8 @@ void train_usage(FILE *f)
         "  --eval-only           no training: evaluate the --load'ed (or --resume'd) model on\n"
         "                        the test split\n"
         "\n"
-        "  -v, --verbose         print the StarPU workers found\n"
+        "  -v, --verbose         print the StarPU workers found, and per rank (stderr) what it\n"
+        "                        built of the plan (as --compile-only) and the tasks it submits\n"
         "  -h, --help            this text\n"
         "\n"
         "Exit status: 0 success, 1 run-time failure, 2 bad command line, model or plan.\n",
