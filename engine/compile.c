@@ -726,6 +726,12 @@ hyfi_status hyfi_graph_compile(hyfi_graph *g, hyfi_tensor *loss, const hyfi_trai
         return s;
     }
     hyfi_plan_predict_comm(g);
+    /* what this rank never submits goes (after the traffic walk, which reads the
+     * tasks that send to it or from it) */
+    if (hyfi_programs_drop_skipped(g)) {
+        hyfi_compiled_free(g);
+        return hyfi_graph_fail(g, HYFI_ERR_NOMEM, "out of memory preparing the programs");
+    }
     if (g->ctx->trace_dir) hyfi_trace_note_plan(g);
     hyfi_programs_dump(g);
     hyfi_note_compiled_memory(g->ctx);

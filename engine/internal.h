@@ -311,6 +311,7 @@ typedef struct {
     int overflow; /* a task was given more than HYFI_MAX_TASK_BUFFERS buffers, or out of memory */
     int missing;  /* a kept task names a handle this rank did not register (scope.c) */
     unsigned char *skip; /* MPI: 1 where this rank need not submit task i (run.c), or NULL */
+    int built;    /* tasks built before those this rank never submits were dropped (run.c) */
 } program;
 
 struct hyfi_ctx {
@@ -644,6 +645,9 @@ void hyfi_tensor_free(hyfi_tensor *t);
 void hyfi_compiled_free(hyfi_graph *g);
 /* program.c, handles.c */
 void hyfi_programs_free(hyfi_graph *g);
+/* MPI, at the end of a compile: drop from the programs the tasks this rank never
+ * submits (run.c, mark_skips). 0, or -1 when out of memory. */
+int hyfi_programs_drop_skipped(hyfi_graph *g);
 void hyfi_handles_free(hyfi_graph *g);
 
 /* trace.c: names and categories of the handles and ops, for the summary. */

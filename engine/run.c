@@ -96,6 +96,38 @@ static int mark_skips(hyfi_graph *g)
     return rc;
 }
 
+/* Drop from p the tasks marked skipped (their buffers freed), keeping the
+ * order of the others; every task left is submitted. */
+static void drop_skipped(program *p)
+{
+    int j = 0, tasks = 0;
+    for (int i = 0; i < p->n; i++) {
+        tasks += p->t[i].kind == PT_TASK;
+        if (p->skip && p->skip[i]) {
+            free(p->t[i].xbuf);
+            continue;
+        }
+        if (j != i) p->t[j] = p->t[i];
+        j++;
+    }
+    p->built = tasks;
+    p->n = j;
+    prog_task *t = realloc(p->t, (size_t)(j ? j : 1) * sizeof *p->t);
+    if (t) p->t = t, p->cap = j ? j : 1;
+    if (p->skip) memset(p->skip, 0, (size_t)p->n + 1);
+}
+
+int hyfi_programs_drop_skipped(hyfi_graph *g)
+{
+    const char *all = getenv("HYFI_SUBMIT_ALL");
+    if (!g->ctx->mpi || (all && *all && strcmp(all, "0"))) return 0;
+    if (mark_skips(g)) return -1;
+    drop_skipped(&g->cc->train_prog);
+    drop_skipped(&g->cc->infer_prog);
+    drop_skipped(&g->cc->fwd_train_prog);
+    return 0;
+}
+
 hyfi_status hyfi_graph_rank_stats(hyfi_graph *g, hyfi_rank_stats *out)
 {
     if (!g || !out) return hyfi_fail(HYFI_ERR_ARG, "hyfi_graph_rank_stats: g or out is NULL");
@@ -116,6 +148,7 @@ hyfi_status hyfi_graph_rank_stats(hyfi_graph *g, hyfi_rank_stats *out)
         out->tasks_built++;
         out->tasks_submitted += !(P->skip && P->skip[i]);
     }
+    if (P->built) out->tasks_built = P->built; /* before the others' were dropped */
     out->graph_mb = g->ctx->graph_rss_mb;
     return HYFI_OK;
 }
