@@ -41,8 +41,10 @@ static size_t hs_at(const handle_set *s, starpu_data_handle_t h)
  * nothing it holds. Copies received outside the programs (tensor reads,
  * gathers, the loss's broadcast) are flushed after use (hyfi_handle_read), so
  * no stale copy stays behind. The submission cost per rank then follows its
- * own share of the graph, not the whole graph. HYFI_SUBMIT_ALL=1 submits
- * everything, as before. */
+ * own share of the graph, not the whole graph. It runs once, at the end of the
+ * compile, and the tasks it marks are dropped from the programs
+ * (hyfi_programs_drop_skipped). HYFI_SUBMIT_ALL=1 submits everything, as
+ * before. */
 static int mark_skips(hyfi_graph *g)
 {
     const int me = g->ctx->rank;
