@@ -423,10 +423,14 @@ static hyfi_status ctx_create(hyfi_ctx **out, const hyfi_ctx_config *cfg_in)
         starpu_mpi_comm_rank(MPI_COMM_WORLD, &ctx->rank);
         starpu_mpi_comm_size(MPI_COMM_WORLD, &ctx->nranks);
         /* StarPU-MPI's STARPU_MPI_FAKE_SIZE / _RANK: one process stands for
-         * one rank of a larger run; nothing runs, so nothing is exchanged */
-        int real = 1;
-        MPI_Comm_size(MPI_COMM_WORLD, &real);
-        ctx->fake_ranks = ctx->nranks > 1 && real == 1;
+         * one rank of a larger run; nothing runs, so nothing is exchanged. Not
+         * in a simulation, whose ranks are SimGrid's actors. */
+#ifndef STARPU_SIMGRID
+        int inited = 0, real = 0;
+        if (MPI_Initialized(&inited) == MPI_SUCCESS && inited &&
+            MPI_Comm_size(MPI_COMM_WORLD, &real) == MPI_SUCCESS)
+            ctx->fake_ranks = ctx->nranks > 1 && real == 1;
+#endif
     } else {
         ctx->rank = 0;
         ctx->nranks = 1;
