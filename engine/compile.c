@@ -595,8 +595,6 @@ static hyfi_status check_task_memory(hyfi_graph *g)
                           worst->name, worst->rank, (double)most / 1e6, limit);
 }
 
-/* Everything compile made: programs, handles (the table, then what held
- * them), the plan. */
 /* A registration that failed: a key that does not fit a tag or came twice
  * (keys.h: a fault of the engine, named), else memory. */
 static hyfi_status key_failure(hyfi_graph *g)
@@ -619,6 +617,8 @@ static hyfi_status key_failure(hyfi_graph *g)
     return hyfi_graph_fail(g, HYFI_ERR_NOMEM, "out of memory registering the tensors and tiles");
 }
 
+/* Everything compile made: programs, handles (the table, then what held
+ * them), the plan. */
 void hyfi_compiled_free(hyfi_graph *g)
 {
     if (!g->cc) return;

@@ -143,10 +143,6 @@ int hyfi_tensor_hflags(const hyfi_graph *g, const hyfi_tensor *t, int base)
            (hyfi_tensor_elem(g, t) == sizeof(uint16_t) ? HYFI_HCAT_BF16S : 0);
 }
 
-/* Register one vector handle: with a home in host memory (ptr) on the owning
- * rank, lazily allocated elsewhere (and everywhere when ptr is NULL); known to
- * StarPU-MPI with its owner in MPI runs; entered in the graph's handle table
- * (its slot, owner and category). */
 /* Enter tag in the graph's set of registered tags: 0, or -1 when it was
  * there already (two keys alike) or memory ran out. */
 static int tag_enter(hyfi_compiled *cc, int64_t tag)
@@ -175,6 +171,10 @@ static int tag_enter(hyfi_compiled *cc, int64_t tag)
     return 0;
 }
 
+/* Register one vector handle: with a home in host memory (ptr) on the owning
+ * rank, lazily allocated elsewhere (and everywhere when ptr is NULL); known to
+ * StarPU-MPI with its owner in MPI runs; entered in the graph's handle table
+ * (its slot, owner and category). */
 void hyfi_reg(hyfi_graph *g, starpu_data_handle_t *h, hyfi_key key, float *ptr, size_t n,
               size_t elem, int owner, int flags, int rstage, const char *name, const char *suffix,
               int m, int nm)
@@ -309,7 +309,6 @@ int hyfi_handle_owner(const hyfi_graph *g, const hyfi_tensor *t, int k)
     return hyfi_trank(g, t, per_mb ? HYFI_REP(g->cc->pl, k) : k);
 }
 
-/* Register every tensor; allocate and initialise what lives in host memory. */
 /* Registers handle k of t (if not yet) as the registration that was skipped
  * would have, with the same key. */
 starpu_data_handle_t hyfi_handle_need(hyfi_graph *g, hyfi_tensor *t, int grad, int tile, int k)
@@ -344,6 +343,7 @@ starpu_data_handle_t hyfi_handle_need(hyfi_graph *g, hyfi_tensor *t, int grad, i
     return *slot;
 }
 
+/* Register every tensor; allocate and initialise what lives in host memory. */
 hyfi_status hyfi_register_tensors(hyfi_graph *g)
 {
     const hyfi_plan *pl = g->cc->pl;

@@ -119,11 +119,21 @@ static void drop_skipped(program *p)
     if (p->skip) memset(p->skip, 0, (size_t)p->n + 1);
 }
 
-int hyfi_programs_drop_skipped(hyfi_graph *g)
+/* MPI: the programs' skip marks, made once (mark_skips) unless HYFI_SUBMIT_ALL
+ * asks for every task. 1 when marked, 0 when not (one process, or submit
+ * all), -1 when out of memory. */
+static int skips_ready(hyfi_graph *g)
 {
     const char *all = getenv("HYFI_SUBMIT_ALL");
     if (!g->ctx->mpi || (all && *all && strcmp(all, "0"))) return 0;
-    if (mark_skips(g)) return -1;
+    if (!g->cc->train_prog.skip && mark_skips(g)) return -1;
+    return 1;
+}
+
+int hyfi_programs_drop_skipped(hyfi_graph *g)
+{
+    const int rc = skips_ready(g);
+    if (rc <= 0) return rc;
     drop_skipped(&g->cc->train_prog);
     drop_skipped(&g->cc->infer_prog);
     drop_skipped(&g->cc->fwd_train_prog);
@@ -137,11 +147,8 @@ hyfi_status hyfi_graph_rank_stats(hyfi_graph *g, hyfi_rank_stats *out)
     if (s != HYFI_OK) return s;
     memset(out, 0, sizeof *out);
     const program *P = &g->cc->train_prog;
-    if (g->ctx->mpi && !P->skip) {
-        const char *all = getenv("HYFI_SUBMIT_ALL");
-        if (!(all && *all && strcmp(all, "0")) && mark_skips(g))
-            return hyfi_call_fail(g, HYFI_ERR_NOMEM, "out of memory preparing a program");
-    }
+    if (skips_ready(g) < 0)
+        return hyfi_call_fail(g, HYFI_ERR_NOMEM, "out of memory preparing a program");
     out->rank = g->ctx->rank;
     out->nranks = g->ctx->nranks;
     out->handles = g->cc->nhtab;
@@ -177,11 +184,8 @@ static hyfi_status program_run(hyfi_graph *g, program *p)
 {
     const int mpi = g->ctx->mpi, me = g->ctx->rank;
     if (g->ctx->trace_dir) hyfi_trace_mark_program(g->ctx);
-    if (mpi && !p->skip) {
-        const char *all = getenv("HYFI_SUBMIT_ALL");
-        if (!(all && *all && strcmp(all, "0")) && mark_skips(g))
-            return hyfi_call_fail(g, HYFI_ERR_NOMEM, "out of memory preparing a program");
-    }
+    if (skips_ready(g) < 0)
+        return hyfi_call_fail(g, HYFI_ERR_NOMEM, "out of memory preparing a program");
     /* The submission's cost on this rank (-v, training steps): the CPU time
      * of this thread in the loop below, and the host's wall clock. Not
      * StarPU's clock: in a simulation that is simulated time, in which

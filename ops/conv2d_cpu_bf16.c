@@ -211,11 +211,6 @@ static const hyfi_dnnl_prim *prim(const bdesc *d, const hyfi_conv2d_args *a, int
     return hyfi_dnnl_cache_add(&key, sizeof key, pd, hint);
 }
 
-/* Whether a primitive is one of oneDNN's fast kernels (not "ref"). */
-static int fast(const hyfi_dnnl_prim *p)
-{
-    return p && pd_fast(p->pd);
-}
 
 /* -------------------------------------------------- which path, per CPU */
 static double mono(void)
@@ -300,7 +295,8 @@ int hyfi_conv2d_cpu_bf16(const hyfi_conv2d_args *a, int dir, int acc)
     if (dir < 0 || dir > 2 || !hyfi_conv2d_cpu_bf16_faster(NULL, NULL)) return 0;
     bdesc d;
     if (bdesc_init(&d, a)) return 0;
-    return fast(prim(&d, a, dir != 1 && a->has_bias, dirs[dir], acc));
+    const hyfi_dnnl_prim *p = prim(&d, a, dir != 1 && a->has_bias, dirs[dir], acc);
+    return p && pd_fast(p->pd);
 }
 
 /* ------------------------------------------------------------ pieces */
@@ -334,10 +330,6 @@ size_t hyfi_conv2d_cpu_bf16_scratch(const hyfi_conv2d_args *a, int dir)
     return p ? pd_pad_bytes(p->pd) : 0;
 }
 
-static size_t pad_bytes(const hyfi_dnnl_prim *p)
-{
-    return pd_pad_bytes(p->pd);
-}
 
 typedef struct {
     int n0, nn; /* images */
@@ -493,7 +485,7 @@ int hyfi_conv2d_forward_cpu_bf16(uint16_t *y, const uint16_t *x, const float *w,
     hyfi_dnnl_cache_trim();
     const hyfi_dnnl_prim *p = prim(&d, a, a->has_bias && b, DIR_FWD, 0);
     if (!p) return -1;
-    return run_pieces(DIR_FWD, y, x, w, b, a, 0, &d, p, pad_bytes(p));
+    return run_pieces(DIR_FWD, y, x, w, b, a, 0, &d, p, pd_pad_bytes(p->pd));
 }
 
 /* dx (N,Cin,H,W) bf16, dy (N,Cout,Ho,Wo) bf16, w (Cout,Cin/G,KH,KW);
@@ -508,7 +500,7 @@ int hyfi_conv2d_backward_data_cpu_bf16(uint16_t *dx, const uint16_t *dy, const f
     if (!p) return -1;
     /* accumulating, the float32 result is scratch too */
     const size_t wide = acc ? (size_t)a->n * a->c_in * a->h * a->w * sizeof(float) : 0;
-    return run_pieces(DIR_BWD_DATA, dx, dy, w, NULL, a, acc, &d, p, pad_bytes(p) + wide);
+    return run_pieces(DIR_BWD_DATA, dx, dy, w, NULL, a, acc, &d, p, pd_pad_bytes(p->pd) + wide);
 }
 
 /* dw (Cout,Cin/G,KH,KW), db (Cout) or NULL, float32; dy (N,Cout,Ho,Wo), x (N,Cin,H,W) bf16;
