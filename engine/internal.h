@@ -717,8 +717,13 @@ typedef struct hyfi_plan {
     hyfi_recompute recompute;
     int *rc_seg;
     unsigned char *rc_rerun, *rc_drop;
-    size_t *pred_bytes;    /* nranks x nranks: bytes from rank a to rank b per train step */
-    size_t *pred_halo;     /* the part of pred_bytes that is halo strips (spatial) */
+    /* The traffic prediction (traffic.c) of this rank's own pairs: out[r] bytes
+     * it sends to rank r per train step, in[r] bytes rank r sends to it, and
+     * their halo-strip parts; 4 R values, never R x R (2 x 67 MB at 2,048
+     * ranks had been the largest per-rank term after StarPU's handles).
+     * pred_total / pred_halo_total: the sums over all ranks' rows. */
+    size_t *pred_out, *pred_in, *pred_halo_out, *pred_halo_in;
+    size_t pred_total, pred_halo_total;
     size_t halo_volume;    /* halo bytes between tiles on different ranks per step, from
                               the tile geometry alone */
 } hyfi_plan;

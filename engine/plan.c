@@ -121,7 +121,8 @@ void hyfi_plan_free(hyfi_graph *g)
     hyfi_plan *pl = g->cc->pl;
     if (!pl) return;
     hyfi_spatial_plan_free(g);
-    free(pl->pred_halo);
+    free(pl->pred_halo_out);
+    free(pl->pred_halo_in);
     free(pl->layer_of_node);
     free(pl->layer_stage);
     free(pl->stage_rank);
@@ -140,7 +141,8 @@ void hyfi_plan_free(hyfi_graph *g)
     free(pl->rc_seg);
     free(pl->rc_rerun);
     free(pl->rc_drop);
-    free(pl->pred_bytes);
+    free(pl->pred_out);
+    free(pl->pred_in);
     free(pl);
     g->cc->pl = NULL;
 }
@@ -571,14 +573,17 @@ hyfi_status hyfi_plan_build(hyfi_graph *g)
     pl->stage_params = calloc((size_t)S, sizeof(size_t));
     pl->stage_param_bytes = calloc((size_t)S, sizeof(size_t));
     pl->stage_act_bytes = calloc((size_t)S, sizeof(size_t));
-    pl->pred_bytes = calloc((size_t)R * R, sizeof(size_t));
-    pl->pred_halo = calloc((size_t)R * R, sizeof(size_t));
+    pl->pred_out = calloc((size_t)R, sizeof(size_t));
+    pl->pred_in = calloc((size_t)R, sizeof(size_t));
+    pl->pred_halo_out = calloc((size_t)R, sizeof(size_t));
+    pl->pred_halo_in = calloc((size_t)R, sizeof(size_t));
     int *counts = malloc((size_t)S * sizeof(int));
     double *cost = calloc((size_t)nl, sizeof(double));
     hyfi_status st = HYFI_OK;
     if (!pl->layer_of_node || !pl->layer_stage || !pl->stage_rank || !pl->stage_worker ||
         !pl->inflight || !pl->events || !pl->stage_flops || !pl->stage_params ||
-        !pl->stage_param_bytes || !pl->stage_act_bytes || !pl->pred_bytes || !pl->pred_halo ||
+        !pl->stage_param_bytes || !pl->stage_act_bytes || !pl->pred_out || !pl->pred_in ||
+        !pl->pred_halo_out || !pl->pred_halo_in ||
         !counts || !cost) {
         st = hyfi_call_fail(g, HYFI_ERR_NOMEM, "out of memory building the plan");
         goto out;

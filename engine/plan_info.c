@@ -62,17 +62,29 @@ int hyfi_plan_rank_places(const hyfi_graph *g, int r)
 size_t hyfi_plan_step_bytes(const hyfi_graph *g, int from, int to)
 {
     if (!g || !g->cc || !g->cc->pl) return 0;
-    const int R = g->ctx->nranks;
+    const int R = g->ctx->nranks, me = g->ctx->rank;
     if (from < 0 || to < 0 || from >= R || to >= R) return 0;
-    return g->cc->pl->pred_bytes[(size_t)from * R + to];
+    return from == me ? g->cc->pl->pred_out[to] : to == me ? g->cc->pl->pred_in[from] : 0;
 }
 
 size_t hyfi_plan_step_halo_bytes(const hyfi_graph *g, int from, int to)
 {
     if (!g || !g->cc || !g->cc->pl) return 0;
-    const int R = g->ctx->nranks;
+    const int R = g->ctx->nranks, me = g->ctx->rank;
     if (from < 0 || to < 0 || from >= R || to >= R) return 0;
-    return g->cc->pl->pred_halo[(size_t)from * R + to];
+    return from == me ? g->cc->pl->pred_halo_out[to]
+           : to == me ? g->cc->pl->pred_halo_in[from]
+                      : 0;
+}
+
+size_t hyfi_plan_step_total_bytes(const hyfi_graph *g)
+{
+    return g && g->cc && g->cc->pl ? g->cc->pl->pred_total : 0;
+}
+
+size_t hyfi_plan_step_total_halo_bytes(const hyfi_graph *g)
+{
+    return g && g->cc && g->cc->pl ? g->cc->pl->pred_halo_total : 0;
 }
 
 size_t hyfi_plan_halo_volume(const hyfi_graph *g)
@@ -141,9 +153,8 @@ size_t hyfi_plan_describe(const hyfi_graph *g, char *buf, size_t len)
             OUT("\n");
         }
     }
-    size_t tot = 0;
-    for (int i = 0; i < g->ctx->nranks * g->ctx->nranks; i++) tot += pl->pred_bytes[i];
-    if (g->ctx->nranks > 1) OUT("  predicted traffic between ranks: %zu bytes per step\n", tot);
+    if (g->ctx->nranks > 1)
+        OUT("  predicted traffic between ranks: %zu bytes per step\n", pl->pred_total);
     if (pl->K > 0) {
         int groups, fused, strips;
         hyfi_spatial_halo_counts(g, &groups, &fused, &strips);

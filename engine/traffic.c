@@ -8,12 +8,28 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* A scoped rank's own row, to every rank (collective). */
-static void share_rows(hyfi_graph *g)
+/* The sums over every rank's sends (collective: each rank gives its two
+ * totals; 2 R values). */
+static void share_totals(hyfi_graph *g)
 {
-    if (!g->cc->scoped) return;
-    hyfi_ctx_share_rows(g->ctx, g->cc->pl->pred_bytes, (size_t)g->ctx->nranks);
-    hyfi_ctx_share_rows(g->ctx, g->cc->pl->pred_halo, (size_t)g->ctx->nranks);
+    hyfi_plan *pl = g->cc->pl;
+    const int R = g->ctx->nranks, me = g->ctx->rank;
+    size_t own = 0, own_halo = 0;
+    for (int r = 0; r < R; r++) own += pl->pred_out[r], own_halo += pl->pred_halo_out[r];
+    pl->pred_total = own;
+    pl->pred_halo_total = own_halo;
+    if (R < 2) return;
+    size_t *rows = calloc((size_t)R * 2, sizeof *rows);
+    if (!rows) return; /* (hyfi_ctx_share_rows would wait for this rank: it cannot skip) */
+    rows[(size_t)me * 2] = own;
+    rows[(size_t)me * 2 + 1] = own_halo;
+    hyfi_ctx_share_rows(g->ctx, rows, 2);
+    if (g->ctx->mpi && !g->ctx->fake_ranks) {
+        pl->pred_total = pl->pred_halo_total = 0;
+        for (int r = 0; r < R; r++)
+            pl->pred_total += rows[(size_t)r * 2], pl->pred_halo_total += rows[(size_t)r * 2 + 1];
+    }
+    free(rows);
 }
 
 /* Walk the train program as StarPU-MPI does: a task runs on its rank; a buffer
@@ -25,16 +41,25 @@ static void share_rows(hyfi_graph *g)
  * After the program the ranks sum the micro-batches' losses (loss_value):
  * one message of M floats each way on every edge of a binomial tree. In a
  * scoped compile (scope.c) a rank's program holds the tasks that send to it
- * or from it, so its own row and column are exact; the others' rows come from
- * their ranks (hyfi_ctx_share_rows). */
+ * or from it, so its own row and column are exact: they are what it keeps
+ * (pred_out, pred_in); the totals over all ranks are shared (share_totals). */
 void hyfi_plan_predict_comm(hyfi_graph *g)
 {
     hyfi_plan *pl = g->cc->pl;
     const int R = g->ctx->nranks;
-    memset(pl->pred_bytes, 0, (size_t)R * R * sizeof(size_t));
-    memset(pl->pred_halo, 0, (size_t)R * R * sizeof(size_t));
+    const int me = g->ctx->rank;
+    const size_t row = (size_t)R * sizeof(size_t);
+    memset(pl->pred_out, 0, row), memset(pl->pred_in, 0, row);
+    memset(pl->pred_halo_out, 0, row), memset(pl->pred_halo_in, 0, row);
+    pl->pred_total = pl->pred_halo_total = 0;
     pl->halo_volume = hyfi_spatial_halo_volume(g);
     if (R < 2) return;
+    /* bytes from rank a to rank b, kept where this rank is one of them */
+#define SEND(a, b, n, hl)                                                                  \
+    do {                                                                                   \
+        if ((a) == me) pl->pred_out[b] += (n), pl->pred_halo_out[b] += (hl) ? (n) : 0;      \
+        if ((b) == me) pl->pred_in[a] += (n), pl->pred_halo_in[a] += (hl) ? (n) : 0;        \
+    } while (0)
     /* cached[h] bit r: by handle pointer through a small open-addressing table;
      * a bit per rank (a byte per rank had made this table 134 MB for one rank
      * of a 2,048-rank plan) */
@@ -46,7 +71,7 @@ void hyfi_plan_predict_comm(hyfi_graph *g)
     if (!keys || !cached) {
         free(keys);
         free(cached);
-        share_rows(g); /* the others wait for this rank's row (zeros) */
+        share_totals(g); /* the others wait for this rank's totals (zeros) */
         return;
     }
 #define CACHED(sl, r) (cached[(sl) * RB + (size_t)(r) / 8] >> ((r) % 8) & 1)
@@ -60,8 +85,8 @@ void hyfi_plan_predict_comm(hyfi_graph *g)
     })
     for (int step = 0; step < 2; step++) {
         if (step == 1) {
-            memset(pl->pred_bytes, 0, (size_t)R * R * sizeof(size_t));
-            memset(pl->pred_halo, 0, (size_t)R * R * sizeof(size_t));
+            memset(pl->pred_out, 0, row), memset(pl->pred_in, 0, row);
+            memset(pl->pred_halo_out, 0, row), memset(pl->pred_halo_in, 0, row);
         }
         for (int i = 0; i < g->cc->train_prog.n; i++) {
             const prog_task *t = &g->cc->train_prog.t[i];
@@ -77,21 +102,19 @@ void hyfi_plan_predict_comm(hyfi_graph *g)
                 if (t->kind == PT_BCAST) {
                     for (int r = 0; r < R; r++)
                         if (r != o && !CACHED(sl, r)) {
-                            pl->pred_bytes[(size_t)o * R + r] += bytes;
+                            SEND(o, r, bytes, 0);
                             SET_CACHED(sl, r);
                         }
                     continue;
                 }
                 const int halo = hyfi_handle_hcat(h) == HC_HALO;
                 if ((m & STARPU_R) && e != o && !CACHED(sl, e)) {
-                    pl->pred_bytes[(size_t)o * R + e] += bytes;
-                    if (halo) pl->pred_halo[(size_t)o * R + e] += bytes;
+                    SEND(o, e, bytes, halo);
                     SET_CACHED(sl, e);
                 }
                 if ((m & STARPU_W) || (m & STARPU_REDUX)) {
                     if ((m & STARPU_W) && e != o) {
-                        pl->pred_bytes[(size_t)e * R + o] += bytes;
-                        if (halo) pl->pred_halo[(size_t)e * R + o] += bytes;
+                        SEND(e, o, bytes, halo);
                     }
                     memset(cached + sl * RB, 0, RB);
                 }
@@ -107,8 +130,9 @@ void hyfi_plan_predict_comm(hyfi_graph *g)
     const size_t lb = (size_t)g->loss->nh * sizeof(float);
     for (int r = 1; r < R; r++) {
         const int up = r - (r & -r); /* hyfi_ctx_sum_floats's tree */
-        pl->pred_bytes[(size_t)r * R + up] += lb;
-        pl->pred_bytes[(size_t)up * R + r] += lb;
+        SEND(r, up, lb, 0);
+        SEND(up, r, lb, 0);
     }
-    share_rows(g);
+#undef SEND
+    share_totals(g);
 }

@@ -526,12 +526,19 @@ int hyfi_plan_stage_count(const hyfi_graph *g);
 int hyfi_plan_parts(const hyfi_graph *g);
 hyfi_status hyfi_plan_stage(const hyfi_graph *g, int s, hyfi_stage_info *info);
 /* Bytes that rank `from` sends to rank `to` in one training step, predicted
- * from the plan (activations forward, their gradients back, the loss). */
+ * from the plan (activations forward, their gradients back, the loss). A rank
+ * knows the pairs it is one of (its own sends and receives: 0 for the
+ * others), so that its memory grows with the ranks, not their square;
+ * hyfi_plan_describe prints the total over all ranks. */
 size_t hyfi_plan_step_bytes(const hyfi_graph *g, int from, int to);
 /* Of those, the halo strips between tiles (spatial parallelism), by the same
  * walk; and the halo bytes crossing ranks per step computed from the tile
  * geometry alone (strips forward, their gradients back). */
 size_t hyfi_plan_step_halo_bytes(const hyfi_graph *g, int from, int to);
+/* The totals over all pairs of ranks of the two above (each rank's own sends,
+ * summed between the ranks at compile). */
+size_t hyfi_plan_step_total_bytes(const hyfi_graph *g);
+size_t hyfi_plan_step_total_halo_bytes(const hyfi_graph *g);
 size_t hyfi_plan_halo_volume(const hyfi_graph *g);
 /* The plan as text (one line per stage), snprintf-style: returns the length it
  * needs, writes at most len bytes. */

@@ -741,9 +741,8 @@ static int do_check(const char *dir, int use_mpi)
             if (pd->K) {
                 /* only strips move between tiles: the walk's halo part is the volume the
                  * tile geometry gives */
-                size_t halo = 0;
-                for (int a = 0; a < R; a++)
-                    for (int b = 0; b < R; b++) halo += hyfi_plan_step_halo_bytes(g, a, b);
+                /* the ranks' own rows, summed over the ranks by the library */
+                const size_t halo = hyfi_plan_step_total_halo_bytes(g);
                 if (halo != hyfi_plan_halo_volume(g)) {
                     printf("  halo bytes per step: walk %zu, geometry %zu\n", halo,
                            hyfi_plan_halo_volume(g));
