@@ -110,7 +110,7 @@ SYMBOLS = ["conv2d_forward", "conv2d_backward_data", "conv2d_backward_weight",
            "fc_backward_data", "fc_backward_weight", "xent_forward", "xent_backward",
            "sgd_update", "copy_slice", "running_combine", "tile_assemble", "tile_scatter",
            "bn_stats", "bn_combine", "bn_bwd_stats", "bn_bwd_combine", "bn_bwd_apply",
-           "redux_zero", "redux_add"]
+           "redux_zero", "redux_add", "accumulate_n", "sgd_update_n"]
 
 
 def gpu_lines(argv):

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Simulation build test (suite 'simulation'): hyfi-train simulated on 2 ranks
-# (StarPU + SimGrid, the repository's calibrated models of machine epyc2-r2)
-# with the five dimensions of parallelism; checks that it finishes, that only
+# (StarPU + SimGrid, the repository's calibrated models of machine epyc2-r2,
+# and for footprints they lack the analytic ones of epyc2-r1, so that a
+# changed argument block does not stop it) with the five dimensions of
+# parallelism; checks that it finishes, that only
 # rank 0 prints the run's lines, that the plan spreads over both ranks, and
 # that the simulated images/s are positive and the same in a second run (the
 # simulation is deterministic). Skips (77) without starpu_smpirun.
@@ -14,6 +16,7 @@ args=(--model resnet --depth 8 --batch-size 4 --image-size 32 --parts 2 --split-
       --spatial-size 1 --num-spatial-parts 2 --slice-method vertical --gems mast
       --data-parallel 2 --dataset synthetic --num-classes 10 --steps 7 --print-freq 1)
 run() {
+  HYFI_SIM_ANALYTIC="$root/perfmodels/analytic-epyc2-r1.txt" \
   STARPU_HOSTNAME=epyc2-r2 STARPU_NCPU=1 bash "$root/scripts/simulate.sh" -n 2 --build "$build" \
     "${args[@]}" --metrics "$1" >"$1.out" 2>"$1.err" || { cat "$1.out" "$1.err"; exit 1; }
 }
