@@ -37,24 +37,24 @@ void hyfi_handles_free(hyfi_graph *g)
     for (int i = 0; i < g->ntensors; i++) {
         hyfi_tensor *t = g->tensors[i];
         if (t->gpart) {
-            free(t->gpart);
-            free(t->gpw);
+            hyfi_zfree(t->gpart);
+            hyfi_zfree(t->gpw);
             t->gpart = NULL;
             t->gpw = NULL;
         }
-        free(t->h);
-        if (t != g->loss) free(t->gh);
-        free(t->gw);
+        hyfi_zfree(t->h);
+        if (t != g->loss) hyfi_zfree(t->gh);
+        hyfi_zfree(t->gw);
         t->h = t->gh = NULL;
         t->gw = NULL;
         t->nh = 0;
         const int per_rep = t->kind == T_PARAM || t->kind == T_STATE;
         const size_t hosts = (size_t)t->nhost * (per_rep ? t->numel : t->mb_numel);
-        free(t->nmh);
+        hyfi_zfree(t->nmh);
         t->nmh = NULL;
-        free(t->rsave);
+        hyfi_zfree(t->rsave);
         t->rsave = NULL;
-        free(t->mh);
+        hyfi_zfree(t->mh);
         t->mh = NULL;
         hyfi_host_free(t->host, hosts);
         hyfi_host_free(t->ghost, hosts);
@@ -63,14 +63,14 @@ void hyfi_handles_free(hyfi_graph *g)
     }
     for (int b = 0; b < g->cc->nbuckets; b++) {
         hyfi_bucket *bk = &g->cc->buckets[b];
-        free(bk->h);
-        free(bk->arc);
+        hyfi_zfree(bk->h);
+        hyfi_zfree(bk->arc);
         free(bk->params);
     }
     free(g->cc->buckets);
     g->cc->buckets = NULL;
     g->cc->nbuckets = 0;
-    free(g->cc->dloss);
+    hyfi_zfree(g->cc->dloss);
     g->cc->dloss = NULL;
     hyfi_host_free(g->cc->dloss_host, (size_t)M);
     g->cc->dloss_host = NULL;
@@ -183,7 +183,7 @@ void hyfi_reg(hyfi_graph *g, starpu_data_handle_t *h, hyfi_key key, float *ptr, 
     const int bf16 = (flags & HYFI_HCAT_BF16) && elem == sizeof(float);
     if (bf16 && (flags & HYFI_HCAT_BF16S) && !ptr) elem = sizeof(uint16_t);
     if (!hyfi_reg_wanted(g)) { /* scoped compile: not on this rank */
-        *h = NULL;
+        if (*h) *h = NULL; /* (no write to a slot already NULL: zalloc.c) */
         return;
     }
     /* the tag, a function of the key alone; no key twice in a graph */
@@ -360,8 +360,8 @@ hyfi_status hyfi_register_tensors(hyfi_graph *g)
                                                       "micro-batch; at most 2^32-1 per tensor "
                                                       "(use more --parts, spatial parallelism or "
                                                       "a smaller batch)", t->name, t->mb_numel);
-        t->h = calloc((size_t)t->nh, sizeof *t->h);
-        t->gw = calloc((size_t)t->nh, 1);
+        t->h = hyfi_zalloc((size_t)t->nh, sizeof *t->h);
+        t->gw = hyfi_zalloc((size_t)t->nh, 1);
         if (!t->h || !t->gw) goto oom;
         /* this rank owns some handle of t; of a parameter or state, nown replicas' */
         int nown = 0;
@@ -393,7 +393,7 @@ hyfi_status hyfi_register_tensors(hyfi_graph *g)
                 j += mine;
             }
             if (!t->is_int) {
-                t->gh = calloc((size_t)M, sizeof *t->gh);
+                t->gh = hyfi_zalloc((size_t)M, sizeof *t->gh);
                 if (!t->gh) goto oom;
                 for (int m = 0; m < M; m++) {
                     hyfi_reg_scope(g, HYFI_REP(pl, m), HYFI_SCOPE_MINE);
@@ -405,9 +405,9 @@ hyfi_status hyfi_register_tensors(hyfi_graph *g)
             break;
         case T_PARAM:
             /* one copy per replica, all initialised alike */
-            t->gh = calloc((size_t)NR, sizeof *t->gh);
-            t->mh = calloc((size_t)NR, sizeof *t->mh);
-            t->nmh = calloc((size_t)NR, sizeof *t->nmh);
+            t->gh = hyfi_zalloc((size_t)NR, sizeof *t->gh);
+            t->mh = hyfi_zalloc((size_t)NR, sizeof *t->mh);
+            t->nmh = hyfi_zalloc((size_t)NR, sizeof *t->nmh);
             if (!t->gh || !t->mh || !t->nmh) goto oom;
             /* host memory for the replicas this rank owns only (the others' copies
              * come from their ranks): memory and initialisation per rank do not
@@ -470,7 +470,7 @@ hyfi_status hyfi_register_tensors(hyfi_graph *g)
                          "", m, M);
             }
             if (t != g->loss) {
-                t->gh = calloc((size_t)M, sizeof *t->gh);
+                t->gh = hyfi_zalloc((size_t)M, sizeof *t->gh);
                 if (!t->gh) goto oom;
                 for (int m = 0; m < M; m++) {
                     hyfi_reg_scope(g, HYFI_REP(pl, m), HYFI_SCOPE_MINE);
@@ -499,8 +499,8 @@ hyfi_status hyfi_register_tensors(hyfi_graph *g)
             if (t->kind != T_ACT || !t->requires_grad || nd->stage == t->stage) continue;
             const int S = g->cc->pl->nstages;
             if (!t->gpart) {
-                t->gpart = calloc((size_t)S * M, sizeof *t->gpart);
-                t->gpw = calloc((size_t)S * M, 1);
+                t->gpart = hyfi_zalloc((size_t)S * M, sizeof *t->gpart);
+                t->gpw = hyfi_zalloc((size_t)S * M, 1);
                 if (!t->gpart || !t->gpw) goto oom;
             }
             int done = 0; /* by an earlier consumer on this stage (scoped: some m is) */
@@ -524,7 +524,7 @@ hyfi_status hyfi_register_tensors(hyfi_graph *g)
     for (int i = 0; NR > 1 && i < g->ntensors; i++) {
         hyfi_tensor *t = g->tensors[i];
         if (t->kind != T_STATE) continue;
-        if (!(t->rsave = calloc((size_t)NR, sizeof *t->rsave))) goto oom;
+        if (!(t->rsave = hyfi_zalloc((size_t)NR, sizeof *t->rsave))) goto oom;
         for (int k = 0; k < NR; k++) {
             hyfi_reg_scope(g, k, HYFI_SCOPE_WANT);
             hyfi_reg(g, &t->rsave[k], HYFI_KEY(HK_RSAVE, t->id, k), NULL, t->numel, sizeof(float), hyfi_trank(g, t, k),
@@ -541,7 +541,7 @@ hyfi_status hyfi_register_tensors(hyfi_graph *g)
                  "", r, g->cc->nhealth);
     /* The seed of the backward: d(mean over the batch)/d(micro-batch loss) = 1/M. */
     if (hyfi_host_alloc(&g->cc->dloss_host, (size_t)M)) goto oom;
-    g->cc->dloss = calloc((size_t)M, sizeof *g->cc->dloss);
+    g->cc->dloss = hyfi_zalloc((size_t)M, sizeof *g->cc->dloss);
     g->cc->loss_sum = malloc(2 * (size_t)M * sizeof *g->cc->loss_sum);
     if (!g->cc->dloss || !g->cc->loss_sum) goto oom;
     for (int m = 0; m < M; m++) {

@@ -727,6 +727,10 @@ typedef struct hyfi_plan {
     size_t halo_volume;    /* halo bytes between tiles on different ranks per step, from
                               the tile geometry alone */
 } hyfi_plan;
+/* Zeroed arrays left unbacked where untouched (zalloc.c): the per-slot
+ * handle arrays over the whole plan; free them with hyfi_zfree only. */
+void *hyfi_zalloc(size_t n, size_t size);
+void hyfi_zfree(void *p);
 hyfi_status hyfi_plan_build(hyfi_graph *g);
 
 /* Replica rep's copy of place q of replica 0; the replica of micro-batch m. */

@@ -231,11 +231,11 @@ int hyfi_emit_allreduce(hyfi_graph *g, program *P)
         char bname[HYFI_NAME_MAX];
         if (b->nparams == 1) snprintf(bname, sizeof bname, "%s", b->params[0]->name);
         else snprintf(bname, sizeof bname, "bucket%d", bi);
-        b->h = calloc((size_t)R, sizeof *b->h);
-        if (!b->h || (ring && !(b->arc = calloc((size_t)R * R, sizeof *b->arc)))) return -1;
+        b->h = hyfi_zalloc((size_t)R, sizeof *b->h);
+        if (!b->h || (ring && !(b->arc = hyfi_zalloc((size_t)R * R, sizeof *b->arc)))) return -1;
         for (int k = 0; k < R; k++) {
             if (b->nparams == 1) {
-                b->h[k] = b->params[0]->gh[k];
+                if (b->params[0]->gh[k]) b->h[k] = b->params[0]->gh[k]; /* (zalloc.c) */
                 continue;
             }
             hyfi_reg_scope(g, k, HYFI_SCOPE_WANT);

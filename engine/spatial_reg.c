@@ -7,7 +7,7 @@
 #include <string.h>
 
 
-#define FREE(p) (free(p), (p) = NULL)
+#define FREE(p) (hyfi_zfree(p), (p) = NULL)
 
 /* The handle arrays and host memory of the tiles, buffers, strips and partial
  * sums (their handles: unregistered with the handle table before). */
@@ -39,7 +39,7 @@ void hyfi_spatial_handles_free(hyfi_graph *g)
 
 /* ---------------------------------------------------------- registration */
 
-static starpu_data_handle_t *handles(size_t n) { return calloc(n, sizeof(starpu_data_handle_t)); }
+static starpu_data_handle_t *handles(size_t n) { return hyfi_zalloc(n, sizeof(starpu_data_handle_t)); }
 
 
 static int fused_register(hyfi_graph *g)
@@ -132,7 +132,7 @@ int hyfi_spatial_register(hyfi_graph *g)
         if (!tl) continue;
         tl->h = handles((size_t)M * P);
         tl->gh = handles((size_t)M * P);
-        tl->gw = calloc((size_t)M * P, 1);
+        tl->gw = hyfi_zalloc((size_t)M * P, 1);
         if (!tl->h || !tl->gh || !tl->gw) return -1;
         const int trs = hyfi_tiles_release_stage(t);
         for (int m = 0; m < M; m++)
@@ -197,8 +197,8 @@ int hyfi_spatial_register(hyfi_graph *g)
                 const int NR = pl->nrep;
                 tn->wpart = handles((size_t)P * NR);
                 if (nd->p[1]) tn->bpart = handles((size_t)P * NR);
-                tn->wpw = calloc((size_t)P * NR, 1);
-                tn->bpw = calloc((size_t)P * NR, 1);
+                tn->wpw = hyfi_zalloc((size_t)P * NR, 1);
+                tn->bpw = hyfi_zalloc((size_t)P * NR, 1);
                 if (!tn->wpart || (nd->p[1] && !tn->bpart) || !tn->wpw || !tn->bpw) return -1;
                 for (int k = 0; k < P * NR; k++) {
                     const int q = k % P, rq = hyfi_tile_rank(g, nd->out->tl, q, k / P);
