@@ -56,12 +56,14 @@ void hyfi_reg(hyfi_graph *g, starpu_data_handle_t *h, hyfi_key key, float *ptr, 
               size_t elem, int owner, int cat, int rstage, const char *name, const char *suffix,
               int m, int nm);
 /* Scoped compile (scope.c). */
-enum { HYFI_SCOPE_MINE, HYFI_SCOPE_WANT };
+enum { HYFI_SCOPE_MINE, HYFI_SCOPE_WANT, HYFI_SCOPE_MINE0 };
 int hyfi_scope_init(hyfi_graph *g);
 void hyfi_scope_free(hyfi_compiled *cc);
 /* The registrations that follow belong to replica rep (-1: to every rank),
  * registered where it is mine (HYFI_SCOPE_MINE: its tasks run here) or
- * wanted (HYFI_SCOPE_WANT: also a collective partner); elsewhere hyfi_reg
+ * wanted (HYFI_SCOPE_WANT: also a collective partner) or mine or replica 0
+ * (HYFI_SCOPE_MINE0: what only its own tasks and the reads of replica 0 touch,
+ * a parameter's value, momentum and norms); elsewhere hyfi_reg
  * leaves the slot NULL and consumes the tag. */
 void hyfi_reg_scope(hyfi_graph *g, int rep, int level);
 int hyfi_reg_wanted(const hyfi_graph *g);
