@@ -63,7 +63,7 @@ void hyfi_scope_free(hyfi_compiled *cc);
  * registered where it is mine (HYFI_SCOPE_MINE: its tasks run here) or
  * wanted (HYFI_SCOPE_WANT: also a collective partner) or mine or replica 0
  * (HYFI_SCOPE_MINE0: what only its own tasks and the reads of replica 0 touch,
- * a parameter's value, momentum and norms); elsewhere hyfi_reg
+ * a parameter's value, gradient, momentum and norms); elsewhere hyfi_reg
  * leaves the slot NULL and consumes the tag. */
 void hyfi_reg_scope(hyfi_graph *g, int rep, int level);
 int hyfi_reg_wanted(const hyfi_graph *g);

@@ -431,13 +431,13 @@ hyfi_status hyfi_register_tensors(hyfi_graph *g)
                 const size_t o = (size_t)j * t->numel;
                 const int mine = r == me;
                 j += mine;
-                /* the all-reduce's partners read the gradient; the value,
-                 * momentum and norms only the replica's own tasks and the
-                 * reads of replica 0 (hyfi_tensor_read, checkpoints, health) */
-                hyfi_reg_scope(g, k, HYFI_SCOPE_WANT);
+                /* only the replica's own tasks and the reads of replica 0
+                 * (hyfi_tensor_read, checkpoints, health) touch these; the
+                 * all-reduce's partners read a gradient where it is a bucket
+                 * of its own, registered there (reduce.c) */
+                hyfi_reg_scope(g, k, HYFI_SCOPE_MINE0);
                 hyfi_reg(g, &t->gh[k], HYFI_KEY(HK_GRAD, t->id, k), mine ? t->ghost + o : NULL, t->numel, elem, r, HC_ALLREDUCE,
                          HYFI_KEEP, t->name, ".grad", k, NR);
-                hyfi_reg_scope(g, k, HYFI_SCOPE_MINE0);
                 hyfi_reg(g, &t->h[k], HYFI_KEY(HK_VALUE, t->id, k), mine ? t->host + o : NULL, t->numel, elem, r, HC_ALLREDUCE,
                          HYFI_KEEP, t->name, "", k, NR);
                 hyfi_reg(g, &t->mh[k], HYFI_KEY(HK_MOMENTUM, t->id, k), mine ? t->mhost + o : NULL, t->numel, elem, r, HC_ALLREDUCE,

@@ -235,7 +235,18 @@ int hyfi_emit_allreduce(hyfi_graph *g, program *P)
         if (!b->h || (ring && !(b->arc = hyfi_zalloc((size_t)R * R, sizeof *b->arc)))) return -1;
         for (int k = 0; k < R; k++) {
             if (b->nparams == 1) {
-                if (b->params[0]->gh[k]) b->h[k] = b->params[0]->gh[k]; /* (zalloc.c) */
+                /* all-reduced in place: the partners' gradients too, which the
+                 * tensors' registration leaves to this (handles.c) */
+                hyfi_tensor *p = b->params[0];
+                if (!p->gh[k] && want[k]) {
+                    hyfi_reg_scope(g, k, HYFI_SCOPE_WANT);
+                    hyfi_reg(g, &p->gh[k], HYFI_KEY(HK_GRAD, p->id, k), NULL, p->numel,
+                             sizeof(float), hyfi_trank(g, p, k), HC_ALLREDUCE, HYFI_KEEP,
+                             p->name, ".grad", k, R);
+                    free(g->cc->howner); /* rebuilt with the new entry when next needed */
+                    g->cc->howner = NULL;
+                }
+                if (p->gh[k]) b->h[k] = p->gh[k]; /* (zalloc.c) */
                 continue;
             }
             hyfi_reg_scope(g, k, HYFI_SCOPE_WANT);

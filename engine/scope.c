@@ -11,10 +11,11 @@
  *     which live on other ranks);
  *   - registers the per-micro-batch handles of those replicas, and the
  *     per-replica handles of those replicas and, where the collectives read
- *     them (gradients, running statistics, buckets), of the replicas they
- *     exchange with (rep_want: tree partners, ring neighbours, replica 0); a
- *     parameter's value, momentum and norms of its own replicas and replica
- *     0 only (HYFI_SCOPE_MINE0: 13,693 handles instead of 19,402 for one rank
+ *     them (running statistics, buckets, a gradient that is a bucket of its
+ *     own: reduce.c registers those), of the replicas they exchange with
+ *     (rep_want: tree partners, ring neighbours, replica 0); a parameter's
+ *     value, gradient, momentum and norms of its own replicas and replica 0
+ *     only (HYFI_SCOPE_MINE0: 11,790 handles instead of 19,402 for one rank
  *     of a 2,048-rank plan); a
  *     handle's tag comes from its key (keys.h), the same on every rank
  *     whatever it skips;
