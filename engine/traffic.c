@@ -60,22 +60,38 @@ void hyfi_plan_predict_comm(hyfi_graph *g)
         if ((a) == me) pl->pred_out[b] += (n), pl->pred_halo_out[b] += (hl) ? (n) : 0;      \
         if ((b) == me) pl->pred_in[a] += (n), pl->pred_halo_in[a] += (hl) ? (n) : 0;        \
     } while (0)
-    /* cached[h] bit r: by handle pointer through a small open-addressing table;
-     * a bit per rank (a byte per rank had made this table 134 MB for one rank
-     * of a 2,048-rank plan) */
+    /* Which ranks hold a copy of each handle, by handle pointer through a small
+     * open-addressing table. Only the pairs this rank is one of are kept, so
+     * only two things matter: for a handle it owns, every rank's bit (a row of
+     * R bits, allocated for its own handles only), and for another's, whether
+     * this rank holds a copy (one byte per slot). A bit per rank for every
+     * slot had been 8 MB per rank of a 2,048-rank plan (a byte, 134 MB). */
     size_t cap = 1024;
     while (cap < (size_t)g->cc->train_prog.n * 4) cap *= 2;
     const size_t RB = ((size_t)R + 7) / 8;
     starpu_data_handle_t *keys = calloc(cap, sizeof *keys);
-    unsigned char *cached = calloc(cap * RB, 1);
-    if (!keys || !cached) {
-        free(keys);
-        free(cached);
+    int *rowof = malloc(cap * sizeof *rowof);
+    unsigned char *mine_c = calloc(cap, 1), *rows = NULL;
+    size_t nrows = 0, caprows = 0;
+    if (!keys || !rowof || !mine_c) {
+        free(keys), free(rowof), free(mine_c);
         share_totals(g); /* the others wait for this rank's totals (zeros) */
         return;
     }
-#define CACHED(sl, r) (cached[(sl) * RB + (size_t)(r) / 8] >> ((r) % 8) & 1)
-#define SET_CACHED(sl, r) (cached[(sl) * RB + (size_t)(r) / 8] |= (unsigned char)(1u << ((r) % 8)))
+    for (size_t i = 0; i < cap; i++) rowof[i] = -1;
+#define ROW(sl) (rows + (size_t)rowof[sl] * RB)
+#define CACHED(sl, r)                                                                      \
+    (rowof[sl] >= 0 ? ROW(sl)[(size_t)(r) / 8] >> ((r) % 8) & 1 : (r) == me ? mine_c[sl] : 0)
+#define SET_CACHED(sl, r)                                                                  \
+    do {                                                                                   \
+        if (rowof[sl] >= 0) ROW(sl)[(size_t)(r) / 8] |= (unsigned char)(1u << ((r) % 8)); \
+        else if ((r) == me) mine_c[sl] = 1;                                                \
+    } while (0)
+#define CLEAR_CACHED(sl)                                                                   \
+    do {                                                                                   \
+        mine_c[sl] = 0;                                                                    \
+        if (rowof[sl] >= 0) memset(ROW(sl), 0, RB);                                        \
+    } while (0)
 #define SLOT(hh)                                                                           \
     ({                                                                                     \
         size_t i_ = ((uintptr_t)(hh) >> 4) * 0x9E3779B97F4A7C15ull & (cap - 1);            \
@@ -83,20 +99,34 @@ void hyfi_plan_predict_comm(hyfi_graph *g)
         keys[i_] = (hh);                                                                   \
         i_;                                                                                \
     })
-    for (int step = 0; step < 2; step++) {
+    int oom = 0;
+    for (int step = 0; step < 2 && !oom; step++) {
         if (step == 1) {
             memset(pl->pred_out, 0, row), memset(pl->pred_in, 0, row);
             memset(pl->pred_halo_out, 0, row), memset(pl->pred_halo_in, 0, row);
         }
-        for (int i = 0; i < g->cc->train_prog.n; i++) {
+        for (int i = 0; i < g->cc->train_prog.n && !oom; i++) {
             const prog_task *t = &g->cc->train_prog.t[i];
             for (int b = 0; b < t->nbuf; b++) {
                 starpu_data_handle_t h = prog_cbufs(t)[b].handle;
                 const int o = starpu_mpi_data_get_rank(h), e = t->rank;
                 const size_t sl = SLOT(h), bytes = starpu_data_get_size(h);
                 const enum starpu_data_access_mode m = prog_cbufs(t)[b].mode;
+                if (o == me && rowof[sl] < 0) { /* a handle of this rank's: its row */
+                    if (nrows == caprows) {
+                        const size_t nc = caprows ? 2 * caprows : 256;
+                        unsigned char *nr = realloc(rows, nc * RB);
+                        if (!nr) {
+                            oom = 1;
+                            break;
+                        }
+                        rows = nr, caprows = nc;
+                    }
+                    rowof[sl] = (int)nrows++;
+                    memset(ROW(sl), 0, RB);
+                }
                 if (t->kind == PT_RELEASE || t->kind == PT_FLUSH) {
-                    memset(cached + sl * RB, 0, RB);
+                    CLEAR_CACHED(sl);
                     continue;
                 }
                 if (t->kind == PT_BCAST) {
@@ -116,7 +146,7 @@ void hyfi_plan_predict_comm(hyfi_graph *g)
                     if ((m & STARPU_W) && e != o) {
                         SEND(e, o, bytes, halo);
                     }
-                    memset(cached + sl * RB, 0, RB);
+                    CLEAR_CACHED(sl);
                 }
             }
         }
@@ -125,8 +155,13 @@ void hyfi_plan_predict_comm(hyfi_graph *g)
 #undef SLOT
 #undef CACHED
 #undef SET_CACHED
-    free(keys);
-    free(cached);
+#undef CLEAR_CACHED
+#undef ROW
+    free(keys), free(rowof), free(mine_c), free(rows);
+    if (oom) { /* no prediction rather than a wrong one */
+        memset(pl->pred_out, 0, row), memset(pl->pred_in, 0, row);
+        memset(pl->pred_halo_out, 0, row), memset(pl->pred_halo_in, 0, row);
+    }
     const size_t lb = (size_t)g->loss->nh * sizeof(float);
     for (int r = 1; r < R; r++) {
         const int up = r - (r & -r); /* hyfi_ctx_sum_floats's tree */
