@@ -649,6 +649,10 @@ void hyfi_programs_free(hyfi_graph *g);
  * submits (run.c, mark_skips). 0, or -1 when out of memory. */
 int hyfi_programs_drop_skipped(hyfi_graph *g);
 void hyfi_handles_free(hyfi_graph *g);
+/* Zeroed arrays left unbacked where untouched (zalloc.c): the per-slot
+ * handle arrays over the whole plan; free them with hyfi_zfree only. */
+void *hyfi_zalloc(size_t n, size_t size);
+void hyfi_zfree(void *p);
 
 /* trace.c: names and categories of the handles and ops, for the summary. */
 void hyfi_trace_note_handle(hyfi_graph *g, int64_t tag, int owner, hyfi_hcat cat,
@@ -677,79 +681,8 @@ void hyfi_handle_read(hyfi_graph *g, starpu_data_handle_t h, int root, void *hos
 void hyfi_handle_write(hyfi_graph *g, starpu_data_handle_t h, int owner, const void *host,
                        size_t bytes);
 
-/* plan.c: the parallel plan. */
-typedef struct hyfi_plan {
-    int nlayers;
-    int *layer_of_node;    /* per node */
-    int *layer_stage;      /* per layer */
-    int nstages, nmb;      /* S stages, M micro-batches */
-    /* places: stage s < K (tiled) has P places, one per tile (place s*P + t);
-     * stage s >= K one (place K*P + s - K): nplaces1 places per replica.
-     * Replicas (GEMS copies x data-parallel groups): replica k has places
-     * [k * nplaces1, (k+1) * nplaces1) and micro-batches [k * mbr, (k+1) * mbr)
-     * of the step's nmb = nrep * mbr. */
-    int K, P, grid_rows, grid_cols;
-    int nplaces, nplaces1;
-    int nrep, copies, groups, mbr;
-    int *place_rank, *place_worker, *place_stage;
-    int *stage_place0;     /* first place of each stage in replica 0 (its parameters,
-                              statistics) */
-    int batch;             /* N: the batch of every batch tensor */
-    hyfi_schedule schedule;
-    int *stage_rank;       /* stage -> MPI rank of its first place (replica 0) */
-    int *stage_worker;     /* stage -> pinned worker of its first place, or -1 (replica 0) */
-    int *inflight;         /* per stage: micro-batches alive at once */
-    struct hyfi_pipe_event *events;
-    int nevents, nticks;
-    int trivial;           /* one stage, one micro-batch: the plain single-place program */
-    int one_cpu_worker;    /* every task on one CPU worker owning every core (plan.c) */
-    /* estimates per stage */
-    double *stage_flops;   /* forward FLOPs of the whole batch */
-    size_t *stage_params, *stage_param_bytes, *stage_act_bytes;
-    /* the activation estimate of each stage under each recompute mode:
-     * [mode * nstages + s] (stage_act_bytes: the plan's own mode) */
-    size_t *stage_act_mode;
-    /* Re-materialisation (hyfi_plan_config.recompute): per node its segment
-     * (its stage, or its layer) and whether it is re-run before the segment's
-     * backward; per tensor (by id) whether its values are dropped after the
-     * segment's forward (an activation read only inside its segment, not the
-     * loss, not gathered whole). All zero without recompute. */
-    hyfi_recompute recompute;
-    int *rc_seg;
-    unsigned char *rc_rerun, *rc_drop;
-    /* The traffic prediction (traffic.c) of this rank's own pairs: out[r] bytes
-     * it sends to rank r per train step, in[r] bytes rank r sends to it, and
-     * their halo-strip parts; 4 R values, never R x R (2 x 67 MB at 2,048
-     * ranks had been the largest per-rank term after StarPU's handles).
-     * pred_total / pred_halo_total: the sums over all ranks' rows. */
-    size_t *pred_out, *pred_in, *pred_halo_out, *pred_halo_in;
-    size_t pred_total, pred_halo_total;
-    size_t halo_volume;    /* halo bytes between tiles on different ranks per step, from
-                              the tile geometry alone */
-} hyfi_plan;
-/* Zeroed arrays left unbacked where untouched (zalloc.c): the per-slot
- * handle arrays over the whole plan; free them with hyfi_zfree only. */
-void *hyfi_zalloc(size_t n, size_t size);
-void hyfi_zfree(void *p);
-hyfi_status hyfi_plan_build(hyfi_graph *g);
+#include "plan.h"
 
-/* Replica rep's copy of place q of replica 0; the replica of micro-batch m. */
-#define HYFI_PLACE(pl, rep, q) ((rep) * (pl)->nplaces1 + (q))
-#define HYFI_REP(pl, m) ((m) / (pl)->mbr)
-/* Rank and pinned worker of stage s's first place in replica rep. */
-static inline int hyfi_stage_rank(const hyfi_plan *pl, int rep, int s)
-{
-    return pl->place_rank[HYFI_PLACE(pl, rep, pl->stage_place0[s])];
-}
-static inline int hyfi_stage_worker(const hyfi_plan *pl, int rep, int s)
-{
-    return pl->place_worker[HYFI_PLACE(pl, rep, pl->stage_place0[s])];
-}
-/* Rank that owns replica rep's copy of t (its handles of that replica). */
-static inline int hyfi_trank(const hyfi_graph *g, const hyfi_tensor *t, int rep)
-{
-    return hyfi_stage_rank(g->cc->pl, rep, t->stage);
-}
 /* Owner of handle k of t (a micro-batch of batch tensors, a replica of the others). */
 int hyfi_handle_owner(const hyfi_graph *g, const hyfi_tensor *t, int k);
 
@@ -789,10 +722,6 @@ void hyfi_spatial_recompute_groups(const hyfi_graph *g, const int *seg, unsigned
 /* Rank of tile t of a tensor's tiles. */
 int hyfi_tile_rank(const hyfi_graph *g, const hyfi_tiles *tl, int t, int rep);
 size_t hyfi_tile_numel(const hyfi_tensor *x, int t); /* one micro-batch */
-void hyfi_plan_free(hyfi_graph *g);
-/* Bytes each rank sends to each other rank in one train step, by walking the
- * train program with StarPU-MPI's owner-computes and cache rules. */
-void hyfi_plan_predict_comm(hyfi_graph *g);
 
 /* dump.c: with HYFI_DUMP_PROGRAMS=FILE, append the programs' listing to FILE. */
 void hyfi_programs_dump(const hyfi_graph *g);

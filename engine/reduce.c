@@ -238,14 +238,7 @@ int hyfi_emit_allreduce(hyfi_graph *g, program *P)
                 /* all-reduced in place: the partners' gradients too, which the
                  * tensors' registration leaves to this (handles.c) */
                 hyfi_tensor *p = b->params[0];
-                if (!p->gh[k] && want[k]) {
-                    hyfi_reg_scope(g, k, HYFI_SCOPE_WANT);
-                    hyfi_reg(g, &p->gh[k], HYFI_KEY(HK_GRAD, p->id, k), NULL, p->numel,
-                             sizeof(float), hyfi_trank(g, p, k), HC_ALLREDUCE, HYFI_KEEP,
-                             p->name, ".grad", k, R);
-                    free(g->cc->howner); /* rebuilt with the new entry when next needed */
-                    g->cc->howner = NULL;
-                }
+                if (!p->gh[k] && want[k]) hyfi_handle_need(g, p, 1, 0, k);
                 if (p->gh[k]) b->h[k] = p->gh[k]; /* (zalloc.c) */
                 continue;
             }
