@@ -536,13 +536,26 @@ hyfi_status hyfi_register_tensors(hyfi_graph *g)
         }
         hyfi_reg_scope(g, -1, 0);
     }
-    /* The health sums of a step: one per rank. */
+    /* The health sums of a step: one per rank that holds a parameter of
+     * replica 0 (reduce.c adds up replica 0's norms), on every rank (the
+     * first one's is broadcast); none for the other ranks, so that their
+     * number does not grow with the replicas. */
     g->cc->nhealth = g->ctx->nranks;
     g->cc->health = calloc((size_t)g->cc->nhealth, sizeof *g->cc->health);
-    if (!g->cc->health) goto oom;
+    unsigned char *hrank = calloc((size_t)g->cc->nhealth, 1);
+    if (!g->cc->health || !hrank) {
+        free(hrank);
+        goto oom;
+    }
+    for (int i = 0; i < g->nparams; i++) {
+        const int r = hyfi_trank(g, g->params[i], 0);
+        if (r >= 0 && r < g->cc->nhealth) hrank[r] = 1;
+    }
     for (int r = 0; r < g->cc->nhealth; r++)
-        hyfi_reg(g, &g->cc->health[r], HYFI_KEY(HK_HEALTH, 0, r), NULL, 2, sizeof(float), r, HC_PIPELINE, HYFI_KEEP, "health",
-                 "", r, g->cc->nhealth);
+        if (hrank[r])
+            hyfi_reg(g, &g->cc->health[r], HYFI_KEY(HK_HEALTH, 0, r), NULL, 2, sizeof(float), r,
+                     HC_PIPELINE, HYFI_KEEP, "health", "", r, g->cc->nhealth);
+    free(hrank);
     /* The seed of the backward: d(mean over the batch)/d(micro-batch loss) = 1/M. */
     if (hyfi_host_alloc(&g->cc->dloss_host, (size_t)M)) goto oom;
     g->cc->dloss = hyfi_zalloc((size_t)M, sizeof *g->cc->dloss);
