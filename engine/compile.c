@@ -582,7 +582,7 @@ static hyfi_status check_task_memory(hyfi_graph *g)
             const prog_task *t = &progs[p]->t[k];
             if (t->kind != PT_TASK) continue;
             size_t b = 0;
-            for (int i = 0; i < t->nbuf; i++) b += starpu_data_get_size(prog_cbufs(t)[i].handle);
+            for (int i = 0; i < t->nbuf; i++) b += hyfi_handle_bytes(g, prog_cbufs(t)[i].handle);
             if (b > most) most = b, worst = t;
         }
     if (!worst || (double)most / 1e6 <= (double)limit) return HYFI_OK;
@@ -690,6 +690,7 @@ hyfi_status hyfi_graph_compile(hyfi_graph *g, hyfi_tensor *loss, const hyfi_trai
         hyfi_compiled_free(g);
         return hyfi_graph_fail(g, HYFI_ERR_NOMEM, "out of memory compiling the graph");
     }
+    g->cc->defer_on = g->cc->scoped; /* keyed.c */
     s = hyfi_register_tensors(g);
     if (s == HYFI_OK && (g->cc->htab_oom || hyfi_spatial_register(g) || g->cc->htab_oom ||
                          register_recompute(g) || hyfi_release_index(g)))
@@ -728,7 +729,7 @@ hyfi_status hyfi_graph_compile(hyfi_graph *g, hyfi_tensor *loss, const hyfi_trai
     hyfi_plan_predict_comm(g);
     /* what this rank never submits goes (after the traffic walk, which reads the
      * tasks that send to it or from it) */
-    if (hyfi_programs_drop_skipped(g)) {
+    if (hyfi_programs_drop_skipped(g) || hyfi_handles_resolve(g)) {
         hyfi_compiled_free(g);
         return hyfi_graph_fail(g, HYFI_ERR_NOMEM, "out of memory preparing the programs");
     }

@@ -145,7 +145,7 @@ int hyfi_tensor_hflags(const hyfi_graph *g, const hyfi_tensor *t, int base)
 
 /* Enter tag in the graph's set of registered tags: 0, or -1 when it was
  * there already (two keys alike) or memory ran out. */
-static int tag_enter(hyfi_compiled *cc, int64_t tag)
+int hyfi_tag_enter(hyfi_compiled *cc, int64_t tag)
 {
     if (2 * (cc->ntags + 1) > cc->tagcap) {
         const size_t nc = cc->tagcap ? 2 * cc->tagcap : 4096;
@@ -171,10 +171,32 @@ static int tag_enter(hyfi_compiled *cc, int64_t tag)
     return 0;
 }
 
-/* Register one vector handle: with a home in host memory (ptr) on the owning
- * rank, lazily allocated elsewhere (and everywhere when ptr is NULL); known to
- * StarPU-MPI with its owner in MPI runs; entered in the graph's handle table
- * (its slot, owner and category). */
+/* The StarPU side of a registration: the handle in *h, with its home in host
+ * memory (ptr) on the owning rank, lazily allocated elsewhere (and everywhere
+ * when ptr is NULL); its category and bf16 flag as user data; its name; known
+ * to StarPU-MPI with its owner and tag in MPI runs. */
+void hyfi_reg_starpu(hyfi_graph *g, starpu_data_handle_t *h, int64_t tag, float *ptr, size_t n,
+                     size_t elem, int owner, hyfi_hcat cat, int bf16, const char *name,
+                     const char *suffix, int m, int nm)
+{
+    if (ptr && owner == g->ctx->rank)
+        starpu_vector_data_register(h, STARPU_MAIN_RAM, (uintptr_t)ptr, (uint32_t)n, elem);
+    else
+        starpu_vector_data_register(h, -1, 0, (uint32_t)n, elem);
+    g->cc->nreg++;
+    starpu_data_set_user_data(*h, (void *)&hyfi_handle_infos[cat][bf16]);
+    if (bf16) hyfi_ops_bf16_used();
+    char buf[HYFI_NAME_MAX + 32];
+    if (nm > 1) snprintf(buf, sizeof buf, "%s%s[%d]", name, suffix, m);
+    else snprintf(buf, sizeof buf, "%s%s", name, suffix);
+    starpu_data_set_name(*h, buf);
+    if (g->ctx->mpi) starpu_mpi_data_register(*h, tag, owner);
+    if (g->ctx->trace_dir) hyfi_trace_note_handle(g, tag, owner, cat, buf);
+}
+
+/* Register one vector handle (hyfi_reg_starpu), or, on a scoped rank's
+ * compile, defer it (keyed.c), and enter it in the graph's handle table (its
+ * slot, owner, category, lifetime and tag). */
 void hyfi_reg(hyfi_graph *g, starpu_data_handle_t *h, hyfi_key key, float *ptr, size_t n,
               size_t elem, int owner, int flags, int rstage, const char *name, const char *suffix,
               int m, int nm)
@@ -188,7 +210,7 @@ void hyfi_reg(hyfi_graph *g, starpu_data_handle_t *h, hyfi_key key, float *ptr, 
     }
     /* the tag, a function of the key alone; no key twice in a graph */
     const int64_t tag = hyfi_key_tag(g->serial, (int)cat, key);
-    if (tag < 0 || tag_enter(g->cc, tag)) {
+    if (tag < 0 || hyfi_tag_enter(g->cc, tag)) {
         if (!g->cc->key_err) g->cc->key_err = tag < 0 ? -1 : tag;
         g->cc->htab_oom = 1;
         *h = NULL;
@@ -205,20 +227,22 @@ void hyfi_reg(hyfi_graph *g, starpu_data_handle_t *h, hyfi_key key, float *ptr, 
         g->cc->htab = t;
         g->cc->caphtab = nc;
     }
-    if (ptr && owner == g->ctx->rank)
-        starpu_vector_data_register(h, STARPU_MAIN_RAM, (uintptr_t)ptr, (uint32_t)n, elem);
-    else
-        starpu_vector_data_register(h, -1, 0, (uint32_t)n, elem);
-    g->cc->htab[g->cc->nhtab++] =
-        (hyfi_hentry){.slot = h, .owner = owner, .cat = cat, .rstage = rstage, .rmb = m};
-    starpu_data_set_user_data(*h, (void *)&hyfi_handle_infos[cat][bf16]);
-    if (bf16) hyfi_ops_bf16_used();
-    char buf[HYFI_NAME_MAX + 32];
-    if (nm > 1) snprintf(buf, sizeof buf, "%s%s[%d]", name, suffix, m);
-    else snprintf(buf, sizeof buf, "%s%s", name, suffix);
-    starpu_data_set_name(*h, buf);
-    if (g->ctx->mpi) starpu_mpi_data_register(*h, tag, owner);
-    if (g->ctx->trace_dir) hyfi_trace_note_handle(g, tag, owner, cat, buf);
+    hyfi_hentry *e = &g->cc->htab[g->cc->nhtab];
+    *e = (hyfi_hentry){.slot = h, .owner = owner, .cat = cat, .rstage = rstage, .rmb = m,
+                       .tag = tag, .defer = -1};
+    if (g->cc->defer_on && hyfi_key_deferred(key.role)) {
+        const int d = hyfi_defer_add(g->cc, ptr, n, elem, bf16, name, suffix, m, nm);
+        if (d < 0) {
+            g->cc->htab_oom = 1;
+            *h = NULL;
+            return;
+        }
+        e->defer = d;
+        *h = HYFI_HDEFER_VALUE(g->cc->nhtab++);
+        return;
+    }
+    g->cc->nhtab++;
+    hyfi_reg_starpu(g, h, tag, ptr, n, elem, owner, cat, bf16, name, suffix, m, nm);
 }
 
 hyfi_hcat hyfi_handle_hcat(starpu_data_handle_t h)
@@ -235,9 +259,14 @@ int hyfi_handle_bf16(starpu_data_handle_t h)
 
 void hyfi_handles_unregister(hyfi_graph *g)
 {
-    for (int i = g->cc->nhtab - 1; i >= 0; i--) hyfi_unreg(g->cc->htab[i].slot);
+    for (int i = g->cc->nhtab - 1; i >= 0; i--) {
+        starpu_data_handle_t *slot = g->cc->htab[i].slot;
+        if (HYFI_HDEFERRED(*slot)) *slot = NULL; /* never registered (keyed.c) */
+        else hyfi_unreg(slot);
+    }
     free(g->cc->htab);
     free(g->cc->tagset);
+    hyfi_defer_free(g->cc);
     g->cc->tagset = NULL;
     g->cc->tagcap = g->cc->ntags = 0;
     free(g->cc->rel_first);

@@ -70,7 +70,24 @@ typedef struct {
     /* Lifetime: dropped (invalidated, and flushed from StarPU-MPI's cache)
      * once micro-batch rmb's backward is done on stage rstage; HYFI_KEEP: kept. */
     int rstage, rmb;
+    int64_t tag;   /* its StarPU-MPI tag, from its key */
+    int defer;     /* a deferred registration: its index in cc->dtab (keyed.c), else -1 */
 } hyfi_hentry;
+
+/* A deferred registration (keyed.c): until a kept task names it, a handle of
+ * a tile, halo strip, assembled buffer, partial sum or fused region of a
+ * scoped rank is the odd value (its handle-table index << 4 | 1), and this is
+ * what registering it takes. */
+typedef struct {
+    float *ptr;
+    size_t n, elem;
+    int bf16, redux, m, nm;
+    const char *name;  /* a tensor's or node's name (lives as long as the graph) */
+    char sfx[32];
+} hyfi_hdefer;
+#define HYFI_HDEFERRED(h) (((uintptr_t)(h)&1u) != 0)
+#define HYFI_HDEFER_VALUE(i) ((starpu_data_handle_t)(((uintptr_t)(i) << 4) | 1u))
+#define HYFI_HDEFER_INDEX(h) ((int)((uintptr_t)(h) >> 4))
 
 /* An all-reduce bucket: gradients of one stage packed per replica. */
 typedef struct hyfi_bucket {
@@ -404,6 +421,10 @@ typedef struct hyfi_compiled {
     int64_t *tagset;       /* the tags registered (open addressing, 0: free): none twice */
     size_t tagcap, ntags;
     int64_t key_err;       /* a key that did not fit a tag (-1) or came twice (its tag) */
+    hyfi_hdefer *dtab;     /* deferred registrations (keyed.c), until the compile resolves them */
+    int ndtab, capdtab;
+    int defer_on;          /* hyfi_reg defers what keyed.c may (a scoped rank's compile) */
+    long nreg;             /* handles registered with StarPU */
     int *rel_first, *rel_idx; /* released entries by (stage, micro-batch): hyfi_release_index */
     struct hyfi_howner *howner; /* re-materialisation: handles and owners, sorted (program.c) */
     /* re-materialisation: per untiled batch norm re-run and replica, 4 scratch
@@ -677,6 +698,30 @@ hyfi_status hyfi_program_run(hyfi_graph *g, program *p);
  * k = m * P + q), registered here now if it was not
  * (scope.c). */
 starpu_data_handle_t hyfi_handle_need(hyfi_graph *g, hyfi_tensor *t, int grad, int tile, int k);
+
+/* handles.c: the StarPU side of hyfi_reg; a tag entered in the graph's set
+ * (-1: there already, or out of memory). */
+void hyfi_reg_starpu(hyfi_graph *g, starpu_data_handle_t *h, int64_t tag, float *ptr, size_t n,
+                     size_t elem, int owner, hyfi_hcat cat, int bf16, const char *name,
+                     const char *suffix, int m, int nm);
+int hyfi_tag_enter(hyfi_compiled *cc, int64_t tag);
+/* keyed.c: deferred registrations. Whether hyfi_reg may defer a key of this
+ * role; a deferred registration's record (its index, -1: out of memory). */
+int hyfi_key_deferred(int role);
+int hyfi_defer_add(hyfi_compiled *cc, float *ptr, size_t n, size_t elem, int bf16,
+                   const char *name, const char *suffix, int m, int nm);
+/* A handle's owning rank, bytes and category, registered or deferred. */
+int hyfi_handle_rank(const hyfi_graph *g, starpu_data_handle_t h);
+size_t hyfi_handle_bytes(const hyfi_graph *g, starpu_data_handle_t h);
+hyfi_hcat hyfi_handle_cat(const hyfi_graph *g, starpu_data_handle_t h);
+/* StarPU's reduction (hyfi_cl_redux_add/zero) on h, now or when registered. */
+void hyfi_handle_set_redux(hyfi_graph *g, starpu_data_handle_t h);
+/* After the programs hold only this rank's tasks: register the deferred
+ * handles those tasks name and those this rank owns, drop the rest (their
+ * slots NULL, their releases and flushes out of the programs). 0, or -1 when
+ * out of memory. */
+int hyfi_handles_resolve(hyfi_graph *g);
+void hyfi_defer_free(hyfi_compiled *cc);
 void hyfi_handle_read(hyfi_graph *g, starpu_data_handle_t h, int root, void *host, size_t bytes);
 void hyfi_handle_write(hyfi_graph *g, starpu_data_handle_t h, int owner, const void *host,
                        size_t bytes);

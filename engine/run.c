@@ -80,7 +80,7 @@ static int mark_skips(hyfi_graph *g)
             int mine = 0;
             for (int b = 0; b < t->nbuf && !mine; b++) {
                 starpu_data_handle_t h = prog_cbufs(t)[b].handle;
-                mine = starpu_mpi_data_get_rank(h) == me || s.slot[hs_at(&s, h)] == h;
+                mine = hyfi_handle_rank(g, h) == me || s.slot[hs_at(&s, h)] == h;
             }
             p->skip[i] = (unsigned char)!mine;
         }
@@ -151,7 +151,7 @@ hyfi_status hyfi_graph_rank_stats(hyfi_graph *g, hyfi_rank_stats *out)
         return hyfi_call_fail(g, HYFI_ERR_NOMEM, "out of memory preparing a program");
     out->rank = g->ctx->rank;
     out->nranks = g->ctx->nranks;
-    out->handles = g->cc->nhtab;
+    out->handles = g->cc->nreg;
     for (int i = 0; i < P->n; i++) {
         if (P->t[i].kind != PT_TASK) continue;
         out->tasks_built++;

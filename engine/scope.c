@@ -108,7 +108,7 @@ int hyfi_reg_wanted(const hyfi_graph *g)
 /* The owner of a registered handle, -1 for none. */
 static int owner_of(const hyfi_graph *g, starpu_data_handle_t h)
 {
-    return h && g->ctx->mpi ? starpu_mpi_data_get_rank(h) : -1;
+    return h && g->ctx->mpi ? hyfi_handle_rank(g, h) : -1;
 }
 
 int hyfi_collective_done(hyfi_graph *g, program *P)

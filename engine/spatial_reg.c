@@ -211,11 +211,8 @@ int hyfi_spatial_register(hyfi_graph *g)
                         hyfi_reg(g, &tn->bpart[k], HYFI_KEY(HK_BPART, i, k), NULL, nd->p[1]->numel, sizeof(float), rq,
                                  HC_ALLREDUCE, HYFI_KEEP, nd->p[1]->name, sfx, 0, 1);
                     if (pl->mbr > 1 && !g->plan_cfg.deterministic && tn->wpart[k]) {
-                        starpu_data_set_reduction_methods(tn->wpart[k], &hyfi_cl_redux_add,
-                                                          &hyfi_cl_redux_zero);
-                        if (nd->p[1])
-                            starpu_data_set_reduction_methods(tn->bpart[k], &hyfi_cl_redux_add,
-                                                              &hyfi_cl_redux_zero);
+                        hyfi_handle_set_redux(g, tn->wpart[k]);
+                        if (nd->p[1]) hyfi_handle_set_redux(g, tn->bpart[k]);
                     }
                 }
             }

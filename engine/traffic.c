@@ -109,8 +109,8 @@ void hyfi_plan_predict_comm(hyfi_graph *g)
             const prog_task *t = &g->cc->train_prog.t[i];
             for (int b = 0; b < t->nbuf; b++) {
                 starpu_data_handle_t h = prog_cbufs(t)[b].handle;
-                const int o = starpu_mpi_data_get_rank(h), e = t->rank;
-                const size_t sl = SLOT(h), bytes = starpu_data_get_size(h);
+                const int o = hyfi_handle_rank(g, h), e = t->rank;
+                const size_t sl = SLOT(h), bytes = hyfi_handle_bytes(g, h);
                 const enum starpu_data_access_mode m = prog_cbufs(t)[b].mode;
                 if (o == me && rowof[sl] < 0) { /* a handle of this rank's: its row */
                     if (nrows == caprows) {
@@ -137,7 +137,7 @@ void hyfi_plan_predict_comm(hyfi_graph *g)
                         }
                     continue;
                 }
-                const int halo = hyfi_handle_hcat(h) == HC_HALO;
+                const int halo = hyfi_handle_cat(g, h) == HC_HALO;
                 if ((m & STARPU_R) && e != o && !CACHED(sl, e)) {
                     SEND(o, e, bytes, halo);
                     SET_CACHED(sl, e);
