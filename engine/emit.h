@@ -85,9 +85,8 @@ int hyfi_release_index(hyfi_graph *g);
 /* Micro-batch m is done on stage s: release its handles there (each by its
  * owner), in registration order. */
 int hyfi_emit_releases(hyfi_graph *g, program *P, int s, int m);
-/* The category of a tensor's own handles; of any registered handle. */
+/* The category of a tensor's own handles (of any handle: hyfi_handle_cat). */
 hyfi_hcat hyfi_tensor_hcat(const hyfi_graph *g, const hyfi_tensor *t);
-hyfi_hcat hyfi_handle_hcat(starpu_data_handle_t h);
 /* hyfi_reg's category of t's own handles: hyfi_tensor_hcat, | HYFI_HCAT_BF16
  * where hyfi_tensor_bf16. base: another category (the halo's), or -1. */
 int hyfi_tensor_hflags(const hyfi_graph *g, const hyfi_tensor *t, int base);

@@ -15,6 +15,7 @@
 #include "errors.h"
 
 #include <starpu.h>
+#include <starpu_mpi.h>
 #include <stdarg.h>
 
 /* Replicas (GEMS copies x data-parallel groups) of a plan. No task reads more
@@ -699,21 +700,29 @@ hyfi_status hyfi_program_run(hyfi_graph *g, program *p);
  * (scope.c). */
 starpu_data_handle_t hyfi_handle_need(hyfi_graph *g, hyfi_tensor *t, int grad, int tile, int k);
 
-/* handles.c: the StarPU side of hyfi_reg; a tag entered in the graph's set
- * (-1: there already, or out of memory). */
-void hyfi_reg_starpu(hyfi_graph *g, starpu_data_handle_t *h, int64_t tag, float *ptr, size_t n,
-                     size_t elem, int owner, hyfi_hcat cat, int bf16, const char *name,
-                     const char *suffix, int m, int nm);
-int hyfi_tag_enter(hyfi_compiled *cc, int64_t tag);
-/* keyed.c: deferred registrations. Whether hyfi_reg may defer a key of this
- * role; a deferred registration's record (its index, -1: out of memory). */
-int hyfi_key_deferred(int role);
-int hyfi_defer_add(hyfi_compiled *cc, float *ptr, size_t n, size_t elem, int bf16,
-                   const char *name, const char *suffix, int m, int nm);
-/* A handle's owning rank, bytes and category, registered or deferred. */
-int hyfi_handle_rank(const hyfi_graph *g, starpu_data_handle_t h);
-size_t hyfi_handle_bytes(const hyfi_graph *g, starpu_data_handle_t h);
-hyfi_hcat hyfi_handle_cat(const hyfi_graph *g, starpu_data_handle_t h);
+/* keyed.c: deferred registrations (see there). A handle's owning rank,
+ * bytes and category, registered or deferred. */
+static inline int hyfi_handle_rank(const hyfi_graph *g, starpu_data_handle_t h)
+{
+    if (!h) return -1;
+    if (HYFI_HDEFERRED(h)) return g->cc->htab[HYFI_HDEFER_INDEX(h)].owner;
+    return starpu_mpi_data_get_rank(h);
+}
+static inline size_t hyfi_handle_bytes(const hyfi_graph *g, starpu_data_handle_t h)
+{
+    if (!h) return 0;
+    if (HYFI_HDEFERRED(h)) {
+        const hyfi_hdefer *d = &g->cc->dtab[g->cc->htab[HYFI_HDEFER_INDEX(h)].defer];
+        return d->n * d->elem;
+    }
+    return starpu_data_get_size(h);
+}
+static inline hyfi_hcat hyfi_handle_cat(const hyfi_graph *g, starpu_data_handle_t h)
+{
+    if (HYFI_HDEFERRED(h)) return g->cc->htab[HYFI_HDEFER_INDEX(h)].cat;
+    const hyfi_handle_info *p = h ? starpu_data_get_user_data(h) : NULL;
+    return p ? (hyfi_hcat)p->cat : HC_PIPELINE;
+}
 /* StarPU's reduction (hyfi_cl_redux_add/zero) on h, now or when registered. */
 void hyfi_handle_set_redux(hyfi_graph *g, starpu_data_handle_t h);
 /* After the programs hold only this rank's tasks: register the deferred

@@ -1,4 +1,8 @@
-/* Deferred registration: a scoped rank registers the handles of tiles, halo
+/* The registrar: hyfi_reg enters a handle in the graph's handle table under
+ * its key's tag (none twice) and registers it with StarPU (and StarPU-MPI),
+ * at once or, for a scoped rank's tile-family handles, deferred.
+ *
+ * Deferred registration: a scoped rank registers the handles of tiles, halo
  * strips, assembled buffers, per-tile partial sums and fused regions only
  * where its own tasks name them, or where it owns them.
  *
@@ -27,7 +31,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-int hyfi_key_deferred(int role)
+static int key_deferred(int role)
 {
     switch (role) {
     case HK_TILE: case HK_TILE_GRAD: case HK_TBUF: case HK_TDBUF: case HK_STRIP:
@@ -40,8 +44,8 @@ int hyfi_key_deferred(int role)
     }
 }
 
-int hyfi_defer_add(hyfi_compiled *cc, float *ptr, size_t n, size_t elem, int bf16,
-                   const char *name, const char *suffix, int m, int nm)
+static int defer_add(hyfi_compiled *cc, float *ptr, size_t n, size_t elem, int bf16,
+                     const char *name, const char *suffix, int m, int nm)
 {
     if (cc->ndtab == cc->capdtab) {
         const int nc = cc->capdtab ? 2 * cc->capdtab : 1024;
@@ -59,34 +63,113 @@ int hyfi_defer_add(hyfi_compiled *cc, float *ptr, size_t n, size_t elem, int bf1
     return cc->ndtab++;
 }
 
+/* Enter tag in the graph's set of registered tags: 0, or -1 when it was
+ * there already (two keys alike) or memory ran out. */
+static int tag_enter(hyfi_compiled *cc, int64_t tag)
+{
+    if (2 * (cc->ntags + 1) > cc->tagcap) {
+        const size_t nc = cc->tagcap ? 2 * cc->tagcap : 4096;
+        int64_t *t = calloc(nc, sizeof *t);
+        if (!t) return -1;
+        for (size_t i = 0; i < cc->tagcap; i++) {
+            if (!cc->tagset[i]) continue;
+            size_t j = ((uint64_t)cc->tagset[i] * 0x9E3779B97F4A7C15ull) & (nc - 1);
+            while (t[j]) j = (j + 1) & (nc - 1);
+            t[j] = cc->tagset[i];
+        }
+        free(cc->tagset);
+        cc->tagset = t;
+        cc->tagcap = nc;
+    }
+    size_t j = ((uint64_t)tag * 0x9E3779B97F4A7C15ull) & (cc->tagcap - 1);
+    while (cc->tagset[j]) {
+        if (cc->tagset[j] == tag) return -1;
+        j = (j + 1) & (cc->tagcap - 1);
+    }
+    cc->tagset[j] = tag;
+    cc->ntags++;
+    return 0;
+}
+
+/* The StarPU side of a registration: the handle in *h, with its home in host
+ * memory (ptr) on the owning rank, lazily allocated elsewhere (and everywhere
+ * when ptr is NULL); its category and bf16 flag as user data; its name; known
+ * to StarPU-MPI with its owner and tag in MPI runs. */
+static void reg_starpu(hyfi_graph *g, starpu_data_handle_t *h, int64_t tag, float *ptr,
+                       size_t n, size_t elem, int owner, hyfi_hcat cat, int bf16,
+                       const char *name, const char *suffix, int m, int nm)
+{
+    if (ptr && owner == g->ctx->rank)
+        starpu_vector_data_register(h, STARPU_MAIN_RAM, (uintptr_t)ptr, (uint32_t)n, elem);
+    else
+        starpu_vector_data_register(h, -1, 0, (uint32_t)n, elem);
+    g->cc->nreg++;
+    starpu_data_set_user_data(*h, (void *)&hyfi_handle_infos[cat][bf16]);
+    if (bf16) hyfi_ops_bf16_used();
+    char buf[HYFI_NAME_MAX + 32];
+    if (nm > 1) snprintf(buf, sizeof buf, "%s%s[%d]", name, suffix, m);
+    else snprintf(buf, sizeof buf, "%s%s", name, suffix);
+    starpu_data_set_name(*h, buf);
+    if (g->ctx->mpi) starpu_mpi_data_register(*h, tag, owner);
+    if (g->ctx->trace_dir) hyfi_trace_note_handle(g, tag, owner, cat, buf);
+}
+
+/* Register one vector handle (hyfi_reg_starpu), or, on a scoped rank's
+ * compile, defer it (keyed.c), and enter it in the graph's handle table (its
+ * slot, owner, category, lifetime and tag). */
+void hyfi_reg(hyfi_graph *g, starpu_data_handle_t *h, hyfi_key key, float *ptr, size_t n,
+              size_t elem, int owner, int flags, int rstage, const char *name, const char *suffix,
+              int m, int nm)
+{
+    const hyfi_hcat cat = (hyfi_hcat)(flags & ~(HYFI_HCAT_BF16 | HYFI_HCAT_BF16S));
+    const int bf16 = (flags & HYFI_HCAT_BF16) && elem == sizeof(float);
+    if (bf16 && (flags & HYFI_HCAT_BF16S) && !ptr) elem = sizeof(uint16_t);
+    if (!hyfi_reg_wanted(g)) { /* scoped compile: not on this rank */
+        if (*h) *h = NULL; /* (no write to a slot already NULL: zalloc.c) */
+        return;
+    }
+    /* the tag, a function of the key alone; no key twice in a graph */
+    const int64_t tag = hyfi_key_tag(g->serial, (int)cat, key);
+    if (tag < 0 || tag_enter(g->cc, tag)) {
+        if (!g->cc->key_err) g->cc->key_err = tag < 0 ? -1 : tag;
+        g->cc->htab_oom = 1;
+        *h = NULL;
+        return;
+    }
+    if (g->cc->nhtab == g->cc->caphtab) {
+        const int nc = g->cc->caphtab ? 2 * g->cc->caphtab : 1024;
+        hyfi_hentry *t = realloc(g->cc->htab, (size_t)nc * sizeof *t);
+        if (!t) { /* hyfi_graph_compile fails with HYFI_ERR_NOMEM */
+            g->cc->htab_oom = 1;
+            *h = NULL;
+            return;
+        }
+        g->cc->htab = t;
+        g->cc->caphtab = nc;
+    }
+    hyfi_hentry *e = &g->cc->htab[g->cc->nhtab];
+    *e = (hyfi_hentry){.slot = h, .owner = owner, .cat = cat, .rstage = rstage, .rmb = m,
+                       .tag = tag, .defer = -1};
+    if (g->cc->defer_on && key_deferred(key.role)) {
+        const int d = defer_add(g->cc, ptr, n, elem, bf16, name, suffix, m, nm);
+        if (d < 0) {
+            g->cc->htab_oom = 1;
+            *h = NULL;
+            return;
+        }
+        e->defer = d;
+        *h = HYFI_HDEFER_VALUE(g->cc->nhtab++);
+        return;
+    }
+    g->cc->nhtab++;
+    reg_starpu(g, h, tag, ptr, n, elem, owner, cat, bf16, name, suffix, m, nm);
+}
+
 void hyfi_defer_free(hyfi_compiled *cc)
 {
     free(cc->dtab);
     cc->dtab = NULL;
     cc->ndtab = cc->capdtab = 0;
-}
-
-int hyfi_handle_rank(const hyfi_graph *g, starpu_data_handle_t h)
-{
-    if (!h) return -1;
-    if (HYFI_HDEFERRED(h)) return g->cc->htab[HYFI_HDEFER_INDEX(h)].owner;
-    return starpu_mpi_data_get_rank(h);
-}
-
-size_t hyfi_handle_bytes(const hyfi_graph *g, starpu_data_handle_t h)
-{
-    if (!h) return 0;
-    if (HYFI_HDEFERRED(h)) {
-        const hyfi_hdefer *d = &g->cc->dtab[g->cc->htab[HYFI_HDEFER_INDEX(h)].defer];
-        return d->n * d->elem;
-    }
-    return starpu_data_get_size(h);
-}
-
-hyfi_hcat hyfi_handle_cat(const hyfi_graph *g, starpu_data_handle_t h)
-{
-    if (HYFI_HDEFERRED(h)) return g->cc->htab[HYFI_HDEFER_INDEX(h)].cat;
-    return hyfi_handle_hcat(h);
 }
 
 void hyfi_handle_set_redux(hyfi_graph *g, starpu_data_handle_t h)
@@ -102,7 +185,7 @@ static starpu_data_handle_t resolve(hyfi_graph *g, int i)
     hyfi_hentry *e = &g->cc->htab[i];
     if (HYFI_HDEFERRED(*e->slot)) {
         const hyfi_hdefer *d = &g->cc->dtab[e->defer];
-        hyfi_reg_starpu(g, e->slot, e->tag, d->ptr, d->n, d->elem, e->owner, e->cat, d->bf16,
+        reg_starpu(g, e->slot, e->tag, d->ptr, d->n, d->elem, e->owner, e->cat, d->bf16,
                         d->name, d->sfx, d->m, d->nm);
         if (d->redux)
             starpu_data_set_reduction_methods(*e->slot, &hyfi_cl_redux_add, &hyfi_cl_redux_zero);
@@ -159,7 +242,7 @@ int hyfi_handles_resolve(hyfi_graph *g)
     for (int i = 0; i < cc->nhtab; i++) {
         hyfi_hentry *e = &cc->htab[i];
         if (HYFI_HDEFERRED(*e->slot)) *e->slot = NULL;
-        if (*e->slot && hyfi_tag_enter(cc, e->tag)) return -1;
+        if (*e->slot && tag_enter(cc, e->tag)) return -1;
     }
     hyfi_defer_free(cc);
     free(cc->howner); /* (program.c: made from placeholders) */
