@@ -716,6 +716,8 @@ hyfi_status hyfi_graph_compile(hyfi_graph *g, hyfi_tensor *loss, const hyfi_trai
                                "HYFI_SUBMIT_ALL=1 builds the whole step on every rank");
         else
             s = hyfi_graph_fail(g, HYFI_ERR_NOMEM, "out of memory building the task programs");
+    } else if (hyfi_programs_localise(g)) {
+        s = hyfi_graph_fail(g, HYFI_ERR_NOMEM, "out of memory localising the tiles' reads");
     } else {
         s = check_task_memory(g);
     }

@@ -156,6 +156,10 @@ void hyfi_handles_unregister(hyfi_graph *g)
         if (HYFI_HDEFERRED(*slot)) *slot = NULL; /* never registered (keyed.c) */
         else hyfi_unreg(slot);
     }
+    for (int b = 0; b * 1024 < g->cc->nlcopy; b++) free(g->cc->lcopy[b]); /* (localise.c) */
+    free(g->cc->lcopy);
+    g->cc->lcopy = NULL;
+    g->cc->nlcopy = 0;
     free(g->cc->htab);
     free(g->cc->tagset);
     hyfi_defer_free(g->cc);

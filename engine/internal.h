@@ -73,6 +73,8 @@ typedef struct {
     int rstage, rmb;
     int64_t tag;   /* its StarPU-MPI tag, from its key */
     int defer;     /* a deferred registration: its index in cc->dtab (keyed.c), else -1 */
+    int flushread; /* read elsewhere only before a flush (localise.c): its writers need not
+                      be seen by its readers (run.c, mark_skips) */
 } hyfi_hentry;
 
 /* A deferred registration (keyed.c): until a kept task names it, a handle of
@@ -426,6 +428,8 @@ typedef struct hyfi_compiled {
     int ndtab, capdtab;
     int defer_on;          /* hyfi_reg defers what keyed.c may (a scoped rank's compile) */
     long nreg;             /* handles registered with StarPU */
+    starpu_data_handle_t **lcopy; /* copies on tiles' ranks (localise.c): blocks of slots */
+    int nlcopy;
     int *rel_first, *rel_idx; /* released entries by (stage, micro-batch): hyfi_release_index */
     struct hyfi_howner *howner; /* re-materialisation: handles and owners, sorted (program.c) */
     /* re-materialisation: per untiled batch norm re-run and replica, 4 scratch
@@ -731,6 +735,10 @@ void hyfi_handle_set_redux(hyfi_graph *g, starpu_data_handle_t h);
  * out of memory. */
 int hyfi_handles_resolve(hyfi_graph *g);
 void hyfi_defer_free(hyfi_compiled *cc);
+/* localise.c: a scoped rank's tiles read local copies of what every tile
+ * reads, and readers of the tiles' partial sums flush them (see there). 0, or
+ * -1 when out of memory. */
+int hyfi_programs_localise(hyfi_graph *g);
 void hyfi_handle_read(hyfi_graph *g, starpu_data_handle_t h, int root, void *host, size_t bytes);
 void hyfi_handle_write(hyfi_graph *g, starpu_data_handle_t h, int owner, const void *host,
                        size_t bytes);

@@ -37,7 +37,7 @@ static int key_deferred(int role)
     case HK_TILE: case HK_TILE_GRAD: case HK_TBUF: case HK_TDBUF: case HK_STRIP:
     case HK_DSTRIP: case HK_WPART: case HK_BPART: case HK_BN_PART: case HK_BN_BWPART:
     case HK_BN_TOT: case HK_F_VAL: case HK_F_GRAD: case HK_F_PBUF: case HK_F_DPBUF:
-    case HK_F_XO: case HK_F_DYO: case HK_F_DXO:
+    case HK_F_XO: case HK_F_DYO: case HK_F_DXO: case HK_LCOPY:
         return 1;
     default:
         return 0;

@@ -48,6 +48,7 @@ typedef enum hyfi_role {
     HK_ARC,        /* a ring all-reduce chunk: replica R + chunk */
     HK_RC_FENCE,   /* a place's recompute fence */
     HK_RC_BN,      /* a re-run batch norm's statistics: replica 4 + k */
+    HK_LCOPY,      /* a copy on a tile's rank (localise.c): obj and idx from the original */
     HK_NROLES
 } hyfi_role;
 

@@ -63,6 +63,9 @@ static int mark_skips(hyfi_graph *g)
             if (t->kind != PT_TASK || t->rank != me) continue;
             for (int b = 0; b < t->nbuf; b++) {
                 starpu_data_handle_t h = prog_cbufs(t)[b].handle;
+                /* a partial sum flushed after every read here (localise.c):
+                 * no copy of it stays, so its writers need not be seen */
+                if (HYFI_HDEFERRED(h) && g->cc->htab[HYFI_HDEFER_INDEX(h)].flushread) continue;
                 s.slot[hs_at(&s, h)] = h;
             }
         }

@@ -1,0 +1,323 @@
+/* Local copies of what every tile reads, and flushes after reading the
+ * tiles' partial sums: so that a rank keeps only its own tiles' tasks.
+ *
+ * A scoped rank keeps a task of another rank when the task touches data the
+ * rank owns or data its own tasks touch (run.c, mark_skips): StarPU-MPI must
+ * see it to send what it owns, and to forget a copy it received once the
+ * data changes. In a tiled stage that rule made the rank that owns the
+ * stage's weights keep every tile's tasks (each reads the weights, a
+ * micro-batch's batch-norm statistics and totals), and the rank that sums
+ * the tiles' partial sums keep every task that writes one; each such task
+ * names its tile's data, which the rank then registered (keyed.c): 72% of
+ * the handles on the first rank of AmoebaNet-D at 8,192² in 64 tiles on 4
+ * ranks. This pass over a scoped rank's programs, before anything reads them
+ * (memory check, traffic walk, skip marks), changes two things:
+ *   - a tile's task on rank r that reads a parameter, a state or a saved
+ *     tensor (batch-norm statistics), a tiled batch norm's totals or a fused
+ *     group's zero totals owned by another rank reads a copy on r instead
+ *     (key HK_LCOPY, owned by r), made by a copy task on r before the first
+ *     such read after each write of the original (program order), after
+ *     which r forgets the copy of the original it received (PT_FLUSH);
+ *   - after a task reads a tile's partial sum (weight and bias gradient
+ *     parts, batch-norm statistics parts) owned by another rank, the reader
+ *     and the owner forget the copy (PT_FLUSH), as after the collectives
+ *     (scope.c); mark_skips then leaves these sums out of its rule, so the
+ *     reader need not see their writers.
+ * The values are the same (a copy is exact); the traffic is the same data,
+ * once per rank and write as StarPU-MPI's cache sent it before. */
+#include "emit.h"
+
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* handle -> handle-table index (real handles; a deferred one carries it) */
+typedef struct {
+    starpu_data_handle_t *h;
+    int *idx;
+    size_t mask;
+} hmap;
+
+static size_t hslot(const hmap *m, starpu_data_handle_t h)
+{
+    size_t i = ((uintptr_t)h >> 4) * 0x9E3779B97F4A7C15ull & m->mask;
+    while (m->h[i] && m->h[i] != h) i = (i + 1) & m->mask;
+    return i;
+}
+
+static int entry_of(const hyfi_compiled *cc, const hmap *m, starpu_data_handle_t h)
+{
+    if (!h) return -1;
+    if (HYFI_HDEFERRED(h)) return HYFI_HDEFER_INDEX(h);
+    const size_t i = hslot(m, h);
+    return m->h[i] ? m->idx[i] : -1;
+}
+
+/* (source entry, rank) -> its copy */
+typedef struct {
+    int src, rank;
+    int slot;          /* index in the copy slots */
+    unsigned version;  /* the source's version it holds (UINT32_MAX: none) */
+} copy_rec;
+
+typedef struct {
+    hyfi_graph *g;
+    hmap m;
+    unsigned *version;   /* per handle-table entry: writes so far in the program */
+    int nversion;        /* the entries before the pass (not the copies) */
+    copy_rec *c;
+    size_t cmask, nc;
+} lstate;
+
+enum { SRC_NO, SRC_COPY, SRC_FLUSH };
+
+/* What a read of entry i by another rank's tile task calls for. */
+static int source_kind(const hyfi_graph *g, int i)
+{
+    unsigned gs;
+    int cat;
+    hyfi_key k;
+    if (hyfi_key_of_tag(g->cc->htab[i].tag, &gs, &cat, &k)) return SRC_NO;
+    switch (k.role) {
+    case HK_VALUE: {
+        const hyfi_tensor *t = k.obj < (uint32_t)g->ntensors ? g->tensors[k.obj] : NULL;
+        return t && (t->kind == T_PARAM || t->kind == T_STATE || t->kind == T_SAVED) &&
+                       !t->is_int && hyfi_tensor_elem(g, t) == sizeof(float) &&
+                       !hyfi_tensor_bf16(g, t)
+                   ? SRC_COPY
+                   : SRC_NO;
+    }
+    case HK_BN_TOT: case HK_F_ZTOT:
+        return SRC_COPY;
+    case HK_WPART: case HK_BPART: case HK_BN_PART: case HK_BN_BWPART:
+        return SRC_FLUSH;
+    default:
+        return SRC_NO;
+    }
+}
+
+/* The copy slots: blocks that never move (the handle table points into them). */
+#define LBLOCK 1024
+static starpu_data_handle_t *copy_slot(hyfi_compiled *cc, int s)
+{
+    return &cc->lcopy[s / LBLOCK][s % LBLOCK];
+}
+
+static int new_slot(hyfi_compiled *cc)
+{
+    if (cc->nlcopy % LBLOCK == 0) {
+        const int nb = cc->nlcopy / LBLOCK;
+        starpu_data_handle_t **b = realloc(cc->lcopy, (size_t)(nb + 1) * sizeof *b);
+        if (!b) return -1;
+        cc->lcopy = b;
+        if (!(b[nb] = calloc(LBLOCK, sizeof **b))) return -1;
+    }
+    return cc->nlcopy++;
+}
+
+/* The copy of entry src on rank r, registered at its first use; NULL when
+ * its key does not fit a tag (the task then reads the original) or out of
+ * memory (*oom). */
+static copy_rec *copy_of(lstate *s, int src, int r, int *oom)
+{
+    hyfi_compiled *cc = s->g->cc;
+    size_t i = ((size_t)src * 0x9E3779B97F4A7C15ull + (size_t)r * 0xC2B2AE3D27D4EB4Full) &
+               s->cmask;
+    while (s->c[i].src >= 0 && (s->c[i].src != src || s->c[i].rank != r))
+        i = (i + 1) & s->cmask;
+    if (s->c[i].src >= 0) return s->c[i].slot >= 0 ? &s->c[i] : NULL;
+    if (2 * (s->nc + 1) > s->cmask + 1) { /* grow, then look again */
+        const size_t cap = 2 * (s->cmask + 1);
+        copy_rec *n = malloc(cap * sizeof *n);
+        if (!n) return *oom = 1, NULL;
+        for (size_t j = 0; j < cap; j++) n[j].src = -1;
+        for (size_t j = 0; j <= s->cmask; j++) {
+            if (s->c[j].src < 0) continue;
+            size_t k = ((size_t)s->c[j].src * 0x9E3779B97F4A7C15ull +
+                        (size_t)s->c[j].rank * 0xC2B2AE3D27D4EB4Full) & (cap - 1);
+            while (n[k].src >= 0) k = (k + 1) & (cap - 1);
+            n[k] = s->c[j];
+        }
+        free(s->c);
+        s->c = n;
+        s->cmask = cap - 1;
+        return copy_of(s, src, r, oom);
+    }
+    copy_rec *c = &s->c[i];
+    *c = (copy_rec){.src = src, .rank = r, .slot = -1, .version = UINT32_MAX};
+    s->nc++;
+    /* the key: the original's, with the rank folded into the index */
+    unsigned gs;
+    int cat;
+    hyfi_key k;
+    hyfi_key_of_tag(cc->htab[src].tag, &gs, &cat, &k);
+    const int kind = k.role == HK_VALUE ? 0 : k.role == HK_BN_TOT ? 1 : 2;
+    const uint64_t idx = ((k.idx * (uint64_t)s->g->ctx->nranks + (uint64_t)r) << 2) | (uint64_t)kind;
+    const hyfi_key key = HYFI_KEY(HK_LCOPY, k.obj, idx);
+    if (hyfi_key_tag(s->g->serial, (int)cc->htab[src].cat, key) < 0) return NULL;
+    const int slot = new_slot(cc);
+    if (slot < 0) return *oom = 1, NULL;
+    starpu_data_handle_t h = *cc->htab[src].slot;
+    const size_t bytes = hyfi_handle_bytes(s->g, h);
+    const char *name = k.role == HK_VALUE ? s->g->tensors[k.obj]->name : s->g->nodes[k.obj].name;
+    char sfx[32];
+    if (k.role == HK_VALUE) snprintf(sfx, sizeof sfx, "[%u].on_rank%d", (unsigned)k.idx, r);
+    else snprintf(sfx, sizeof sfx, ".tot[%u].on_rank%d", (unsigned)k.idx, r);
+    hyfi_reg_scope(s->g, -1, 0);
+    hyfi_reg(s->g, copy_slot(cc, slot), key, NULL, bytes / sizeof(float), sizeof(float), r,
+             (int)cc->htab[src].cat, HYFI_KEEP, name, sfx, 0, 1);
+    if (cc->htab_oom || !*copy_slot(cc, slot)) return *oom = 1, NULL;
+    c->slot = slot;
+    return c;
+}
+
+typedef struct {
+    prog_task *t;
+    int n, cap;
+} tlist;
+
+static prog_task *tpush(tlist *l)
+{
+    if (l->n == l->cap) {
+        const int nc = l->cap ? 2 * l->cap : 256;
+        prog_task *t = realloc(l->t, (size_t)nc * sizeof *t);
+        if (!t) return NULL;
+        l->t = t;
+        l->cap = nc;
+    }
+    prog_task *t = &l->t[l->n++];
+    memset(t, 0, sizeof *t);
+    return t;
+}
+
+static prog_task *flush_after(tlist *l, starpu_data_handle_t h, int rank)
+{
+    prog_task *f = tpush(l);
+    if (!f) return NULL;
+    f->kind = PT_FLUSH;
+    f->place = f->worker = -1;
+    f->rank = rank;
+    snprintf(f->name, sizeof f->name, "flush");
+    f->ibuf[0] = (struct starpu_data_descr){.handle = h, .mode = STARPU_R};
+    f->nbuf = 1;
+    return f;
+}
+
+static int localise(lstate *s, program *p)
+{
+    hyfi_compiled *cc = s->g->cc;
+    memset(s->version, 0, (size_t)s->nversion * sizeof *s->version);
+    for (size_t i = 0; i <= s->cmask; i++) s->c[i].version = UINT32_MAX;
+    tlist out = {0};
+    int oom = 0;
+    for (int i = 0; i < p->n && !oom; i++) {
+        prog_task *t = &p->t[i];
+        struct starpu_data_descr *b = prog_bufs(t);
+        if (t->kind == PT_TASK) {
+            int tile = 0;
+            for (int j = 0; j < t->nbuf; j++) tile |= HYFI_HDEFERRED(b[j].handle);
+            for (int j = 0; tile && j < t->nbuf && !oom; j++) {
+                if (b[j].mode != STARPU_R) continue;
+                const int src = entry_of(cc, &s->m, b[j].handle);
+                if (src < 0 || src >= s->nversion || cc->htab[src].owner == t->rank ||
+                    source_kind(s->g, src) != SRC_COPY)
+                    continue;
+                copy_rec *c = copy_of(s, src, t->rank, &oom);
+                if (!c) continue;
+                starpu_data_handle_t ch = *copy_slot(cc, c->slot);
+                if (c->version != s->version[src]) {
+                    prog_task *k = tpush(&out);
+                    if (!k) {
+                        oom = 1;
+                        break;
+                    }
+                    k->kind = PT_TASK;
+                    k->cl = &hyfi_cl_accumulate;
+                    k->args.acc = 0;
+                    k->args.u.elt.count = hyfi_handle_bytes(s->g, b[j].handle) / sizeof(float);
+                    k->place = t->place, k->rank = t->rank, k->worker = t->worker;
+                    k->prio = t->prio;
+                    snprintf(k->name, sizeof k->name, "copy.rank%d", t->rank);
+                    k->ibuf[0] = (struct starpu_data_descr){.handle = ch, .mode = STARPU_W};
+                    k->ibuf[1] = (struct starpu_data_descr){.handle = b[j].handle,
+                                                            .mode = STARPU_R};
+                    k->nbuf = 2;
+                    c->version = s->version[src];
+                    if (!flush_after(&out, b[j].handle, t->rank)) oom = 1;
+                }
+                b[j].handle = ch;
+            }
+        }
+        prog_task *k = tpush(&out);
+        if (!k) {
+            oom = 1;
+            break;
+        }
+        *k = *t;
+        t->xbuf = NULL; /* moved */
+        b = prog_bufs(k);
+        starpu_data_handle_t fl[HYFI_MAX_TASK_BUFFERS];
+        int nfl = 0;
+        const int rank = k->rank;
+        for (int j = 0; j < k->nbuf; j++) {
+            const int src = entry_of(cc, &s->m, b[j].handle);
+            if (src < 0 || src >= s->nversion) continue;
+            if (k->kind == PT_RELEASE ||
+                (k->kind == PT_TASK && (b[j].mode & (STARPU_W | STARPU_REDUX))))
+                s->version[src]++;
+            if (k->kind == PT_TASK && b[j].mode == STARPU_R && cc->htab[src].owner != rank &&
+                source_kind(s->g, src) == SRC_FLUSH) {
+                cc->htab[src].flushread = 1;
+                fl[nfl++] = b[j].handle;
+            }
+        }
+        for (int j = 0; j < nfl && !oom; j++)
+            if (!flush_after(&out, fl[j], rank)) oom = 1;
+    }
+    if (oom) {
+        for (int i = 0; i < out.n; i++) free(out.t[i].xbuf);
+        free(out.t);
+        return -1;
+    }
+    free(p->t);
+    p->t = out.t;
+    p->n = out.n;
+    p->cap = out.cap;
+    return 0;
+}
+
+int hyfi_programs_localise(hyfi_graph *g)
+{
+    hyfi_compiled *cc = g->cc;
+    if (!cc->scoped || !cc->defer_on) return 0;
+    lstate s = {.g = g};
+    size_t cap = 64;
+    while (cap < 2 * (size_t)cc->nhtab + 2) cap *= 2;
+    s.m.h = calloc(cap, sizeof *s.m.h);
+    s.m.idx = malloc(cap * sizeof *s.m.idx);
+    s.m.mask = cap - 1;
+    s.nversion = cc->nhtab;
+    s.version = calloc((size_t)cc->nhtab + 1, sizeof *s.version);
+    s.cmask = 255;
+    s.c = malloc((s.cmask + 1) * sizeof *s.c);
+    int rc = -1;
+    if (s.m.h && s.m.idx && s.version && s.c) {
+        for (size_t i = 0; i <= s.cmask; i++) s.c[i].src = -1;
+        for (int i = 0; i < cc->nhtab; i++) {
+            starpu_data_handle_t h = *cc->htab[i].slot;
+            if (!h || HYFI_HDEFERRED(h)) continue;
+            const size_t k = hslot(&s.m, h);
+            s.m.h[k] = h;
+            s.m.idx[k] = i;
+        }
+        program *ps[3] = {&cc->train_prog, &cc->infer_prog, &cc->fwd_train_prog};
+        rc = 0;
+        for (int k = 0; k < 3 && !rc; k++) rc = localise(&s, ps[k]);
+    }
+    free(s.m.h);
+    free(s.m.idx);
+    free(s.version);
+    free(s.c);
+    return rc;
+}
