@@ -77,20 +77,6 @@ typedef struct {
                       be seen by its readers (run.c, mark_skips) */
 } hyfi_hentry;
 
-/* A deferred registration (keyed.c): until a kept task names it, a handle of
- * a tile, halo strip, assembled buffer, partial sum or fused region of a
- * scoped rank is the odd value (its handle-table index << 4 | 1), and this is
- * what registering it takes. */
-typedef struct {
-    float *ptr;
-    size_t n, elem;
-    int bf16, redux, m, nm;
-    const char *name;  /* a tensor's or node's name (lives as long as the graph) */
-    char sfx[32];
-} hyfi_hdefer;
-#define HYFI_HDEFERRED(h) (((uintptr_t)(h)&1u) != 0)
-#define HYFI_HDEFER_VALUE(i) ((starpu_data_handle_t)(((uintptr_t)(i) << 4) | 1u))
-#define HYFI_HDEFER_INDEX(h) ((int)((uintptr_t)(h) >> 4))
 
 /* An all-reduce bucket: gradients of one stage packed per replica. */
 typedef struct hyfi_bucket {
@@ -424,7 +410,7 @@ typedef struct hyfi_compiled {
     int64_t *tagset;       /* the tags registered (open addressing, 0: free): none twice */
     size_t tagcap, ntags;
     int64_t key_err;       /* a key that did not fit a tag (-1) or came twice (its tag) */
-    hyfi_hdefer *dtab;     /* deferred registrations (keyed.c), until the compile resolves them */
+    struct hyfi_hdefer *dtab; /* deferred registrations (keyed.h), until the compile resolves them */
     int ndtab, capdtab;
     int defer_on;          /* hyfi_reg defers what keyed.c may (a scoped rank's compile) */
     long nreg;             /* handles registered with StarPU */
@@ -704,46 +690,12 @@ hyfi_status hyfi_program_run(hyfi_graph *g, program *p);
  * (scope.c). */
 starpu_data_handle_t hyfi_handle_need(hyfi_graph *g, hyfi_tensor *t, int grad, int tile, int k);
 
-/* keyed.c: deferred registrations (see there). A handle's owning rank,
- * bytes and category, registered or deferred. */
-static inline int hyfi_handle_rank(const hyfi_graph *g, starpu_data_handle_t h)
-{
-    if (!h) return -1;
-    if (HYFI_HDEFERRED(h)) return g->cc->htab[HYFI_HDEFER_INDEX(h)].owner;
-    return starpu_mpi_data_get_rank(h);
-}
-static inline size_t hyfi_handle_bytes(const hyfi_graph *g, starpu_data_handle_t h)
-{
-    if (!h) return 0;
-    if (HYFI_HDEFERRED(h)) {
-        const hyfi_hdefer *d = &g->cc->dtab[g->cc->htab[HYFI_HDEFER_INDEX(h)].defer];
-        return d->n * d->elem;
-    }
-    return starpu_data_get_size(h);
-}
-static inline hyfi_hcat hyfi_handle_cat(const hyfi_graph *g, starpu_data_handle_t h)
-{
-    if (HYFI_HDEFERRED(h)) return g->cc->htab[HYFI_HDEFER_INDEX(h)].cat;
-    const hyfi_handle_info *p = h ? starpu_data_get_user_data(h) : NULL;
-    return p ? (hyfi_hcat)p->cat : HC_PIPELINE;
-}
-/* StarPU's reduction (hyfi_cl_redux_add/zero) on h, now or when registered. */
-void hyfi_handle_set_redux(hyfi_graph *g, starpu_data_handle_t h);
-/* After the programs hold only this rank's tasks: register the deferred
- * handles those tasks name and those this rank owns, drop the rest (their
- * slots NULL, their releases and flushes out of the programs). 0, or -1 when
- * out of memory. */
-int hyfi_handles_resolve(hyfi_graph *g);
-void hyfi_defer_free(hyfi_compiled *cc);
-/* localise.c: a scoped rank's tiles read local copies of what every tile
- * reads, and readers of the tiles' partial sums flush them (see there). 0, or
- * -1 when out of memory. */
-int hyfi_programs_localise(hyfi_graph *g);
 void hyfi_handle_read(hyfi_graph *g, starpu_data_handle_t h, int root, void *host, size_t bytes);
 void hyfi_handle_write(hyfi_graph *g, starpu_data_handle_t h, int owner, const void *host,
                        size_t bytes);
 
 #include "plan.h"
+#include "keyed.h"
 
 /* Owner of handle k of t (a micro-batch of batch tensors, a replica of the others). */
 int hyfi_handle_owner(const hyfi_graph *g, const hyfi_tensor *t, int k);
