@@ -71,7 +71,9 @@ static void dump_program(FILE *f, const char *title, const program *p, const han
     fprintf(f, "program %s: %d tasks\n", title, p->n);
     for (int k = 0; k < p->n; k++) {
         const prog_task *t = &p->t[k];
-        const uint64_t ah = hyfi_hash_bytes(0xcbf29ce484222325ULL, &t->args, sizeof t->args);
+        static const hyfi_task_args none; /* a release's, a flush's: none */
+        const uint64_t ah = hyfi_hash_bytes(0xcbf29ce484222325ULL, t->args ? t->args : &none,
+                                            sizeof none);
         fprintf(f, "%s %s %s place %d rank %d worker %d prio %d args %016llx |",
                 kinds[t->kind], t->cl ? t->cl->name : "-", t->name, t->place, t->rank,
                 t->worker, t->prio, (unsigned long long)ah);

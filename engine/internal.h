@@ -293,7 +293,7 @@ typedef struct {
     int nbuf;
     struct starpu_data_descr ibuf[HYFI_TASK_INLINE_BUFFERS];
     struct starpu_data_descr *xbuf; /* all nbuf buffers once they outgrow ibuf, else NULL */
-    hyfi_task_args args;
+    hyfi_task_args *args; /* PT_TASK: its arguments (owned: freed with the task), else NULL */
     int place;            /* the place that runs it (-1: the event's) */
     int rank;             /* MPI rank that runs it (the rank of its place) */
     int worker;           /* a worker to pin the task to, -1: any */

@@ -227,12 +227,15 @@ int hyfi_handles_resolve(hyfi_graph *g)
                 }
             if (gone) {
                 free(t->xbuf);
+                free(t->args);
                 continue;
             }
             if (n != i) p->t[n] = *t;
             n++;
         }
         p->n = n;
+        prog_task *shrunk = realloc(p->t, (size_t)(n ? n : 1) * sizeof *p->t);
+        if (shrunk) p->t = shrunk, p->cap = n ? n : 1;
     }
     /* the others: not registered here (a later read registers one), and their
      * tags free again */

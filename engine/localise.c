@@ -66,6 +66,8 @@ typedef struct {
     hmap m;
     unsigned *version;   /* per handle-table entry: writes so far in the program */
     int nversion;        /* the entries before the pass (not the copies) */
+    unsigned char *seen; /* per entry, over the programs: 1 read elsewhere and flushed
+                            after, 2 touched elsewhere otherwise */
     copy_rec *c;
     size_t cmask, nc;
 } lstate;
@@ -234,8 +236,12 @@ static int localise(lstate *s, program *p)
                     }
                     k->kind = PT_TASK;
                     k->cl = &hyfi_cl_accumulate;
-                    k->args.acc = 0;
-                    k->args.u.elt.count = hyfi_handle_bytes(s->g, b[j].handle) / sizeof(float);
+                    if (!(k->args = calloc(1, sizeof *k->args))) {
+                        oom = 1;
+                        break;
+                    }
+                    k->args->acc = 0;
+                    k->args->u.elt.count = hyfi_handle_bytes(s->g, b[j].handle) / sizeof(float);
                     k->place = t->place, k->rank = t->rank, k->worker = t->worker;
                     k->prio = t->prio;
                     snprintf(k->name, sizeof k->name, "copy.rank%d", t->rank);
@@ -244,6 +250,7 @@ static int localise(lstate *s, program *p)
                                                             .mode = STARPU_R};
                     k->nbuf = 2;
                     c->version = s->version[src];
+                    s->seen[src] |= 1;
                     if (!flush_after(&out, b[j].handle, t->rank)) oom = 1;
                 }
                 b[j].handle = ch;
@@ -256,6 +263,7 @@ static int localise(lstate *s, program *p)
         }
         *k = *t;
         t->xbuf = NULL; /* moved */
+        t->args = NULL;
         b = prog_bufs(k);
         starpu_data_handle_t fl[HYFI_MAX_TASK_BUFFERS];
         int nfl = 0;
@@ -266,24 +274,27 @@ static int localise(lstate *s, program *p)
             if (k->kind == PT_RELEASE ||
                 (k->kind == PT_TASK && (b[j].mode & (STARPU_W | STARPU_REDUX))))
                 s->version[src]++;
-            if (k->kind == PT_TASK && b[j].mode == STARPU_R && cc->htab[src].owner != rank &&
-                source_kind(s->g, src) == SRC_FLUSH) {
-                cc->htab[src].flushread = 1;
+            if (k->kind != PT_TASK || cc->htab[src].owner == rank) continue;
+            if (b[j].mode == STARPU_R && source_kind(s->g, src) == SRC_FLUSH) {
+                s->seen[src] |= 1;
                 fl[nfl++] = b[j].handle;
+            } else {
+                s->seen[src] |= 2;
             }
         }
         for (int j = 0; j < nfl && !oom; j++)
             if (!flush_after(&out, fl[j], rank)) oom = 1;
     }
     if (oom) {
-        for (int i = 0; i < out.n; i++) free(out.t[i].xbuf);
+        for (int i = 0; i < out.n; i++) free(out.t[i].xbuf), free(out.t[i].args);
         free(out.t);
         return -1;
     }
     free(p->t);
-    p->t = out.t;
+    prog_task *shrunk = realloc(out.t, (size_t)(out.n ? out.n : 1) * sizeof *out.t);
+    p->t = shrunk ? shrunk : out.t;
     p->n = out.n;
-    p->cap = out.cap;
+    p->cap = shrunk ? (out.n ? out.n : 1) : out.cap;
     return 0;
 }
 
@@ -299,10 +310,11 @@ int hyfi_programs_localise(hyfi_graph *g)
     s.m.mask = cap - 1;
     s.nversion = cc->nhtab;
     s.version = calloc((size_t)cc->nhtab + 1, sizeof *s.version);
+    s.seen = calloc((size_t)cc->nhtab + 1, 1);
     s.cmask = 255;
     s.c = malloc((s.cmask + 1) * sizeof *s.c);
     int rc = -1;
-    if (s.m.h && s.m.idx && s.version && s.c) {
+    if (s.m.h && s.m.idx && s.version && s.seen && s.c) {
         for (size_t i = 0; i <= s.cmask; i++) s.c[i].src = -1;
         for (int i = 0; i < cc->nhtab; i++) {
             starpu_data_handle_t h = *cc->htab[i].slot;
@@ -314,10 +326,14 @@ int hyfi_programs_localise(hyfi_graph *g)
         program *ps[3] = {&cc->train_prog, &cc->infer_prog, &cc->fwd_train_prog};
         rc = 0;
         for (int k = 0; k < 3 && !rc; k++) rc = localise(&s, ps[k]);
+        /* read elsewhere only before a flush: mark_skips need not keep the
+         * writers of these for their readers (run.c) */
+        for (int i = 0; i < s.nversion; i++) cc->htab[i].flushread = s.seen[i] == 1;
     }
     free(s.m.h);
     free(s.m.idx);
     free(s.version);
+    free(s.seen);
     free(s.c);
     return rc;
 }

@@ -35,13 +35,19 @@ int hyfi_prog_push(program *p, prog_kind kind, struct starpu_codelet *cl, const 
         p->t = t;
         p->cap = nc;
     }
+    hyfi_task_args *a = NULL;
+    if (kind == PT_TASK) { /* (the others carry none) */
+        if (!(a = malloc(sizeof *a))) return -1;
+        if (args) *a = *args;
+        else memset(a, 0, sizeof *a);
+    }
     prog_task *t = &p->t[p->n++];
     memset(t, 0, sizeof *t);
     t->place = -1;
     t->kind = kind;
     t->cl = cl;
     t->worker = -1;
-    if (args) t->args = *args;
+    t->args = a;
     snprintf(t->name, sizeof t->name, "%s", name);
     return 0;
 }
@@ -77,7 +83,7 @@ void hyfi_prog_buf(program *p, starpu_data_handle_t h, enum starpu_data_access_m
 
 static void program_free(program *p)
 {
-    for (int k = 0; k < p->n; k++) free(p->t[k].xbuf);
+    for (int k = 0; k < p->n; k++) free(p->t[k].xbuf), free(p->t[k].args);
     free(p->t);
     free(p->skip);
     memset(p, 0, sizeof *p);

@@ -52,20 +52,31 @@ static int mark_skips(hyfi_graph *g)
     size_t nb = 0;
     for (int k = 0; k < 3; k++)
         for (int i = 0; i < ps[k]->n; i++) nb += (size_t)ps[k]->t[i].nbuf;
-    handle_set s = {0};
+    handle_set s = {0}, fr = {0};
     size_t cap = 16;
     while (cap < 2 * nb + 2) cap <<= 1;
     if (!(s.slot = calloc(cap, sizeof *s.slot))) return -1;
     s.mask = cap - 1;
+    /* the handles read elsewhere only before a flush (localise.c): no copy of
+     * them stays, so their writers need not be seen by their readers */
+    size_t fcap = 16;
+    while (fcap < 2 * (size_t)g->cc->nhtab + 2) fcap <<= 1;
+    if (!(fr.slot = calloc(fcap, sizeof *fr.slot))) {
+        free(s.slot);
+        return -1;
+    }
+    fr.mask = fcap - 1;
+    for (int i = 0; i < g->cc->nhtab; i++) {
+        starpu_data_handle_t h = *g->cc->htab[i].slot;
+        if (g->cc->htab[i].flushread && h) fr.slot[hs_at(&fr, h)] = h;
+    }
     for (int k = 0; k < 3; k++)
         for (int i = 0; i < ps[k]->n; i++) {
             const prog_task *t = &ps[k]->t[i];
             if (t->kind != PT_TASK || t->rank != me) continue;
             for (int b = 0; b < t->nbuf; b++) {
                 starpu_data_handle_t h = prog_cbufs(t)[b].handle;
-                /* a partial sum flushed after every read here (localise.c):
-                 * no copy of it stays, so its writers need not be seen */
-                if (HYFI_HDEFERRED(h) && g->cc->htab[HYFI_HDEFER_INDEX(h)].flushread) continue;
+                if (h && fr.slot[hs_at(&fr, h)] == h) continue;
                 s.slot[hs_at(&s, h)] = h;
             }
         }
@@ -89,6 +100,7 @@ static int mark_skips(hyfi_graph *g)
         }
     }
     free(s.slot);
+    free(fr.slot);
     if (rc)
         for (int k = 0; k < 3; k++) free(ps[k]->skip), ps[k]->skip = NULL;
     if (!rc && g->ctx->verbose) {
@@ -110,6 +122,7 @@ static void drop_skipped(program *p)
         tasks += p->t[i].kind == PT_TASK;
         if (p->skip && p->skip[i]) {
             free(p->t[i].xbuf);
+            free(p->t[i].args);
             continue;
         }
         if (j != i) p->t[j] = p->t[i];
@@ -231,24 +244,24 @@ static hyfi_status program_run(hyfi_graph *g, program *p)
         struct starpu_data_descr *bufs = prog_bufs(t);
         if (mpi && t->worker >= 0 && t->rank == me)
             rc = starpu_mpi_task_insert(MPI_COMM_WORLD, t->cl, STARPU_DATA_MODE_ARRAY, bufs,
-                                        t->nbuf, STARPU_CL_ARGS_NFREE, &t->args, sizeof t->args,
+                                        t->nbuf, STARPU_CL_ARGS_NFREE, t->args, sizeof *t->args,
                                         STARPU_NAME, t->name, STARPU_PRIORITY, t->prio, STARPU_FLOPS, t->flops,
                                         STARPU_EXECUTE_ON_NODE, t->rank,
                                         STARPU_EXECUTE_ON_WORKER, t->worker, STARPU_CALLBACK, cb,
                                         0);
         else if (mpi)
             rc = starpu_mpi_task_insert(MPI_COMM_WORLD, t->cl, STARPU_DATA_MODE_ARRAY, bufs,
-                                        t->nbuf, STARPU_CL_ARGS_NFREE, &t->args, sizeof t->args,
+                                        t->nbuf, STARPU_CL_ARGS_NFREE, t->args, sizeof *t->args,
                                         STARPU_NAME, t->name, STARPU_PRIORITY, t->prio, STARPU_FLOPS, t->flops,
                                         STARPU_EXECUTE_ON_NODE, t->rank, STARPU_CALLBACK, cb, 0);
         else if (t->worker >= 0)
             rc = starpu_task_insert(t->cl, STARPU_DATA_MODE_ARRAY, bufs, t->nbuf,
-                                    STARPU_CL_ARGS_NFREE, &t->args, sizeof t->args, STARPU_NAME,
+                                    STARPU_CL_ARGS_NFREE, t->args, sizeof *t->args, STARPU_NAME,
                                     t->name, STARPU_PRIORITY, t->prio, STARPU_FLOPS, t->flops, STARPU_EXECUTE_ON_WORKER,
                                     t->worker, STARPU_CALLBACK, cb, 0);
         else
             rc = starpu_task_insert(t->cl, STARPU_DATA_MODE_ARRAY, bufs, t->nbuf,
-                                    STARPU_CL_ARGS_NFREE, &t->args, sizeof t->args, STARPU_NAME,
+                                    STARPU_CL_ARGS_NFREE, t->args, sizeof *t->args, STARPU_NAME,
                                     t->name, STARPU_PRIORITY, t->prio, STARPU_FLOPS, t->flops, STARPU_CALLBACK, cb, 0);
         if (rc != 0) {
             if (share) hyfi_ops_cores_submitting(0);
@@ -639,7 +652,7 @@ hyfi_status hyfi_set_lr(hyfi_graph *g, float lr)
     program *P = &g->cc->train_prog;
     for (int i = 0; i < P->n; i++)
         if (P->t[i].cl == &hyfi_cl_sgd_update || P->t[i].cl == &hyfi_cl_sgd_update_n)
-            P->t[i].args.u.sgd.lr = lr;
+            P->t[i].args->u.sgd.lr = lr;
     return HYFI_OK;
 }
 

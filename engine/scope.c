@@ -120,6 +120,7 @@ int hyfi_collective_done(hyfi_graph *g, program *P)
     for (int b = 0; b < t->nbuf && !mine; b++) mine = owner_of(g, prog_cbufs(t)[b].handle) == me;
     if (!mine) {
         free(t->xbuf);
+        free(t->args);
         P->n--;
         return 0;
     }
