@@ -709,11 +709,15 @@ hyfi_status hyfi_graph_compile(hyfi_graph *g, hyfi_tensor *loss, const hyfi_trai
             s = hyfi_graph_fail(g, HYFI_ERR_UNSUPPORTED,
                                "a task of this plan needs more than %d buffers; use fewer "
                                "spatial parts or replicas", HYFI_MAX_TASK_BUFFERS);
-        else if (missing)
+        else if (g->cc->missing_task[0])
             s = hyfi_graph_fail(g, HYFI_ERR_RUNTIME,
-                               "building this rank's share of the task programs failed (out of "
-                               "memory, or a task names a handle this rank did not register); "
-                               "HYFI_SUBMIT_ALL=1 builds the whole step on every rank");
+                               "rank %d: task %s names a handle this rank did not register (a "
+                               "fault of the scoped compile); HYFI_SUBMIT_ALL=1 builds the whole "
+                               "step on every rank", g->ctx->rank, g->cc->missing_task);
+        else if (missing)
+            s = hyfi_graph_fail(g, HYFI_ERR_NOMEM,
+                               "out of memory building this rank's share of the task programs; "
+                               "use a smaller batch or fewer tiles, micro-batches or replicas");
         else
             s = hyfi_graph_fail(g, HYFI_ERR_NOMEM, "out of memory building the task programs");
     } else if (hyfi_programs_localise(g)) {

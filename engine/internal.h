@@ -446,8 +446,9 @@ typedef struct hyfi_compiled {
      * part of the programs, and registers the handles, only for the replicas
      * that have a place on it (rep_mine), plus the handles of the replicas its
      * replicas exchange with in the collectives (rep_want). */
-    int scoped;
+    int scoped, submit_all; /* submit_all: HYFI_SUBMIT_ALL=1 (scope.c reads it) */
     unsigned char *rep_mine, *rep_want;
+    char missing_task[96]; /* a task that names a handle this rank did not register */
     int reg_rep, reg_level; /* registrations under way belong to replica reg_rep (-1: to all) */
     double grad_norm, weight_norm; /* of the last train step (L2) */
     int stepped;           /* a train step has run: gradients are readable */

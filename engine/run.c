@@ -140,8 +140,7 @@ static void drop_skipped(program *p)
  * all), -1 when out of memory. */
 static int skips_ready(hyfi_graph *g)
 {
-    const char *all = getenv("HYFI_SUBMIT_ALL");
-    if (!g->ctx->mpi || (all && *all && strcmp(all, "0"))) return 0;
+    if (!g->ctx->mpi || g->cc->submit_all) return 0;
     if (!g->cc->train_prog.skip && mark_skips(g)) return -1;
     return 1;
 }

@@ -45,6 +45,7 @@ int hyfi_scope_init(hyfi_graph *g)
     const hyfi_plan *pl = cc->pl;
     const int R = pl->nrep, me = g->ctx->rank;
     const char *all = getenv("HYFI_SUBMIT_ALL");
+    cc->submit_all = all && *all && strcmp(all, "0");
     cc->reg_rep = -1;
     cc->rep_mine = calloc((size_t)R, 1);
     cc->rep_want = calloc((size_t)R, 1);
@@ -52,7 +53,7 @@ int hyfi_scope_init(hyfi_graph *g)
     int any = 0;
     for (int q = 0; q < pl->nplaces; q++)
         if (pl->place_rank[q] == me) cc->rep_mine[q / pl->nplaces1] = 1, any = 1;
-    cc->scoped = g->ctx->mpi && g->ctx->nranks > 1 && any && !(all && *all && strcmp(all, "0"));
+    cc->scoped = g->ctx->mpi && g->ctx->nranks > 1 && any && !cc->submit_all;
     if (!cc->scoped) {
         memset(cc->rep_mine, 1, (size_t)R);
         memset(cc->rep_want, 1, (size_t)R);
@@ -129,10 +130,9 @@ int hyfi_collective_done(hyfi_graph *g, program *P)
     int nr = 0;
     for (int b = 0; b < n; b++) {
         const struct starpu_data_descr *d = &prog_cbufs(&P->t[P->n - 1])[b];
-        if (!d->handle) {
-            fprintf(stderr, "hyfi: rank %d: task %s (buffer %d) names a handle this rank did "
-                            "not register (scoped compile); HYFI_SUBMIT_ALL=1 builds the whole "
-                            "step on every rank\n", me, t->name, b);
+        if (!d->handle) { /* the compile's message names it */
+            snprintf(g->cc->missing_task, sizeof g->cc->missing_task, "%s (buffer %d)",
+                     t->name, b);
             P->missing = 1;
             return -1;
         }
@@ -151,10 +151,9 @@ int hyfi_scope_check(hyfi_graph *g, const program *P)
     for (int i = 0; i < P->n; i++) {
         const prog_task *t = &P->t[i];
         for (int b = 0; b < t->nbuf; b++)
-            if (!prog_cbufs(t)[b].handle) {
-                fprintf(stderr, "hyfi: rank %d: task %s names a handle this rank did not "
-                                "register (scoped compile); HYFI_SUBMIT_ALL=1 builds the whole "
-                                "step on every rank\n", g->ctx->rank, t->name);
+            if (!prog_cbufs(t)[b].handle) { /* the compile's message names it */
+                snprintf(g->cc->missing_task, sizeof g->cc->missing_task, "%s (buffer %d)",
+                         t->name, b);
                 return -1;
             }
     }
