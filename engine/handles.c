@@ -156,7 +156,7 @@ void hyfi_handles_unregister(hyfi_graph *g)
         if (HYFI_HDEFERRED(*slot)) *slot = NULL; /* never registered (keyed.c) */
         else hyfi_unreg(slot);
     }
-    for (int b = 0; b * 1024 < g->cc->nlcopy; b++) free(g->cc->lcopy[b]); /* (localise.c) */
+    for (int b = 0; b * HYFI_LCOPY_BLOCK < g->cc->nlcopy; b++) free(g->cc->lcopy[b]);
     free(g->cc->lcopy);
     g->cc->lcopy = NULL;
     g->cc->nlcopy = 0;

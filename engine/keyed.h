@@ -44,6 +44,8 @@ static inline hyfi_hcat hyfi_handle_cat(const hyfi_graph *g, starpu_data_handle_
     const hyfi_handle_info *p = h ? starpu_data_get_user_data(h) : NULL;
     return p ? (hyfi_hcat)p->cat : HC_PIPELINE;
 }
+/* localise.c keeps its copies' slots in blocks of this many (cc->lcopy). */
+#define HYFI_LCOPY_BLOCK 1024
 /* StarPU's reduction (hyfi_cl_redux_add/zero) on h, now or when registered. */
 void hyfi_handle_set_redux(hyfi_graph *g, starpu_data_handle_t h);
 /* After the programs hold only this rank's tasks: register the deferred

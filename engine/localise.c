@@ -100,7 +100,7 @@ static int source_kind(const hyfi_graph *g, int i)
 }
 
 /* The copy slots: blocks that never move (the handle table points into them). */
-#define LBLOCK 1024
+#define LBLOCK HYFI_LCOPY_BLOCK
 static starpu_data_handle_t *copy_slot(hyfi_compiled *cc, int s)
 {
     return &cc->lcopy[s / LBLOCK][s % LBLOCK];
