@@ -45,7 +45,7 @@ void hyfi_unreg(starpu_data_handle_t *h);
 int hyfi_host_alloc(float **p, size_t n);
 /* Free what hyfi_host_alloc gave (the same n). NULL is fine. */
 void hyfi_host_free(float *p, size_t n);
-/* Register a vector handle: home in host memory (ptr) on the owning rank,
+/* keyed.c. Register a vector handle: home in host memory (ptr) on the owning rank,
  * lazy elsewhere or when ptr is NULL; known to StarPU-MPI in MPI runs; entered
  * in the handle table with its owner, category and lifetime (released after
  * the backward of micro-batch m on stage rstage, or HYFI_KEEP). Named
