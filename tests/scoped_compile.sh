@@ -5,7 +5,8 @@
 # what every tile reads, flushed partial sums); HYFI_SUBMIT_ALL=1 builds,
 # registers and submits the whole step on every rank, as before any of that.
 # Both runs of each plan (16 tiles of stage 0 spread over 4 ranks, stage 1 on
-# the last; one micro-batch, so no sum depends on timing) must give the same
+# the last; and 4 tiles with GEMS and 2 data-parallel units; one micro-batch
+# per replica, so no sum depends on timing) must give the same
 # losses to the last digit printed (9 significant digits), and the scoped run
 # must submit fewer tasks per rank.
 # usage: scoped_compile.sh HYFI_TRAIN MPIEXEC
@@ -16,22 +17,27 @@ export HYFI_CPU_THREADS=1 HYFI_LEND_MIN_BYTES=0
 dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
 fails=0
-run() { # name, submit-all (0/1), model flags...
+run() { # name, submit-all (0/1), flags...
     local name=$1 all=$2
     shift 2
-    if ! HYFI_SUBMIT_ALL=$all timeout 300 "$mpiexec" -n 4 "$train" "$@" --batch-size 2 \
-            --num-classes 2 --steps 3 --print-freq 1 --split-size 2 --spatial-size 1 \
-            --num-spatial-parts 16 --slice-method square -v --metrics "$dir/$name.json" \
-            >"$dir/$name.log" 2>&1; then
+    if ! HYFI_SUBMIT_ALL=$all timeout 300 "$mpiexec" -n 4 "$train" "$@" --num-classes 2 \
+            --steps 3 --print-freq 1 --split-size 2 --spatial-size 1 --slice-method square \
+            -v --metrics "$dir/$name.json" >"$dir/$name.log" 2>&1; then
         echo "FAILED: $name"
         tail -5 "$dir/$name.log"
         fails=$((fails + 1))
     fi
 }
-for model in resnet amoebanet; do
+tiles16=(--batch-size 2 --num-spatial-parts 16)
+for model in resnet amoebanet replicas; do
     case $model in
-        resnet) flags=(--model resnet --depth 8 --image-size 64) ;;
-        amoebanet) flags=(--model amoebanet --num-layers 3 --num-filters 16 --image-size 128) ;;
+        resnet) flags=(--model resnet --depth 8 --image-size 64 "${tiles16[@]}") ;;
+        amoebanet) flags=(--model amoebanet --num-layers 3 --num-filters 16 --image-size 128
+                          "${tiles16[@]}") ;;
+        # 4 tiles, GEMS and 2 data-parallel units (4 replicas, one micro-batch
+        # each): a rank's replicas, their tree partners, the tiles' copies
+        replicas) flags=(--model resnet --depth 8 --image-size 64 --batch-size 8
+                         --num-spatial-parts 4 --gems mast --data-parallel 2 --allreduce tree) ;;
     esac
     run "$model.scoped" 0 "${flags[@]}"
     run "$model.all" 1 "${flags[@]}"
