@@ -14,44 +14,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Handle -> its index in the graph's handle table (registration order), by
- * open addressing over the handle pointers; -1 for a handle not in the table. */
-typedef struct {
-    starpu_data_handle_t *h;
-    int *id;
-    size_t cap; /* a power of two, at least twice the table */
-} handle_ids;
-
-static size_t slot_of(const handle_ids *ids, starpu_data_handle_t h)
-{
-    size_t k = (size_t)(((uintptr_t)h >> 4) * 0x9E3779B97F4A7C15ULL) & (ids->cap - 1);
-    while (ids->h[k] && ids->h[k] != h) k = (k + 1) & (ids->cap - 1);
-    return k;
-}
-
-static int handle_ids_build(handle_ids *ids, const hyfi_graph *g)
-{
-    ids->cap = 64;
-    while (ids->cap < 2 * (size_t)g->cc->nhtab + 2) ids->cap *= 2;
-    ids->h = calloc(ids->cap, sizeof *ids->h);
-    ids->id = calloc(ids->cap, sizeof *ids->id);
-    if (!ids->h || !ids->id) return -1;
-    for (int i = 0; i < g->cc->nhtab; i++) {
-        starpu_data_handle_t h = *g->cc->htab[i].slot;
-        if (!h) continue;
-        const size_t k = slot_of(ids, h);
-        ids->h[k] = h;
-        ids->id[k] = i;
-    }
-    return 0;
-}
-
-static int handle_id(const handle_ids *ids, starpu_data_handle_t h)
-{
-    const size_t k = slot_of(ids, h);
-    return ids->h[k] ? ids->id[k] : -1;
-}
-
 static const char *mode_name(enum starpu_data_access_mode m)
 {
     switch ((int)m) {
@@ -64,7 +26,7 @@ static const char *mode_name(enum starpu_data_access_mode m)
     }
 }
 
-static void dump_program(FILE *f, const char *title, const program *p, const handle_ids *ids)
+static void dump_program(FILE *f, const char *title, const program *p, const hyfi_hindex *ids)
 {
     static const char *const kinds[] = {
         [PT_TASK] = "task", [PT_RELEASE] = "release", [PT_BCAST] = "bcast", [PT_FLUSH] = "flush"};
@@ -79,7 +41,7 @@ static void dump_program(FILE *f, const char *title, const program *p, const han
                 t->worker, t->prio, (unsigned long long)ah);
         const struct starpu_data_descr *bufs = prog_cbufs(t);
         for (int b = 0; b < t->nbuf; b++)
-            fprintf(f, " %s:%d", mode_name(bufs[b].mode), handle_id(ids, bufs[b].handle));
+            fprintf(f, " %s:%d", mode_name(bufs[b].mode), hyfi_hindex_of(ids, bufs[b].handle));
         fputc('\n', f);
     }
 }
@@ -94,13 +56,12 @@ void hyfi_programs_dump(const hyfi_graph *g)
     FILE *f = fopen(file, "a");
     if (!f) return;
     fprintf(f, "graph %d nodes, rank %d of %d\n", g->nnodes, g->ctx->rank, g->ctx->nranks);
-    handle_ids ids = {0};
-    if (handle_ids_build(&ids, g) == 0) {
+    hyfi_hindex ids = {0};
+    if (hyfi_hindex_build(&ids, g->cc) == 0) {
         dump_program(f, "train", &g->cc->train_prog, &ids);
         dump_program(f, "infer", &g->cc->infer_prog, &ids);
         dump_program(f, "fwd_train", &g->cc->fwd_train_prog, &ids);
     }
-    free(ids.h);
-    free(ids.id);
+    hyfi_hindex_free(&ids);
     fclose(f);
 }

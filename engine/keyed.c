@@ -114,8 +114,8 @@ static void reg_starpu(hyfi_graph *g, starpu_data_handle_t *h, int64_t tag, floa
     if (g->ctx->trace_dir) hyfi_trace_note_handle(g, tag, owner, cat, buf);
 }
 
-/* Register one vector handle (hyfi_reg_starpu), or, on a scoped rank's
- * compile, defer it (keyed.c), and enter it in the graph's handle table (its
+/* Register one vector handle (reg_starpu), or, on a scoped rank's compile,
+ * defer it, and enter it in the graph's handle table (its
  * slot, owner, category, lifetime and tag). */
 void hyfi_reg(hyfi_graph *g, starpu_data_handle_t *h, hyfi_key key, float *ptr, size_t n,
               size_t elem, int owner, int flags, int rstage, const char *name, const char *suffix,
@@ -179,6 +179,50 @@ void hyfi_handle_set_redux(hyfi_graph *g, starpu_data_handle_t h)
     else starpu_data_set_reduction_methods(h, &hyfi_cl_redux_add, &hyfi_cl_redux_zero);
 }
 
+static size_t hindex_slot(const hyfi_hindex *x, starpu_data_handle_t h)
+{
+    size_t k = (size_t)(((uintptr_t)h >> 4) * 0x9E3779B97F4A7C15ULL) & x->mask;
+    while (x->h[k] && x->h[k] != h) k = (k + 1) & x->mask;
+    return k;
+}
+
+int hyfi_hindex_build(hyfi_hindex *x, const hyfi_compiled *cc)
+{
+    size_t cap = 64;
+    while (cap < 2 * (size_t)cc->nhtab + 2) cap *= 2;
+    x->h = calloc(cap, sizeof *x->h);
+    x->idx = malloc(cap * sizeof *x->idx);
+    x->mask = cap - 1;
+    if (!x->h || !x->idx) {
+        hyfi_hindex_free(x);
+        return -1;
+    }
+    for (int i = 0; i < cc->nhtab; i++) {
+        starpu_data_handle_t h = *cc->htab[i].slot;
+        if (!h || HYFI_HDEFERRED(h)) continue;
+        const size_t k = hindex_slot(x, h);
+        x->h[k] = h;
+        x->idx[k] = i;
+    }
+    return 0;
+}
+
+int hyfi_hindex_of(const hyfi_hindex *x, starpu_data_handle_t h)
+{
+    if (!h) return -1;
+    if (HYFI_HDEFERRED(h)) return HYFI_HDEFER_INDEX(h);
+    const size_t k = hindex_slot(x, h);
+    return x->h[k] ? x->idx[k] : -1;
+}
+
+void hyfi_hindex_free(hyfi_hindex *x)
+{
+    free(x->h);
+    free(x->idx);
+    x->h = NULL;
+    x->idx = NULL;
+}
+
 /* Handle-table entry i registered now if it was deferred; its handle. */
 static starpu_data_handle_t resolve(hyfi_graph *g, int i)
 {
@@ -186,9 +230,8 @@ static starpu_data_handle_t resolve(hyfi_graph *g, int i)
     if (HYFI_HDEFERRED(*e->slot)) {
         const hyfi_hdefer *d = &g->cc->dtab[e->defer];
         reg_starpu(g, e->slot, e->tag, d->ptr, d->n, d->elem, e->owner, e->cat, d->bf16,
-                        d->name, d->sfx, d->m, d->nm);
-        if (d->redux)
-            starpu_data_set_reduction_methods(*e->slot, &hyfi_cl_redux_add, &hyfi_cl_redux_zero);
+                   d->name, d->sfx, d->m, d->nm);
+        if (d->redux) hyfi_handle_set_redux(g, *e->slot);
     }
     return *e->slot;
 }

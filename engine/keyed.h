@@ -44,6 +44,17 @@ static inline hyfi_hcat hyfi_handle_cat(const hyfi_graph *g, starpu_data_handle_
     const hyfi_handle_info *p = h ? starpu_data_get_user_data(h) : NULL;
     return p ? (hyfi_hcat)p->cat : HC_PIPELINE;
 }
+/* Handle -> its index in the handle table (a deferred placeholder carries
+ * its own), by open addressing over the registered handles; -1 for a handle
+ * not in the table. keyed.c. */
+typedef struct {
+    starpu_data_handle_t *h;
+    int *idx;
+    size_t mask;
+} hyfi_hindex;
+int hyfi_hindex_build(hyfi_hindex *x, const hyfi_compiled *cc); /* 0, -1: out of memory */
+int hyfi_hindex_of(const hyfi_hindex *x, starpu_data_handle_t h);
+void hyfi_hindex_free(hyfi_hindex *x);
 /* localise.c keeps its copies' slots in blocks of this many (cc->lcopy). */
 #define HYFI_LCOPY_BLOCK 1024
 /* StarPU's reduction (hyfi_cl_redux_add/zero) on h, now or when registered. */

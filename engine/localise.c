@@ -32,28 +32,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* handle -> handle-table index (real handles; a deferred one carries it) */
-typedef struct {
-    starpu_data_handle_t *h;
-    int *idx;
-    size_t mask;
-} hmap;
-
-static size_t hslot(const hmap *m, starpu_data_handle_t h)
-{
-    size_t i = ((uintptr_t)h >> 4) * 0x9E3779B97F4A7C15ull & m->mask;
-    while (m->h[i] && m->h[i] != h) i = (i + 1) & m->mask;
-    return i;
-}
-
-static int entry_of(const hyfi_compiled *cc, const hmap *m, starpu_data_handle_t h)
-{
-    if (!h) return -1;
-    if (HYFI_HDEFERRED(h)) return HYFI_HDEFER_INDEX(h);
-    const size_t i = hslot(m, h);
-    return m->h[i] ? m->idx[i] : -1;
-}
-
 /* (source entry, rank) -> its copy */
 typedef struct {
     int src, rank;
@@ -63,7 +41,7 @@ typedef struct {
 
 typedef struct {
     hyfi_graph *g;
-    hmap m;
+    hyfi_hindex m;       /* handle -> table entry */
     unsigned *version;   /* per handle-table entry: writes so far in the program */
     int nversion;        /* the entries before the pass (not the copies) */
     unsigned char *seen; /* per entry, over the programs: 1 read elsewhere and flushed
@@ -221,7 +199,7 @@ static int localise(lstate *s, program *p)
             for (int j = 0; j < t->nbuf; j++) tile |= HYFI_HDEFERRED(b[j].handle);
             for (int j = 0; tile && j < t->nbuf && !oom; j++) {
                 if (b[j].mode != STARPU_R) continue;
-                const int src = entry_of(cc, &s->m, b[j].handle);
+                const int src = hyfi_hindex_of(&s->m, b[j].handle);
                 if (src < 0 || src >= s->nversion || cc->htab[src].owner == t->rank ||
                     source_kind(s->g, src) != SRC_COPY)
                     continue;
@@ -269,7 +247,7 @@ static int localise(lstate *s, program *p)
         int nfl = 0;
         const int rank = k->rank;
         for (int j = 0; j < k->nbuf; j++) {
-            const int src = entry_of(cc, &s->m, b[j].handle);
+            const int src = hyfi_hindex_of(&s->m, b[j].handle);
             if (src < 0 || src >= s->nversion) continue;
             if (k->kind == PT_RELEASE ||
                 (k->kind == PT_TASK && (b[j].mode & (STARPU_W | STARPU_REDUX))))
@@ -303,26 +281,15 @@ int hyfi_programs_localise(hyfi_graph *g)
     hyfi_compiled *cc = g->cc;
     if (!cc->scoped || !cc->defer_on) return 0;
     lstate s = {.g = g};
-    size_t cap = 64;
-    while (cap < 2 * (size_t)cc->nhtab + 2) cap *= 2;
-    s.m.h = calloc(cap, sizeof *s.m.h);
-    s.m.idx = malloc(cap * sizeof *s.m.idx);
-    s.m.mask = cap - 1;
+    const int indexed = hyfi_hindex_build(&s.m, cc) == 0;
     s.nversion = cc->nhtab;
     s.version = calloc((size_t)cc->nhtab + 1, sizeof *s.version);
     s.seen = calloc((size_t)cc->nhtab + 1, 1);
     s.cmask = 255;
     s.c = malloc((s.cmask + 1) * sizeof *s.c);
     int rc = -1;
-    if (s.m.h && s.m.idx && s.version && s.seen && s.c) {
+    if (indexed && s.version && s.seen && s.c) {
         for (size_t i = 0; i <= s.cmask; i++) s.c[i].src = -1;
-        for (int i = 0; i < cc->nhtab; i++) {
-            starpu_data_handle_t h = *cc->htab[i].slot;
-            if (!h || HYFI_HDEFERRED(h)) continue;
-            const size_t k = hslot(&s.m, h);
-            s.m.h[k] = h;
-            s.m.idx[k] = i;
-        }
         program *ps[3] = {&cc->train_prog, &cc->infer_prog, &cc->fwd_train_prog};
         rc = 0;
         for (int k = 0; k < 3 && !rc; k++) rc = localise(&s, ps[k]);
@@ -330,8 +297,7 @@ int hyfi_programs_localise(hyfi_graph *g)
          * writers of these for their readers (run.c) */
         for (int i = 0; i < s.nversion; i++) cc->htab[i].flushread = s.seen[i] == 1;
     }
-    free(s.m.h);
-    free(s.m.idx);
+    hyfi_hindex_free(&s.m);
     free(s.version);
     free(s.seen);
     free(s.c);

@@ -52,23 +52,17 @@ static int mark_skips(hyfi_graph *g)
     size_t nb = 0;
     for (int k = 0; k < 3; k++)
         for (int i = 0; i < ps[k]->n; i++) nb += (size_t)ps[k]->t[i].nbuf;
-    handle_set s = {0}, fr = {0};
+    handle_set s = {0};
     size_t cap = 16;
     while (cap < 2 * nb + 2) cap <<= 1;
     if (!(s.slot = calloc(cap, sizeof *s.slot))) return -1;
     s.mask = cap - 1;
-    /* the handles read elsewhere only before a flush (localise.c): no copy of
-     * them stays, so their writers need not be seen by their readers */
-    size_t fcap = 16;
-    while (fcap < 2 * (size_t)g->cc->nhtab + 2) fcap <<= 1;
-    if (!(fr.slot = calloc(fcap, sizeof *fr.slot))) {
+    /* the handles read elsewhere only before a flush (localise.c: flushread):
+     * no copy of them stays, so their writers need not be seen by their readers */
+    hyfi_hindex ix = {0};
+    if (hyfi_hindex_build(&ix, g->cc)) {
         free(s.slot);
         return -1;
-    }
-    fr.mask = fcap - 1;
-    for (int i = 0; i < g->cc->nhtab; i++) {
-        starpu_data_handle_t h = *g->cc->htab[i].slot;
-        if (g->cc->htab[i].flushread && h) fr.slot[hs_at(&fr, h)] = h;
     }
     for (int k = 0; k < 3; k++)
         for (int i = 0; i < ps[k]->n; i++) {
@@ -76,7 +70,8 @@ static int mark_skips(hyfi_graph *g)
             if (t->kind != PT_TASK || t->rank != me) continue;
             for (int b = 0; b < t->nbuf; b++) {
                 starpu_data_handle_t h = prog_cbufs(t)[b].handle;
-                if (h && fr.slot[hs_at(&fr, h)] == h) continue;
+                const int e = hyfi_hindex_of(&ix, h);
+                if (e >= 0 && g->cc->htab[e].flushread) continue;
                 s.slot[hs_at(&s, h)] = h;
             }
         }
@@ -100,7 +95,7 @@ static int mark_skips(hyfi_graph *g)
         }
     }
     free(s.slot);
-    free(fr.slot);
+    hyfi_hindex_free(&ix);
     if (rc)
         for (int k = 0; k < 3; k++) free(ps[k]->skip), ps[k]->skip = NULL;
     if (!rc && g->ctx->verbose) {
