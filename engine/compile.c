@@ -82,12 +82,14 @@ static void whole_view(emit_ctx *e, const node *nd, hyfi_opview *v)
     v->a = hyfi_node_args(nd, e->M);
     v->n = nd->out->dims[0] / e->M;
     v->hw = nd->out->dims[2] * nd->out->dims[3];
-    hyfi_tensor *y = nd->relu_out ? nd->relu_out : nd->out; /* a fused ReLU's */
+    /* a fused ReLU's or add's output */
+    hyfi_tensor *y = nd->relu_out ? nd->relu_out : nd->add_out ? nd->add_out : nd->out;
     v->y = HV(y);
     for (int i = 0; i < nd->nin; i++) {
         v->x[i] = HV(nd->in[i]);
         v->dplace[i] = -1;
     }
+    if (nd->add_res) v->x[1] = HV(nd->add_res); /* the fused add's other input */
     for (int k = 0; k < 4; k++)
         if (nd->p[k]) v->p[k] = PH(nd->p[k]);
     for (int k = 0; k < 2; k++)
@@ -175,7 +177,10 @@ static int emit_backward(emit_ctx *e, const node *nd)
     v.dy = HG(ysrc);
     for (int i = 0; i < nd->nin; i++) {
         if (!nd->in[i]->requires_grad && !hyfi_op_writes_dx(nd, i)) continue;
-        if (add_grad_alias(e, nd, i, ysrc)) {
+        if (add_grad_alias(e, nd, i, ysrc) ||
+            (nd->op == OP_ADD && nd->fused && nd->in[i]->fused)) {
+            /* an add fused into the convolution making input i (layout.c): the
+             * convolution's backward reads the add's output gradient */
             nd->in[i]->galias = ysrc;
             grad_done(e, nd->in[i]);
             continue;

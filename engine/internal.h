@@ -149,8 +149,9 @@ struct hyfi_tensor {
      * compile.c "Gradient forwarding"); its own gh are never written and
      * whoever reads the gradient reads galias's handles. NULL: its own. */
     struct hyfi_tensor *galias;
-    int fused;            /* a batch norm's output whose ReLU is fused into it (layout.c):
-                             never made; hyfi_tensor_read / hyfi_grad_read refuse it */
+    int fused;            /* a batch norm's output whose ReLU is fused into it, or a
+                             convolution's whose add is (layout.c): never made;
+                             hyfi_tensor_read / hyfi_grad_read refuse it */
     /* Partial gradients: a stage other than the tensor's own that consumes it
      * sums its contributions into its own handle gpart[stage * nh + m] (NULL
      * where none), which the owning stage adds into gh[m] at the start of its
@@ -215,7 +216,12 @@ typedef struct {
     hyfi_tensor *relu_out;/* batch norm with the ReLU after it fused (layout.c): the ReLU's
                              output, which this op's tasks write and whose gradient they
                              read; NULL otherwise */
-    int fused;            /* a ReLU fused into the batch norm before it: no tasks */
+    int fused;            /* a ReLU fused into the batch norm before it, or an add into
+                             the convolution before it (add_out): no forward tasks */
+    hyfi_tensor *add_out; /* convolution with the residual add after it fused (layout.c):
+                             the add's output, which this op's forward writes and whose
+                             gradient its backward reads; NULL otherwise */
+    hyfi_tensor *add_res; /* with add_out: the add's other input, read by the forward */
     union {
         hyfi_conv2d_args conv;
         hyfi_batchnorm_args bn;
@@ -246,9 +252,10 @@ int hyfi_op_zero_padded(const node *nd);
  * (layout.c): sets t->blk and the layouts in the convolutions' and pools'
  * arguments. After the plan. */
 hyfi_status hyfi_layout_plan(hyfi_graph *g);
-/* Which batch norms take the ReLU after them into their own tasks (layout.c):
- * sets node.relu_out / node.fused, the args' relu flag and tensor.fused.
- * After the plan. */
+/* Which batch norms take the ReLU after them into their own tasks, and which
+ * convolutions the residual add after them (layout.c): sets node.relu_out /
+ * node.add_out / node.add_res / node.fused, the args' relu flag and
+ * tensor.fused. After the plan. */
 hyfi_status hyfi_fuse_plan(hyfi_graph *g);
 /* A whole copy of t (t->numel floats, in place): from the layout t lives in
  * between tasks to plain NCHW / OIHW (to_plain), or back. -1: out of memory. */

@@ -141,6 +141,44 @@ hyfi_status hyfi_layout_plan(hyfi_graph *g)
     return HYFI_OK;
 }
 
+/* Convolution + residual add fusion. A convolution whose output only an add
+ * reads writes the add's output itself, y = conv(x) + r (its codelet
+ * hyfi_cl_conv2d_forward_add), and the add has no forward task; the
+ * convolution's output is never made, its gradient is the add's output
+ * gradient (as compile.c's gradient forwarding). One task and one buffer
+ * fewer per residual block, r added while y is in cache (ResNet-110 v2: 54
+ * adds a step). In bf16 the convolution's result is rounded before r is added,
+ * so the values are those of the two ops bit for bit. With the conditions of
+ * the batch norm's fusion below (CPU-only, one stage and one layer, untiled,
+ * one layout), and r made before the convolution (its forward reads it) in
+ * the same stage. HYFI_FUSE_CONV_ADD=0 turns it off. */
+static int conv_add_on(void)
+{
+    const char *e = getenv("HYFI_FUSE_CONV_ADD");
+    return !(e && !strcmp(e, "0"));
+}
+
+static void fuse_conv_add(hyfi_graph *g, const int *nread, const int *reader)
+{
+    for (int k = 0; k < g->nnodes; k++) {
+        node *c = &g->nodes[k];
+        if (c->op != OP_CONV2D) continue;
+        hyfi_tensor *t = c->out;
+        if (nread[t->id] != 1 || t == g->loss || t->fused) continue;
+        node *ad = &g->nodes[reader[t->id]];
+        if (ad->op != OP_ADD || ad->fused || ad->nin != 2 || ad->in[0] == ad->in[1]) continue;
+        hyfi_tensor *r = ad->in[ad->in[0] == t ? 1 : 0];
+        if (ad->stage != c->stage || ad->layer != c->layer || r->stage != c->stage ||
+            r->producer >= k || hyfi_spatial_tiled(g, c) || hyfi_spatial_tiled(g, ad) ||
+            ad->out->blk != t->blk || r->blk != t->blk || r->mb_numel != t->mb_numel)
+            continue;
+        c->add_out = ad->out;
+        c->add_res = r;
+        ad->fused = 1;
+        t->fused = 1;
+    }
+}
+
 /* Batch norm + ReLU fusion. A batch norm whose output only a ReLU reads runs
  * the ReLU in its own tasks (ops/batchnorm_cpu.c): the forward writes the
  * ReLU's output, the backward reads that output and its gradient and masks
@@ -158,7 +196,7 @@ hyfi_status hyfi_fuse_plan(hyfi_graph *g)
 {
     for (int k = 0; k < g->nnodes; k++) {
         node *nd = &g->nodes[k];
-        nd->relu_out = NULL;
+        nd->relu_out = nd->add_out = nd->add_res = NULL;
         nd->fused = 0;
         if (nd->op == OP_BATCHNORM) nd->a.bn.relu = 0;
     }
@@ -207,6 +245,7 @@ hyfi_status hyfi_fuse_plan(hyfi_graph *g)
         r->fused = 1;
         t->fused = 1;
     }
+    if (conv_add_on()) fuse_conv_add(g, nread, reader);
     free(nread);
     free(reader);
     return HYFI_OK;

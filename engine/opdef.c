@@ -257,6 +257,13 @@ int hyfi_op_forward(emit_ctx *e, const hyfi_opview *v)
     const hyfi_task_args *a = &v->a;
     switch (nd->op) {
     case OP_CONV2D:
+        if (nd->add_out) { /* y = conv(x) + r, the add fused (layout.c) */
+            PUSH(&hyfi_cl_conv2d_forward_add, "fwd", a);
+            W(v->y), R(v->x[0]), R(v->x[1]), R(v->p[0]);
+            if (nd->p[1]) R(v->p[1]);
+            break;
+        }
+        /* fall through */
     case OP_FC:
         PUSH(nd->op == OP_CONV2D ? &hyfi_cl_conv2d_forward : &hyfi_cl_fc_forward, "fwd", a);
         W(v->y), R(v->x[0]), R(v->p[0]);
@@ -289,6 +296,7 @@ int hyfi_op_forward(emit_ctx *e, const hyfi_opview *v)
         W(v->y), R(v->x[0]);
         break;
     case OP_ADD:
+        if (nd->fused) return 0; /* the convolution's task wrote y */
         PUSH(&hyfi_cl_add_forward, "fwd", a);
         W(v->y), R(v->x[0]), R(v->x[1]);
         break;

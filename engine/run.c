@@ -699,10 +699,18 @@ static hyfi_status check_released(hyfi_graph *g, const hyfi_tensor *t, const cha
     return HYFI_OK;
 }
 
-/* A batch norm's output fused with its ReLU is never made (layout.c). */
+/* A batch norm's output fused with its ReLU, or a convolution's with the add
+ * after it, is never made (layout.c). */
 static hyfi_status check_fused(hyfi_graph *g, const hyfi_tensor *t, const char *who)
 {
     if (!t->fused) return HYFI_OK;
+    if (t->producer >= 0 && g->nodes[t->producer].add_out)
+        return hyfi_call_fail(g, HYFI_ERR_STATE,
+                              "%s: \"%s\" is not kept: on CPUs its convolution and the add "
+                              "after it run as one task that writes only the add's output "
+                              "\"%s\"; read that, or set HYFI_FUSE_CONV_ADD=0 before "
+                              "compiling to keep both",
+                              who, t->name, g->nodes[t->producer].add_out->name);
     const char *relu = "its ReLU";
     for (int k = 0; k < g->nnodes; k++)
         if (g->nodes[k].op == OP_RELU && g->nodes[k].fused && g->nodes[k].in[0] == t)

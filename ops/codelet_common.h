@@ -306,6 +306,8 @@ unsigned hyfi_ops_bf16_mask(void *buffers[]);
 /* Every codelet, named after the kernel it calls. Buffers in kernel order. */
 extern struct starpu_codelet hyfi_cl_conv2d_forward, hyfi_cl_conv2d_backward_data,
     hyfi_cl_conv2d_backward_weight;
+/* CPU only: y = conv(x, w, b) + r (y, x, r, w[, b]), the fused residual add */
+extern struct starpu_codelet hyfi_cl_conv2d_forward_add;
 extern struct starpu_codelet hyfi_cl_batchnorm_forward_train, hyfi_cl_batchnorm_forward_eval,
     hyfi_cl_batchnorm_backward;
 extern struct starpu_codelet hyfi_cl_relu_forward, hyfi_cl_relu_backward, hyfi_cl_add_forward,

@@ -569,6 +569,20 @@ out:
     return rc;
 }
 
+/* y = conv(x, w, b) + r (the residual add fused after the convolution);
+ * r (N,Cout,Ho,Wo) in y's layout; round_mid: in a bf16 task on staged
+ * buffers, the convolution's result rounded to bf16 first, as the two tasks
+ * apart would store it */
+int hyfi_conv2d_forward_add_cpu(float *y, const float *x, const float *r, const float *w,
+                                const float *b, const hyfi_conv2d_args *a, int round_mid)
+{
+    int rc = hyfi_conv2d_forward_cpu(y, x, w, b, a);
+    if (rc) return rc;
+    const size_t count = (size_t)a->n * a->c_out * a->ho * a->wo;
+    if (round_mid && (rc = hyfi_bf16_round_cpu(y, count)) != 0) return rc;
+    return hyfi_add_forward_cpu(y, y, r, count);
+}
+
 /* dx (N,Cin,H,W), dy (N,Cout,Ho,Wo), w (Cout,Cin/G,KH,KW) */
 int hyfi_conv2d_backward_data_cpu(float *dx, const float *dy, const float *w,
                                   const hyfi_conv2d_args *a, int acc)

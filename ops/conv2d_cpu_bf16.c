@@ -488,6 +488,16 @@ int hyfi_conv2d_forward_cpu_bf16(uint16_t *y, const uint16_t *x, const float *w,
     return run_pieces(DIR_FWD, y, x, w, b, a, 0, &d, p, pd_pad_bytes(p->pd));
 }
 
+/* y = conv(x, w, b) + r, all bf16: the convolution's result rounded (stored)
+ * before r is added, as the two tasks apart (kernels.h) */
+int hyfi_conv2d_forward_add_cpu_bf16(uint16_t *y, const uint16_t *x, const uint16_t *r,
+                                     const float *w, const float *b, const hyfi_conv2d_args *a)
+{
+    int rc = hyfi_conv2d_forward_cpu_bf16(y, x, w, b, a);
+    if (rc) return rc;
+    return hyfi_add_forward_bf16(y, y, r, (size_t)a->n * a->c_out * a->ho * a->wo);
+}
+
 /* dx (N,Cin,H,W) bf16, dy (N,Cout,Ho,Wo) bf16, w (Cout,Cin/G,KH,KW);
  * acc: dx = round(dx + result), the result in float32 */
 int hyfi_conv2d_backward_data_cpu_bf16(uint16_t *dx, const uint16_t *dy, const float *w,

@@ -61,6 +61,17 @@ int hyfi_conv2d_forward_ref(float *y, const float *x, const float *w, const floa
     return 0;
 }
 
+/* y = conv(x, w, b) + r; r (N,Cout,Ho,Wo) in y's layout */
+int hyfi_conv2d_forward_add_ref(float *y, const float *x, const float *r, const float *w,
+                                const float *b, const hyfi_conv2d_args *a)
+{
+    int rc = hyfi_conv2d_forward_ref(y, x, w, b, a);
+    if (rc) return rc;
+    const size_t count = (size_t)a->n * a->c_out * a->ho * a->wo;
+    for (size_t i = 0; i < count; i++) y[i] += r[i];
+    return 0;
+}
+
 /* dx (N,Cin,H,W), dy (N,Cout,Ho,Wo), w (Cout,Cin/G,KH,KW).
  * dx[n,c,ih,iw] = sum over the outputs (co in c's group, oh, ow) whose window
  * covers (ih, iw) at kernel tap (i, j) = (ih - oh*sh + ph, iw - ow*sw + pw). */

@@ -81,6 +81,13 @@ int hyfi_conv2d_cpu_bf16_faster(double *t_bf16, double *t_f32);
 /* y (N,Cout,Ho,Wo) bf16, x (N,Cin,H,W) bf16, w (Cout,Cin/G,KH,KW), b (Cout) or NULL */
 int hyfi_conv2d_forward_cpu_bf16(uint16_t *y, const uint16_t *x, const float *w, const float *b,
                                  const hyfi_conv2d_args *a);
+/* The convolution with the residual add after it fused (engine/layout.c):
+ * y = conv(x, w, b) + r, r (N,Cout,Ho,Wo) in y's layout and storage. The
+ * convolution's result is rounded to bf16 before r is added (the bf16 call,
+ * and the float32 one with round_mid in a bf16 task, whose staged y is
+ * rounded once more afterwards): bitwise the two ops apart. */
+int hyfi_conv2d_forward_add_cpu_bf16(uint16_t *y, const uint16_t *x, const uint16_t *r,
+                                     const float *w, const float *b, const hyfi_conv2d_args *a);
 /* dx (N,Cin,H,W) bf16, dy (N,Cout,Ho,Wo) bf16, w (Cout,Cin/G,KH,KW) */
 int hyfi_conv2d_backward_data_cpu_bf16(uint16_t *dx, const uint16_t *dy, const float *w,
                                        const hyfi_conv2d_args *a, int acc);
@@ -103,6 +110,9 @@ int hyfi_conv2d_backward_weight_cpu_bf16(float *dw, float *db, const uint16_t *d
 /* y (N,Cout,Ho,Wo), x (N,Cin,H,W), w (Cout,Cin/G,KH,KW), b (Cout) or NULL */
 int hyfi_conv2d_forward_ref(float *y, const float *x, const float *w, const float *b,
                             const hyfi_conv2d_args *a);
+/* y = conv(x, w, b) + r; r (N,Cout,Ho,Wo) */
+int hyfi_conv2d_forward_add_ref(float *y, const float *x, const float *r, const float *w,
+                                const float *b, const hyfi_conv2d_args *a);
 /* dx (N,Cin,H,W), dy (N,Cout,Ho,Wo), w (Cout,Cin/G,KH,KW) */
 int hyfi_conv2d_backward_data_ref(float *dx, const float *dy, const float *w,
                                   const hyfi_conv2d_args *a, int acc);
@@ -112,6 +122,11 @@ int hyfi_conv2d_backward_weight_ref(float *dw, float *db, const float *dy, const
 
 int hyfi_conv2d_forward_cpu(float *y, const float *x, const float *w, const float *b,
                             const hyfi_conv2d_args *a);
+/* y = conv(x, w, b) + r (the fused residual add; r (N,Cout,Ho,Wo) in y's
+ * layout); round_mid: the convolution's result rounded to bf16 first (a bf16
+ * task on staged buffers) */
+int hyfi_conv2d_forward_add_cpu(float *y, const float *x, const float *r, const float *w,
+                                const float *b, const hyfi_conv2d_args *a, int round_mid);
 int hyfi_conv2d_backward_data_cpu(float *dx, const float *dy, const float *w,
                                   const hyfi_conv2d_args *a, int acc);
 int hyfi_conv2d_backward_weight_cpu(float *dw, float *db, const float *dy, const float *x,

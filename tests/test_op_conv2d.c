@@ -239,6 +239,43 @@ static void test_blocked(hyfi_conv2d_args a, int sb, int db, int wb, uint64_t *s
     free(dxr), free(dxb), free(dwr), free(dwb), free(dbr), free(dbb), free(wk), free(dwk);
 }
 
+/* The residual add fused into the convolution (engine/layout.c): y = conv(x)
+ * + r bitwise the convolution then hyfi_add_forward_cpu, and within the
+ * float32 tolerance of the reference, in layout blk (the GEMM path where
+ * N·Ho·Wo is small). */
+static void test_fused_add(hyfi_conv2d_args a, int blk, uint64_t *seed)
+{
+    a.src_blk = a.dst_blk = blk;
+    a.wei_blk = blk;
+    hyfi_conv2d_args r = a;
+    r.src_blk = r.dst_blk = r.wei_blk = 0;
+    const size_t nx = x_count(&a), ny = y_count(&a), nw = w_count(&a);
+    const int hwi = a.h * a.w, hwo = a.ho * a.wo, kk = a.kh * a.kw;
+    float *x = al(nx), *xk = al(nx), *w = al(nw), *wk = al(nw), *b = al((size_t)a.c_out);
+    float *res = al(ny), *rk = al(ny), *ya = al(ny), *yf = al(ny), *yr = al(ny), *yp = al(ny);
+    tu_fill(x, nx, seed, -1.f, 1.f);
+    tu_fill(w, nw, seed, -0.5f, 0.5f);
+    tu_fill(b, (size_t)a.c_out, seed, -0.5f, 0.5f);
+    tu_fill(res, ny, seed, -1.f, 1.f);
+    hyfi_layout_wei_to_blocked(wk, w, a.c_out, a.c_in, kk, blk);
+    hyfi_layout_to_blocked(xk, x, a.n, a.c_in, hwi, blk);
+    hyfi_layout_to_blocked(rk, res, a.n, a.c_out, hwo, blk);
+    const float *bias = a.has_bias ? b : NULL;
+    char shp[160], nm[224];
+    describe(shp, sizeof shp, &a);
+    int rc = hyfi_conv2d_forward_cpu(ya, xk, wk, bias, &a) | hyfi_add_forward_cpu(ya, ya, rk, ny);
+    rc |= hyfi_conv2d_forward_add_cpu(yf, xk, rk, wk, bias, &a, 0);
+    snprintf(nm, sizeof nm, "conv + add fused = apart %s blk %d", shp, blk);
+    printf("%-4s %s\n", rc || memcmp(ya, yf, ny * sizeof *ya) ? "FAIL" : "ok", nm);
+    tu_check(rc != 0 || memcmp(ya, yf, ny * sizeof *ya) != 0, nm);
+    rc = hyfi_conv2d_forward_add_ref(yr, x, res, w, bias, &r);
+    hyfi_layout_to_plain(yp, yf, a.n, a.c_out, hwo, blk);
+    snprintf(nm, sizeof nm, "conv + add fused vs ref %s blk %d", shp, blk);
+    tu_check(rc != 0 || tu_compare(nm, yp, yr, ny, TU_TOL_CPU_VS_REF), nm);
+    free(x), free(xk), free(w), free(wk), free(b), free(res), free(rk), free(ya), free(yf);
+    free(yr), free(yp);
+}
+
 int main(void)
 {
     uint64_t seed = 0xC0417D2024ull;
@@ -292,6 +329,11 @@ int main(void)
                 test_blocked(blk_cases[i], 0, 0, wb, &seed); /* NCHW, oneDNN's kernels */
             }
     test_blocked(mk(2, 3, 13, 13, 16, 7, 7, 2, 2, 3, 3, 1, 1), 0, 16, 0, &seed);
+    for (int B = 0; B <= 16; B += 16) {
+        test_fused_add(mk(2, 32, 9, 9, 32, 3, 3, 1, 1, 1, 1, 1, 1), B, &seed);
+        test_fused_add(mk(2, 16, 8, 8, 64, 1, 1, 1, 1, 0, 0, 1, 0), B, &seed);
+        test_fused_add(mk(4, 32, 2, 2, 32, 3, 3, 1, 1, 1, 1, 1, 0), B, &seed); /* GEMMs */
+    }
     {
         /* where the default rule takes GEMMs: at N·Ho·Wo = 16, not at 162
          * (HYFI_CONV_ALGO=direct or winograd: never, =gemm: both) */

@@ -186,6 +186,77 @@ static void kernel_choice(hyfi_conv2d_args a, uint64_t *seed)
     hyfi_conv2d_cpu_bf16_set_scratch_cap(0, 0);
 }
 
+/* The residual add fused into the convolution (y = conv(x) + r; engine
+ * layout.c): bitwise the convolution stored as bf16 and then the bf16 add,
+ * on the native path and on the float32 one a bf16 task stages (round_mid,
+ * then the output rounded as hyfi_ops_stage_out does); and within TOL_BF16
+ * of the reference plus r. */
+static void fused_add(hyfi_conv2d_args a, int blk, uint64_t *seed)
+{
+    a.src_blk = a.dst_blk = blk;
+    a.wei_blk = blk && a.groups == 1 ? blk : 0;
+    if (blk && (a.c_in % blk || a.c_out % blk)) return;
+    hyfi_conv2d_args r = a;
+    r.src_blk = r.dst_blk = r.wei_blk = 0;
+    const size_t nx = x_count(&a), ny = y_count(&a), nw = w_count(&a);
+    const int hwi = a.h * a.w, hwo = a.ho * a.wo, kk = a.kh * a.kw;
+    float *x = al(nx), *w = al(nw), *wk = al(nw), *b = al((size_t)a.c_out), *res = al(ny);
+    float *xk = al(nx), *rk = al(ny), *yf = al(ny), *ys = al(ny), *yr = al(ny), *tmp = al(ny);
+    uint16_t *xb = al16(nx), *rb = al16(ny), *yb = al16(ny), *yab = al16(ny);
+    fill_bf16(x, nx, seed, -1.f, 1.f);
+    fill_bf16(w, nw, seed, -0.5f, 0.5f);
+    fill_bf16(b, (size_t)a.c_out, seed, -0.5f, 0.5f);
+    fill_bf16(res, ny, seed, -2.f, 2.f);
+    hyfi_layout_wei_to_blocked(wk, w, a.c_out, a.c_in / a.groups, kk, a.wei_blk);
+    hyfi_layout_to_blocked(xk, x, a.n, a.c_in, hwi, blk);
+    hyfi_f32_to_bf16_ref(xb, xk, nx);
+    hyfi_layout_to_blocked(rk, res, a.n, a.c_out, hwo, blk);
+    hyfi_f32_to_bf16_ref(rb, rk, ny);
+    const float *bias = a.has_bias ? b : NULL;
+    char nm[200], what[260];
+    snprintf(nm, sizeof nm, "%dx%dx%dx%d -> %d k%d s%d%s blk %d", a.n, a.c_in, a.h, a.w, a.c_out,
+             a.kh, a.sh, a.has_bias ? " bias" : "", blk);
+    /* apart: the convolution stored, then the add */
+    int rc = hyfi_conv2d_forward_cpu_bf16(yb, xb, wk, bias, &a) |
+             hyfi_add_forward_bf16(yb, yb, rb, ny);
+    rc |= hyfi_conv2d_forward_add_cpu_bf16(yab, xb, rb, wk, bias, &a);
+    snprintf(what, sizeof what, "bf16 conv + add fused = apart (native) %s", nm);
+    tu_check(rc != 0 || memcmp(yb, yab, ny * sizeof *yb) != 0, what);
+    /* staged: float32 kernels on the widened buffers */
+    rc = hyfi_conv2d_forward_cpu(ys, xk, wk, bias, &a);
+    hyfi_bf16_round_ref(ys, ny);
+    rc |= hyfi_add_forward_ref(ys, ys, rk, ny);
+    hyfi_bf16_round_ref(ys, ny);
+    rc |= hyfi_conv2d_forward_add_cpu(yf, xk, rk, wk, bias, &a, 1);
+    hyfi_bf16_round_ref(yf, ny);
+    snprintf(what, sizeof what, "bf16 conv + add fused = apart (staged) %s", nm);
+    tu_check(rc != 0 || memcmp(ys, yf, ny * sizeof *ys) != 0, what);
+    /* against the reference: each of the two roundings (the convolution's,
+     * the sum's) within a bf16 unit of its value, the convolution's sums
+     * within their round-off: |got - want| <= 2^-7 (|c| + |want|) + 1e-4 |c| +
+     * 1e-5 with c the reference convolution and want = round(c + r). A
+     * relative bound on want alone fails where c and r cancel. */
+    float *cr = al(ny);
+    rc = hyfi_conv2d_forward_ref(cr, x, w, bias, &r);
+    rc |= hyfi_conv2d_forward_add_ref(yr, x, res, w, bias, &r);
+    hyfi_bf16_round_ref(yr, ny);
+    widen(tmp, yab, ny);
+    hyfi_layout_to_plain(yf, tmp, a.n, a.c_out, hwo, blk);
+    double worst = 0;
+    for (size_t i = 0; i < ny; i++) {
+        const double c = fabs(cr[i]), want = yr[i];
+        const double bound = (c + fabs(want)) / 128 + 1e-4 * c + 1e-5;
+        const double e = fabs(yf[i] - want) / bound;
+        if (!(e <= worst)) worst = e; /* NaN counts */
+    }
+    snprintf(what, sizeof what, "bf16 conv + add fused vs ref %s (worst %.2f of the bound)", nm,
+             worst);
+    tu_check(rc != 0 || !(worst <= 1.0), what);
+    free(cr);
+    free(x), free(w), free(wk), free(b), free(res), free(xk), free(rk), free(yf), free(ys);
+    free(yr), free(tmp), free(xb), free(rb), free(yb), free(yab);
+}
+
 static hyfi_conv2d_args shape(int n, int ci, int h, int co, int k, int s, int p, int g, int bias)
 {
     hyfi_conv2d_args a = {.n = n, .c_in = ci, .h = h, .w = h, .c_out = co, .kh = k, .kw = k,
@@ -212,6 +283,13 @@ int main(void)
         run(cases[i], 0, &seed);
         run(cases[i], 16, &seed);
         run(cases[i], 8, &seed);
+    }
+    /* the fused residual add: a 3x3 and ResNet's 1x1 expansion, with bias */
+    const hyfi_conv2d_args fa[] = {shape(2, 32, 12, 32, 3, 1, 1, 1, 0),
+                                   shape(2, 16, 10, 64, 1, 1, 0, 1, 1)};
+    for (size_t i = 0; i < sizeof fa / sizeof *fa; i++) {
+        fused_add(fa[i], 16, &seed);
+        fused_add(fa[i], 0, &seed);
     }
     /* pieces: ResNet's 1x1 expansions and reductions (stride 1 and 2), a 3x3
      * and a grouped one */
