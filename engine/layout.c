@@ -152,10 +152,15 @@ hyfi_status hyfi_layout_plan(hyfi_graph *g)
  * the batch norm's fusion below (CPU-only, one stage and one layer, untiled,
  * one layout), and r made before the convolution (its forward reads it) in
  * the same stage. HYFI_FUSE_CONV_ADD=0 turns it off. */
-static int conv_add_on(void)
+static int conv_add_on(hyfi_graph *g)
 {
     const char *e = getenv("HYFI_FUSE_CONV_ADD");
-    return !(e && !strcmp(e, "0"));
+    /* its codelet has no CUDA function: no rank with CUDA workers fuses */
+    const bool off = (e && !strcmp(e, "0")) || g->ctx->ncuda > 0;
+    bool none = off;
+    if (g->ctx->mpi && g->ctx->nranks > 1 && hyfi_ctx_any(g->ctx, off, &none) != HYFI_OK)
+        return 0;
+    return !none;
 }
 
 static void fuse_conv_add(hyfi_graph *g, const int *nread, const int *reader)
@@ -245,7 +250,7 @@ hyfi_status hyfi_fuse_plan(hyfi_graph *g)
         r->fused = 1;
         t->fused = 1;
     }
-    if (conv_add_on()) fuse_conv_add(g, nread, reader);
+    if (conv_add_on(g)) fuse_conv_add(g, nread, reader);
     free(nread);
     free(reader);
     return HYFI_OK;
