@@ -38,7 +38,7 @@ static starpu_data_handle_t gtarget(const emit_ctx *e, hyfi_tensor *t, unsigned 
 {
     if (t->stage == e->stage || !t->gpart) {
         *flag = &TGW(t, e->m);
-        return TGH(t, e->m);
+        return TGH(hyfi_grad_source(t), e->m); /* a forwarded one: its add's (below) */
     }
     const size_t k = (size_t)e->stage * t->nh + e->m;
     *flag = &t->gpw[k];
@@ -143,17 +143,63 @@ static hyfi_gout grad_view(const emit_ctx *e, hyfi_tensor *x)
  * the copy is not emitted and the producer of input i reads the add's output
  * gradient itself (t->galias). Same bits, one task and one buffer less per
  * residual block (ResNet's branch; a 1 ms copy of 8 MB on ResNet-110's
- * critical path, docs/bench-cpu.md). Only whole tensors of the emitting stage
- * with the same layout, and not with layer re-materialisation (which releases
- * a segment's gradients after its backward, possibly before the producer's).
- * HYFI_GRAD_ALIAS=0 turns it off (measurements). */
+ * critical path, docs/bench-cpu.md).
+ *
+ * Where input i has other consumers too (a residual block's input: the
+ * shortcut and the block's first op), the add is its last consumer, so its
+ * backward writes i's gradient first, as a copy that the others then add to.
+ * Instead, i takes the add's output gradient buffer B as its own, and the
+ * other consumers add into B: the same values in the same order. That is
+ * right while every task that reads B for the add's output gradient (the
+ * producers of the tensors forwarded to B: the other input's, the branch's)
+ * comes before the other consumers' backward, which write into B; so each of
+ * those producers must come after every other consumer in the forward order
+ * (the backward runs in reverse), and the other input must not be an add's
+ * output (whose own inputs would read B later). Then B no longer holds the
+ * add output's gradient after the step: hyfi_grad_read refuses those tensors
+ * (gclob), naming the switch.
+ *
+ * Only whole tensors of the emitting stage with the same layout, and not with
+ * layer re-materialisation (which releases a segment's gradients after its
+ * backward, possibly before the producer's). HYFI_GRAD_ALIAS=0 turns it off
+ * (measurements). */
 static int grad_alias_on(void)
 {
     const char *v = getenv("HYFI_GRAD_ALIAS");
     return !(v && v[0] == '0');
 }
 
-/* Can input i of add node nd take its gradient from y, the tensor holding the
+/* Can t, an input of add nd with other consumers, take B = y's gradient
+ * handles (above)? */
+static int add_grad_alias_shared(const emit_ctx *e, const node *nd, const hyfi_tensor *t,
+                                 const hyfi_tensor *y)
+{
+    const hyfi_graph *g = e->g;
+    const int self = (int)(nd - g->nodes);
+    int cmax = -1;
+    for (int k = 0; k < g->nnodes; k++) {
+        const node *c = &g->nodes[k];
+        for (int j = 0; j < c->nin; j++) {
+            if (c->in[j] != t || k == self) continue;
+            if (k > self || c->stage != e->stage || hyfi_spatial_tiled(g, c)) return 0;
+            if (k > cmax) cmax = k;
+        }
+    }
+    for (int j = 0; j < nd->nin; j++) {
+        const hyfi_tensor *u = nd->in[j];
+        if (u == t) continue;
+        if (u->producer >= 0 && (u->producer <= cmax || g->nodes[u->producer].op == OP_ADD))
+            return 0;
+    }
+    for (int k = 0; k < g->ntensors; k++) {
+        hyfi_tensor *s = g->tensors[k];
+        if (s != t && (s->galias || s == y) && hyfi_grad_source(s) == y && s->producer <= cmax)
+            return 0;
+    }
+    return 1;
+}
+
+/* Can input i of add nd take its gradient from y, the tensor holding the
  * add's output gradient (hyfi_grad_source)? */
 static int add_grad_alias(const emit_ctx *e, const node *nd, int i, const hyfi_tensor *y)
 {
@@ -165,7 +211,15 @@ static int add_grad_alias(const emit_ctx *e, const node *nd, int i, const hyfi_t
     if (t->blk != y->blk || t->nh != y->nh || t->mb_numel != y->mb_numel || !t->gh || !y->gh)
         return 0;
     if (g->cc->pl->recompute == HYFI_RECOMPUTE_LAYER || TGW(t, e->m)) return 0;
-    return hyfi_tensor_consumers(g, t) == 1;
+    const int nc = hyfi_tensor_consumers(g, t);
+    if (nc == 1) return 1;
+    if (t->gpart || nd->in[0] == nd->in[1] || !add_grad_alias_shared(e, nd, t, y)) return 0;
+    /* what B held before t's other consumers add to it is no longer readable */
+    for (int k = 0; k < g->ntensors; k++) {
+        hyfi_tensor *s = g->tensors[k];
+        if (s != t && (s->galias || s == y) && hyfi_grad_source(s) == y) s->gclob = 1;
+    }
+    return 1;
 }
 
 static int emit_backward(emit_ctx *e, const node *nd)
@@ -374,6 +428,7 @@ static int build_train(hyfi_graph *g, const int *first)
         if (t->tl) memset(t->tl->gw, 0, (size_t)M * pl->P);
         t->gwritten = 0;
         t->galias = NULL;
+        t->gclob = 0;
     }
     memset(g->loss->gw, 1, (size_t)g->loss->nh);
     int rc = 0, rerun_cap = 0, *rerun_at = NULL; /* recompute: [from, to) of the re-runs */

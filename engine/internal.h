@@ -149,6 +149,8 @@ struct hyfi_tensor {
      * compile.c "Gradient forwarding"); its own gh are never written and
      * whoever reads the gradient reads galias's handles. NULL: its own. */
     struct hyfi_tensor *galias;
+    int gclob;            /* compile-time: its gradient handles (or galias's) hold another
+                             tensor's gradient after the step (compile.c): not readable */
     int fused;            /* a batch norm's output whose ReLU is fused into it, or a
                              convolution's whose add is (layout.c): never made;
                              hyfi_tensor_read / hyfi_grad_read refuse it */

@@ -747,6 +747,13 @@ hyfi_status hyfi_grad_read(hyfi_graph *g, const hyfi_tensor *t, float *out, size
     if (s != HYFI_OK) return s;
     if (!out) return hyfi_call_fail(g, HYFI_ERR_ARG, "hyfi_grad_read: output buffer is NULL");
     if ((s = check_fused(g, t, "hyfi_grad_read")) != HYFI_OK) return s;
+    if (t->gclob)
+        return hyfi_call_fail(g, HYFI_ERR_STATE,
+                              "hyfi_grad_read: the gradient of \"%s\" is not kept: its buffer "
+                              "went on to hold the gradient of a residual block's input (adds "
+                              "forward gradients without copies); set "
+                              "HYFI_GRAD_ALIAS=0 before compiling to keep it",
+                              t->name);
     if (!g->cc->stepped || !t->gh || !t->gwritten)
         return hyfi_call_fail(g, HYFI_ERR_STATE, "hyfi_grad_read: \"%s\" has no gradient%s",
                               t->name, g->cc->stepped ? " (it is not on the loss's path)"

@@ -4,7 +4,13 @@
  * whose output only an add reads writes the add's output itself. The step
  * must be bit for bit the one with the copies and the separate adds
  * (HYFI_GRAD_ALIAS=0 and HYFI_FUSE_CONV_ADD=0), in float32 and in bf16
- * (where the fused convolution rounds its result before adding).
+ * (where the fused convolution rounds its result before adding). A residual
+ * block's input, which the add and the block's first op both read, takes the
+ * add's output gradient buffer as its own (the other consumer adds into it):
+ * its gradient read back equals the copying run's, and the gradients that
+ * buffer held before (the add's, the tensors forwarded to it) are refused with
+ * HYFI_ERR_STATE naming HYFI_GRAD_ALIAS=0 (ResNet v1-8, one place: the stem's
+ * ReLU and layer1.0's add).
  *
  * ResNet v1-8 and v2-11 (CIFAR style) at 16x16, batch 4, and AmoebaNet-D
  * (3 layers, 8 filters) at 32x32, batch 2, train 2 steps under each plan twice
@@ -28,6 +34,12 @@
 #include <string.h>
 
 #define STEPS 2
+
+/* A tensor whose gradient run() tries to read after the steps (NULL: none),
+ * and what that read answered */
+static const char *g_probe;
+static hyfi_status g_probe_status;
+static char g_probe_err[512];
 
 typedef struct {
     float loss[STEPS];
@@ -109,9 +121,16 @@ static int run(hyfi_ctx *ctx, const model_config *mc, int image, int batch,
                       plan->recompute == HYFI_RECOMPUTE_NONE;
     size_t n2 = 0;
     if (!rc && keeps && in_name[0] &&
-        (read_grad(g, in_name, &r->gin, &r->nact) || read_grad(g, add_name, &r->gadd, &n2) ||
-         n2 != r->nact))
+        (read_grad(g, in_name, &r->gin, &r->nact) ||
+         (add_name[0] && (read_grad(g, add_name, &r->gadd, &n2) || n2 != r->nact))))
         rc = -1;
+    hyfi_tensor *pt = !rc && g_probe ? hyfi_tensor_find(g, g_probe) : NULL;
+    if (pt) {
+        float *buf = malloc(hyfi_tensor_numel(pt) * sizeof *buf);
+        g_probe_status = buf ? hyfi_grad_read(g, pt, buf, hyfi_tensor_numel(pt)) : HYFI_ERR_NOMEM;
+        snprintf(g_probe_err, sizeof g_probe_err, "%s", hyfi_last_error());
+        free(buf);
+    }
     r->ngrad = hyfi_param_numel(g);
     r->grad = malloc(r->ngrad * sizeof(float));
     r->weight = malloc(r->ngrad * sizeof(float));
@@ -137,6 +156,35 @@ static int same(const char *what, const float *a, const float *b, size_t n)
     return ok;
 }
 
+/* ResNet v1-8, one place, 2 steps: the stem's ReLU (read by layer1.0's first
+ * convolution and its add) has the copying run's gradient bit for bit; the
+ * gradient of layer1.0's add is refused (its buffer went on to the ReLU's)
+ * with the switch named, and read with HYFI_GRAD_ALIAS=0. */
+static int shared_input(hyfi_ctx *ctx)
+{
+    model_config mc = model_config_default();
+    mc.kind = MODEL_RESNET, mc.num_classes = 10, mc.depth = 8, mc.resnet_version = 1;
+    const hyfi_plan_config plan = {.stages = 1};
+    result copy, alias;
+    g_bf16 = 0;
+    setenv("HYFI_GRAD_ALIAS", "0", 1);
+    int rc = run(ctx, &mc, 16, 4, &plan, "relu", "layer1.0.add", &copy);
+    unsetenv("HYFI_GRAD_ALIAS");
+    /* the default: read the ReLU's gradient, then try the add's */
+    g_probe = "layer1.0.add";
+    g_probe_status = HYFI_OK;
+    rc |= run(ctx, &mc, 16, 4, &plan, "relu", "", &alias);
+    g_probe = NULL;
+    int ok = !rc && same("block input gradient", alias.gin, copy.gin, copy.nact) &&
+             alias.ntasks < copy.ntasks;
+    const int refused = g_probe_status == HYFI_ERR_STATE && strstr(g_probe_err, "HYFI_GRAD_ALIAS=0");
+    printf("%s ResNet v1-8, one place: the stem ReLU's gradient as copied (%zu tasks per step, "
+           "copying %zu); layer1.0.add's refused%s%s\n", ok && refused ? "ok  " : "FAIL",
+           alias.ntasks, copy.ntasks, refused ? ": " : "", refused ? g_probe_err : "");
+    free_result(&copy), free_result(&alias);
+    return !(ok && refused);
+}
+
 int main(void)
 {
     /* one CPU worker: no core lending, so every oneDNN call has the same threads
@@ -153,7 +201,9 @@ int main(void)
         int version, depth, layers, filters, image, batch, bf16;
         const char *in, *add; /* an add input with no other consumer, and the add */
     } models[] = {
-        {"ResNet v1-8", MODEL_RESNET, 1, 8, 0, 0, 16, 4, 0, "layer1.0.bn2", "layer1.0.add"},
+        /* layer1.0's add gives its buffer to the stem's ReLU (above): layer3.0's
+         * pair is read */
+        {"ResNet v1-8", MODEL_RESNET, 1, 8, 0, 0, 16, 4, 0, "layer3.0.bn2", "layer3.0.add"},
         /* conv3 is not fused (the shortcut's convolution comes after it): the
          * shortcut's is; each other block's conv3 is */
         {"ResNet v2-11", MODEL_RESNET, 2, 11, 0, 0, 16, 4, 0, "layer1.0.conv3", "layer1.0.add"},
@@ -222,6 +272,7 @@ int main(void)
             free_result(&alias);
         }
     }
+    fails += shared_input(ctx);
     hyfi_ctx_destroy(ctx);
     printf("%s\n", fails ? "FAILED" : "all passed");
     return fails ? 1 : 0;
