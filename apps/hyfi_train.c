@@ -184,6 +184,7 @@ static int compile_model(run *r)
                              .gems = o->gems, .replications = o->replications,
                              .data_parallel = o->data_parallel, .allreduce = o->allreduce,
                              .bucket_kib = o->bucket_kib, .recompute = o->recompute};
+    train_plan_from_env(&plan);
     if ((st = hyfi_graph_set_plan(r->g, &plan)) != HYFI_OK ||
         (st = hyfi_graph_compile(r->g, r->loss, &tc)) != HYFI_OK) {
         /* a mismatch between the ranks is the same message on every rank */

@@ -114,4 +114,9 @@ typedef struct train_settings {
 } train_settings;
 void train_settings_fill(const train_options *o, train_settings *ts);
 
+/* The plan's graph-rewrite switches from HYFI_BLOCKED, HYFI_BLOCKED_WEIGHTS,
+ * HYFI_FUSE_BN_RELU, HYFI_FUSE_CONV_ADD, HYFI_GRAD_ALIAS (=0: off) and
+ * HYFI_SUBMIT_ALL (=1: on), where set (train_env.c). */
+void train_plan_from_env(hyfi_plan_config *p);
+
 #endif

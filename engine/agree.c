@@ -377,6 +377,10 @@ static void plan_text(const hyfi_plan_config *p, char *buf, size_t len)
         cat(buf, len, ", all-reduce %s", ar[p->allreduce]);
     if (p->bucket_kib) cat(buf, len, ", buckets %d KiB", p->bucket_kib);
     if (p->recompute) cat(buf, len, ", recompute %d", (int)p->recompute);
+    if (p->plain_layouts || p->plain_weights || p->no_fuse_bn_relu || p->no_fuse_conv_add ||
+        p->no_grad_forwarding || p->submit_all)
+        cat(buf, len, ", switches %d%d%d%d%d%d", p->plain_layouts, p->plain_weights,
+            p->no_fuse_bn_relu, p->no_fuse_conv_add, p->no_grad_forwarding, p->submit_all);
 }
 
 hyfi_status hyfi_graph_agree(hyfi_graph *g, hyfi_status local, const char *local_msg,
@@ -421,7 +425,10 @@ hyfi_status hyfi_graph_agree(hyfi_graph *g, hyfi_status local, const char *local
                                     p->slice,          p->fused_layers,   p->gems,
                                     p->replications,   p->data_parallel,  p->allreduce,
                                     p->bucket_kib,     p->balance != NULL,
-                                    p->recompute};
+                                    p->recompute,      p->plain_layouts,
+                                    p->plain_weights,  p->no_fuse_bn_relu,
+                                    p->no_fuse_conv_add, p->no_grad_forwarding,
+                                    p->submit_all};
         ph = hyfi_hash_bytes(ph, fields, sizeof fields);
         if (p->balance && p->stages > 0)
             ph = hyfi_hash_bytes(ph, p->balance, (size_t)p->stages * sizeof *p->balance);

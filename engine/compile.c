@@ -161,13 +161,9 @@ static hyfi_gout grad_view(const emit_ctx *e, hyfi_tensor *x)
  *
  * Only whole tensors of the emitting stage with the same layout, and not with
  * layer re-materialisation (which releases a segment's gradients after its
- * backward, possibly before the producer's). HYFI_GRAD_ALIAS=0 turns it off
- * (measurements). */
-static int grad_alias_on(void)
-{
-    const char *v = getenv("HYFI_GRAD_ALIAS");
-    return !(v && v[0] == '0');
-}
+ * backward, possibly before the producer's). hyfi_plan_config.no_grad_forwarding
+ * (HYFI_GRAD_ALIAS=0 in hyfi-train) turns it off. */
+static int grad_alias_on(const hyfi_graph *g) { return !g->plan_cfg.no_grad_forwarding; }
 
 /* Can t, an input of add nd with other consumers, take B = y's gradient
  * handles (above)? */
@@ -205,7 +201,7 @@ static int add_grad_alias(const emit_ctx *e, const node *nd, int i, const hyfi_t
 {
     hyfi_graph *g = e->g;
     hyfi_tensor *t = nd->in[i];
-    if (nd->op != OP_ADD || !grad_alias_on() || t->producer < 0 || !t->requires_grad) return 0;
+    if (nd->op != OP_ADD || !grad_alias_on(g) || t->producer < 0 || !t->requires_grad) return 0;
     if (t->tl || y->tl || hyfi_spatial_tiled(g, &g->nodes[t->producer])) return 0;
     if (t->stage != e->stage || y->stage != e->stage || t == y) return 0;
     if (t->blk != y->blk || t->nh != y->nh || t->mb_numel != y->mb_numel || !t->gh || !y->gh)
@@ -774,8 +770,9 @@ hyfi_status hyfi_graph_compile(hyfi_graph *g, hyfi_tensor *loss, const hyfi_trai
         else if (g->cc->missing_task[0])
             s = hyfi_graph_fail(g, HYFI_ERR_RUNTIME,
                                "rank %d: task %s names a handle this rank did not register (a "
-                               "fault of the scoped compile); HYFI_SUBMIT_ALL=1 builds the whole "
-                               "step on every rank", g->ctx->rank, g->cc->missing_task);
+                               "fault of the scoped compile); hyfi_plan_config.submit_all "
+                               "(hyfi-train: HYFI_SUBMIT_ALL=1) builds the whole step on every "
+                               "rank", g->ctx->rank, g->cc->missing_task);
         else if (missing)
             s = hyfi_graph_fail(g, HYFI_ERR_NOMEM,
                                "out of memory building this rank's share of the task programs; "

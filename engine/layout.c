@@ -24,8 +24,8 @@
  * either kind of worker. Ranks agree on the decision (every rank keeps the
  * same tensors blocked, whatever crosses between them), and it does not
  * depend on stages, micro-batches or replicas, so every such plan computes
- * what the one-place run computes, bit for bit as before. HYFI_BLOCKED=0 turns
- * it off. The simulation build keeps NCHW (its calibrated models are of the
+ * what the one-place run computes, bit for bit as before.
+ * hyfi_plan_config.plain_layouts (HYFI_BLOCKED=0 in hyfi-train) turns it off. The simulation build keeps NCHW (its calibrated models are of the
  * plain kernels). hyfi_tensor_read and hyfi_grad_read return NCHW.
  *
  * Weights: a convolution that runs oneDNN's blocked kernels (not the plain
@@ -37,8 +37,8 @@
  * 64x64; now only the backward data's remain (17 ms). The optimizer, the all-reduce and the micro-batch sums are
  * element-wise, so only the edges convert (hyfi_layout_convert): the
  * initialisation, hyfi_tensor_write/read, hyfi_grad_read, checkpoints and
- * saved models, which stay OIHW on disk. HYFI_BLOCKED_WEIGHTS=0 turns this
- * part off. */
+ * saved models, which stay OIHW on disk. hyfi_plan_config.plain_weights
+ * (HYFI_BLOCKED_WEIGHTS=0 in hyfi-train) turns this part off. */
 #include "internal.h"
 
 #include <stdlib.h>
@@ -76,8 +76,7 @@ hyfi_status hyfi_layout_plan(hyfi_graph *g)
 {
     int B = 0;
 #ifndef STARPU_SIMGRID
-    const char *e = getenv("HYFI_BLOCKED");
-    if (!(e && !strcmp(e, "0")) && g->ctx->ncuda == 0) B = hyfi_cpu_channel_block();
+    if (!g->plan_cfg.plain_layouts && g->ctx->ncuda == 0) B = hyfi_cpu_channel_block();
 #endif
     /* every rank the same: none blocks if one cannot; 8 if one has only AVX2 */
     bool none = B == 0, eight = B == 8;
@@ -114,8 +113,7 @@ hyfi_status hyfi_layout_plan(hyfi_graph *g)
     for (int i = 0; i < nt; i++)
         if (bad[i]) bad[find(up, i)] = 1;
     for (int i = 0; i < nt; i++) g->tensors[i]->blk = bad[find(up, i)] ? 0 : B;
-    const char *we = getenv("HYFI_BLOCKED_WEIGHTS");
-    const int wblk = we && !strcmp(we, "0") ? 0 : B;
+    const int wblk = g->plan_cfg.plain_weights ? 0 : B;
     for (int k = 0; k < g->nnodes; k++) {
         node *nd = &g->nodes[k];
         if (nd->op == OP_CONV2D) {
@@ -151,12 +149,12 @@ hyfi_status hyfi_layout_plan(hyfi_graph *g)
  * so the values are those of the two ops bit for bit. With the conditions of
  * the batch norm's fusion below (CPU-only, one stage and one layer, untiled,
  * one layout), and r made before the convolution (its forward reads it) in
- * the same stage. HYFI_FUSE_CONV_ADD=0 turns it off. */
+ * the same stage. hyfi_plan_config.no_fuse_conv_add
+ * (HYFI_FUSE_CONV_ADD=0 in hyfi-train) turns it off. */
 static int conv_add_on(hyfi_graph *g)
 {
-    const char *e = getenv("HYFI_FUSE_CONV_ADD");
     /* its codelet has no CUDA function: no rank with CUDA workers fuses */
-    const bool off = (e && !strcmp(e, "0")) || g->ctx->ncuda > 0;
+    const bool off = g->plan_cfg.no_fuse_conv_add || g->ctx->ncuda > 0;
     bool none = off;
     if (g->ctx->mpi && g->ctx->nranks > 1 && hyfi_ctx_any(g->ctx, off, &none) != HYFI_OK)
         return 0;
@@ -196,7 +194,8 @@ static void fuse_conv_add(hyfi_graph *g, const int *nread, const int *reader)
  * Every plan fuses the same pairs as its one-place run, so the plans still
  * compute what it computes, bit for bit where they did. The fused output is
  * not readable (hyfi_tensor_read, hyfi_grad_read: HYFI_ERR_STATE naming the
- * switch): HYFI_FUSE_BN_RELU=0 turns fusion off. */
+ * switch): hyfi_plan_config.no_fuse_bn_relu (HYFI_FUSE_BN_RELU=0 in hyfi-train)
+ * turns fusion off. */
 hyfi_status hyfi_fuse_plan(hyfi_graph *g)
 {
     for (int k = 0; k < g->nnodes; k++) {
@@ -210,8 +209,7 @@ hyfi_status hyfi_fuse_plan(hyfi_graph *g)
 #ifdef STARPU_SIMGRID
     can = 0; /* the calibrated models are of the separate kernels */
 #endif
-    const char *e = getenv("HYFI_FUSE_BN_RELU");
-    if ((e && !strcmp(e, "0")) || g->ctx->ncuda > 0) can = 0;
+    if (g->plan_cfg.no_fuse_bn_relu || g->ctx->ncuda > 0) can = 0;
     bool none = !can;
     if (g->ctx->mpi && g->ctx->nranks > 1) {
         hyfi_status s = hyfi_ctx_any(g->ctx, !can, &none);

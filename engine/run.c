@@ -43,7 +43,7 @@ static size_t hs_at(const handle_set *s, starpu_data_handle_t h)
  * no stale copy stays behind. The submission cost per rank then follows its
  * own share of the graph, not the whole graph. It runs once, at the end of the
  * compile, and the tasks it marks are dropped from the programs
- * (hyfi_programs_drop_skipped). HYFI_SUBMIT_ALL=1 submits everything, as
+ * (hyfi_programs_drop_skipped). hyfi_plan_config.submit_all submits everything, as
  * before. */
 static int mark_skips(hyfi_graph *g)
 {
@@ -130,7 +130,7 @@ static void drop_skipped(program *p)
     if (p->skip) memset(p->skip, 0, (size_t)p->n + 1);
 }
 
-/* MPI: the programs' skip marks, made once (mark_skips) unless HYFI_SUBMIT_ALL
+/* MPI: the programs' skip marks, made once (mark_skips) unless submit_all
  * asks for every task. 1 when marked, 0 when not (one process, or submit
  * all), -1 when out of memory. */
 static int skips_ready(hyfi_graph *g)
@@ -708,8 +708,8 @@ static hyfi_status check_fused(hyfi_graph *g, const hyfi_tensor *t, const char *
         return hyfi_call_fail(g, HYFI_ERR_STATE,
                               "%s: \"%s\" is not kept: on CPUs its convolution and the add "
                               "after it run as one task that writes only the add's output "
-                              "\"%s\"; read that, or set HYFI_FUSE_CONV_ADD=0 before "
-                              "compiling to keep both",
+                              "\"%s\"; read that, or set hyfi_plan_config.no_fuse_conv_add "
+                              "(hyfi-train: HYFI_FUSE_CONV_ADD=0) to keep both",
                               who, t->name, g->nodes[t->producer].add_out->name);
     const char *relu = "its ReLU";
     for (int k = 0; k < g->nnodes; k++)
@@ -718,7 +718,8 @@ static hyfi_status check_fused(hyfi_graph *g, const hyfi_tensor *t, const char *
     return hyfi_call_fail(g, HYFI_ERR_STATE,
                           "%s: \"%s\" is not kept: on CPUs its batch norm and %s run as one "
                           "task that writes only the ReLU's output; read that, or set "
-                          "HYFI_FUSE_BN_RELU=0 before compiling to keep both",
+                          "hyfi_plan_config.no_fuse_bn_relu (hyfi-train: HYFI_FUSE_BN_RELU=0) "
+                          "to keep both",
                           who, t->name, relu);
 }
 
@@ -752,7 +753,8 @@ hyfi_status hyfi_grad_read(hyfi_graph *g, const hyfi_tensor *t, float *out, size
                               "hyfi_grad_read: the gradient of \"%s\" is not kept: its buffer "
                               "went on to hold the gradient of a residual block's input (adds "
                               "forward gradients without copies); set "
-                              "HYFI_GRAD_ALIAS=0 before compiling to keep it",
+                              "hyfi_plan_config.no_grad_forwarding (hyfi-train: "
+                              "HYFI_GRAD_ALIAS=0) to keep it",
                               t->name);
     if (!g->cc->stepped || !t->gh || !t->gwritten)
         return hyfi_call_fail(g, HYFI_ERR_STATE, "hyfi_grad_read: \"%s\" has no gradient%s",

@@ -30,7 +30,7 @@
  * not register (hyfi_tensor_read of another replica's micro-batches) is
  * registered when read (hyfi_handle_need, handles.c), with its key.
  *
- * A single-process run, and an MPI run with HYFI_SUBMIT_ALL=1, build
+ * A single-process run, and an MPI run with hyfi_plan_config.submit_all, build
  * everything on every rank as before (the flushes are in every MPI build). */
 #include "emit.h"
 
@@ -44,8 +44,7 @@ int hyfi_scope_init(hyfi_graph *g)
     hyfi_compiled *cc = g->cc;
     const hyfi_plan *pl = cc->pl;
     const int R = pl->nrep, me = g->ctx->rank;
-    const char *all = getenv("HYFI_SUBMIT_ALL");
-    cc->submit_all = all && *all && strcmp(all, "0");
+    cc->submit_all = g->plan_cfg.submit_all;
     cc->reg_rep = -1;
     cc->rep_mine = calloc((size_t)R, 1);
     cc->rep_want = calloc((size_t)R, 1);

@@ -499,6 +499,21 @@ typedef struct hyfi_plan_config {
                                many KiB (in the order the backward completes them); 0: 256;
                                < 0: one all-reduce per parameter */
     hyfi_recompute recompute; /* re-materialisation (--recompute), with every form above */
+    /* Graph rewrites, each on by default (false) where it applies (CPU-only runs;
+     * docs/architecture.md); none changes a result bit. Every rank must pass the
+     * same. hyfi-train sets them from the variables named (docs/user-guide.md). */
+    bool plain_layouts;     /* activations and weights NCHW / OIHW between tasks instead of
+                               oneDNN's blocked layouts (HYFI_BLOCKED=0) */
+    bool plain_weights;     /* only the weights OIHW (HYFI_BLOCKED_WEIGHTS=0) */
+    bool no_fuse_bn_relu;   /* batch norm and the ReLU after it as two tasks
+                               (HYFI_FUSE_BN_RELU=0): their outputs readable */
+    bool no_fuse_conv_add;  /* a convolution and the residual add after it as two tasks
+                               (HYFI_FUSE_CONV_ADD=0) */
+    bool no_grad_forwarding;/* every add's backward copies its output gradient to its
+                               inputs (HYFI_GRAD_ALIAS=0): every gradient readable */
+    bool submit_all;        /* under MPI, every rank builds the whole step's tasks (StarPU-MPI
+                               skips the others' at submission) instead of its share
+                               (HYFI_SUBMIT_ALL=1; for measurements) */
 } hyfi_plan_config;
 
 /* Set the plan of a graph before hyfi_graph_compile (default: one stage, one
@@ -624,8 +639,9 @@ bool hyfi_tensor_is_param(const hyfi_tensor *t);
  * soon as their backward is done). count must equal its number of elements.
  * On CPU-only contexts a batch norm whose output only a ReLU reads runs with
  * that ReLU as one task, and its own output (and gradient) is not made:
- * HYFI_ERR_STATE; read the ReLU's output, or set HYFI_FUSE_BN_RELU=0 before
- * hyfi_graph_compile to keep both. */
+ * HYFI_ERR_STATE; read the ReLU's output, or set hyfi_plan_config.no_fuse_bn_relu
+ * to keep both (and alike a convolution's output that the residual add after it
+ * is fused into: no_fuse_conv_add). */
 hyfi_status hyfi_tensor_read(hyfi_graph *g, const hyfi_tensor *t, float *out, size_t count);
 /* Gradient of the loss with respect to t after the last hyfi_train_step
  * (parameters and activations). */
@@ -655,7 +671,8 @@ typedef struct hyfi_op_info {
     int stage;            /* the stage of the plan (after compile; 0 before) */
     int out_blk;          /* after compile: the output's layout between tasks, 0 NCHW or
                              the channel block of oneDNN's nChw8c / nChw16c (CPU-only
-                             runs; HYFI_BLOCKED=0 keeps NCHW). Reads return NCHW. */
+                             runs; hyfi_plan_config.plain_layouts keeps NCHW). Reads
+                             return NCHW. */
 } hyfi_op_info;
 int hyfi_graph_op_count(const hyfi_graph *g);
 hyfi_status hyfi_graph_op_info(const hyfi_graph *g, int i, hyfi_op_info *info);

@@ -3,18 +3,18 @@
  * copy. And the convolution + add fusion (engine/layout.c): a convolution
  * whose output only an add reads writes the add's output itself. The step
  * must be bit for bit the one with the copies and the separate adds
- * (HYFI_GRAD_ALIAS=0 and HYFI_FUSE_CONV_ADD=0), in float32 and in bf16
+ * (hyfi_plan_config.no_grad_forwarding and no_fuse_conv_add), in float32 and in bf16
  * (where the fused convolution rounds its result before adding). A residual
  * block's input, which the add and the block's first op both read, takes the
  * add's output gradient buffer as its own (the other consumer adds into it):
  * its gradient read back equals the copying run's, and the gradients that
  * buffer held before (the add's, the tensors forwarded to it) are refused with
- * HYFI_ERR_STATE naming HYFI_GRAD_ALIAS=0 (ResNet v1-8, one place: the stem's
+ * HYFI_ERR_STATE naming no_grad_forwarding (ResNet v1-8, one place: the stem's
  * ReLU and layer1.0's add).
  *
  * ResNet v1-8 and v2-11 (CIFAR style) at 16x16, batch 4, and AmoebaNet-D
  * (3 layers, 8 filters) at 32x32, batch 2, train 2 steps under each plan twice
- * in one process: with HYFI_GRAD_ALIAS=0 (every add's backward copies dy) and
+ * in one process: with no_grad_forwarding (every add's backward copies dy) and
  * with the default. Plans: one place; 2 stages x 2 micro-batches (GPipe and
  * 1F1B); 2 micro-batches with stage re-materialisation; layer
  * re-materialisation (where forwarding is off). Compared bitwise: the losses,
@@ -49,6 +49,7 @@ typedef struct {
 } result;
 
 static int g_bf16; /* the run's precision: bf16 */
+static bool g_copying; /* the reference: no gradient forwarding, no conv + add fusion */
 
 static hyfi_graph *build(hyfi_ctx *ctx, const model_config *mc, int image, int batch,
                          const hyfi_plan_config *plan)
@@ -62,7 +63,9 @@ static hyfi_graph *build(hyfi_ctx *ctx, const model_config *mc, int image, int b
     hyfi_tensor *loss = logits ? hyfi_softmax_cross_entropy(g, "loss", logits, y) : NULL;
     hyfi_train_config tc = {.lr = 0.05f, .momentum = 0.9f, .weight_decay = 5e-4f,
                             .precision = g_bf16 ? HYFI_PRECISION_BF16 : HYFI_PRECISION_FP32};
-    if (!loss || hyfi_graph_set_plan(g, plan) != HYFI_OK ||
+    hyfi_plan_config pc = *plan;
+    pc.no_grad_forwarding = pc.no_fuse_conv_add = g_copying;
+    if (!loss || hyfi_graph_set_plan(g, &pc) != HYFI_OK ||
         hyfi_graph_compile(g, loss, &tc) != HYFI_OK) {
         printf("build/compile failed: %s %s\n", err, hyfi_graph_error(g));
         hyfi_graph_destroy(g);
@@ -159,7 +162,7 @@ static int same(const char *what, const float *a, const float *b, size_t n)
 /* ResNet v1-8, one place, 2 steps: the stem's ReLU (read by layer1.0's first
  * convolution and its add) has the copying run's gradient bit for bit; the
  * gradient of layer1.0's add is refused (its buffer went on to the ReLU's)
- * with the switch named, and read with HYFI_GRAD_ALIAS=0. */
+ * with the switch named, and read with no_grad_forwarding. */
 static int shared_input(hyfi_ctx *ctx)
 {
     model_config mc = model_config_default();
@@ -167,9 +170,9 @@ static int shared_input(hyfi_ctx *ctx)
     const hyfi_plan_config plan = {.stages = 1};
     result copy, alias;
     g_bf16 = 0;
-    setenv("HYFI_GRAD_ALIAS", "0", 1);
+    g_copying = true;
     int rc = run(ctx, &mc, 16, 4, &plan, "relu", "layer1.0.add", &copy);
-    unsetenv("HYFI_GRAD_ALIAS");
+    g_copying = false;
     /* the default: read the ReLU's gradient, then try the add's */
     g_probe = "layer1.0.add";
     g_probe_status = HYFI_OK;
@@ -177,7 +180,7 @@ static int shared_input(hyfi_ctx *ctx)
     g_probe = NULL;
     int ok = !rc && same("block input gradient", alias.gin, copy.gin, copy.nact) &&
              alias.ntasks < copy.ntasks;
-    const int refused = g_probe_status == HYFI_ERR_STATE && strstr(g_probe_err, "HYFI_GRAD_ALIAS=0");
+    const int refused = g_probe_status == HYFI_ERR_STATE && strstr(g_probe_err, "no_grad_forwarding");
     printf("%s ResNet v1-8, one place: the stem ReLU's gradient as copied (%zu tasks per step, "
            "copying %zu); layer1.0.add's refused%s%s\n", ok && refused ? "ok  " : "FAIL",
            alias.ntasks, copy.ntasks, refused ? ": " : "", refused ? g_probe_err : "");
@@ -237,12 +240,10 @@ int main(void)
             result copy, alias;
             const char *in = models[mi].in, *add = models[mi].add;
             g_bf16 = models[mi].bf16;
-            setenv("HYFI_GRAD_ALIAS", "0", 1);
-            setenv("HYFI_FUSE_CONV_ADD", "0", 1);
+            g_copying = true;
             int rc = run(ctx, &mc, models[mi].image, models[mi].batch, &plans[pi],
                          in ? in : "", add ? add : "", &copy);
-            unsetenv("HYFI_GRAD_ALIAS");
-            unsetenv("HYFI_FUSE_CONV_ADD");
+            g_copying = false;
             rc |= run(ctx, &mc, models[mi].image, models[mi].batch, &plans[pi], in ? in : "",
                       add ? add : "", &alias);
             if (!in) copy.nact = alias.nact = 0; /* no named pair to read */

@@ -2,8 +2,9 @@
  *
  * ResNet v1-8 (CIFAR: 16, 32, 64 channels) at 16x16 and ResNet-18 (ImageNet
  * style: a 7x7 stem, max pool, 64-512 channels) at 64x64 train 2 steps twice
- * in one process: the reference with HYFI_BLOCKED=0 (every activation NCHW)
- * and HYFI_FUSE_BN_RELU=0 (batch norm and ReLU as separate tasks), then with
+ * in one process: the reference with hyfi_plan_config.plain_layouts (every
+ * activation NCHW) and no_fuse_bn_relu (batch norm and ReLU as separate
+ * tasks), then with
  * batch norm + ReLU fused (the default) on NCHW, then with the default
  * layouts too (activations between convolutions, batch norms, ReLUs and adds
  * in nChw16c / nChw8c where the CPU has AVX-512 / AVX2). Compared: the losses
@@ -53,6 +54,10 @@ typedef struct {
 } result;
 
 /* A compiled model (NULL on failure, said). */
+/* The plan of the next graphs built: one place, its rewrite switches set by
+ * the runs below */
+static hyfi_plan_config g_plan;
+
 static hyfi_graph *build(hyfi_ctx *ctx, const model_config *mc, int image, int batch)
 {
     hyfi_graph *g;
@@ -63,7 +68,8 @@ static hyfi_graph *build(hyfi_ctx *ctx, const model_config *mc, int image, int b
     hyfi_tensor *logits = hyfi_model_build(g, mc, x, err, sizeof err);
     hyfi_tensor *loss = logits ? hyfi_softmax_cross_entropy(g, "loss", logits, y) : NULL;
     hyfi_train_config tc = {.lr = 0.05f, .momentum = 0.9f, .weight_decay = 5e-4f};
-    if (!loss || hyfi_graph_compile(g, loss, &tc) != HYFI_OK) {
+    if (!loss || hyfi_graph_set_plan(g, &g_plan) != HYFI_OK ||
+        hyfi_graph_compile(g, loss, &tc) != HYFI_OK) {
         printf("build/compile failed: %s %s\n", err, hyfi_graph_error(g));
         hyfi_graph_destroy(g);
         return NULL;
@@ -246,9 +252,9 @@ static int files(hyfi_ctx *ctx, const model_config *mc, int image, int batch)
     fails += !same("parameter file -> blocked graph: weights", got = weights(g, &m), w2, n);
     free(got), got = NULL;
     hyfi_graph_destroy(g);
-    setenv("HYFI_BLOCKED", "0", 1);
+    g_plan.plain_layouts = true;
     g = build(ctx, mc, image, batch);
-    unsetenv("HYFI_BLOCKED");
+    g_plan.plain_layouts = false;
     if (!g || hyfi_load_checkpoint(g, ck, NULL) != HYFI_OK) {
         printf("FAIL load the checkpoint (NCHW): %s\n", hyfi_last_error());
         fails++;
@@ -275,12 +281,12 @@ out:
 
 /* Batch norm + ReLU fusion (engine/layout.c): after a step, the fused batch
  * norm's output and its gradient are refused with HYFI_ERR_STATE, and read
- * with HYFI_FUSE_BN_RELU=0. */
+ * with hyfi_plan_config.no_fuse_bn_relu. */
 static int fused_reads(hyfi_ctx *ctx, const model_config *mc, int image, int batch)
 {
     int fails = 0;
     for (int fuse = 1; fuse >= 0; fuse--) {
-        if (!fuse) setenv("HYFI_FUSE_BN_RELU", "0", 1);
+        g_plan.no_fuse_bn_relu = !fuse;
         hyfi_graph *g = build(ctx, mc, image, batch);
         float loss[1];
         int rc = !g || steps(g, mc, image, batch, 0, 1, loss);
@@ -295,8 +301,8 @@ static int fused_reads(hyfi_ctx *ctx, const model_config *mc, int image, int bat
             const hyfi_status sg = hyfi_grad_read(g, t, buf, n);
             const hyfi_status want = fuse ? HYFI_ERR_STATE : HYFI_OK;
             const int ok = sv == want && sg == want &&
-                           (!fuse || strstr(hyfi_last_error(), "HYFI_FUSE_BN_RELU=0"));
-            printf("%s layer2.0.bn1 %s (HYFI_FUSE_BN_RELU=%d)%s%s\n", ok ? "ok  " : "FAIL",
+                           (!fuse || strstr(hyfi_last_error(), "no_fuse_bn_relu"));
+            printf("%s layer2.0.bn1 %s (fused %d)%s%s\n", ok ? "ok  " : "FAIL",
                    fuse ? "refused" : "read", fuse, fuse ? ": " : "",
                    fuse ? hyfi_last_error() : "");
             fails += !ok;
@@ -304,7 +310,7 @@ static int fused_reads(hyfi_ctx *ctx, const model_config *mc, int image, int bat
         free(buf);
         if (g) hyfi_graph_destroy(g);
     }
-    unsetenv("HYFI_FUSE_BN_RELU");
+    g_plan.no_fuse_bn_relu = false;
     return fails;
 }
 
@@ -335,19 +341,18 @@ int main(void)
         mc.resnet_version = 1;
         /* the reference: NCHW without fusion; then NCHW fused, blocked fused */
         result plain, fused, blocked;
-        setenv("HYFI_BLOCKED", "0", 1);
-        setenv("HYFI_FUSE_BN_RELU", "0", 1);
+        g_plan.plain_layouts = g_plan.no_fuse_bn_relu = true;
         int rc = run(ctx, &mc, models[mi].image, models[mi].batch, models[mi].act, &plain);
-        unsetenv("HYFI_FUSE_BN_RELU");
+        g_plan.no_fuse_bn_relu = false;
         rc |= run(ctx, &mc, models[mi].image, models[mi].batch, models[mi].act, &fused);
-        unsetenv("HYFI_BLOCKED");
+        g_plan.plain_layouts = false;
         rc |= run(ctx, &mc, models[mi].image, models[mi].batch, models[mi].act, &blocked);
         printf("%s: %d ops with a blocked output (NCHW runs: %d, %d)\n", models[mi].name,
                blocked.nblocked, plain.nblocked, fused.nblocked);
         any_blocked |= blocked.nblocked > 0;
         if (rc || plain.nblocked || fused.nblocked) {
             printf("FAIL %s: %s\n", models[mi].name,
-                   rc ? "a run failed" : "HYFI_BLOCKED=0 blocked");
+                   rc ? "a run failed" : "plain_layouts blocked");
             fails++;
         } else {
             for (int k = 0; k < 2; k++) {

@@ -109,7 +109,7 @@ typedef struct {
     const char *name;
     model_config mc;
     int batch, image;
-    /* activations NCHW (HYFI_BLOCKED=0) in its reference and plans: the spatial
+    /* activations NCHW (hyfi_plan_config.plain_layouts) in its reference and plans: the spatial
      * models, whose tiled stages are NCHW (engine/layout.c), so that tiles are
      * compared with the untiled run of the same kernels; the others keep the
      * default layouts, the same in every plan (bitwise checks included) */
@@ -282,8 +282,8 @@ static int run_plan(hyfi_ctx *ctx, const model_def *m, const hyfi_plan_config *p
 {
     hyfi_graph *g;
     char err[512];
-    if (m->nchw) setenv("HYFI_BLOCKED", "0", 1);
-    else unsetenv("HYFI_BLOCKED");
+    hyfi_plan_config pc = *plan;
+    pc.plain_layouts = m->nchw;
     hyfi_graph_create(ctx, 7, &g);
     hyfi_tensor *x = hyfi_input(g, "image", m->batch, 3, m->image, m->image);
     hyfi_tensor *y = hyfi_labels(g, "label", m->batch);
@@ -291,7 +291,7 @@ static int run_plan(hyfi_ctx *ctx, const model_def *m, const hyfi_plan_config *p
     hyfi_tensor *loss = logits ? hyfi_softmax_cross_entropy(g, "loss", logits, y) : NULL;
     hyfi_train_config tc = {.lr = 0.05f, .momentum = 0.9f, .weight_decay = 5e-4f,
                             .precision = test_precision()};
-    if (!loss || hyfi_graph_set_plan(g, plan) != HYFI_OK ||
+    if (!loss || hyfi_graph_set_plan(g, &pc) != HYFI_OK ||
         hyfi_graph_compile(g, loss, &tc) != HYFI_OK) {
         printf("%s: build/compile failed: %s %s\n", m->name, err, hyfi_graph_error(g));
         hyfi_graph_destroy(g);

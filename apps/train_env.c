@@ -1,0 +1,28 @@
+/* train_env.c: the environment variables hyfi-train maps to the library's
+ * configuration. The library reads no environment for these (issue of an
+ * embeddable engine: configuration as data); the driver keeps the variables
+ * that scripts and the benches set, each naming one field
+ * (docs/user-guide.md, "Environment"). */
+#include "train_options.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+/* "0" (or empty) is off; anything else on. unset: leave the field. */
+static void flag(const char *name, bool *field, bool when_zero)
+{
+    const char *v = getenv(name);
+    if (!v) return;
+    const bool zero = !*v || !strcmp(v, "0");
+    *field = zero ? when_zero : !when_zero;
+}
+
+void train_plan_from_env(hyfi_plan_config *p)
+{
+    flag("HYFI_BLOCKED", &p->plain_layouts, true);       /* =0: plain layouts */
+    flag("HYFI_BLOCKED_WEIGHTS", &p->plain_weights, true);
+    flag("HYFI_FUSE_BN_RELU", &p->no_fuse_bn_relu, true);
+    flag("HYFI_FUSE_CONV_ADD", &p->no_fuse_conv_add, true);
+    flag("HYFI_GRAD_ALIAS", &p->no_grad_forwarding, true);
+    flag("HYFI_SUBMIT_ALL", &p->submit_all, false);      /* =1: every rank everything */
+}
