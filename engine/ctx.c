@@ -259,6 +259,8 @@ static hyfi_status ctx_create(hyfi_ctx **out, const hyfi_ctx_config *cfg_in)
     ctx->mpi = cfg.mpi < 0 ? hyfi_launched_by_mpiexec() : cfg.mpi;
 #endif
     ctx->verbose = cfg.verbose;
+    ctx->log = cfg.log;
+    ctx->log_user = cfg.log_user;
     if (ctx->mpi) {
         /* A previous MPI context's hyfi_ctx_destroy (or the program) finalised
          * MPI, which cannot be initialised again: MPI_Init_thread would abort
@@ -515,8 +517,8 @@ static hyfi_status ctx_create(hyfi_ctx **out, const hyfi_ctx_config *cfg_in)
         return hyfi_fail(ws, "%s", why);
     }
     if (ctx->verbose)
-        fprintf(stderr, "hyfi: rank %d/%d, %d CPU workers x %d threads, %d CUDA workers, "
-                        "scheduler %s\n", ctx->rank, ctx->nranks, ctx->ncpu,
+        hyfi_ctx_log(ctx, HYFI_LOG_INFO, "rank %d/%d, %d CPU workers x %d threads, %d CUDA "
+                     "workers, scheduler %s", ctx->rank, ctx->nranks, ctx->ncpu,
                 ctx->cpu_threads, ctx->ncuda,
                 getenv("STARPU_SCHED") ? getenv("STARPU_SCHED") : conf.sched_policy_name);
     /* MPI started by hyfi_launch_begin is this context's to finalise */
@@ -542,7 +544,8 @@ void hyfi_ctx_destroy(hyfi_ctx *ctx)
     /* every rank has written its trace file: rank 0 may merge after this */
     if (ctx->own_mpi) {
         MPI_Barrier(MPI_COMM_WORLD);
-        hyfi_mpi_finalize_timed(ctx->finalize_limit_s, ctx->rank, ctx->nranks);
+        hyfi_mpi_finalize_timed(ctx->finalize_limit_s, ctx->rank, ctx->nranks, ctx->log,
+                                ctx->log_user);
     }
     hyfi_records_free();
     free(ctx->trace_dir);

@@ -2,6 +2,7 @@
  * a sticky first error per graph for the builders. */
 #include "internal.h"
 
+#include <stdarg.h>
 #include <stdio.h>
 
 static _Thread_local char t_last_error[512];
@@ -64,4 +65,19 @@ hyfi_status hyfi_call_fail(hyfi_graph *g, hyfi_status s, const char *fmt, ...)
     record(g, 0, s, fmt, ap);
     va_end(ap);
     return s;
+}
+
+void hyfi_logf(hyfi_log_fn log, void *user, hyfi_log_level level, const char *fmt, ...)
+{
+    char msg[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    if (log) {
+        log(user, level, msg);
+        return;
+    }
+    fprintf(stderr, "hyfi: %s%s\n", level == HYFI_LOG_WARNING ? "warning: " : "", msg);
+    fflush(stderr);
 }

@@ -9,6 +9,10 @@
 /* Format the message into hyfi_last_error() and return s. */
 hyfi_status hyfi_fail(hyfi_status s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
+/* A message to log (user's callback, or stderr as hyfi_ctx_config.log says). */
+void hyfi_logf(hyfi_log_fn log, void *user, hyfi_log_level level, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
 /* engine/trace.c: errno of the last failure to write the notes of a run
  * traced into dir (hyfi_handles.tsv, hyfi_ops.tsv, hyfi_plan.tsv; *file: which),
  * kept by hyfi_ctx_destroy on rank 0 for hyfi_trace_merge; 0: none. */

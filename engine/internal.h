@@ -346,6 +346,8 @@ struct hyfi_ctx {
     size_t lend_min_bytes;/* core lending (HYFI_LEND_MIN_BYTES), 0: off */
     int submit_cap;       /* kernels run a thread fewer while a program is submitted (run.c) */
     int verbose;
+    hyfi_log_fn log;      /* hyfi_ctx_config.log (NULL: stderr) and its argument */
+    void *log_user;
     int records;          /* hyfi_ctx_set_task_records */
     char *trace_dir;      /* FxT tracing on (hyfi_ctx_config.trace_dir), else NULL */
     int own_mpi;          /* MPI initialised (and finalised) by the context */
@@ -464,6 +466,8 @@ typedef struct hyfi_compiled {
     int last_train;        /* the last program run was the train program */
 } hyfi_compiled;
 
+/* A message of the context (hyfi_ctx_config.log; errors.h's hyfi_logf). */
+#define hyfi_ctx_log(ctx, level, ...) hyfi_logf((ctx)->log, (ctx)->log_user, (level), __VA_ARGS__)
 /* errors.c (hyfi_fail: errors.h) */
 /* Record a builder error on g (sticky: the first one is kept) and return s. */
 hyfi_status hyfi_graph_fail(hyfi_graph *g, hyfi_status s, const char *fmt, ...)
@@ -631,7 +635,7 @@ int hyfi_launched_by_mpiexec(void);
  * (> 0, at most HYFI_FINALIZE_MAX_S; 2 or more ranks) a line on stderr and
  * _exit(0) (MPI's own shutdown hangs; the work is done). */
 #define HYFI_FINALIZE_MAX_S 30
-void hyfi_mpi_finalize_timed(int limit_s, int rank, int nranks);
+void hyfi_mpi_finalize_timed(int limit_s, int rank, int nranks, hyfi_log_fn log, void *log_user);
 /* launch.c: 1 once, when hyfi_launch_begin started MPI and no context has
  * taken it over yet: the caller (hyfi_ctx_create) then finalises it. */
 int hyfi_launch_take(void);

@@ -56,6 +56,8 @@ static struct {
     int rank, nranks;
     int timeout_s;
     atomic_int exit_status; /* hyfi_launch_exit_status */
+    hyfi_log_fn log;        /* hyfi_launch_config.log */
+    void *log_user;
 } g_launch;
 
 hyfi_launch_config hyfi_launch_config_default(void)
@@ -102,9 +104,9 @@ int hyfi_launch_take(void)
 }
 
 #ifdef STARPU_SIMGRID
-void hyfi_mpi_finalize_timed(int limit_s, int rank, int nranks)
+void hyfi_mpi_finalize_timed(int limit_s, int rank, int nranks, hyfi_log_fn log, void *log_user)
 {
-    (void)limit_s, (void)rank, (void)nranks;
+    (void)limit_s, (void)rank, (void)nranks, (void)log, (void)log_user;
     MPI_Finalize();
 }
 
@@ -126,6 +128,8 @@ typedef struct {
     int done, limit_s;
     int finalize;         /* 0: MPI_Init's timer; 1: MPI_Finalize's */
     int rank, nranks;     /* MPI_Finalize's */
+    hyfi_log_fn log;      /* where the line goes (hyfi_logf) */
+    void *log_user;
 } init_timer;
 
 /* MPI_Finalize's timer fired: every rank had passed the barrier before it, so
@@ -134,20 +138,15 @@ typedef struct {
  * already left for the launcher's final barrier and no longer answers). */
 static void finalize_fired(const init_timer *t)
 {
-    char line[768];
-    const int n = snprintf(line, sizeof line,
-                           "hyfi: rank %d of %d: MPI_Finalize has not returned after %d s, "
-                           "though every rank had finished its work (a hang inside MPI's own "
-                           "shutdown, known of UCX over TCP); ending this rank with status %d "
-                           "(what the program would have done after MPI_Finalize is skipped). "
-                           "The limit is the smaller of %d s and hyfi_ctx_config.watchdog_s "
-                           "or hyfi_launch_config.timeout_s (hyfi-train: --watchdog SECONDS)\n",
-                           t->rank, t->nranks, t->limit_s, atomic_load(&g_launch.exit_status),
-                           HYFI_FINALIZE_MAX_S);
-    if (n > 0) {
-        const ssize_t w = write(2, line, (size_t)n < sizeof line ? (size_t)n : sizeof line - 1);
-        (void)w;
-    }
+    hyfi_logf(t->log, t->log_user, HYFI_LOG_ERROR,
+              "rank %d of %d: MPI_Finalize has not returned after %d s, though every rank had "
+              "finished its work (a hang inside MPI's own shutdown, known of UCX over TCP); "
+              "ending this rank with status %d (what the program would have done after "
+              "MPI_Finalize is skipped). The limit is the smaller of %d s and "
+              "hyfi_ctx_config.watchdog_s or hyfi_launch_config.timeout_s (hyfi-train: "
+              "--watchdog SECONDS)",
+              t->rank, t->nranks, t->limit_s, atomic_load(&g_launch.exit_status),
+              HYFI_FINALIZE_MAX_S);
     hyfi_sentinel_ending(); /* not a death: the work is done */
     _exit(atomic_load(&g_launch.exit_status));
 }
@@ -165,33 +164,28 @@ static void *init_timer_main(void *arg)
     pthread_mutex_unlock(&t->lock);
     if (fire && t->finalize) finalize_fired(t);
     if (fire) {
-        char line[640];
         const long r = env_rank();
         char who[32] = "a rank";
         if (r >= 0) snprintf(who, sizeof who, "rank %ld", r);
-        const int n = snprintf(line, sizeof line,
-                               "hyfi: %s: start-up: MPI's start (MPI_Init) has waited %d s for "
-                               "the other ranks of the job: a rank was not started, stopped, "
-                               "hangs, or ran a program that ended before starting MPI; ending "
-                               "this rank (the launcher then ends the others). The limit is "
-                               "hyfi_launch_config.timeout_s (hyfi-train: --watchdog SECONDS "
-                               "or HYFI_WATCHDOG_S; 0: off)\n", who, t->limit_s);
-        if (n > 0) {
-            const ssize_t w = write(2, line, (size_t)n < sizeof line ? (size_t)n : sizeof line - 1);
-            (void)w;
-        }
+        hyfi_logf(t->log, t->log_user, HYFI_LOG_ERROR,
+                  "%s: start-up: MPI's start (MPI_Init) has waited %d s for the other ranks "
+                  "of the job: a rank was not started, stopped, hangs, or ran a program that "
+                  "ended before starting MPI; ending this rank (the launcher then ends the "
+                  "others). The limit is hyfi_launch_config.timeout_s (hyfi-train: --watchdog "
+                  "SECONDS or HYFI_WATCHDOG_S; 0: off)", who, t->limit_s);
         hyfi_sentinel_ending(); /* this line says it all */
         _exit(1);
     }
     return NULL;
 }
 
-void hyfi_mpi_finalize_timed(int limit_s, int rank, int nranks)
+void hyfi_mpi_finalize_timed(int limit_s, int rank, int nranks, hyfi_log_fn log, void *log_user)
 {
     /* a normal MPI_Finalize takes well under a second, thousands of ranks a
      * few: the hang should not cost a long watchdog's full limit */
     if (limit_s > HYFI_FINALIZE_MAX_S) limit_s = HYFI_FINALIZE_MAX_S;
-    init_timer t = {.limit_s = limit_s, .finalize = 1, .rank = rank, .nranks = nranks};
+    init_timer t = {.limit_s = limit_s, .finalize = 1, .rank = rank, .nranks = nranks,
+                    .log = log, .log_user = log_user};
     pthread_t th;
     int timed = 0;
     if (limit_s > 0 && nranks > 1) {
@@ -220,6 +214,7 @@ hyfi_status hyfi_launch_begin(const hyfi_launch_config *cfg_in, int *rank, int *
     if (cfg.timeout_s < 0)
         return hyfi_fail(HYFI_ERR_ARG, "hyfi_launch_begin: timeout_s %d must be >= 0 (0: none)",
                          cfg.timeout_s);
+    g_launch.log = cfg.log, g_launch.log_user = cfg.log_user;
     const int mpi = cfg.mpi >= 0 ? cfg.mpi : hyfi_launched_by_mpiexec();
     if (!mpi) return HYFI_OK;
     int inited = 0, finalized = 0;
@@ -240,7 +235,7 @@ hyfi_status hyfi_launch_begin(const hyfi_launch_config *cfg_in, int *rank, int *
     if (!inited) {
         /* the death notice's child, before MPI (sentinel.c) */
         hyfi_sentinel_start();
-        init_timer t = {.limit_s = cfg.timeout_s};
+        init_timer t = {.limit_s = cfg.timeout_s, .log = cfg.log, .log_user = cfg.log_user};
         pthread_t th;
         int timed = 0;
         if (cfg.timeout_s > 0) {
@@ -309,7 +304,8 @@ void hyfi_launch_end(void)
          * connections (UCX over TCP otherwise waits in MPI_Finalize for a peer
          * that already left it) */
         MPI_Barrier(MPI_COMM_WORLD);
-        hyfi_mpi_finalize_timed(g_launch.timeout_s, g_launch.rank, g_launch.nranks);
+        hyfi_mpi_finalize_timed(g_launch.timeout_s, g_launch.rank, g_launch.nranks, g_launch.log,
+                                g_launch.log_user);
     }
     g_launch.taken = 1;
     hyfi_sentinel_stop();
@@ -333,18 +329,17 @@ static _Noreturn void give_up(const int *missing, int n, double waited)
                                missing[i]);
         if (w > 0) used += (size_t)w;
     }
-    fprintf(stderr,
-            "hyfi: rank %d of %d: start-up: %s %s %s not reached the check that the ranks "
-            "started alike %.0f s after this rank did: %s still opening %s data, %s stopped "
-            "(SIGSTOP, a debugger) or %s; ranks started with different arguments or another "
-            "program (a rank that took another path through its start-up) are a likely cause. "
-            "Ending every rank (MPI_Abort). The limit is hyfi_launch_config.timeout_s "
-            "(hyfi-train: --watchdog SECONDS or HYFI_WATCHDOG_S); raise it if a rank "
-            "legitimately needs that much longer to start\n",
-            g_launch.rank, g_launch.nranks, n > 1 ? "ranks" : "rank", ranks,
-            n > 1 ? "have" : "has", waited, n > 1 ? "they are" : "it is",
-            n > 1 ? "their" : "its", n > 1 ? "were" : "was", n > 1 ? "hang" : "hangs");
-    fflush(stderr);
+    hyfi_logf(g_launch.log, g_launch.log_user, HYFI_LOG_ERROR,
+              "rank %d of %d: start-up: %s %s %s not reached the check that the ranks "
+              "started alike %.0f s after this rank did: %s still opening %s data, %s stopped "
+              "(SIGSTOP, a debugger) or %s; ranks started with different arguments or another "
+              "program (a rank that took another path through its start-up) are a likely "
+              "cause. Ending every rank (MPI_Abort). The limit is hyfi_launch_config.timeout_s "
+              "(hyfi-train: --watchdog SECONDS or HYFI_WATCHDOG_S); raise it if a rank "
+              "legitimately needs that much longer to start",
+              g_launch.rank, g_launch.nranks, n > 1 ? "ranks" : "rank", ranks,
+              n > 1 ? "have" : "has", waited, n > 1 ? "they are" : "it is",
+              n > 1 ? "their" : "its", n > 1 ? "were" : "was", n > 1 ? "hang" : "hangs");
     nanosleep(&(struct timespec){0, 500000000L}, NULL); /* let mpiexec forward the line */
     hyfi_sentinel_ending();
     MPI_Abort(MPI_COMM_WORLD, 1);

@@ -248,10 +248,10 @@ static void warn_gpu_memory(const hyfi_graph *g)
                 need += place_bytes(pl, q);
         const double total = g->ctx->cuda_mem[k];
         if (total > 0 && need > total)
-            fprintf(stderr,
-                    "hyfi: warning: rank %d: the plan needs an estimated %.1f GB on CUDA device "
-                    "%d, which has %.1f GB; StarPU will move data through host memory between "
-                    "tasks (slow); " MEMORY_FIXES "\n",
+            hyfi_ctx_log(g->ctx, HYFI_LOG_WARNING,
+                         "rank %d: the plan needs an estimated %.1f GB on CUDA device %d, "
+                         "which has %.1f GB; StarPU will move data through host memory "
+                         "between tasks (slow); " MEMORY_FIXES,
                     g->ctx->rank, need / 1e9, k, (double)total / 1e9);
     }
 }
@@ -305,9 +305,10 @@ static hyfi_status check_memory_limit(hyfi_graph *g)
             if (g->ctx->swap_node >= 0) {
                 /* out-of-core: StarPU evicts to the disk what is above the limit */
                 if (g->ctx->rank == r && g->ctx->verbose)
-                    fprintf(stderr, "hyfi: rank %d: the plan needs an estimated %.0f MB, above "
-                                    "the memory limit of %ld MB: StarPU will swap about %.0f MB "
-                                    "to disk (slower)\n",
+                    hyfi_ctx_log(g->ctx, HYFI_LOG_INFO,
+                                 "rank %d: the plan needs an estimated %.0f MB, above the "
+                                 "memory limit of %ld MB: StarPU will swap about %.0f MB to "
+                                 "disk (slower)",
                             r, need / 1e6, limit, need / 1e6 - (double)limit);
                 continue;
             }

@@ -102,8 +102,8 @@ static int mark_skips(hyfi_graph *g)
         int n = 0, sub = 0;
         for (int i = 0; i < ps[0]->n; i++)
             if (ps[0]->t[i].kind == PT_TASK) n++, sub += !ps[0]->skip[i];
-        fprintf(stderr, "hyfi: rank %d submits %d of the %d tasks of a training step\n", me,
-                sub, n);
+        hyfi_ctx_log(g->ctx, HYFI_LOG_INFO, "rank %d submits %d of the %d tasks of a training step",
+                     me, sub, n);
     }
     return rc;
 }
@@ -269,8 +269,8 @@ static hyfi_status program_run(hyfi_graph *g, program *p)
     }
     if (share) hyfi_ops_cores_submitting(0);
     if (timed)
-        fprintf(stderr, "hyfi: rank %d submitted %d tasks of a training step in %.3f ms of CPU "
-                        "time (%.3f ms wall)\n", me, submitted,
+        hyfi_ctx_log(g->ctx, HYFI_LOG_INFO, "rank %d submitted %d tasks of a training step in "
+                     "%.3f ms of CPU time (%.3f ms wall)", me, submitted,
                 clock_ms(CLOCK_THREAD_CPUTIME_ID) - cpu0, clock_ms(CLOCK_MONOTONIC) - wall0);
     if (mpi) starpu_mpi_wait_for_all(MPI_COMM_WORLD);
     else starpu_task_wait_for_all();

@@ -37,6 +37,8 @@ struct hyfi_watchdog {
     atomic_int depth;                /* nested waits in progress */
     atomic_uint epoch;               /* bumped at every wait's start and end */
     _Atomic(const char *) what;      /* the outermost wait */
+    hyfi_log_fn log;                 /* the context's (hyfi_ctx_config.log) */
+    void *log_user;
 };
 
 static double mono_s(void)
@@ -52,20 +54,19 @@ static void fire(struct hyfi_watchdog *wd, double waited)
     /* an agreement waits for a rank to reach the same call: one that took
      * another path through the program (other arguments) never does */
     const int agree = what && !strcmp(what, HYFI_WAIT_AGREE);
-    fprintf(stderr,
-            "hyfi: rank %d of %d: watchdog: no progress for %.0f s in %s: %s. %s; ending every "
-            "rank (MPI_Abort). The limit is hyfi_ctx_config.watchdog_s (hyfi-train: --watchdog "
-            "SECONDS or HYFI_WATCHDOG_S; 0: off); raise it if a rank legitimately waits that "
-            "long for another's work\n",
-            wd->rank, wd->nranks, waited, what ? what : "a hyfi call",
-            agree ? "another rank has not reached it"
-                  : "no task has completed on this rank while it waits for the others",
-            agree ? "A peer rank was probably stopped (SIGSTOP, a debugger) or died, or the "
-                    "ranks took different paths through the program (started with different "
-                    "arguments, e.g. --save or --checkpoint-dir given to some ranks only)"
-                  : "A peer rank was probably stopped (SIGSTOP, a debugger) or died, or the "
-                    "run hangs");
-    fflush(stderr);
+    hyfi_logf(wd->log, wd->log_user, HYFI_LOG_ERROR,
+              "rank %d of %d: watchdog: no progress for %.0f s in %s: %s. %s; ending every "
+              "rank (MPI_Abort). The limit is hyfi_ctx_config.watchdog_s (hyfi-train: --watchdog "
+              "SECONDS or HYFI_WATCHDOG_S; 0: off); raise it if a rank legitimately waits that "
+              "long for another's work",
+              wd->rank, wd->nranks, waited, what ? what : "a hyfi call",
+              agree ? "another rank has not reached it"
+                    : "no task has completed on this rank while it waits for the others",
+              agree ? "A peer rank was probably stopped (SIGSTOP, a debugger) or died, or the "
+                      "ranks took different paths through the program (started with different "
+                      "arguments, e.g. --save or --checkpoint-dir given to some ranks only)"
+                    : "A peer rank was probably stopped (SIGSTOP, a debugger) or died, or the "
+                      "run hangs");
     /* let mpiexec forward the line before it tears the job down */
     nanosleep(&(struct timespec){0, 500000000L}, NULL);
     hyfi_sentinel_ending(); /* this line says it all: the deaths that follow are not news */
@@ -113,6 +114,7 @@ hyfi_status hyfi_watchdog_start(hyfi_ctx *ctx, int limit_s)
     wd->rank = ctx->rank;
     wd->nranks = ctx->nranks;
     wd->limit_s = limit_s;
+    wd->log = ctx->log, wd->log_user = ctx->log_user;
     atomic_init(&wd->depth, 0);
     atomic_init(&wd->epoch, 0);
     atomic_init(&wd->what, NULL);

@@ -119,6 +119,18 @@ typedef enum hyfi_device {
                              on the GPUs, CPU workers only where an op has no CUDA path */
 } hyfi_device;
 
+/* The library's messages that are not errors of a call (those are the calls'
+ * statuses and hyfi_last_error()): what -v asks for, warnings about a plan,
+ * and the last line before a rank ends a stuck job. */
+typedef enum {
+    HYFI_LOG_ERROR = 0, /* the job is being ended (watchdog, start-up time limit) */
+    HYFI_LOG_WARNING,
+    HYFI_LOG_INFO       /* with verbose */
+} hyfi_log_level;
+/* One message: a line without the newline. May be called from a thread of
+ * the library (the watchdog's, MPI's time limits) just before the job ends. */
+typedef void (*hyfi_log_fn)(void *user, hyfi_log_level level, const char *msg);
+
 typedef struct hyfi_ctx_config {
     hyfi_device device;
     int ncpus;            /* CPU workers; <= 0: StarPU's choice (one per free core) */
@@ -169,6 +181,9 @@ typedef struct hyfi_ctx_config {
                              limit. NULL: none */
     int swap_mb;          /* the most StarPU puts in swap_dir (>= 16); 0: 90% of the free
                              space of its file system */
+    hyfi_log_fn log;      /* where the context's messages go; NULL: stderr, each line
+                             "hyfi: " (warnings "hyfi: warning: ") + the message */
+    void *log_user;       /* log's first argument */
 } hyfi_ctx_config;
 
 /* The default configuration, what cfg NULL means: device AUTO, ncpus -1 and
