@@ -22,6 +22,7 @@ int train_dry_run(const train_options *o, int C, int H, int W, int K)
     int rc = 1;
     hyfi_ctx_config cc = {.device = HYFI_DEVICE_CPU, .ncpus = 1, .mpi = 0,
                           .verbose = o->verbose};
+    train_ctx_from_env(&cc);
     if ((st = hyfi_ctx_create(&cc, &ctx)) != HYFI_OK) {
         lib_fail("starting the engine (hyfi_ctx_create)", st, NULL);
         return 1;

@@ -25,4 +25,21 @@ void train_plan_from_env(hyfi_plan_config *p)
     flag("HYFI_FUSE_CONV_ADD", &p->no_fuse_conv_add, true);
     flag("HYFI_GRAD_ALIAS", &p->no_grad_forwarding, true);
     flag("HYFI_SUBMIT_ALL", &p->submit_all, false);      /* =1: every rank everything */
+    const char *v = getenv("HYFI_ONE_CPU_WORKER");
+    if (v && *v) p->one_cpu_worker = atoi(v) ? 1 : -1;
+    v = getenv("HYFI_DUMP_PROGRAMS");
+    if (v && *v) p->dump_programs = v;
+}
+
+void train_ctx_from_env(hyfi_ctx_config *c)
+{
+    const char *v = getenv("HYFI_CPU_THREADS");
+    if (v && atoi(v) > 0) c->cpu_threads = atoi(v);
+    v = getenv("HYFI_LEND_MIN_BYTES");
+    if (v && *v) c->lend_min_bytes = atol(v) > 0 ? atol(v) : -1;
+    bool cap_off = false;
+    flag("HYFI_SUBMIT_CAP", &cap_off, true);
+    c->no_submit_cap = c->no_submit_cap || cap_off;
+    v = getenv("HYFI_PHYS_MEM_MB");
+    if (v && atoi(v) > 0) c->phys_mem_mb = atoi(v);
 }

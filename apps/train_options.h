@@ -115,8 +115,12 @@ typedef struct train_settings {
 void train_settings_fill(const train_options *o, train_settings *ts);
 
 /* The plan's graph-rewrite switches from HYFI_BLOCKED, HYFI_BLOCKED_WEIGHTS,
- * HYFI_FUSE_BN_RELU, HYFI_FUSE_CONV_ADD, HYFI_GRAD_ALIAS (=0: off) and
- * HYFI_SUBMIT_ALL (=1: on), where set (train_env.c). */
+ * HYFI_FUSE_BN_RELU, HYFI_FUSE_CONV_ADD, HYFI_GRAD_ALIAS (=0: off),
+ * HYFI_SUBMIT_ALL (=1: on), HYFI_ONE_CPU_WORKER and HYFI_DUMP_PROGRAMS, where
+ * set (train_env.c). */
 void train_plan_from_env(hyfi_plan_config *p);
+/* The context's: HYFI_CPU_THREADS, HYFI_LEND_MIN_BYTES (=0: no lending),
+ * HYFI_SUBMIT_CAP (=0: off), HYFI_PHYS_MEM_MB, where set. */
+void train_ctx_from_env(hyfi_ctx_config *c);
 
 #endif

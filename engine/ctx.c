@@ -260,6 +260,7 @@ static hyfi_status ctx_create(hyfi_ctx **out, const hyfi_ctx_config *cfg_in)
 #endif
     ctx->verbose = cfg.verbose;
     ctx->log = cfg.log;
+    ctx->phys_mem_mb = cfg.phys_mem_mb;
     ctx->log_user = cfg.log_user;
     if (ctx->mpi) {
         /* A previous MPI context's hyfi_ctx_destroy (or the program) finalised
@@ -458,31 +459,27 @@ static hyfi_status ctx_create(hyfi_ctx **out, const hyfi_ctx_config *cfg_in)
     ctx->local_ranks = ctx->mpi && lr && atoi(lr) > 0 ? atoi(lr) : 0;
     cores = cores > 0 ? cores / (ctx->local_ranks ? ctx->local_ranks : 1) : 1;
     ctx->cores = cores > 0 ? (int)cores : 1;
-    const char *ct = getenv("HYFI_CPU_THREADS");
-    const int env_threads = ct ? atoi(ct) : 0;
-    ctx->cpu_threads_set = env_threads > 0 || cfg.cpu_threads > 0;
-    ctx->cpu_threads = env_threads > 0      ? env_threads
-                       : cfg.cpu_threads > 0 ? cfg.cpu_threads
-                                             : (int)((cores > 0 ? cores : 1) /
-                                                     (ctx->ncpu > 0 ? ctx->ncpu : 1));
+    ctx->cpu_threads_set = cfg.cpu_threads > 0;
+    ctx->cpu_threads = cfg.cpu_threads > 0 ? cfg.cpu_threads
+                                           : (int)((cores > 0 ? cores : 1) /
+                                                   (ctx->ncpu > 0 ? ctx->ncpu : 1));
     if (ctx->cpu_threads < 1) ctx->cpu_threads = 1;
     if (ctx->ncpu > 0)
         starpu_execute_on_each_worker(set_worker_threads, &ctx->cpu_threads, STARPU_CPU);
     {
-        const char *e = getenv("HYFI_LEND_MIN_BYTES");
-        ctx->lend_min_bytes = e ? (size_t)strtoull(e, NULL, 10) : 1;
+        ctx->lend_min_bytes = cfg.lend_min_bytes < 0    ? 0
+                              : cfg.lend_min_bytes == 0 ? 1
+                                                        : (size_t)cfg.lend_min_bytes;
         hyfi_ops_cores_init(ctx->ncpu, ctx->cpu_threads, ctx->lend_min_bytes);
         /* The thread that submits a program needs a core: where the CPU
          * workers' kernel threads fill every core, kernels starting meanwhile
          * run one thread fewer (docs/architecture.md, "The submitting thread's
          * core"). Only where the thread counts are hyfi's to vary (several CPU
          * workers lending cores or one of them holding all); fixed ones (one
-         * CPU worker, HYFI_CPU_THREADS, no lending) keep runs bitwise
-         * reproducible. HYFI_SUBMIT_CAP=0: off. */
-        const char *cap = getenv("HYFI_SUBMIT_CAP");
+         * CPU worker, cpu_threads set, no lending) keep runs bitwise
+         * reproducible. hyfi_ctx_config.no_submit_cap: off. */
         ctx->submit_cap = ctx->ncpu > 1 && ctx->ncpu * ctx->cpu_threads >= ctx->cores &&
-                          !ctx->cpu_threads_set && ctx->lend_min_bytes > 0 &&
-                          !(cap && !strcmp(cap, "0"));
+                          !ctx->cpu_threads_set && ctx->lend_min_bytes > 0 && !cfg.no_submit_cap;
     }
     rc = hyfi_ops_init();
     if (rc != 0) {

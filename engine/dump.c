@@ -1,4 +1,4 @@
-/* Program listings: with HYFI_DUMP_PROGRAMS=FILE, hyfi_graph_compile appends
+/* Program listings: with hyfi_plan_config.dump_programs = FILE, hyfi_graph_compile appends
  * the compiled programs to FILE (FILE.rK on rank K
  * of an MPI run), one line per task: kind, codelet, name,
  * place / rank / worker / priority, a hash of the kernel arguments and the
@@ -48,7 +48,7 @@ static void dump_program(FILE *f, const char *title, const program *p, const hyf
 
 void hyfi_programs_dump(const hyfi_graph *g)
 {
-    const char *path = getenv("HYFI_DUMP_PROGRAMS");
+    const char *path = g->plan_cfg.dump_programs;
     if (!path || !*path) return;
     char file[4200];
     if (g->ctx->nranks > 1) snprintf(file, sizeof file, "%s.r%d", path, g->ctx->rank);

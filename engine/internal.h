@@ -342,10 +342,11 @@ struct hyfi_ctx {
     double *cuda_mem;     /* ncuda: bytes of device k's memory, 0: unknown */
     int cpu_threads;
     int cores;            /* cores of this process (the node's, shared among its ranks) */
-    int cpu_threads_set;  /* cpu_threads from HYFI_CPU_THREADS or the config */
-    size_t lend_min_bytes;/* core lending (HYFI_LEND_MIN_BYTES), 0: off */
+    int cpu_threads_set;  /* cpu_threads from the config */
+    size_t lend_min_bytes;/* core lending (hyfi_ctx_config.lend_min_bytes), 0: off */
     int submit_cap;       /* kernels run a thread fewer while a program is submitted (run.c) */
     int verbose;
+    int phys_mem_mb;      /* hyfi_ctx_config.phys_mem_mb */
     hyfi_log_fn log;      /* hyfi_ctx_config.log (NULL: stderr) and its argument */
     void *log_user;
     int records;          /* hyfi_ctx_set_task_records */
@@ -751,7 +752,7 @@ void hyfi_spatial_recompute_groups(const hyfi_graph *g, const int *seg, unsigned
 int hyfi_tile_rank(const hyfi_graph *g, const hyfi_tiles *tl, int t, int rep);
 size_t hyfi_tile_numel(const hyfi_tensor *x, int t); /* one micro-batch */
 
-/* dump.c: with HYFI_DUMP_PROGRAMS=FILE, append the programs' listing to FILE. */
+/* dump.c: with hyfi_plan_config.dump_programs, append the programs' listing there. */
 void hyfi_programs_dump(const hyfi_graph *g);
 
 /* init.c: deterministic parameter initialisation from (seed, name). */

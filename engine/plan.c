@@ -163,12 +163,11 @@ static double node_cost(const hyfi_graph *g, int i)
 
 /* Host memory the ranks of one node can use: the physical memory, or the
  * cgroup's limit (v2 memory.max, v1 memory.limit_in_bytes) when lower.
- * HYFI_PHYS_MEM_MB overrides it (tests; a node with memory reserved for
- * others). 0 when unknown. */
-static double host_memory_bytes(void)
+ * hyfi_ctx_config.phys_mem_mb overrides it (tests; a node with memory
+ * reserved for others). 0 when unknown. */
+static double host_memory_bytes(const hyfi_ctx *ctx)
 {
-    const char *ov = getenv("HYFI_PHYS_MEM_MB");
-    if (ov && atof(ov) > 0) return atof(ov) * 1e6;
+    if (ctx->phys_mem_mb > 0) return ctx->phys_mem_mb * 1e6;
     const long pages = sysconf(_SC_PHYS_PAGES), psize = sysconf(_SC_PAGE_SIZE);
     double mem = pages > 0 && psize > 0 ? (double)pages * (double)psize : 0;
     static const char *const cg[] = {"/sys/fs/cgroup/memory.max",
@@ -346,7 +345,7 @@ static hyfi_status check_memory_limit(hyfi_graph *g)
     }
     warn_gpu_memory(g);
     if (HYFI_SIMULATION) return check_simulated_memory(g);
-    const double phys = host_memory_bytes();
+    const double phys = host_memory_bytes(g->ctx);
     if (phys <= 0) return HYFI_OK;
     int per_node = g->ctx->local_ranks > 0 ? g->ctx->local_ranks : R;
     if (per_node > R) per_node = R;
@@ -504,15 +503,14 @@ done:
  * measured faster with every task on one worker that owns every core: ResNet-110
  * v2 +13-22%, ResNet-50 at 128^2 +11%, the CNN +8%, ResNet-18 +5%; AmoebaNet-D
  * -20-29% (docs/bench-cpu.md). Off where the threads per kernel are set
- * (HYFI_CPU_THREADS, hyfi_ctx_config.cpu_threads) or lending is
- * (HYFI_LEND_MIN_BYTES=0), so the exactness tests keep one thread per kernel;
- * HYFI_ONE_CPU_WORKER=0 turns it off, =1 takes it for any one-place plan. */
+ * (hyfi_ctx_config.cpu_threads) or lending is (lend_min_bytes < 0), so the
+ * exactness tests keep one thread per kernel; hyfi_plan_config.one_cpu_worker
+ * -1 turns it off, 1 takes it for any one-place plan. */
 static void one_cpu_worker(hyfi_graph *g, hyfi_plan *pl, int MB)
 {
     hyfi_ctx *ctx = g->ctx;
     const int total = ctx->ncpu * ctx->cpu_threads;
-    const char *e = getenv("HYFI_ONE_CPU_WORKER");
-    const int mode = e && *e ? atoi(e) : -1;
+    const int mode = g->plan_cfg.one_cpu_worker > 0 ? 1 : g->plan_cfg.one_cpu_worker < 0 ? 0 : -1;
     int on = mode != 0 && ctx->ncpu > 1 && ctx->ncuda == 0 && pl->nplaces == 1 && MB == 1 &&
              pl->place_rank[0] == ctx->rank && !ctx->cpu_threads_set && ctx->lend_min_bytes > 0;
     if (on && mode < 0) {

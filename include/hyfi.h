@@ -181,6 +181,16 @@ typedef struct hyfi_ctx_config {
                              limit. NULL: none */
     int swap_mb;          /* the most StarPU puts in swap_dir (>= 16); 0: 90% of the free
                              space of its file system */
+    /* CPU cores: hyfi-train sets these from the variables in brackets. */
+    long lend_min_bytes;  /* a CPU kernel with a buffer of at least this many bytes also
+                             takes the cores of idle CPU workers (ops/codelet_common.h);
+                             0: the default (any kernel); < 0: no lending
+                             (HYFI_LEND_MIN_BYTES=0) */
+    bool no_submit_cap;   /* kernels that start while a step is being submitted keep all
+                             their threads (HYFI_SUBMIT_CAP=0; for measurements) */
+    int phys_mem_mb;      /* > 0: the memory of this node the plan's checks assume,
+                             instead of the physical memory or the cgroup's limit
+                             (HYFI_PHYS_MEM_MB; a node with memory reserved for others) */
     hyfi_log_fn log;      /* where the context's messages go; NULL: stderr, each line
                              "hyfi: " (warnings "hyfi: warning: ") + the message */
     void *log_user;       /* log's first argument */
@@ -526,6 +536,13 @@ typedef struct hyfi_plan_config {
                                (HYFI_FUSE_CONV_ADD=0) */
     bool no_grad_forwarding;/* every add's backward copies its output gradient to its
                                inputs (HYFI_GRAD_ALIAS=0): every gradient readable */
+    int one_cpu_worker;     /* a one-place chain on CPUs runs every task on one CPU worker
+                               with all the cores (docs/architecture.md): 0 where it is
+                               measured faster, 1 for any one-place plan, -1 never
+                               (HYFI_ONE_CPU_WORKER=1 / =0) */
+    const char *dump_programs; /* non-NULL: the compile appends its programs' listing to
+                               this file (".rN" added per rank under MPI; tests;
+                               HYFI_DUMP_PROGRAMS) */
     bool submit_all;        /* under MPI, every rank builds the whole step's tasks (StarPU-MPI
                                skips the others' at submission) instead of its share
                                (HYFI_SUBMIT_ALL=1; for measurements) */

@@ -15,6 +15,7 @@
  *   (5) the plan's estimate of the data counts the activations in 2 bytes
  *       (below 0.8x fp32's for this network, whose parameters are few). */
 #include "hyfi.h"
+#include "tu_env.h"
 #include "testnet.h"
 #include "testutil.h"
 
@@ -140,6 +141,7 @@ int main(void)
      * different once, with the MPI suite running beside it. */
     cc.ncpus = 1;
     hyfi_ctx *ctx;
+    tu_ctx_env(&cc);
     if (hyfi_ctx_create(&cc, &ctx) != HYFI_OK) {
         printf("context: %s\n", hyfi_last_error());
         return 1;

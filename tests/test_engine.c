@@ -9,6 +9,7 @@
  * devices, fifos and folders, a save killed while writing leaves nothing
  * behind, and the next save removes temporaries of dead processes. */
 #include "hyfi.h"
+#include "tu_env.h"
 #include "testnet.h"
 #include "testutil.h"
 
@@ -431,6 +432,7 @@ static int save_and_crash(const char *path)
     hyfi_ctx_config cfg = {.device = HYFI_DEVICE_CPU, .mpi = 0, .ncpus = 1};
     hyfi_ctx *ctx;
     testnet n;
+    tu_ctx_env(&cfg);
     if (hyfi_ctx_create(&cfg, &ctx) != HYFI_OK || testnet_build(ctx, &n, 0) ||
         hyfi_graph_compile(n.g, n.loss, NULL) != HYFI_OK)
         return 2;
@@ -580,6 +582,7 @@ int main(int argc, char **argv)
     cfg.device = HYFI_DEVICE_CPU;
     cfg.mpi = 0;
     hyfi_ctx *ctx;
+    tu_ctx_env(&cfg);
     if (hyfi_ctx_create(&cfg, &ctx) != HYFI_OK) {
         printf("context: %s\n", hyfi_last_error());
         return 1;
@@ -593,6 +596,7 @@ int main(int argc, char **argv)
     test_errors(ctx);
     hyfi_ctx_destroy(ctx);
     /* one at a time: without MPI, a new context after the first is destroyed */
+    tu_ctx_env(&cfg);
     expect(hyfi_ctx_create(&cfg, &ctx), HYFI_OK, "a context after hyfi_ctx_destroy");
     hyfi_ctx_destroy(ctx);
     return tu_finish();

@@ -3,6 +3,7 @@
  * gradients and weights within the CUDA tolerance. Exits 77 (skipped) when
  * StarPU finds no CUDA worker. */
 #include "hyfi.h"
+#include "tu_env.h"
 #include "testnet.h"
 #include "testutil.h"
 
@@ -26,6 +27,7 @@ static int run(hyfi_device dev, run_result *r)
     cfg.device = dev;
     cfg.mpi = 0;
     hyfi_ctx *ctx;
+    tu_ctx_env(&cfg);
     hyfi_status s = hyfi_ctx_create(&cfg, &ctx);
     if (s == HYFI_ERR_UNSUPPORTED && dev == HYFI_DEVICE_CUDA) {
         printf("skip: %s\n", hyfi_last_error());

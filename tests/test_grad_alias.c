@@ -26,6 +26,7 @@
  * fewer tasks per step than the copying one, except under layer
  * re-materialisation, where both have the same. */
 #include "hyfi.h"
+#include "tu_env.h"
 #include "models.h"
 #include "testutil.h"
 
@@ -194,6 +195,7 @@ int main(void)
      * (their reductions, e.g. the weight gradients, depend on the thread count) */
     hyfi_ctx_config cfg = {.device = HYFI_DEVICE_CPU, .ncpus = 1, .mpi = 0};
     hyfi_ctx *ctx;
+    tu_ctx_env(&cfg);
     if (hyfi_ctx_create(&cfg, &ctx) != HYFI_OK) {
         printf("context: %s\n", hyfi_last_error());
         return 1;

@@ -14,6 +14,7 @@
  * On 2 ranks the tiles of a 4-tile plan are split between the ranks, so each
  * rank is asked for fewer regions than there are. */
 #include "hyfi.h"
+#include "tu_env.h"
 #include "testutil.h"
 
 #include <starpu_mpi.h>
@@ -217,6 +218,7 @@ int main(void)
     hyfi_ctx_config cc = hyfi_ctx_config_default();
     cc.device = HYFI_DEVICE_CPU;
     hyfi_ctx *ctx;
+    tu_ctx_env(&cc);
     if (hyfi_ctx_create(&cc, &ctx) != HYFI_OK) {
         printf("%s\n", hyfi_last_error());
         return 1;

@@ -35,6 +35,7 @@
  * tolerance above; hyfi_tensor_write / hyfi_tensor_read of a blocked weight
  * round-trips. */
 #include "hyfi.h"
+#include "tu_env.h"
 #include "models.h"
 #include "testutil.h"
 
@@ -324,6 +325,7 @@ int main(void)
      * of 6-16 (before and after the AVX-512 builds). */
     hyfi_ctx_config cfg = {.device = HYFI_DEVICE_CPU, .mpi = 0, .ncpus = 1};
     hyfi_ctx *ctx;
+    tu_ctx_env(&cfg);
     if (hyfi_ctx_create(&cfg, &ctx) != HYFI_OK) {
         printf("context: %s\n", hyfi_last_error());
         return 1;

@@ -7,6 +7,7 @@
  * file for the run; StarPU's own lines may appear there, the library's
  * ("hyfi:") must not while a callback is set. */
 #include "hyfi.h"
+#include "tu_env.h"
 #include "testutil.h"
 
 #include <stdio.h>
@@ -41,6 +42,7 @@ static int run(hyfi_log_fn log, logbook *b, const char *path)
     cc.log = log, cc.log_user = b;
     hyfi_ctx *ctx = NULL;
     hyfi_graph *g = NULL;
+    tu_ctx_env(&cc);
     int rc = hyfi_ctx_create(&cc, &ctx) != HYFI_OK;
     if (!rc) {
         hyfi_graph_create(ctx, 3, &g);

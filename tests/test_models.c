@@ -10,6 +10,7 @@
  * The expected counts were printed by
  *   /usr/bin/python3 bench/torch_models.py --count --quiet <the same flags>
  * tests/models_vs_torch.sh repeats the comparison live when PyTorch is there. */
+#include "tu_env.h"
 #include "models.h"
 #include "testutil.h"
 
@@ -402,6 +403,7 @@ int main(void)
 {
     hyfi_ctx *ctx;
     hyfi_ctx_config cc = {.device = HYFI_DEVICE_CPU, .mpi = 0, .ncpus = 2, .bind_workers = 0};
+    tu_ctx_env(&cc);
     if (hyfi_ctx_create(&cc, &ctx) != HYFI_OK) {
         printf("hyfi_ctx_create: %s\n", hyfi_last_error());
         return 1;

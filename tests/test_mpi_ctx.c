@@ -9,6 +9,7 @@
  * every rank's.
  * Run as: mpiexec -n 2 test_mpi_ctx */
 #include "hyfi.h"
+#include "tu_env.h"
 #include "testnet.h"
 #include "testutil.h"
 
@@ -100,6 +101,7 @@ int main(void)
 {
     hyfi_ctx_config cfg = {.device = HYFI_DEVICE_CPU, .mpi = 1, .ncpus = 1};
     hyfi_ctx *ctx;
+    tu_ctx_env(&cfg);
     if (hyfi_ctx_create(&cfg, &ctx) != HYFI_OK) {
         printf("context: %s\n", hyfi_last_error());
         return 1;
@@ -155,6 +157,7 @@ int main(void)
     /* MPI is finalised now and cannot be initialised again: a clear error, not
      * MPI aborting the process */
     hyfi_ctx *again = (hyfi_ctx *)&again;
+    tu_ctx_env(&cfg);
     tu_check(hyfi_ctx_create(&cfg, &again) != HYFI_ERR_STATE || again != NULL ||
                  !strstr(hyfi_last_error(), "finalised"),
              "a second MPI context in the process is HYFI_ERR_STATE");

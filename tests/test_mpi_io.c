@@ -9,6 +9,7 @@
  * The network has one stage per rank, so every rank owns parameters.
  * Run as: mpiexec -n 2 test_mpi_io DIR (DIR: a folder the ranks share). */
 #include "hyfi.h"
+#include "tu_env.h"
 #include "testnet.h"
 #include "testutil.h"
 
@@ -37,6 +38,7 @@ int main(int argc, char **argv)
     }
     hyfi_ctx_config cfg = {.device = HYFI_DEVICE_CPU, .mpi = 1, .ncpus = 1};
     hyfi_ctx *ctx;
+    tu_ctx_env(&cfg);
     if (hyfi_ctx_create(&cfg, &ctx) != HYFI_OK) {
         printf("context: %s\n", hyfi_last_error());
         return 1;

@@ -86,6 +86,7 @@
  * Models: ResNet v1-8 (CIFAR, 5 layers) on 8x8 images, batch 8, and on 32x32,
  * batch 4 (spatial plans); AmoebaNet-D (3, 16) (9 layers) on 64x64, batch 8. */
 #include "hyfi.h"
+#include "tu_env.h"
 #include "models.h"
 #include "testutil.h"
 
@@ -431,6 +432,7 @@ static int do_ref(const char *dir)
 {
     hyfi_ctx_config cfg = {.device = HYFI_DEVICE_CPU, .mpi = 0};
     hyfi_ctx *ctx;
+    tu_ctx_env(&cfg);
     if (hyfi_ctx_create(&cfg, &ctx) != HYFI_OK) {
         printf("context: %s\n", hyfi_last_error());
         return 1;
@@ -559,6 +561,7 @@ static int do_check(const char *dir, int use_mpi)
                                                              : HYFI_DEVICE_AUTO,
                            .ncpus = -1, .ncuda = -1, .mpi = use_mpi, .comm_stats = 1};
     hyfi_ctx *ctx;
+    tu_ctx_env(&cfg);
     const hyfi_status cs = hyfi_ctx_create(&cfg, &ctx);
     if (on_gpu && (cs == HYFI_ERR_UNSUPPORTED || (cs == HYFI_OK && !hyfi_ctx_ncuda_workers(ctx)))) {
         printf("skip: HYFI_TEST_DEVICE=%s and no CUDA worker (%s)\n", tdev,

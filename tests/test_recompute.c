@@ -15,9 +15,10 @@
  *     same losses as without a limit; the environment is left as it was; a
  *     swap size under StarPU's minimum is refused.
  * One thread per kernel and no core lending (HYFI_CPU_THREADS=1,
- * HYFI_LEND_MIN_BYTES=0, set here), so that round-off does not depend on timing
+ * HYFI_LEND_MIN_BYTES=0, set here for tu_ctx_env), so that round-off does not depend on timing
  * and runs compare bit for bit. */
 #include "hyfi.h"
+#include "tu_env.h"
 #include "testutil.h"
 
 #include <stdio.h>
@@ -217,6 +218,7 @@ static void memory_limit(void)
     hyfi_ctx *ctx;
     hyfi_ctx_config cc = hyfi_ctx_config_default();
     cc.device = HYFI_DEVICE_CPU, cc.mpi = 0;
+    tu_ctx_env(&cc);
     if (hyfi_ctx_create(&cc, &ctx) != HYFI_OK) {
         tu_check(1, hyfi_last_error());
         return;
@@ -231,6 +233,7 @@ static void memory_limit(void)
     const char *before = getenv("STARPU_LIMIT_CPU_MEM");
     char *saved = before ? strdup(before) : NULL;
     cc.mem_limit_mb = limit;
+    tu_ctx_env(&cc);
     if (hyfi_ctx_create(&cc, &ctx) == HYFI_OK) {
         const int rc = train(ctx, &(hyfi_plan_config){0}, bsz, hw, 1, &r, err, sizeof err);
         printf("limit %d MB without swap: %s\n", limit, rc == -2 ? err : "compiled");
@@ -253,8 +256,10 @@ static void memory_limit(void)
     }
     cc.swap_dir = dir;
     cc.swap_mb = 8;
+    tu_ctx_env(&cc);
     tu_check(hyfi_ctx_create(&cc, &ctx) != HYFI_ERR_ARG, "a swap under 16 MB refused");
     cc.swap_mb = 64;
+    tu_ctx_env(&cc);
     if (hyfi_ctx_create(&cc, &ctx) == HYFI_OK) {
         const int rc = train(ctx, &(hyfi_plan_config){0}, bsz, hw, 2, &r, err, sizeof err);
         if (rc) printf("limit %d MB with swap: %s\n", limit, err);
@@ -275,11 +280,13 @@ static void memory_limit(void)
 
 int main(void)
 {
+    /* every context of the test (tu_ctx_env) */
     setenv("HYFI_CPU_THREADS", "1", 1);
     setenv("HYFI_LEND_MIN_BYTES", "0", 1);
     hyfi_ctx_config cc = hyfi_ctx_config_default();
     cc.device = HYFI_DEVICE_CPU, cc.mpi = 0;
     hyfi_ctx *ctx;
+    tu_ctx_env(&cc);
     if (hyfi_ctx_create(&cc, &ctx) != HYFI_OK) {
         printf("context: %s\n", hyfi_last_error());
         return 1;

@@ -5,7 +5,7 @@
  * ResNet-20 v1 (32x32, 2 x 32 images) with 2 data-parallel replicas, one per
  * rank, one CPU worker each; per bucket, per parameter and ring all-reduces,
  * and GEMS MAST (2 copies mirrored over the 2 ranks, 2 stages). On each rank:
- *   - in the compiled train program (its listing, HYFI_DUMP_PROGRAMS), with
+ *   - in the compiled train program (its listing, hyfi_plan_config.dump_programs), with
  *     the dependencies StarPU derives from the submission order (read after
  *     write, write after read or write), no all-reduce task of the
  *     classifier's weight gradient (the first gradient the backward
@@ -19,6 +19,7 @@
  * Prints, from the task records, the backward span and the all-reduce tasks
  * that ran inside it (how much overlap this run got: timing, not asserted). */
 #include "hyfi.h"
+#include "tu_env.h"
 #include "models.h"
 #include "testutil.h"
 
@@ -126,10 +127,10 @@ static int run(hyfi_ctx *ctx, const hyfi_plan_config *plan, const char *label)
              (long)getpid());
     snprintf(rank_listing, sizeof rank_listing, "%s.r%d", listing, rank);
     remove(rank_listing);
-    setenv("HYFI_DUMP_PROGRAMS", listing, 1);
-    const hyfi_status cs = hyfi_graph_set_plan(g, plan) == HYFI_OK
+    hyfi_plan_config pc = *plan;
+    pc.dump_programs = listing;
+    const hyfi_status cs = hyfi_graph_set_plan(g, &pc) == HYFI_OK
                                ? hyfi_graph_compile(g, loss, &tc) : HYFI_ERR_ARG;
-    unsetenv("HYFI_DUMP_PROGRAMS");
     if (cs != HYFI_OK) {
         printf("%s: compile failed: %s\n", label, hyfi_graph_error(g));
         tu_check(1, label);
@@ -242,6 +243,7 @@ int main(void)
     hyfi_ctx_config cfg = hyfi_ctx_config_default(); /* MPI under mpiexec */
     cfg.device = HYFI_DEVICE_CPU;
     hyfi_ctx *ctx;
+    tu_ctx_env(&cfg);
     if (hyfi_ctx_create(&cfg, &ctx) != HYFI_OK) {
         printf("context: %s\n", hyfi_last_error());
         return 1;

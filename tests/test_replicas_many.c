@@ -23,6 +23,7 @@
  * those of its one image per step, far outside that. Plans beyond HYFI_MAX_REPLICAS are refused with a message naming the
  * fix. */
 #include "hyfi.h"
+#include "tu_env.h"
 #include "models.h"
 #include "testutil.h"
 
@@ -247,6 +248,7 @@ int main(int argc, char **argv)
     }
     hyfi_ctx_config cfg = {.device = HYFI_DEVICE_CPU, .mpi = mpi};
     hyfi_ctx *ctx;
+    tu_ctx_env(&cfg);
     if (hyfi_ctx_create(&cfg, &ctx) != HYFI_OK) {
         printf("context: %s\n", hyfi_last_error());
         return 1;

@@ -16,6 +16,7 @@
  * MODEL-FLAGS are hyfi-train's: --model, --depth, --resnet-version,
  * --resnet-style, --num-layers, --num-filters, --num-classes, --channels,
  * --image-size. Exit status 0, 1 on a failure (with a message), 2 on bad flags. */
+#include "tu_env.h"
 #include "models.h"
 
 #include <hyfi.h>
@@ -217,6 +218,7 @@ int main(int argc, char **argv)
     cc.device = HYFI_DEVICE_CPU;
     cc.mpi = 0;
     cc.bind_workers = 0;
+    tu_ctx_env(&cc);
     if (hyfi_ctx_create(&cc, &ctx) != HYFI_OK) {
         fprintf(stderr, "torch_logits: hyfi_ctx_create: %s\n", hyfi_last_error());
         return 1;
