@@ -109,6 +109,7 @@ static int start_engine(run *r)
                           .watchdog_s = o->watchdog_s, .mem_limit_mb = o->mem_limit_mb,
                           .swap_dir = o->swap_dir, .swap_mb = o->swap_mb};
     train_ctx_from_env(&cc);
+    cc.death_notice = train_death_notice();
     if ((st = hyfi_ctx_create(&cc, &r->ctx)) != HYFI_OK) {
         lib_fail("starting the engine (hyfi_ctx_create)", st, NULL);
         return 1;

@@ -43,3 +43,10 @@ void train_ctx_from_env(hyfi_ctx_config *c)
     v = getenv("HYFI_PHYS_MEM_MB");
     if (v && atoi(v) > 0) c->phys_mem_mb = atoi(v);
 }
+
+bool train_death_notice(void)
+{
+    bool on = true;
+    flag("HYFI_DEATH_NOTICE", &on, false); /* =0: off */
+    return on;
+}

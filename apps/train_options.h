@@ -122,5 +122,8 @@ void train_plan_from_env(hyfi_plan_config *p);
 /* The context's: HYFI_CPU_THREADS, HYFI_LEND_MIN_BYTES (=0: no lending),
  * HYFI_SUBMIT_CAP (=0: off), HYFI_PHYS_MEM_MB, where set. */
 void train_ctx_from_env(hyfi_ctx_config *c);
+/* The death notice (hyfi_launch_config.death_notice): on, unless
+ * HYFI_DEATH_NOTICE=0. */
+bool train_death_notice(void);
 
 #endif

@@ -147,7 +147,7 @@ hyfi_status hyfi_ctx_create(const hyfi_ctx_config *cfg, hyfi_ctx **out)
 #endif
     int inited = 0;
     if (mpi) MPI_Initialized(&inited);
-    if (mpi && !inited) hyfi_sentinel_start();
+    if (mpi && !inited && cfg && cfg->death_notice) hyfi_sentinel_start();
     const hyfi_status s = ctx_create(out, cfg);
     if (s != HYFI_OK) {
         hyfi_sentinel_stop();

@@ -233,8 +233,8 @@ hyfi_status hyfi_launch_begin(const hyfi_launch_config *cfg_in, int *rank, int *
         }
     }
     if (!inited) {
-        /* the death notice's child, before MPI (sentinel.c) */
-        hyfi_sentinel_start();
+        /* the death notice's child, before MPI (sentinel.c), when asked */
+        if (cfg.death_notice) hyfi_sentinel_start();
         init_timer t = {.limit_s = cfg.timeout_s, .log = cfg.log, .log_user = cfg.log_user};
         pthread_t th;
         int timed = 0;

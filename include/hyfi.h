@@ -191,6 +191,13 @@ typedef struct hyfi_ctx_config {
     int phys_mem_mb;      /* > 0: the memory of this node the plan's checks assume,
                              instead of the physical memory or the cgroup's limit
                              (HYFI_PHYS_MEM_MB; a node with memory reserved for others) */
+    bool death_notice;    /* MPI runs: fork, before MPI starts, a small watcher process
+                             that names this rank on stderr if it dies without shutting
+                             down, with handlers of fatal signals and an atexit hook (the
+                             library's only process-wide changes beyond StarPU's and MPI's);
+                             off by default; hyfi-train turns it on (HYFI_DEATH_NOTICE=0:
+                             off). Where hyfi_launch_begin started MPI, its config's
+                             field decides */
     hyfi_log_fn log;      /* where the context's messages go; NULL: stderr, each line
                              "hyfi: " (warnings "hyfi: warning: ") + the message */
     void *log_user;       /* log's first argument */

@@ -88,6 +88,8 @@ typedef struct hyfi_launch_config {
     int end_with_launcher; /* 1: the kernel kills this process when the process that started
                               it (mpiexec's proxy) ends, so that no rank, not even a stopped
                               one, outlives its job (Linux PR_SET_PDEATHSIG); 0: not */
+    bool death_notice;     /* the watcher process of hyfi_ctx_config.death_notice, started
+                              here before MPI; off by default */
     hyfi_log_fn log;       /* where the start-up's and MPI_Finalize's time-limit lines go;
                               NULL: stderr (as hyfi_ctx_config.log) */
     void *log_user;

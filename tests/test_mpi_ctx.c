@@ -6,13 +6,15 @@
  * context trains afterwards: a graph with another seed, another width or a
  * builder error on the last rank only is refused at compile on every rank;
  * hyfi_ctx_check_same and hyfi_ctx_agree make one rank's setting or failure
- * every rank's.
+ * every rank's. Without hyfi_ctx_config.death_notice the context forks no
+ * watcher process.
  * Run as: mpiexec -n 2 test_mpi_ctx */
 #include "hyfi.h"
 #include "tu_env.h"
 #include "testnet.h"
 #include "testutil.h"
 
+#include <dirent.h>
 #include <math.h>
 #include <mpi.h>
 #include <stdio.h>
@@ -97,6 +99,25 @@ static void disagreements(hyfi_ctx *ctx)
     expect_all(st, HYFI_OK, "", "", rank, "hyfi_ctx_agree, no failure");
 }
 
+/* Children of this process (every thread's, /proc/self/task/T/children). */
+static int child_processes(void)
+{
+    int n = 0;
+    DIR *d = opendir("/proc/self/task");
+    struct dirent *e;
+    while (d && (e = readdir(d))) {
+        if (e->d_name[0] == '.') continue;
+        char path[300];
+        snprintf(path, sizeof path, "/proc/self/task/%s/children", e->d_name);
+        FILE *f = fopen(path, "r");
+        int pid;
+        while (f && fscanf(f, "%d", &pid) == 1) n++;
+        if (f) fclose(f);
+    }
+    if (d) closedir(d);
+    return n;
+}
+
 int main(void)
 {
     hyfi_ctx_config cfg = {.device = HYFI_DEVICE_CPU, .mpi = 1, .ncpus = 1};
@@ -107,6 +128,14 @@ int main(void)
         return 1;
     }
     int rank = hyfi_ctx_rank(ctx), size = hyfi_ctx_nranks(ctx);
+    {
+        /* without death_notice the library forks no watcher (its signal
+         * handlers come with it; MPI's transport installs its own) */
+        const int kids = child_processes();
+        printf("%s rank %d: no watcher process (%d children)\n", kids == 0 ? "ok  " : "FAIL",
+               rank, kids);
+        tu_check(kids != 0, "no watcher process without death_notice");
+    }
     int world = 0;
     MPI_Comm_size(MPI_COMM_WORLD, &world);
     tu_check(size != world || rank < 0 || rank >= size, "rank and size from StarPU-MPI");
