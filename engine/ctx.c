@@ -544,7 +544,7 @@ void hyfi_ctx_destroy(hyfi_ctx *ctx)
         hyfi_mpi_finalize_timed(ctx->finalize_limit_s, ctx->rank, ctx->nranks, ctx->log,
                                 ctx->log_user);
     }
-    hyfi_records_free();
+    hyfi_records_free(ctx);
     free(ctx->trace_dir);
     free(ctx->cuda_worker);
     free(ctx->cuda_mem);

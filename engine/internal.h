@@ -350,6 +350,8 @@ struct hyfi_ctx {
     hyfi_log_fn log;      /* hyfi_ctx_config.log (NULL: stderr) and its argument */
     void *log_user;
     int records;          /* hyfi_ctx_set_task_records */
+    struct hyfi_records *rec; /* the records (records.c), NULL before the first */
+    long programs_run;    /* traces: programs submitted (hyfi_trace_mark_program) */
     char *trace_dir;      /* FxT tracing on (hyfi_ctx_config.trace_dir), else NULL */
     int own_mpi;          /* MPI initialised (and finalised) by the context */
     FILE *trace_handles;  /* rank 0, tracing: hyfi_handles.tsv being written */
@@ -691,8 +693,8 @@ void hyfi_trace_finish(hyfi_ctx *ctx);
 void hyfi_trace_mark_program(hyfi_ctx *ctx);
 
 /* records.c: the per-task callback of hyfi_ctx_set_task_records. */
-void hyfi_record_task(void *arg);
-void hyfi_records_free(void);
+void hyfi_record_task(void *ctx);
+void hyfi_records_free(hyfi_ctx *ctx);
 
 /* run.c */
 hyfi_status hyfi_program_run(hyfi_graph *g, program *p);

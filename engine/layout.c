@@ -25,7 +25,8 @@
  * same tensors blocked, whatever crosses between them), and it does not
  * depend on stages, micro-batches or replicas, so every such plan computes
  * what the one-place run computes, bit for bit as before.
- * hyfi_plan_config.plain_layouts (HYFI_BLOCKED=0 in hyfi-train) turns it off. The simulation build keeps NCHW (its calibrated models are of the
+ * hyfi_plan_config.plain_layouts (HYFI_BLOCKED=0 in hyfi-train) turns it off.
+ * The simulation build keeps NCHW (its calibrated models are of the
  * plain kernels). hyfi_tensor_read and hyfi_grad_read return NCHW.
  *
  * Weights: a convolution that runs oneDNN's blocked kernels (not the plain

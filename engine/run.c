@@ -235,28 +235,31 @@ static hyfi_status program_run(hyfi_graph *g, program *p)
         int rc;
         /* task records: a callback per task (StarPU ignores a NULL one) */
         void (*cb)(void *) = g->ctx->records ? hyfi_record_task : NULL;
+        hyfi_ctx *cx = g->ctx;
         struct starpu_data_descr *bufs = prog_bufs(t);
         if (mpi && t->worker >= 0 && t->rank == me)
-            rc = starpu_mpi_task_insert(MPI_COMM_WORLD, t->cl, STARPU_DATA_MODE_ARRAY, bufs,
-                                        t->nbuf, STARPU_CL_ARGS_NFREE, t->args, sizeof *t->args,
-                                        STARPU_NAME, t->name, STARPU_PRIORITY, t->prio, STARPU_FLOPS, t->flops,
-                                        STARPU_EXECUTE_ON_NODE, t->rank,
-                                        STARPU_EXECUTE_ON_WORKER, t->worker, STARPU_CALLBACK, cb,
-                                        0);
+            rc = starpu_mpi_task_insert(
+                MPI_COMM_WORLD, t->cl, STARPU_DATA_MODE_ARRAY, bufs, t->nbuf, STARPU_CL_ARGS_NFREE,
+                t->args, sizeof *t->args, STARPU_NAME, t->name, STARPU_PRIORITY, t->prio,
+                STARPU_FLOPS, t->flops, STARPU_EXECUTE_ON_NODE, t->rank, STARPU_EXECUTE_ON_WORKER,
+                t->worker, STARPU_CALLBACK_WITH_ARG_NFREE, cb, cx, 0);
         else if (mpi)
-            rc = starpu_mpi_task_insert(MPI_COMM_WORLD, t->cl, STARPU_DATA_MODE_ARRAY, bufs,
-                                        t->nbuf, STARPU_CL_ARGS_NFREE, t->args, sizeof *t->args,
-                                        STARPU_NAME, t->name, STARPU_PRIORITY, t->prio, STARPU_FLOPS, t->flops,
-                                        STARPU_EXECUTE_ON_NODE, t->rank, STARPU_CALLBACK, cb, 0);
+            rc = starpu_mpi_task_insert(
+                MPI_COMM_WORLD, t->cl, STARPU_DATA_MODE_ARRAY, bufs, t->nbuf, STARPU_CL_ARGS_NFREE,
+                t->args, sizeof *t->args, STARPU_NAME, t->name, STARPU_PRIORITY, t->prio,
+                STARPU_FLOPS, t->flops, STARPU_EXECUTE_ON_NODE, t->rank,
+                STARPU_CALLBACK_WITH_ARG_NFREE, cb, cx, 0);
         else if (t->worker >= 0)
             rc = starpu_task_insert(t->cl, STARPU_DATA_MODE_ARRAY, bufs, t->nbuf,
                                     STARPU_CL_ARGS_NFREE, t->args, sizeof *t->args, STARPU_NAME,
-                                    t->name, STARPU_PRIORITY, t->prio, STARPU_FLOPS, t->flops, STARPU_EXECUTE_ON_WORKER,
-                                    t->worker, STARPU_CALLBACK, cb, 0);
+                                    t->name, STARPU_PRIORITY, t->prio, STARPU_FLOPS, t->flops,
+                                    STARPU_EXECUTE_ON_WORKER, t->worker,
+                                    STARPU_CALLBACK_WITH_ARG_NFREE, cb, cx, 0);
         else
             rc = starpu_task_insert(t->cl, STARPU_DATA_MODE_ARRAY, bufs, t->nbuf,
                                     STARPU_CL_ARGS_NFREE, t->args, sizeof *t->args, STARPU_NAME,
-                                    t->name, STARPU_PRIORITY, t->prio, STARPU_FLOPS, t->flops, STARPU_CALLBACK, cb, 0);
+                                    t->name, STARPU_PRIORITY, t->prio, STARPU_FLOPS, t->flops,
+                                    STARPU_CALLBACK_WITH_ARG_NFREE, cb, cx, 0);
         if (rc != 0) {
             if (share) hyfi_ops_cores_submitting(0);
             if (mpi) starpu_mpi_wait_for_all(MPI_COMM_WORLD);
