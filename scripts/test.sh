@@ -2,8 +2,9 @@
 # Set up a fresh machine (scripts/setup.sh), build hyfi, and run every test:
 #   1. release build, all suites (ops, partitioners, engine, apps, cuda, e2e);
 #      CUDA tests skip (77) without a GPU;
-#   2. an ASan/UBSan build (CPU codelets), the same suites but e2e and
-#      precision (the bf16 plans; test 'bf16' covers its paths), under the
+#   2. an ASan/UBSan build (CPU codelets), the same suites but e2e,
+#      precision (the bf16 plans; test 'bf16' covers its paths) and install
+#      (the example built against the installed library), under the
 #      `sanitize` test setup.
 # Ends with one line "N passed, N failed, N skipped" and a non-zero status if
 # anything failed. HYFI_TEST_QUICK=1 skips the sanitizer build.
@@ -46,7 +47,8 @@ run_suites "$root/build"
 if [ "${HYFI_TEST_QUICK:-0}" != 1 ]; then
   bash scripts/build.sh "$root/build-sanitize" -Dwith_cuda=disabled -Db_sanitize=address,undefined \
     -Db_lundef=false --buildtype=debugoptimized
-  run_suites "$root/build-sanitize" --setup sanitize --no-suite e2e --no-suite precision
+  run_suites "$root/build-sanitize" --setup sanitize --no-suite e2e --no-suite precision \
+    --no-suite install
 fi
 echo "[test] $(( $(date +%s) - start )) s"
 echo "$pass passed, $fail failed, $skip skipped"
