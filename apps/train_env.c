@@ -42,6 +42,18 @@ void train_ctx_from_env(hyfi_ctx_config *c)
     c->no_submit_cap = c->no_submit_cap || cap_off;
     v = getenv("HYFI_PHYS_MEM_MB");
     if (v && atoi(v) > 0) c->phys_mem_mb = atoi(v);
+    v = getenv("HYFI_CONV_ALGO");
+    if (v && *v)
+        c->conv_algo = !strcmp(v, "direct")     ? 1
+                       : !strcmp(v, "winograd") ? 2
+                       : !strcmp(v, "gemm")     ? 3
+                                                : 0;
+    v = getenv("HYFI_CONV_PLAIN");
+    if (v && *v) c->conv_plain = !strcmp(v, "1") ? 1 : !strcmp(v, "0") ? -1 : 0;
+    v = getenv("HYFI_BF16_CONV");
+    if (v && *v) c->bf16_conv = !strcmp(v, "native") ? 1 : !strcmp(v, "staged") ? -1 : 0;
+    flag("HYFI_DNNL_CACHE", &c->no_dnnl_cache, true);
+    flag("HYFI_CUDNN_FIND", &c->no_cudnn_find, true);
 }
 
 bool train_death_notice(void)

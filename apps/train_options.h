@@ -120,7 +120,9 @@ void train_settings_fill(const train_options *o, train_settings *ts);
  * set (train_env.c). */
 void train_plan_from_env(hyfi_plan_config *p);
 /* The context's: HYFI_CPU_THREADS, HYFI_LEND_MIN_BYTES (=0: no lending),
- * HYFI_SUBMIT_CAP (=0: off), HYFI_PHYS_MEM_MB, where set. */
+ * HYFI_SUBMIT_CAP (=0: off), HYFI_PHYS_MEM_MB, and the kernels'
+ * HYFI_CONV_ALGO, HYFI_CONV_PLAIN, HYFI_BF16_CONV, HYFI_DNNL_CACHE,
+ * HYFI_CUDNN_FIND, where set. */
 void train_ctx_from_env(hyfi_ctx_config *c);
 /* The death notice (hyfi_launch_config.death_notice): on, unless
  * HYFI_DEATH_NOTICE=0. */

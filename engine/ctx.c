@@ -259,6 +259,12 @@ static hyfi_status ctx_create(hyfi_ctx **out, const hyfi_ctx_config *cfg_in)
     ctx->mpi = cfg.mpi < 0 ? hyfi_launched_by_mpiexec() : cfg.mpi;
 #endif
     ctx->verbose = cfg.verbose;
+    /* the kernels' choices, process-wide, before any kernel runs */
+    hyfi_kernel_configure(&(hyfi_kernel_config){.conv_algo = cfg.conv_algo,
+                                                .conv_plain = cfg.conv_plain,
+                                                .bf16_conv = cfg.bf16_conv,
+                                                .dnnl_cache = cfg.no_dnnl_cache ? -1 : 0,
+                                                .cudnn_find = cfg.no_cudnn_find ? -1 : 0});
     ctx->log = cfg.log;
     ctx->phys_mem_mb = cfg.phys_mem_mb;
     ctx->log_user = cfg.log_user;

@@ -198,6 +198,18 @@ typedef struct hyfi_ctx_config {
                              off by default; hyfi-train turns it on (HYFI_DEATH_NOTICE=0:
                              off). Where hyfi_launch_begin started MPI, its config's
                              field decides */
+    /* The kernels, for measurements (each 0: the measured default; process-wide,
+     * set by hyfi_ctx_create; hyfi-train: the variables in brackets). */
+    int conv_algo;        /* CPU convolutions: 1 oneDNN's direct algorithm, 2 Winograd
+                             wherever oneDNN has it, 3 hyfi's GEMM weight gradient
+                             wherever possible (HYFI_CONV_ALGO=direct|winograd|gemm) */
+    int conv_plain;       /* unblocked CPU convolutions: 1 always plain NCHW, -1 always
+                             blocked; 0: plain for 1x1 stride 1 (HYFI_CONV_PLAIN=1 / 0) */
+    int bf16_conv;        /* bf16 CPU convolutions: 1 oneDNN's bf16 primitives, -1 float32
+                             on staged copies; 0: by CPU (HYFI_BF16_CONV=native|staged) */
+    bool no_dnnl_cache;   /* oneDNN primitives made at every call (HYFI_DNNL_CACHE=0) */
+    bool no_cudnn_find;   /* cuDNN's heuristics' first algorithm instead of measuring
+                             (HYFI_CUDNN_FIND=0) */
     hyfi_log_fn log;      /* where the context's messages go; NULL: stderr, each line
                              "hyfi: " (warnings "hyfi: warning: ") + the message */
     void *log_user;       /* log's first argument */

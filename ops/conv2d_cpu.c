@@ -21,8 +21,8 @@
  * faster per call, but the reorders around them cost more. On ResNet-110 v2
  * (two 1x1 of three convolutions) the reorders were 37% of oneDNN's time;
  * plain 1x1 cut its total by 21% and raised images/s 12% (AmoebaNet-D 15%),
- * docs/bench-cpu.md. HYFI_CONV_PLAIN=0 (always blocked), 1 (always plain) or 2
- * (the default) chooses, for measurements and tests.
+ * docs/bench-cpu.md. hyfi_kernel_config.conv_plain -1 (always blocked), 1
+ * (always plain) or 0 (the default) chooses, for measurements and tests.
  *
  * Blocked activations (src_blk / dst_blk > 0, hyfi_conv2d_args): x, dx and y,
  * dy are already in nChw8c / nChw16c (the engine keeps them so between
@@ -101,8 +101,8 @@ static int conv_desc_init(conv_desc *d, const hyfi_conv2d_args *a)
     }
     /* Activation layouts: "any" (blocked, reordered from and to NCHW around
      * every call), or plain NCHW. See the header comment. */
-    static int plain = -1;
-    if (plain < 0) plain = getenv("HYFI_CONV_PLAIN") ? atoi(getenv("HYFI_CONV_PLAIN")) : 2;
+    const int cp = hyfi_kernel_settings.conv_plain;
+    const int plain = cp < 0 ? 0 : cp > 0 ? 1 : 2;
     /* plain 1x1 only where neither side is blocked: a primitive on one plain
      * and one blocked side is oneDNN's reference kernel (100x slower) */
     const int pl = !a->src_blk && !a->dst_blk &&
@@ -149,15 +149,9 @@ enum { DIR_FWD, DIR_BWD_DATA, DIR_BWD_WEIGHTS };
  * gradient wherever possible */
 static int conv_algo_env(void)
 {
-    static int mode = -1;
-    if (mode < 0) {
-        const char *e = getenv("HYFI_CONV_ALGO");
-        mode = !e || !*e || !strcmp(e, "auto") ? 2
-               : !strcmp(e, "winograd")        ? 1
-               : !strcmp(e, "gemm")            ? 3
-                                               : 0;
-    }
-    return mode;
+    static const int mode[] = {2, 0, 1, 3}; /* hyfi_kernel_config.conv_algo's */
+    const int c = hyfi_kernel_settings.conv_algo;
+    return c >= 0 && c <= 3 ? mode[c] : 2;
 }
 
 /* Whether this CPU has oneDNN's Winograd kernels (AVX-512), asked once: a

@@ -263,9 +263,8 @@ static int measure(double *t_bf16, double *t_f32)
  * 12.1 ms). */
 static int choose(void)
 {
-    const char *e = getenv("HYFI_BF16_CONV");
-    if (e && !strcmp(e, "native")) return 1;
-    if (e && !strcmp(e, "staged")) return 0;
+    if (hyfi_kernel_settings.bf16_conv > 0) return 1;
+    if (hyfi_kernel_settings.bf16_conv < 0) return 0;
     const dnnl_cpu_isa_t isa = dnnl_get_effective_cpu_isa();
     if (isa >= dnnl_cpu_isa_avx512_core_amx) return 1;
     if (isa < dnnl_cpu_isa_avx512_core_bf16) return 0;

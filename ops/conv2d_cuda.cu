@@ -151,14 +151,7 @@ void cache_put(const AlgoKey &k, int algo, size_t bytes)
     cache.push_back({k, algo, bytes});
 }
 
-bool use_find()
-{
-    static const bool on = [] {
-        const char *e = getenv("HYFI_CUDNN_FIND");
-        return !(e && !strcmp(e, "0"));
-    }();
-    return on;
-}
+bool use_find() { return hyfi_kernel_settings.cudnn_find >= 0; }
 
 // The first usable entry of perf[0..n): a supported, non-tensor-core algorithm
 // whose workspace (wsize(algo)) the worker can get.

@@ -1,6 +1,7 @@
 /* Shared oneDNN plumbing: engine, per-thread stream, descriptors, run helper,
  * per-thread scratch. See dnnl_common.h. */
 #include "dnnl_common.h"
+#include "kernels.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
@@ -198,15 +199,7 @@ int hyfi_dnnl_mem(dnnl_memory_t *mem, const dnnl_memory_desc_t *md, void *ptr)
 /* --------------------------------------------------------- primitive cache */
 extern int omp_get_max_threads(void);
 
-static int pc_cap(void)
-{
-    static int cap; /* 0: not asked yet */
-    if (!cap) {
-        const char *e = getenv("HYFI_DNNL_CACHE");
-        cap = e && !strcmp(e, "0") ? 1 : PC_MAX;
-    }
-    return cap;
-}
+static int pc_cap(void) { return hyfi_kernel_settings.dnnl_cache < 0 ? 1 : PC_MAX; }
 
 /* FNV-1a of the thread count and the key */
 static uint64_t pc_hash(int nthr, const unsigned char *k, size_t len)

@@ -38,6 +38,23 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* Process-wide choices of the kernels, for measurements and tests (each 0 is
+ * the measured default). Set before kernels run: hyfi_ctx_create does, from
+ * hyfi_ctx_config; the op tests from their environment. */
+typedef struct hyfi_kernel_config {
+    int conv_algo;  /* CPU convolutions: 0 auto, 1 oneDNN's direct algorithm, 2 Winograd
+                       wherever oneDNN has it, 3 auto with hyfi's GEMM weight gradient
+                       wherever possible (conv2d_cpu.c) */
+    int conv_plain; /* unblocked CPU convolutions: 0 plain NCHW for 1x1 stride 1, blocked
+                       for the rest; 1 always plain; -1 always blocked */
+    int bf16_conv;  /* bf16 CPU convolutions: 0 by CPU, 1 oneDNN's bf16 primitives,
+                       -1 float32 kernels on staged copies (conv2d_cpu_bf16.c) */
+    int dnnl_cache; /* 0: the oneDNN primitives cached per thread; -1: made per call */
+    int cudnn_find; /* 0: cuDNN's algorithms measured (cudnnFind); -1: the heuristics' */
+} hyfi_kernel_config;
+void hyfi_kernel_configure(const hyfi_kernel_config *c); /* NULL: the defaults */
+extern hyfi_kernel_config hyfi_kernel_settings;
+
 #ifdef __cplusplus
 extern "C" {
 #endif

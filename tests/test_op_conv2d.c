@@ -276,9 +276,27 @@ static void test_fused_add(hyfi_conv2d_args a, int blk, uint64_t *seed)
     free(yr), free(yp);
 }
 
+/* The variants meson runs this test in: HYFI_CONV_PLAIN=0|1 and
+ * HYFI_CONV_ALGO=winograd|direct|gemm, as hyfi_kernel_config (the library
+ * reads no environment). */
+static void kernels_from_env(void)
+{
+    hyfi_kernel_config c = {0};
+    const char *v = getenv("HYFI_CONV_PLAIN");
+    if (v && *v) c.conv_plain = !strcmp(v, "1") ? 1 : !strcmp(v, "0") ? -1 : 0;
+    v = getenv("HYFI_CONV_ALGO");
+    if (v && *v)
+        c.conv_algo = !strcmp(v, "direct")     ? 1
+                      : !strcmp(v, "winograd") ? 2
+                      : !strcmp(v, "gemm")     ? 3
+                                               : 0;
+    hyfi_kernel_configure(&c);
+}
+
 int main(void)
 {
     uint64_t seed = 0xC0417D2024ull;
+    kernels_from_env();
 
     /* output size helper */
     int os_ok = hyfi_conv_out_size(9, 3, 1, 1) == 9 && hyfi_conv_out_size(7, 3, 2, 1) == 4 &&
