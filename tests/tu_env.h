@@ -10,7 +10,8 @@
 #include <string.h>
 
 /* HYFI_CPU_THREADS (threads per CPU kernel), HYFI_LEND_MIN_BYTES (=0: no core
- * lending), HYFI_SUBMIT_CAP (=0: off), HYFI_PHYS_MEM_MB, where set. */
+ * lending), HYFI_SUBMIT_CAP (=0: off), HYFI_PHYS_MEM_MB, HYFI_CONV_ALGO,
+ * HYFI_BF16_CONV and HYFI_CUDNN_FIND (=0), where set. */
 static inline void tu_ctx_env(hyfi_ctx_config *c)
 {
     const char *v = getenv("HYFI_CPU_THREADS");
@@ -21,6 +22,16 @@ static inline void tu_ctx_env(hyfi_ctx_config *c)
     if (v && !strcmp(v, "0")) c->no_submit_cap = true;
     v = getenv("HYFI_PHYS_MEM_MB");
     if (v && atoi(v) > 0) c->phys_mem_mb = atoi(v);
+    v = getenv("HYFI_CONV_ALGO");
+    if (v && *v)
+        c->conv_algo = !strcmp(v, "direct")     ? 1
+                       : !strcmp(v, "winograd") ? 2
+                       : !strcmp(v, "gemm")     ? 3
+                                                : 0;
+    v = getenv("HYFI_BF16_CONV");
+    if (v && *v) c->bf16_conv = !strcmp(v, "native") ? 1 : !strcmp(v, "staged") ? -1 : 0;
+    v = getenv("HYFI_CUDNN_FIND");
+    if (v && !strcmp(v, "0")) c->no_cudnn_find = true;
 }
 
 #endif
