@@ -36,6 +36,41 @@ hyfi_ctx_config hyfi_ctx_config_default(void)
     return (hyfi_ctx_config){.device = HYFI_DEVICE_AUTO, .ncpus = -1, .ncuda = -1, .mpi = -1};
 }
 
+/* StarPU and StarPU-MPI read some settings only from the environment, at
+ * their initialisation: ctx_create sets them for it, then puts the
+ * environment back as it was (no process-wide change stays behind). */
+#define ENV_SAVED 6
+typedef struct {
+    int n;
+    struct {
+        const char *name;
+        char *old; /* NULL: was unset */
+    } v[ENV_SAVED];
+} env_saved;
+
+/* Set name=value (keeping a value already there unless overwrite); 0, or -1
+ * out of memory. */
+static int env_set(env_saved *s, const char *name, const char *value, int overwrite)
+{
+    const char *old = getenv(name);
+    if (old && !overwrite) return 0;
+    if (s->n == ENV_SAVED) return -1;
+    char *keep = old ? strdup(old) : NULL;
+    if (old && !keep) return -1;
+    s->v[s->n].name = name, s->v[s->n].old = keep, s->n++;
+    return setenv(name, value, 1) ? -1 : 0;
+}
+
+static void env_restore(env_saved *s)
+{
+    while (s->n > 0) {
+        s->n--;
+        if (s->v[s->n].old) setenv(s->v[s->n].name, s->v[s->n].old, 1);
+        else unsetenv(s->v[s->n].name);
+        free(s->v[s->n].old);
+    }
+}
+
 static hyfi_status ctx_create(hyfi_ctx **out, const hyfi_ctx_config *cfg_in);
 
 /* Out-of-core: the swap folder exists (created if missing) and is writable;
@@ -286,7 +321,8 @@ static hyfi_status ctx_create(hyfi_ctx **out, const hyfi_ctx_config *cfg_in)
     /* Measured on 2 cores: unbound workers train 1.5x faster than bound ones,
      * because the submitting and data-loading threads then do not queue
      * behind a pinned worker. */
-    if (!cfg.bind_workers) setenv("STARPU_WORKERS_NOBIND", "1", 0);
+    env_saved envs = {0};
+    int env_rc = !cfg.bind_workers ? env_set(&envs, "STARPU_WORKERS_NOBIND", "1", 0) : 0;
     struct starpu_conf conf;
     starpu_conf_init(&conf);
     /* Default scheduler: with CUDA workers the perf-model based dmda places
@@ -312,8 +348,8 @@ static hyfi_status ctx_create(hyfi_ctx **out, const hyfi_ctx_config *cfg_in)
         char raw[4096];
         snprintf(raw, sizeof raw, "%s/raw/", cfg.trace_dir); /* made by config_check */
         ctx->trace_dir = strdup(cfg.trace_dir);
-        setenv("STARPU_FXT_TRACE", "1", 1);
-        setenv("STARPU_FXT_PREFIX", raw, 1);
+        env_rc |= env_set(&envs, "STARPU_FXT_TRACE", "1", 1);
+        env_rc |= env_set(&envs, "STARPU_FXT_PREFIX", raw, 1);
 #endif
     }
     int rc;
@@ -328,21 +364,20 @@ static hyfi_status ctx_create(hyfi_ctx **out, const hyfi_ctx_config *cfg_in)
             ctx->own_mpi = 1;
         }
     }
-    /* StarPU reads its memory limit at initialisation: set for it, then the
-     * environment as it was (a later context without a limit has none) */
-    char *env_limit = NULL;
+    /* StarPU reads its memory limit at initialisation (a later context
+     * without a limit has none: the environment is put back below) */
     if (cfg.mem_limit_mb > 0) {
-        const char *old = getenv("STARPU_LIMIT_CPU_MEM");
-        env_limit = strdup(old ? old : "");
-        if (!env_limit) {
-            if (ctx->own_mpi) MPI_Finalize();
-            free(ctx->trace_dir);
-            free(ctx);
-            return hyfi_fail(HYFI_ERR_NOMEM, "hyfi_ctx_create: out of memory");
-        }
         char v[32];
         snprintf(v, sizeof v, "%d", cfg.mem_limit_mb);
-        setenv("STARPU_LIMIT_CPU_MEM", v, 1);
+        env_rc |= env_set(&envs, "STARPU_LIMIT_CPU_MEM", v, 1);
+    }
+    if (ctx->mpi && cfg.comm_stats) env_rc |= env_set(&envs, "STARPU_MPI_STATS", "1", 1);
+    if (env_rc) {
+        env_restore(&envs);
+        if (ctx->own_mpi) MPI_Finalize();
+        free(ctx->trace_dir);
+        free(ctx);
+        return hyfi_fail(HYFI_ERR_NOMEM, "hyfi_ctx_create: out of memory");
     }
 
     {
@@ -356,8 +391,8 @@ static hyfi_status ctx_create(hyfi_ctx **out, const hyfi_ctx_config *cfg_in)
 #endif
     if (ctx->mpi) {
         /* StarPU-MPI counts bytes per destination only when told so before
-         * its initialisation (and prints the counts at shutdown). */
-        if (cfg.comm_stats) setenv("STARPU_MPI_STATS", "1", 1);
+         * its initialisation, STARPU_MPI_STATS above (and prints the counts
+         * at shutdown). */
         /* MPI may run already: started here (a trace), by hyfi_launch_begin,
          * or by the application; StarPU-MPI starts it only where none did */
         int inited = 0;
@@ -366,12 +401,7 @@ static hyfi_status ctx_create(hyfi_ctx **out, const hyfi_ctx_config *cfg_in)
     } else {
         rc = starpu_init(&conf);
     }
-    if (env_limit) {
-        if (*env_limit) setenv("STARPU_LIMIT_CPU_MEM", env_limit, 1);
-        else unsetenv("STARPU_LIMIT_CPU_MEM");
-        free(env_limit);
-        env_limit = NULL;
-    }
+    env_restore(&envs);
     if (rc != 0) {
         int mpi = ctx->mpi;
         if (ctx->own_mpi) MPI_Finalize();
