@@ -50,6 +50,7 @@
 #include "train_options.h"
 #include "train_regions.h"
 #include "train_run.h"
+#include "env_config.h"
 
 #include <hyfi.h>
 
@@ -108,8 +109,8 @@ static int start_engine(run *r)
                           .scheduler = NULL, .verbose = o->verbose, .trace_dir = o->trace,
                           .watchdog_s = o->watchdog_s, .mem_limit_mb = o->mem_limit_mb,
                           .swap_dir = o->swap_dir, .swap_mb = o->swap_mb};
-    train_ctx_from_env(&cc);
-    cc.death_notice = train_death_notice();
+    hyfi_env_ctx_config(&cc);
+    cc.death_notice = hyfi_env_death_notice();
     if ((st = hyfi_ctx_create(&cc, &r->ctx)) != HYFI_OK) {
         lib_fail("starting the engine (hyfi_ctx_create)", st, NULL);
         return 1;
@@ -186,7 +187,7 @@ static int compile_model(run *r)
                              .gems = o->gems, .replications = o->replications,
                              .data_parallel = o->data_parallel, .allreduce = o->allreduce,
                              .bucket_kib = o->bucket_kib, .recompute = o->recompute};
-    train_plan_from_env(&plan);
+    hyfi_env_plan_config(&plan);
     if ((st = hyfi_graph_set_plan(r->g, &plan)) != HYFI_OK ||
         (st = hyfi_graph_compile(r->g, r->loss, &tc)) != HYFI_OK) {
         /* a mismatch between the ranks is the same message on every rank */

@@ -2,6 +2,7 @@
  * compiling or training (train_run.h). */
 #include "models.h"
 #include "train_run.h"
+#include "env_config.h"
 
 #include <hyfi.h>
 
@@ -22,7 +23,7 @@ int train_dry_run(const train_options *o, int C, int H, int W, int K)
     int rc = 1;
     hyfi_ctx_config cc = {.device = HYFI_DEVICE_CPU, .ncpus = 1, .mpi = 0,
                           .verbose = o->verbose};
-    train_ctx_from_env(&cc);
+    hyfi_env_ctx_config(&cc);
     if ((st = hyfi_ctx_create(&cc, &ctx)) != HYFI_OK) {
         lib_fail("starting the engine (hyfi_ctx_create)", st, NULL);
         return 1;

@@ -22,6 +22,7 @@
 #include "checkpoints.h"
 #include "models.h"
 #include "train_run.h"
+#include "env_config.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -434,7 +435,7 @@ int train_startup(run *r, int argc, char **argv)
     /* MPI's start, under the watchdog's limit */
     hyfi_launch_config lc = hyfi_launch_config_default();
     lc.timeout_s = train_early_watchdog(argc, argv);
-    lc.death_notice = train_death_notice();
+    lc.death_notice = hyfi_env_death_notice();
     if (hyfi_launch_begin(&lc, &g_rank, &g_nranks) != HYFI_OK) {
         fprintf(stderr, "hyfi-train: %s\n", hyfi_last_error());
         return 1;

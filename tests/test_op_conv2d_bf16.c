@@ -44,13 +44,23 @@ static void fill_bf16(float *v, size_t n, uint64_t *seed, float lo, float hi)
 
 static void widen(float *out, const uint16_t *in, size_t n) { hyfi_bf16_to_f32_ref(out, in, n); }
 
+/* Shape a in layout blk (weights blocked alike where ungrouped), and r the
+ * same in plain layouts (the reference's); 0 where blk does not divide the
+ * channels. */
+static int in_layout(hyfi_conv2d_args *a, hyfi_conv2d_args *r, int blk)
+{
+    a->src_blk = a->dst_blk = blk;
+    a->wei_blk = blk && a->groups == 1 ? blk : 0;
+    if (blk && (a->c_in % blk || a->c_out % blk)) return 0;
+    *r = *a;
+    r->src_blk = r->dst_blk = r->wei_blk = 0;
+    return 1;
+}
+
 static void run(hyfi_conv2d_args a, int blk, uint64_t *seed)
 {
-    a.src_blk = a.dst_blk = blk;
-    a.wei_blk = blk && a.groups == 1 ? blk : 0;
-    if (blk && (a.c_in % blk || a.c_out % blk)) return;
-    hyfi_conv2d_args r = a;
-    r.src_blk = r.dst_blk = r.wei_blk = 0;
+    hyfi_conv2d_args r;
+    if (!in_layout(&a, &r, blk)) return;
     const size_t nx = x_count(&a), ny = y_count(&a), nw = w_count(&a);
     const int hwi = a.h * a.w, hwo = a.ho * a.wo, kk = a.kh * a.kw;
     float *x = al(nx), *w = al(nw), *wk = al(nw), *b = al((size_t)a.c_out), *dy = al(ny);
@@ -193,11 +203,8 @@ static void kernel_choice(hyfi_conv2d_args a, uint64_t *seed)
  * of the reference plus r. */
 static void fused_add(hyfi_conv2d_args a, int blk, uint64_t *seed)
 {
-    a.src_blk = a.dst_blk = blk;
-    a.wei_blk = blk && a.groups == 1 ? blk : 0;
-    if (blk && (a.c_in % blk || a.c_out % blk)) return;
-    hyfi_conv2d_args r = a;
-    r.src_blk = r.dst_blk = r.wei_blk = 0;
+    hyfi_conv2d_args r;
+    if (!in_layout(&a, &r, blk)) return;
     const size_t nx = x_count(&a), ny = y_count(&a), nw = w_count(&a);
     const int hwi = a.h * a.w, hwo = a.ho * a.wo, kk = a.kh * a.kw;
     float *x = al(nx), *w = al(nw), *wk = al(nw), *b = al((size_t)a.c_out), *res = al(ny);

@@ -1,9 +1,9 @@
-/* train_env.c: the environment variables hyfi-train maps to the library's
- * configuration. The library reads no environment for these (issue of an
- * embeddable engine: configuration as data); the driver keeps the variables
- * that scripts and the benches set, each naming one field
- * (docs/user-guide.md, "Environment"). */
-#include "train_options.h"
+/* env_config.c: the environment variables that hyfi-train (and the tests'
+ * programs, tests/tu_env.h) map to the library's configuration. The library
+ * reads no environment of its own for these (configuration as data); the
+ * driver keeps the variables that scripts and the benches set, each naming
+ * one field (docs/user-guide.md, "The C API"). */
+#include "env_config.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -17,7 +17,7 @@ static void flag(const char *name, bool *field, bool when_zero)
     *field = zero ? when_zero : !when_zero;
 }
 
-void train_plan_from_env(hyfi_plan_config *p)
+void hyfi_env_plan_config(hyfi_plan_config *p)
 {
     flag("HYFI_BLOCKED", &p->plain_layouts, true);       /* =0: plain layouts */
     flag("HYFI_BLOCKED_WEIGHTS", &p->plain_weights, true);
@@ -31,7 +31,7 @@ void train_plan_from_env(hyfi_plan_config *p)
     if (v && *v) p->dump_programs = v;
 }
 
-void train_ctx_from_env(hyfi_ctx_config *c)
+void hyfi_env_ctx_config(hyfi_ctx_config *c)
 {
     const char *v = getenv("HYFI_CPU_THREADS");
     if (v && atoi(v) > 0) c->cpu_threads = atoi(v);
@@ -56,7 +56,7 @@ void train_ctx_from_env(hyfi_ctx_config *c)
     flag("HYFI_CUDNN_FIND", &c->no_cudnn_find, true);
 }
 
-bool train_death_notice(void)
+bool hyfi_env_death_notice(void)
 {
     bool on = true;
     flag("HYFI_DEATH_NOTICE", &on, false); /* =0: off */
