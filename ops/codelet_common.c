@@ -312,6 +312,7 @@ void hyfi_ops_sim_nop(void *buffers[], void *cl_arg)
 /* Every codelet with a model of its own. */
 static struct starpu_codelet *const g_sim_codelets[] = {
     &hyfi_cl_conv2d_forward, &hyfi_cl_conv2d_backward_data, &hyfi_cl_conv2d_backward_weight,
+    &hyfi_cl_conv2d_forward_add,
     &hyfi_cl_batchnorm_forward_train, &hyfi_cl_batchnorm_forward_eval,
     &hyfi_cl_batchnorm_backward, &hyfi_cl_relu_forward, &hyfi_cl_relu_backward,
     &hyfi_cl_add_forward, &hyfi_cl_accumulate, &hyfi_cl_fill, &hyfi_cl_maxpool_forward,

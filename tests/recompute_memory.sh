@@ -10,8 +10,11 @@
 #             seconds, the message naming --recompute, one place per rank and
 #             --swap-dir with their estimates; a limit under the largest task's
 #             buffers is refused even with swap;
-#   swap      the same limit with --swap-dir: trains, the same numbers, files went
-#             to the swap folder, and the peak is within the bound hyfi-train
+#   swap      --mem-limit-mb 300 with --swap-dir (at 400 the data the run really
+#             holds at once, less than the estimate since residual blocks' inputs
+#             take their adds' gradient buffers, nearly fits): trains, the same
+#             numbers, files went to the swap folder, and the peak is within the
+#             bound hyfi-train
 #             states (hyfi_memory_stats: the limit, the process at start, the
 #             kernels' measured scratch, at most 5 of the largest activation per
 #             CPU worker, and the allowance);
@@ -56,7 +59,7 @@ else
         fail "limit under a task: $(tail -2 "$dir/tiny.log")"
 fi
 # swapped data must leave the limit: count the swap files while it runs
-run swap --mem-limit-mb 400 --swap-dir "$dir/swap" -v &
+run swap --mem-limit-mb 300 --swap-dir "$dir/swap" -v &
 pid=$!
 files=0
 while kill -0 "$pid" 2>/dev/null; do
@@ -111,7 +114,8 @@ for name in ("swap", "layer400"):
     if not m:
         print("FAILED: %s: no stated bound line" % name); bad += 1; continue
     pk, where, bound, limit, start, scratch, allow = m.groups()
-    ok = where == "within" and int(limit) == 400 and 0 < int(scratch) <= 2 * 5 * largest + 1
+    want = 300 if name == "swap" else 400
+    ok = where == "within" and int(limit) == want and 0 < int(scratch) <= 2 * 5 * largest + 1
     bad += not ok and not asan
     print("%s: peak %s MB, %s the bound %s (limit %s + process %s + scratch %s + allowance %s; "
           "the 32x32 run's process %.0f): %s" % (
