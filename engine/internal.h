@@ -3,8 +3,9 @@
  *
  * Data flow: builders (graph.c) append nodes and tensors; hyfi_graph_compile
  * (compile.c) derives the backward pass from one switch over ops and lowers
- * the graph to two programs — train (forward, backward, SGD) and infer
- * (eval-mode forward) — each a flat, sequentially consistent list of tasks;
+ * the graph to three programs — train (forward, backward, SGD), infer
+ * (eval-mode forward) and fwd_train (the train program's forward alone) — each
+ * a flat, sequentially consistent list of tasks;
  * run.c submits a program as StarPU tasks and waits.
  */
 #ifndef HYFI_ENGINE_INTERNAL_H

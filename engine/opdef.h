@@ -1,7 +1,7 @@
 /* Op definitions: every op kind described once — its FLOPs, its kernel
  * arguments for a view of given shape, and the tasks of its forward and
  * backward over abstract views (y, x, w, b, statistics, saved tensors, dy,
- * dx, dw, db). A lowering (whole tensors and micro-batches in lower.c, tiles
+ * dx, dw, db). A lowering (whole tensors and micro-batches in compile.c, tiles
  * in spatial.c, fused-halo regions in spatial_fused.c) decides only which
  * handle each view is, its shape and the place that runs each task; it never
  * names a codelet of an op.
