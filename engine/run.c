@@ -162,12 +162,19 @@ hyfi_status hyfi_graph_rank_stats(hyfi_graph *g, hyfi_rank_stats *out)
     out->rank = g->ctx->rank;
     out->nranks = g->ctx->nranks;
     out->handles = g->cc->nreg;
+    size_t most = 0;
     for (int i = 0; i < P->n; i++) {
-        if (P->t[i].kind != PT_TASK) continue;
+        const prog_task *t = &P->t[i];
+        if (t->kind != PT_TASK) continue;
         out->tasks_built++;
         out->tasks_submitted += !(P->skip && P->skip[i]);
+        if (t->rank != out->rank) continue;
+        size_t b = 0;
+        for (int k = 0; k < t->nbuf; k++) b += hyfi_handle_bytes(g, prog_cbufs(t)[k].handle);
+        if (b > most) most = b;
     }
     if (P->built) out->tasks_built = P->built; /* before the others' were dropped */
+    out->largest_task_mb = (double)most / 1e6;
     out->graph_mb = g->ctx->graph_rss_mb;
     return HYFI_OK;
 }

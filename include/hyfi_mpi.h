@@ -132,6 +132,8 @@ typedef struct hyfi_rank_stats {
     long tasks_built;     /* tasks of this rank's training-step program */
     long tasks_submitted; /* of those, the ones it submits each step */
     double graph_mb;      /* what the compile grew the process by, less StarPU's data */
+    double largest_task_mb; /* the most data one task of this rank's step holds at once
+                               (its buffers; MB of 10^6 bytes, as the memory checks) */
 } hyfi_rank_stats;
 typedef struct hyfi_graph hyfi_graph;
 hyfi_status hyfi_graph_rank_stats(hyfi_graph *g, hyfi_rank_stats *out);
