@@ -470,6 +470,12 @@ typedef struct hyfi_compiled {
     int last_train;        /* the last program run was the train program */
 } hyfi_compiled;
 
+/* run.c: HYFI_OK when g is compiled, else the call's error (who: its name). */
+hyfi_status hyfi_need_compiled(hyfi_graph *g, const char *who);
+/* share.c: MPI: the programs' skip marks, made once, unless submit_all asks
+ * for every task. 1 when marked, 0 when not (one process, or submit all), -1
+ * when out of memory. */
+int hyfi_skips_ready(hyfi_graph *g);
 /* A message of the context (hyfi_ctx_config.log; errors.h's hyfi_logf). */
 #define hyfi_ctx_log(ctx, level, ...) hyfi_logf((ctx)->log, (ctx)->log_user, (level), __VA_ARGS__)
 /* errors.c (hyfi_fail: errors.h) */

@@ -15,169 +15,6 @@
  * StarPU-MPI moves the data it reads from, or writes back to, the ranks that
  * own it. */
 static hyfi_status program_run(hyfi_graph *g, program *p);
-static hyfi_status need_compiled(hyfi_graph *g, const char *who);
-
-/* An open-addressing set of handles. */
-typedef struct {
-    starpu_data_handle_t *slot;
-    size_t mask;
-} handle_set;
-
-static size_t hs_at(const handle_set *s, starpu_data_handle_t h)
-{
-    size_t i = (size_t)(((uintptr_t)h >> 4) * UINT64_C(0x9E3779B97F4A7C15)) & s->mask;
-    while (s->slot[i] && s->slot[i] != h) i = (i + 1) & s->mask;
-    return i;
-}
-
-/* Which tasks of the graph's programs this rank need not submit (StarPU-MPI's
- * sequential task flow does not need every rank to see every task). A rank
- * submits a task that runs on it, or that accesses a handle it owns (it sends
- * the data, or receives what is written back), or a handle that some task
- * running on it accesses in any of the graph's programs (it may hold a
- * received copy in StarPU-MPI's cache, which a write elsewhere must
- * invalidate; the programs repeat, so "any" covers the steps before and
- * after). Every other task moves no data to or from this rank and changes
- * nothing it holds. Copies received outside the programs (tensor reads,
- * gathers, the loss's broadcast) are flushed after use (hyfi_handle_read), so
- * no stale copy stays behind. The submission cost per rank then follows its
- * own share of the graph, not the whole graph. It runs once, at the end of the
- * compile, and the tasks it marks are dropped from the programs
- * (hyfi_programs_drop_skipped). hyfi_plan_config.submit_all submits everything, as
- * before. */
-static int mark_skips(hyfi_graph *g)
-{
-    const int me = g->ctx->rank;
-    program *ps[3] = {&g->cc->train_prog, &g->cc->infer_prog, &g->cc->fwd_train_prog};
-    size_t nb = 0;
-    for (int k = 0; k < 3; k++)
-        for (int i = 0; i < ps[k]->n; i++) nb += (size_t)ps[k]->t[i].nbuf;
-    handle_set s = {0};
-    size_t cap = 16;
-    while (cap < 2 * nb + 2) cap <<= 1;
-    if (!(s.slot = calloc(cap, sizeof *s.slot))) return -1;
-    s.mask = cap - 1;
-    /* the handles read elsewhere only before a flush (localise.c: flushread):
-     * no copy of them stays, so their writers need not be seen by their readers */
-    hyfi_hindex ix = {0};
-    if (hyfi_hindex_build(&ix, g->cc)) {
-        free(s.slot);
-        return -1;
-    }
-    for (int k = 0; k < 3; k++)
-        for (int i = 0; i < ps[k]->n; i++) {
-            const prog_task *t = &ps[k]->t[i];
-            if (t->kind != PT_TASK || t->rank != me) continue;
-            for (int b = 0; b < t->nbuf; b++) {
-                starpu_data_handle_t h = prog_cbufs(t)[b].handle;
-                const int e = hyfi_hindex_of(&ix, h);
-                if (e >= 0 && g->cc->htab[e].flushread) continue;
-                s.slot[hs_at(&s, h)] = h;
-            }
-        }
-    int rc = 0;
-    for (int k = 0; k < 3 && !rc; k++) {
-        program *p = ps[k];
-        free(p->skip);
-        if (!(p->skip = calloc((size_t)p->n + 1, 1))) {
-            rc = -1;
-            break;
-        }
-        for (int i = 0; i < p->n; i++) {
-            const prog_task *t = &p->t[i];
-            if (t->kind != PT_TASK || t->rank == me) continue;
-            int mine = 0;
-            for (int b = 0; b < t->nbuf && !mine; b++) {
-                starpu_data_handle_t h = prog_cbufs(t)[b].handle;
-                mine = hyfi_handle_rank(g, h) == me || s.slot[hs_at(&s, h)] == h;
-            }
-            p->skip[i] = (unsigned char)!mine;
-        }
-    }
-    free(s.slot);
-    hyfi_hindex_free(&ix);
-    if (rc)
-        for (int k = 0; k < 3; k++) free(ps[k]->skip), ps[k]->skip = NULL;
-    if (!rc && g->ctx->verbose) {
-        int n = 0, sub = 0;
-        for (int i = 0; i < ps[0]->n; i++)
-            if (ps[0]->t[i].kind == PT_TASK) n++, sub += !ps[0]->skip[i];
-        hyfi_ctx_log(g->ctx, HYFI_LOG_INFO, "rank %d submits %d of the %d tasks of a training step",
-                     me, sub, n);
-    }
-    return rc;
-}
-
-/* Drop from p the tasks marked skipped (their buffers freed), keeping the
- * order of the others; every task left is submitted. */
-static void drop_skipped(program *p)
-{
-    int j = 0, tasks = 0;
-    for (int i = 0; i < p->n; i++) {
-        tasks += p->t[i].kind == PT_TASK;
-        if (p->skip && p->skip[i]) {
-            free(p->t[i].xbuf);
-            free(p->t[i].args);
-            continue;
-        }
-        if (j != i) p->t[j] = p->t[i];
-        j++;
-    }
-    p->built = tasks;
-    p->n = j;
-    prog_task *t = realloc(p->t, (size_t)(j ? j : 1) * sizeof *p->t);
-    if (t) p->t = t, p->cap = j ? j : 1;
-    if (p->skip) memset(p->skip, 0, (size_t)p->n + 1);
-}
-
-/* MPI: the programs' skip marks, made once (mark_skips) unless submit_all
- * asks for every task. 1 when marked, 0 when not (one process, or submit
- * all), -1 when out of memory. */
-static int skips_ready(hyfi_graph *g)
-{
-    if (!g->ctx->mpi || g->cc->submit_all) return 0;
-    if (!g->cc->train_prog.skip && mark_skips(g)) return -1;
-    return 1;
-}
-
-int hyfi_programs_drop_skipped(hyfi_graph *g)
-{
-    const int rc = skips_ready(g);
-    if (rc <= 0) return rc;
-    drop_skipped(&g->cc->train_prog);
-    drop_skipped(&g->cc->infer_prog);
-    drop_skipped(&g->cc->fwd_train_prog);
-    return 0;
-}
-
-hyfi_status hyfi_graph_rank_stats(hyfi_graph *g, hyfi_rank_stats *out)
-{
-    if (!g || !out) return hyfi_fail(HYFI_ERR_ARG, "hyfi_graph_rank_stats: g or out is NULL");
-    hyfi_status s = need_compiled(g, "hyfi_graph_rank_stats");
-    if (s != HYFI_OK) return s;
-    memset(out, 0, sizeof *out);
-    const program *P = &g->cc->train_prog;
-    if (skips_ready(g) < 0)
-        return hyfi_call_fail(g, HYFI_ERR_NOMEM, "out of memory preparing a program");
-    out->rank = g->ctx->rank;
-    out->nranks = g->ctx->nranks;
-    out->handles = g->cc->nreg;
-    size_t most = 0;
-    for (int i = 0; i < P->n; i++) {
-        const prog_task *t = &P->t[i];
-        if (t->kind != PT_TASK) continue;
-        out->tasks_built++;
-        out->tasks_submitted += !(P->skip && P->skip[i]);
-        if (t->rank != out->rank) continue;
-        size_t b = 0;
-        for (int k = 0; k < t->nbuf; k++) b += hyfi_handle_bytes(g, prog_cbufs(t)[k].handle);
-        if (b > most) most = b;
-    }
-    if (P->built) out->tasks_built = P->built; /* before the others' were dropped */
-    out->largest_task_mb = (double)most / 1e6;
-    out->graph_mb = g->ctx->graph_rss_mb;
-    return HYFI_OK;
-}
 
 hyfi_status hyfi_program_run(hyfi_graph *g, program *p)
 {
@@ -201,7 +38,7 @@ static hyfi_status program_run(hyfi_graph *g, program *p)
 {
     const int mpi = g->ctx->mpi, me = g->ctx->rank;
     if (g->ctx->trace_dir) hyfi_trace_mark_program(g->ctx);
-    if (skips_ready(g) < 0)
+    if (hyfi_skips_ready(g) < 0)
         return hyfi_call_fail(g, HYFI_ERR_NOMEM, "out of memory preparing a program");
     /* The submission's cost on this rank (-v, training steps): the CPU time
      * of this thread in the loop below, and the host's wall clock. Not
@@ -290,7 +127,7 @@ static hyfi_status program_run(hyfi_graph *g, program *p)
     return HYFI_OK;
 }
 
-static hyfi_status need_compiled(hyfi_graph *g, const char *who)
+hyfi_status hyfi_need_compiled(hyfi_graph *g, const char *who)
 {
     if (!g) return hyfi_fail(HYFI_ERR_ARG, "%s: graph is NULL", who);
     if (!g->cc)
@@ -406,7 +243,7 @@ static hyfi_status write_batch(hyfi_graph *g, hyfi_tensor *t, const void *data, 
 
 hyfi_status hyfi_set_input(hyfi_graph *g, hyfi_tensor *t, const float *data, size_t count)
 {
-    hyfi_status s = need_compiled(g, "hyfi_set_input");
+    hyfi_status s = hyfi_need_compiled(g, "hyfi_set_input");
     if (s == HYFI_OK) s = check_tensor(g, t, count, "hyfi_set_input");
     if (s != HYFI_OK) return s;
     if (t->kind != T_INPUT || !data)
@@ -417,7 +254,7 @@ hyfi_status hyfi_set_input(hyfi_graph *g, hyfi_tensor *t, const float *data, siz
 
 hyfi_status hyfi_set_labels(hyfi_graph *g, hyfi_tensor *t, const int32_t *labels, size_t count)
 {
-    hyfi_status s = need_compiled(g, "hyfi_set_labels");
+    hyfi_status s = hyfi_need_compiled(g, "hyfi_set_labels");
     if (s == HYFI_OK) s = check_tensor(g, t, count, "hyfi_set_labels");
     if (s != HYFI_OK) return s;
     if (t->kind != T_LABELS || !labels)
@@ -476,7 +313,7 @@ static int input_handles(hyfi_graph *g, const hyfi_tensor *t, int k, hyfi_input_
 
 static hyfi_status check_input(hyfi_graph *g, const hyfi_tensor *t, const char *who)
 {
-    hyfi_status s = need_compiled(g, who);
+    hyfi_status s = hyfi_need_compiled(g, who);
     if (s != HYFI_OK) return s;
     if (!t || t->g != g || t->kind != T_INPUT)
         return hyfi_call_fail(g, HYFI_ERR_ARG, "%s: the tensor is NULL, from another graph or "
@@ -604,7 +441,7 @@ static hyfi_status read_health(hyfi_graph *g)
 
 hyfi_status hyfi_train_step(hyfi_graph *g, float *loss)
 {
-    hyfi_status s = need_compiled(g, "hyfi_train_step");
+    hyfi_status s = hyfi_need_compiled(g, "hyfi_train_step");
     if (s != HYFI_OK) return s;
     s = hyfi_program_run(g, &g->cc->train_prog);
     if (s != HYFI_OK) return s;
@@ -617,7 +454,7 @@ hyfi_status hyfi_train_step(hyfi_graph *g, float *loss)
 
 hyfi_status hyfi_train_norms(hyfi_graph *g, double *grad_norm, double *weight_norm)
 {
-    hyfi_status s = need_compiled(g, "hyfi_train_norms");
+    hyfi_status s = hyfi_need_compiled(g, "hyfi_train_norms");
     if (s != HYFI_OK) return s;
     if (!g->cc->stepped)
         return hyfi_call_fail(g, HYFI_ERR_STATE, "hyfi_train_norms: no train step has run yet");
@@ -628,7 +465,7 @@ hyfi_status hyfi_train_norms(hyfi_graph *g, double *grad_norm, double *weight_no
 
 hyfi_status hyfi_infer(hyfi_graph *g, float *loss)
 {
-    hyfi_status s = need_compiled(g, "hyfi_infer");
+    hyfi_status s = hyfi_need_compiled(g, "hyfi_infer");
     if (s != HYFI_OK) return s;
     s = hyfi_program_run(g, &g->cc->infer_prog);
     if (s != HYFI_OK) return s;
@@ -638,7 +475,7 @@ hyfi_status hyfi_infer(hyfi_graph *g, float *loss)
 
 hyfi_status hyfi_forward(hyfi_graph *g, bool training, float *loss)
 {
-    hyfi_status s = need_compiled(g, "hyfi_forward");
+    hyfi_status s = hyfi_need_compiled(g, "hyfi_forward");
     if (s != HYFI_OK) return s;
     s = hyfi_program_run(g, training ? &g->cc->fwd_train_prog : &g->cc->infer_prog);
     if (s != HYFI_OK) return s;
@@ -648,7 +485,7 @@ hyfi_status hyfi_forward(hyfi_graph *g, bool training, float *loss)
 
 hyfi_status hyfi_set_lr(hyfi_graph *g, float lr)
 {
-    hyfi_status s = need_compiled(g, "hyfi_set_lr");
+    hyfi_status s = hyfi_need_compiled(g, "hyfi_set_lr");
     if (s != HYFI_OK) return s;
     if (!(lr > 0))
         return hyfi_call_fail(g, HYFI_ERR_ARG, "hyfi_set_lr: learning rate %g must be > 0", lr);
@@ -735,7 +572,7 @@ static hyfi_status check_fused(hyfi_graph *g, const hyfi_tensor *t, const char *
 
 hyfi_status hyfi_tensor_read(hyfi_graph *g, const hyfi_tensor *t, float *out, size_t count)
 {
-    hyfi_status s = need_compiled(g, "hyfi_tensor_read");
+    hyfi_status s = hyfi_need_compiled(g, "hyfi_tensor_read");
     if (s == HYFI_OK) s = check_tensor(g, t, count, "hyfi_tensor_read");
     if (s != HYFI_OK) return s;
     if (!out) return hyfi_call_fail(g, HYFI_ERR_ARG, "hyfi_tensor_read: output buffer is NULL");
@@ -753,7 +590,7 @@ hyfi_status hyfi_tensor_read(hyfi_graph *g, const hyfi_tensor *t, float *out, si
 
 hyfi_status hyfi_grad_read(hyfi_graph *g, const hyfi_tensor *t, float *out, size_t count)
 {
-    hyfi_status s = need_compiled(g, "hyfi_grad_read");
+    hyfi_status s = hyfi_need_compiled(g, "hyfi_grad_read");
     if (s == HYFI_OK) s = check_tensor(g, t, count, "hyfi_grad_read");
     if (s != HYFI_OK) return s;
     if (!out) return hyfi_call_fail(g, HYFI_ERR_ARG, "hyfi_grad_read: output buffer is NULL");
@@ -780,7 +617,7 @@ hyfi_status hyfi_grad_read(hyfi_graph *g, const hyfi_tensor *t, float *out, size
 
 hyfi_status hyfi_tensor_write(hyfi_graph *g, hyfi_tensor *t, const float *data, size_t count)
 {
-    hyfi_status s = need_compiled(g, "hyfi_tensor_write");
+    hyfi_status s = hyfi_need_compiled(g, "hyfi_tensor_write");
     if (s == HYFI_OK) s = check_tensor(g, t, count, "hyfi_tensor_write");
     if (s != HYFI_OK) return s;
     if ((t->kind != T_PARAM && t->kind != T_STATE) || !data)
