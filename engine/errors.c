@@ -81,3 +81,13 @@ void hyfi_logf(hyfi_log_fn log, void *user, hyfi_log_level level, const char *fm
     fprintf(stderr, "hyfi: %s%s\n", level == HYFI_LOG_WARNING ? "warning: " : "", msg);
     fflush(stderr);
 }
+
+/* HYFI_OK when g is compiled, else the call's error (who: its name). */
+hyfi_status hyfi_need_compiled(hyfi_graph *g, const char *who)
+{
+    if (!g) return hyfi_fail(HYFI_ERR_ARG, "%s: graph is NULL", who);
+    if (!g->cc)
+        return hyfi_call_fail(g, HYFI_ERR_STATE, "%s: compile the graph first "
+                                                 "(hyfi_graph_compile)", who);
+    return HYFI_OK;
+}

@@ -470,7 +470,7 @@ typedef struct hyfi_compiled {
     int last_train;        /* the last program run was the train program */
 } hyfi_compiled;
 
-/* run.c: HYFI_OK when g is compiled, else the call's error (who: its name). */
+/* errors.c: HYFI_OK when g is compiled, else the call's error (who: its name). */
 hyfi_status hyfi_need_compiled(hyfi_graph *g, const char *who);
 /* share.c: MPI: the programs' skip marks, made once, unless submit_all asks
  * for every task. 1 when marked, 0 when not (one process, or submit all), -1

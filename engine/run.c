@@ -127,14 +127,6 @@ static hyfi_status program_run(hyfi_graph *g, program *p)
     return HYFI_OK;
 }
 
-hyfi_status hyfi_need_compiled(hyfi_graph *g, const char *who)
-{
-    if (!g) return hyfi_fail(HYFI_ERR_ARG, "%s: graph is NULL", who);
-    if (!g->cc)
-        return hyfi_call_fail(g, HYFI_ERR_STATE, "%s: compile the graph first "
-                                                 "(hyfi_graph_compile)", who);
-    return HYFI_OK;
-}
 
 static hyfi_status check_tensor(hyfi_graph *g, const hyfi_tensor *t, size_t count,
                                 const char *who)
