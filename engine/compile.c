@@ -145,10 +145,7 @@ static int emit_backward(emit_ctx *e, const node *nd)
     v.dy = HG(ysrc);
     for (int i = 0; i < nd->nin; i++) {
         if (!nd->in[i]->requires_grad && !hyfi_op_writes_dx(nd, i)) continue;
-        if (hyfi_add_grad_alias(e, nd, i, ysrc) ||
-            (nd->op == OP_ADD && nd->fused && nd->in[i]->fused)) {
-            /* an add fused into the convolution making input i (layout.c): the
-             * convolution's backward reads the add's output gradient */
+        if (hyfi_add_grad_alias(e, nd, i, ysrc)) {
             nd->in[i]->galias = ysrc;
             grad_done(e, nd->in[i]);
             continue;
@@ -557,8 +554,7 @@ static hyfi_status check_task_memory(hyfi_graph *g)
         for (int k = 0; k < progs[p]->n; k++) {
             const prog_task *t = &progs[p]->t[k];
             if (t->kind != PT_TASK) continue;
-            size_t b = 0;
-            for (int i = 0; i < t->nbuf; i++) b += hyfi_handle_bytes(g, prog_cbufs(t)[i].handle);
+            const size_t b = hyfi_task_bytes(g, t);
             if (b > most) most = b, worst = t;
         }
     if (!worst || (double)most / 1e6 <= (double)limit) return HYFI_OK;

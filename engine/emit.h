@@ -134,8 +134,9 @@ hyfi_status hyfi_register_tensors(hyfi_graph *g);
 int hyfi_clamp_prio(int p);
 void hyfi_on_place(hyfi_graph *g, program *P, int place, int prio);
 /* grad_forward.c: can input i of add node nd take its gradient from y, the
- * tensor holding the add's output gradient (hyfi_grad_source)? Marks the
- * tensors whose gradient is then no longer readable (gclob). */
+ * tensor holding the add's output gradient (hyfi_grad_source)? Always for the
+ * input of an add fused into its convolution. Marks the tensors whose
+ * gradient is then no longer readable (gclob). */
 int hyfi_add_grad_alias(const emit_ctx *e, const node *nd, int i, const hyfi_tensor *y);
 /* reduce.c */
 int hyfi_emit_state_save(hyfi_graph *g, program *P);

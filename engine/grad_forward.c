@@ -67,7 +67,11 @@ int hyfi_add_grad_alias(const emit_ctx *e, const node *nd, int i, const hyfi_ten
 {
     hyfi_graph *g = e->g;
     hyfi_tensor *t = nd->in[i];
-    if (nd->op != OP_ADD || !grad_alias_on(g) || t->producer < 0 || !t->requires_grad) return 0;
+    if (nd->op != OP_ADD) return 0;
+    /* an add fused into the convolution making input i (layout.c): that
+     * convolution's backward always reads the add's output gradient */
+    if (nd->fused && t->fused) return 1;
+    if (!grad_alias_on(g) || t->producer < 0 || !t->requires_grad) return 0;
     if (t->tl || y->tl || hyfi_spatial_tiled(g, &g->nodes[t->producer])) return 0;
     if (t->stage != e->stage || y->stage != e->stage || t == y) return 0;
     if (t->blk != y->blk || t->nh != y->nh || t->mb_numel != y->mb_numel || !t->gh || !y->gh)

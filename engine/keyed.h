@@ -38,6 +38,13 @@ static inline size_t hyfi_handle_bytes(const hyfi_graph *g, starpu_data_handle_t
     }
     return starpu_data_get_size(h);
 }
+/* The data task t holds at once: the sum of its buffers' bytes. */
+static inline size_t hyfi_task_bytes(const hyfi_graph *g, const prog_task *t)
+{
+    size_t b = 0;
+    for (int i = 0; i < t->nbuf; i++) b += hyfi_handle_bytes(g, prog_cbufs(t)[i].handle);
+    return b;
+}
 static inline hyfi_hcat hyfi_handle_cat(const hyfi_graph *g, starpu_data_handle_t h)
 {
     if (HYFI_HDEFERRED(h)) return g->cc->htab[HYFI_HDEFER_INDEX(h)].cat;

@@ -145,7 +145,7 @@ hyfi_status hyfi_layout_plan(hyfi_graph *g)
  * hyfi_cl_conv2d_forward_add), and the add has no forward task; the
  * convolution's output is never made, its gradient is the add's output
  * gradient (as compile.c's gradient forwarding). One task and one buffer
- * fewer per residual block, r added while y is in cache (ResNet-110 v2: 54
+ * fewer per residual block, r added while y is in cache (ResNet-110 v2: 36
  * adds a step). In bf16 the convolution's result is rounded before r is added,
  * so the values are those of the two ops bit for bit. With the conditions of
  * the batch norm's fusion below (CPU-only, one stage and one layer, untiled,

@@ -159,8 +159,7 @@ hyfi_status hyfi_graph_rank_stats(hyfi_graph *g, hyfi_rank_stats *out)
         out->tasks_built++;
         out->tasks_submitted += !(P->skip && P->skip[i]);
         if (t->rank != out->rank) continue;
-        size_t b = 0;
-        for (int k = 0; k < t->nbuf; k++) b += hyfi_handle_bytes(g, prog_cbufs(t)[k].handle);
+        const size_t b = hyfi_task_bytes(g, t);
         if (b > most) most = b;
     }
     if (P->built) out->tasks_built = P->built; /* before the others' were dropped */

@@ -5,6 +5,7 @@
  * reference forward, and acc = 1 accumulation on both paths. */
 #include "dnnl_common.h"
 #include "kernels.h"
+#include "../apps/env_config.h"
 #include "testutil.h"
 
 #include <stdio.h>
@@ -277,20 +278,15 @@ static void test_fused_add(hyfi_conv2d_args a, int blk, uint64_t *seed)
 }
 
 /* The variants meson runs this test in: HYFI_CONV_PLAIN=0|1 and
- * HYFI_CONV_ALGO=winograd|direct|gemm, as hyfi_kernel_config (the library
- * reads no environment). */
+ * HYFI_CONV_ALGO=winograd|direct|gemm, read as hyfi-train reads them
+ * (apps/env_config.c), as hyfi_kernel_config (the library reads no
+ * environment). */
 static void kernels_from_env(void)
 {
-    hyfi_kernel_config c = {0};
-    const char *v = getenv("HYFI_CONV_PLAIN");
-    if (v && *v) c.conv_plain = !strcmp(v, "1") ? 1 : !strcmp(v, "0") ? -1 : 0;
-    v = getenv("HYFI_CONV_ALGO");
-    if (v && *v)
-        c.conv_algo = !strcmp(v, "direct")     ? 1
-                      : !strcmp(v, "winograd") ? 2
-                      : !strcmp(v, "gemm")     ? 3
-                                               : 0;
-    hyfi_kernel_configure(&c);
+    hyfi_ctx_config cc = {0};
+    hyfi_env_ctx_config(&cc);
+    hyfi_kernel_configure(
+        &(hyfi_kernel_config){.conv_algo = cc.conv_algo, .conv_plain = cc.conv_plain});
 }
 
 int main(void)
