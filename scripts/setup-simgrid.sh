@@ -37,7 +37,9 @@ esac
 
 prefix="$deps/starpu-simgrid"
 # Bump when the configure options below change: an older build is then rebuilt.
-recipe="simgrid-recipe-2"
+# shellcheck source=starpu-source.sh
+source "$(dirname "${BASH_SOURCE[0]}")/starpu-source.sh"
+recipe="simgrid-recipe-3-$(starpu_patches_sum)"
 patches=()
 if [ "$patched" = 1 ]; then
   prefix="$deps/starpu-simgrid-patched"
@@ -50,8 +52,6 @@ if [ -f "$prefix/.hyfi-complete" ] && grep -q "$recipe" "$prefix/.hyfi-complete"
 fi
 rm -rf "$prefix"
 work="$(mktemp -d)"; trap 'rm -rf "$work"' EXIT
-# shellcheck source=starpu-source.sh
-source "$(dirname "${BASH_SOURCE[0]}")/starpu-source.sh"
 starpu_source "$work"
 for p in "${patches[@]+"${patches[@]}"}"; do
   log "applying $(basename "$p")"

@@ -33,15 +33,15 @@ done
 # ---------------------------------------------------------------- StarPU
 starpu_prefix="$deps/starpu"
 # Bump when the configure options below change: an older build is then rebuilt.
-recipe="recipe-3"
+# shellcheck source=starpu-source.sh
+source "$(dirname "${BASH_SOURCE[0]}")/starpu-source.sh"
+recipe="recipe-4-$(starpu_patches_sum)"
 if [ -f "$starpu_prefix/.hyfi-complete" ] && grep -q "$recipe" "$starpu_prefix/.hyfi-complete"; then
   log "StarPU present in $starpu_prefix ($(cat "$starpu_prefix/.hyfi-complete"))"
 else
   rm -rf "$starpu_prefix"
   log "building StarPU 1.4 from Debian's source package"
   work="$(mktemp -d)"; trap 'rm -rf "$work"' EXIT
-  # shellcheck source=starpu-source.sh
-  source "$(dirname "${BASH_SOURCE[0]}")/starpu-source.sh"
   starpu_source "$work"
   # CUDA 13 removed cudaDeviceProp.computeMode; ask the attribute instead where the old line remains.
   drv="$src/src/drivers/cuda/driver_cuda.c"
@@ -61,13 +61,17 @@ else
     grep -q 'sched_yield();' "$mpi_loop" || { echo "setup: progression-loop patch did not apply" >&2; exit 1; }
     grep -q '#include <sched.h>' "$mpi_loop" || sed -i '0,/^#include/s//#include <sched.h>\n#include/' "$mpi_loop"
   fi
+  # maxnodes 8 (RAM on up to 2 NUMA nodes, up to 4 GPUs, a swap disk): every
+  # handle holds a table of requests per memory node and per memory node, so
+  # the default 16 made each handle cost 6.8 KB (docs/results.md, "Per-rank
+  # costs"). maxbuffers 16: wide tasks (a tile's copies).
   cuda_opts=(--disable-cuda)
   cuda_home="${CUDA_HOME:-/usr/local/cuda}"
   [ -x "$cuda_home/bin/nvcc" ] && cuda_opts=(--enable-cuda "--with-cuda-dir=$cuda_home")
   (cd "$src" && ./configure -q --prefix="$starpu_prefix" "${cuda_opts[@]}" \
       --with-mpicc=/usr/bin/mpicc.mpich --with-mpicxx=/usr/bin/mpicxx.mpich \
       --with-mpiexec=/usr/bin/mpiexec.mpich --enable-mpi --with-fxt \
-      --enable-maxcpus=64 --enable-maxnumanodes=4 --enable-maxbuffers=16 \
+      --enable-maxcpus=64 --enable-maxnumanodes=2 --enable-maxnodes=8 --enable-maxbuffers=16 \
       --enable-blocking-drivers \
       --disable-static --disable-opencl --disable-hip --disable-fortran \
       --disable-build-doc --disable-build-examples --disable-build-tests \

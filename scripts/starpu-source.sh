@@ -2,7 +2,12 @@
 # and log): starpu_source WORK unpacks Debian's source package of StarPU, the
 # newest 1.4.x of sid, else trixie, fetched with apt-get source from the
 # archive this machine already uses, into WORK, and sets `upstream` (its
-# version), `ver` (the Debian version) and `src` (the unpacked folder).
+# version), `ver` (the Debian version) and `src` (the unpacked folder), with
+# scripts/starpu-patches/*.patch applied: changes every hyfi build of StarPU
+# takes, real or simulated (each patch's header says what it changes).
+# starpu_patches_sum prints a checksum of those patches, for the recipes.
+starpu_patches_dir="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/starpu-patches"
+starpu_patches_sum() { cat "$starpu_patches_dir"/*.patch | md5sum | cut -c1-8; }
 starpu_source() {
   local work=$1 srcfile=/etc/apt/sources.list.d/hyfi-src.sources uri tarball
   # Source entries for trixie and sid, from the archive this machine already uses.
@@ -21,4 +26,8 @@ starpu_source() {
   tarball=$(ls "$work"/starpu_"$upstream".orig.tar.* | head -1)
   tar -xf "$tarball" -C "$work"
   src=$(find "$work" -maxdepth 1 -type d -name "starpu-*" | head -1)
+  local p
+  for p in "$starpu_patches_dir"/*.patch; do
+    (cd "$src" && patch -s -p1 <"$p") || { echo "setup: $p does not apply to StarPU $upstream" >&2; exit 1; }
+  done
 }
