@@ -462,6 +462,7 @@ typedef struct hyfi_compiled {
      * that have a place on it (rep_mine), plus the handles of the replicas its
      * replicas exchange with in the collectives (rep_want). */
     int scoped, submit_all; /* submit_all: hyfi_plan_config.submit_all */
+    int bn_pack;            /* tiled batch norms combine rank-local packets (spatial_bn.c) */
     unsigned char *rep_mine, *rep_want;
     char missing_task[96]; /* a task that names a handle this rank did not register */
     int reg_rep, reg_level; /* registrations under way belong to replica reg_rep (-1: to all) */

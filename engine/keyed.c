@@ -10,7 +10,8 @@
  * only at the end of the compile does it know which of them it keeps
  * (run.c, mark_skips: those that run on it, or touch data it owns or that
  * its own tasks touch). Registering every tile's handles with StarPU on every
- * rank cost about 7 KB per handle whether the rank ever used them or not
+ * rank cost about 7 KB per handle (StarPU built with 16 memory nodes; 3 KB
+ * with the 8 of scripts/setup.sh) whether the rank ever used them or not
  * (124,109 handles on each of 4 ranks for AmoebaNet-D at 8,192² in 64
  * tiles). So hyfi_reg, while compiling such a rank, enters these handles in
  * the handle table with everything their registration needs (the key's tag,
@@ -37,7 +38,8 @@ static int key_deferred(int role)
     case HK_TILE: case HK_TILE_GRAD: case HK_TBUF: case HK_TDBUF: case HK_STRIP:
     case HK_DSTRIP: case HK_WPART: case HK_BPART: case HK_BN_PART: case HK_BN_BWPART:
     case HK_BN_TOT: case HK_F_VAL: case HK_F_GRAD: case HK_F_PBUF: case HK_F_DPBUF:
-    case HK_F_XO: case HK_F_DYO: case HK_F_DXO: case HK_LCOPY:
+    case HK_F_XO: case HK_F_DYO: case HK_F_DXO: case HK_LCOPY: case HK_BN_PACK:
+    case HK_BN_BWPACK:
         return 1;
     default:
         return 0;

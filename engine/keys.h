@@ -49,6 +49,8 @@ typedef enum hyfi_role {
     HK_RC_FENCE,   /* a place's recompute fence */
     HK_RC_BN,      /* a re-run batch norm's statistics: replica 4 + k */
     HK_LCOPY,      /* a copy on a tile's rank (localise.c): obj and idx from the original */
+    HK_BN_PACK,    /* a rank's packet of HK_BN_PART (spatial_bn.c): m P + first tile */
+    HK_BN_BWPACK,  /* the same of HK_BN_BWPART */
     HK_NROLES
 } hyfi_role;
 

@@ -70,7 +70,8 @@ static int source_kind(const hyfi_graph *g, int i)
     }
     case HK_BN_TOT: case HK_F_ZTOT:
         return SRC_COPY;
-    case HK_WPART: case HK_BPART: case HK_BN_PART: case HK_BN_BWPART:
+    case HK_WPART: case HK_BPART: case HK_BN_PART: case HK_BN_BWPART: case HK_BN_PACK:
+    case HK_BN_BWPACK:
         return SRC_FLUSH;
     default:
         return SRC_NO;

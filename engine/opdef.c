@@ -444,10 +444,12 @@ int hyfi_bn_part_stats(emit_ctx *e, const hyfi_opview *v, starpu_data_handle_t p
     return 0;
 }
 
-static hyfi_bn_combine_args combine_args(const node *nd, const double *count, int nparts)
+static hyfi_bn_combine_args combine_args(const node *nd, const double *count, int nparts,
+                                         int nbufs)
 {
     hyfi_bn_combine_args ca = {.c = nd->in[0]->dims[1], .nparts = nparts, .eps = nd->a.bn.eps,
-                               .momentum = nd->a.bn.momentum};
+                               .momentum = nd->a.bn.momentum,
+                               .npackets = nbufs < nparts ? nbufs : 0};
     for (int q = 0; q < nparts; q++) ca.count[q] = count[q];
     return ca;
 }
@@ -455,15 +457,15 @@ static hyfi_bn_combine_args combine_args(const node *nd, const double *count, in
 int hyfi_bn_combine(emit_ctx *e, const node *nd, const double *count, int nparts,
                     starpu_data_handle_t mean, starpu_data_handle_t var,
                     starpu_data_handle_t rmean, starpu_data_handle_t rvar,
-                    const starpu_data_handle_t *parts)
+                    const starpu_data_handle_t *bufs, int nbufs)
 {
     program *P = e->P;
     char nm[64];
-    hyfi_task_args c = {.u.bnc = combine_args(nd, count, nparts)};
+    hyfi_task_args c = {.u.bnc = combine_args(nd, count, nparts, nbufs)};
     hyfi_task_name(nm, sizeof nm, nd, "combine", e);
     TASK(&hyfi_cl_bn_combine, nm, &c);
     W(mean), W(var), RW(rmean), RW(rvar);
-    for (int q = 0; q < nparts; q++) R(parts[q]);
+    for (int q = 0; q < nbufs; q++) R(bufs[q]);
     return 0;
 }
 
@@ -478,7 +480,7 @@ int hyfi_bn_part_bwd_stats(emit_ctx *e, const hyfi_opview *v, starpu_data_handle
 }
 
 int hyfi_bn_bwd_combine(emit_ctx *e, const hyfi_opview *v, const double *count, int nparts,
-                        starpu_data_handle_t tot, const starpu_data_handle_t *parts)
+                        starpu_data_handle_t tot, const starpu_data_handle_t *bufs, int nbufs)
 {
     program *P = e->P;
     const node *nd = v->nd;
@@ -488,14 +490,14 @@ int hyfi_bn_bwd_combine(emit_ctx *e, const hyfi_opview *v, const double *count, 
     if (gsum_mode(e, &v->dp[0], -1, &mg, &accg) || gsum_mode(e, &v->dp[1], -1, &mb, &accb))
         return -1;
     hyfi_task_args c = {.acc = accg ? HYFI_BN_ACC_PARAMS : 0,
-                        .u.bnc = combine_args(nd, count, nparts)};
+                        .u.bnc = combine_args(nd, count, nparts, nbufs)};
     hyfi_task_name(nm, sizeof nm, nd, "bwd_combine", e);
     TASK(&hyfi_cl_bn_bwd_combine, nm, &c);
     W(tot);
     hyfi_prog_buf(P, v->dp[0].h, mg);
     hyfi_prog_buf(P, v->dp[1].h, mb);
     R(v->s[1]);
-    for (int q = 0; q < nparts; q++) R(parts[q]);
+    for (int q = 0; q < nbufs; q++) R(bufs[q]);
     return 0;
 }
 

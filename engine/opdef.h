@@ -75,15 +75,17 @@ int hyfi_op_backward_params(emit_ctx *e, const hyfi_opview *v);
 /* Batch norm over parts (tiles): statistics of each part, combined into the
  * batch's, then each part normalised with them (hyfi_op_forward with
  * batch_stats 0); backward the same in three steps. The tiles lowering puts
- * these around the op. */
+ * these around the op. The combines read the nparts tiles' parts from nbufs
+ * buffers: one per tile, or packets of the parts of consecutive tiles
+ * (spatial_bn.c), in tile order. */
 int hyfi_bn_part_stats(emit_ctx *e, const hyfi_opview *v, starpu_data_handle_t part);
 int hyfi_bn_combine(emit_ctx *e, const node *nd, const double *count, int nparts,
                     starpu_data_handle_t mean, starpu_data_handle_t var,
                     starpu_data_handle_t rmean, starpu_data_handle_t rvar,
-                    const starpu_data_handle_t *parts);
+                    const starpu_data_handle_t *bufs, int nbufs);
 int hyfi_bn_part_bwd_stats(emit_ctx *e, const hyfi_opview *v, starpu_data_handle_t part);
 int hyfi_bn_bwd_combine(emit_ctx *e, const hyfi_opview *v, const double *count, int nparts,
-                        starpu_data_handle_t tot, const starpu_data_handle_t *parts);
+                        starpu_data_handle_t tot, const starpu_data_handle_t *bufs, int nbufs);
 int hyfi_bn_part_bwd_apply(emit_ctx *e, const hyfi_opview *v, double total,
                            starpu_data_handle_t tot, const char *pass);
 

@@ -53,6 +53,8 @@ int hyfi_scope_init(hyfi_graph *g)
     for (int q = 0; q < pl->nplaces; q++)
         if (pl->place_rank[q] == me) cc->rep_mine[q / pl->nplaces1] = 1, any = 1;
     cc->scoped = g->ctx->mpi && g->ctx->nranks > 1 && any && !cc->submit_all;
+    /* (the combine's packed layout has no CUDA implementation yet) */
+    cc->bn_pack = cc->scoped && g->ctx->ncuda == 0;
     if (!cc->scoped) {
         memset(cc->rep_mine, 1, (size_t)R);
         memset(cc->rep_want, 1, (size_t)R);

@@ -77,9 +77,12 @@ static int bn_tiles_forward(emit_ctx *e, const node *nd)
         count[q] = (double)v.a.u.bn.n * v.a.u.bn.h * v.a.u.bn.w;
         if (hyfi_bn_part_stats(e, &v, tn->part[e->m * Pt + q])) return -1;
     }
-    if (!e->recompute &&
-        hyfi_bn_combine(e, nd, count, Pt, v.s[0], v.s[1], v.p[2], v.p[3], tn->part + e->m * Pt))
-        return -1;
+    if (!e->recompute) {
+        starpu_data_handle_t bufs[HYFI_MAX_TILES];
+        const int nb = hyfi_sp_bn_pack(e, nd, 0, bufs);
+        if (nb < 0 || hyfi_bn_combine(e, nd, count, Pt, v.s[0], v.s[1], v.p[2], v.p[3], bufs, nb))
+            return -1;
+    }
     for (int q = 0; q < Pt; q++) {
         tile_view(e, nd, q, NULL, 1, &v);
         if (hyfi_op_forward(e, &v)) return -1;
@@ -118,7 +121,9 @@ static int bn_tiles_backward(emit_ctx *e, const node *nd)
         total += count[q];
         if (hyfi_bn_part_bwd_stats(e, &v, tn->bwpart[e->m * Pt + q])) return -1;
     }
-    if (hyfi_bn_bwd_combine(e, &v, count, Pt, tn->tot[e->m], tn->bwpart + e->m * Pt)) return -1;
+    starpu_data_handle_t bufs[HYFI_MAX_TILES];
+    const int nb = hyfi_sp_bn_pack(e, nd, 1, bufs);
+    if (nb < 0 || hyfi_bn_bwd_combine(e, &v, count, Pt, tn->tot[e->m], bufs, nb)) return -1;
     for (int q = 0; q < Pt && nd->in[0]->requires_grad; q++) {
         tile_view(e, nd, q, NULL, 1, &v);
         if (hyfi_bn_part_bwd_apply(e, &v, total, tn->tot[e->m], "bwd")) return -1;

@@ -113,8 +113,10 @@ static int fused_bn_stats(emit_ctx *e, const hyfi_fgroup *fg, int j)
         }
         if (hyfi_bn_part_stats(e, &v, tn->part[e->m * Pt + q])) return -1;
     }
-    return hyfi_bn_combine(e, nd, count, Pt, v.s[0], v.s[1], v.p[2], v.p[3],
-                           tn->part + e->m * Pt);
+    starpu_data_handle_t bufs[HYFI_MAX_TILES];
+    const int nb = hyfi_sp_bn_pack(e, nd, 0, bufs);
+    return nb < 0 ? -1
+                  : hyfi_bn_combine(e, nd, count, Pt, v.s[0], v.s[1], v.p[2], v.p[3], bufs, nb);
 }
 
 int hyfi_sp_fused_forward(emit_ctx *e, const hyfi_fgroup *fg, int training)
@@ -165,7 +167,9 @@ static int fused_bn_backward(emit_ctx *e, const hyfi_fgroup *fg, int j)
         total += count[q];
         if (hyfi_bn_part_bwd_stats(e, &v, tn->bwpart[e->m * Pt + q])) return -1;
     }
-    if (hyfi_bn_bwd_combine(e, &v, count, Pt, tn->tot[e->m], tn->bwpart + e->m * Pt)) return -1;
+    starpu_data_handle_t bufs[HYFI_MAX_TILES];
+    const int nb = hyfi_sp_bn_pack(e, nd, 1, bufs);
+    if (nb < 0 || hyfi_bn_bwd_combine(e, &v, count, Pt, tn->tot[e->m], bufs, nb)) return -1;
     for (int q = 0; q < Pt; q++) {
         const int ext = fg_bn_extended(fg, j, q);
         fused_view(e, fg, j, q, 1, &v);

@@ -63,6 +63,8 @@ typedef struct hyfi_tnode {
     unsigned char *wpw, *bpw;              /* compile-time flags of wpart, bpart
                                               [rep * P + t] (allocated with them) */
     starpu_data_handle_t *part, *bwpart;   /* bn: per-tile statistics [m * P + t] */
+    starpu_data_handle_t *pack, *bwpack;   /* bn: their packets [m * P + first t]
+                                              (spatial_bn.c) */
     starpu_data_handle_t *tot;             /* bn: backward totals [m] */
 } hyfi_tnode;
 
@@ -140,6 +142,16 @@ int hyfi_sp_halo_return(emit_ctx *e, const node *nd, int q);
 int hyfi_sp_place(const emit_ctx *e, const hyfi_tensor *x, int q);
 void hyfi_sp_task_name(char *out, size_t len, const node *nd, const char *pass, int q,
                        const emit_ctx *e);
+/* spatial_bn.c: the packets of a tiled batch norm's per-tile statistics.
+ * len[q] = the number of tiles in the packet that starts at tile q, 0 for a
+ * tile inside one; returns the number of packets (tiles of replica rep of
+ * x's tiling). */
+int hyfi_sp_bn_packets(const hyfi_graph *g, const hyfi_tensor *x, int rep, int *len);
+/* The packing copies of micro-batch e->m's statistics (forward, or bwd: the
+ * backward's) of node nd; bufs[] gets what the combine reads, one per packet
+ * (a packet of one tile is the tile's part itself); returns their number, -1
+ * when out of memory. */
+int hyfi_sp_bn_pack(emit_ctx *e, const node *nd, int bwd, starpu_data_handle_t *bufs);
 /* spatial_fused.c */
 int hyfi_sp_fused_forward(emit_ctx *e, const hyfi_fgroup *fg, int training);
 int hyfi_sp_fused_backward(emit_ctx *e, const hyfi_fgroup *fg);

@@ -24,6 +24,7 @@ void hyfi_spatial_handles_free(hyfi_graph *g)
         hyfi_tnode *tn = g->nodes[i].tn;
         if (!tn) continue;
         FREE(tn->buf), FREE(tn->dbuf), FREE(tn->part), FREE(tn->bwpart);
+        FREE(tn->pack), FREE(tn->bwpack);
         FREE(tn->strip), FREE(tn->dstrip), FREE(tn->wpart), FREE(tn->bpart), FREE(tn->tot);
         FREE(tn->wpw), FREE(tn->bpw);
         hyfi_fgroup *fg = tn->fg;
@@ -219,11 +220,27 @@ int hyfi_spatial_register(hyfi_graph *g)
         } else if (hyfi_op_batch_statistics(nd)) {
             tn->part = handles((size_t)M * P);
             tn->bwpart = handles((size_t)M * P);
+            tn->pack = handles((size_t)M * P);
+            tn->bwpack = handles((size_t)M * P);
             tn->tot = handles((size_t)M);
-            if (!tn->part || !tn->bwpart || !tn->tot) return -1;
+            if (!tn->part || !tn->bwpart || !tn->pack || !tn->bwpack || !tn->tot) return -1;
             for (int m = 0; m < M; m++) {
                 hyfi_reg_scope(g, HYFI_REP(pl, m), HYFI_SCOPE_MINE);
+                int len[HYFI_MAX_TILES];
+                hyfi_sp_bn_packets(g, x, HYFI_REP(pl, m), len);
                 for (int q = 0; q < P; q++) {
+                    if (len[q] > 1) { /* 2C doubles a tile */
+                        const int rq = hyfi_tile_rank(g, x->tl, q, HYFI_REP(pl, m));
+                        const size_t pn = 4 * (size_t)C * (size_t)len[q];
+                        snprintf(sfx, sizeof sfx, ".stats.pack%d", q);
+                        hyfi_reg(g, &tn->pack[m * P + q], HYFI_KEY(HK_BN_PACK, i, m * P + q),
+                                 NULL, pn, sizeof(float), rq, HC_BNSTATS, nd->stage, nd->name,
+                                 sfx, m, M);
+                        snprintf(sfx, sizeof sfx, ".dstats.pack%d", q);
+                        hyfi_reg(g, &tn->bwpack[m * P + q], HYFI_KEY(HK_BN_BWPACK, i, m * P + q),
+                                 NULL, pn, sizeof(float), rq, HC_BNSTATS, nd->stage, nd->name,
+                                 sfx, m, M);
+                    }
                     const int rq = hyfi_tile_rank(g, x->tl, q, HYFI_REP(pl, m));
                     snprintf(sfx, sizeof sfx, ".stats.tile%d", q);
                     /* 2C doubles */

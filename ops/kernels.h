@@ -474,6 +474,10 @@ typedef struct {
     int nparts;               /* tiles, 1 .. HYFI_MAX_TILES */
     float eps, momentum;
     double count[HYFI_MAX_TILES]; /* elements per channel of each tile: N * H_i * W_i */
+    /* The codelets' buffers: 0, one per part; else this many packets, each
+     * the parts of consecutive tiles side by side, in tile order (CPU only).
+     * (After count: 0 leaves the footprints of unpacked tasks as they were.) */
+    int npackets;
 } hyfi_bn_combine_args;
 
 /* part (2C doubles: partial sums stay in double, as the untiled kernel's sums,

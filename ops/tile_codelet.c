@@ -95,13 +95,37 @@ static void bn_stats_cpu_func(void *buffers[], void *cl_arg)
     ON_CPU("bn_stats", hyfi_bn_stats_cpu(HYFI_D(0), HYFI_F(1), &t->u.bnt.bn));
 }
 
-/* mean, var, run_mean, run_var, parts... */
+/* The tiles' parts (2C doubles each) from buffers first, first + 1, ...:
+ * one per part, or packets of consecutive parts (hyfi_bn_combine_args);
+ * 0, or -1 when the packets do not hold nparts parts. */
+static int bn_parts(void *buffers[], int first, const hyfi_bn_combine_args *a,
+                    const double **parts)
+{
+    if (!a->npackets) {
+        for (int i = 0; i < a->nparts; i++) parts[i] = HYFI_D(first + i);
+        return 0;
+    }
+    int i = 0;
+    for (int k = 0; k < a->npackets; k++) {
+        const size_t nx = STARPU_VECTOR_GET_NX(buffers[first + k]), per = 4 * (size_t)a->c;
+        for (size_t j = 0; j < nx / per && i < a->nparts; j++)
+            parts[i++] = HYFI_D(first + k) + j * 2 * (size_t)a->c;
+    }
+    return i == a->nparts ? 0 : -1;
+}
+
+#define NPARTBUFS(a) ((a).npackets ? (a).npackets : (a).nparts)
+
+/* mean, var, run_mean, run_var, parts or packets... */
 static void bn_combine_cpu_func(void *buffers[], void *cl_arg)
 {
     const hyfi_task_args *t = cl_arg;
-    if (!BUFFERS_OK(bn_combine, "wwww", t->u.bnc.nparts, 'r', "")) return;
+    if (!BUFFERS_OK(bn_combine, "wwww", NPARTBUFS(t->u.bnc), 'r', "")) return;
     const double *parts[HYFI_MAX_TILES];
-    for (int i = 0; i < t->u.bnc.nparts; i++) parts[i] = HYFI_D(4 + i);
+    if (bn_parts(buffers, 4, &t->u.bnc, parts)) {
+        hyfi_ops_report("bn_combine", -1);
+        return;
+    }
     ON_CPU("bn_combine", hyfi_bn_combine_cpu(HYFI_F(0), HYFI_F(1), HYFI_F(2), HYFI_F(3), parts,
                                              &t->u.bnc));
 }
@@ -115,13 +139,16 @@ static void bn_bwd_stats_cpu_func(void *buffers[], void *cl_arg)
                                                  &t->u.bnt.bn));
 }
 
-/* tot, dgamma, dbeta, var, parts... */
+/* tot, dgamma, dbeta, var, parts or packets... */
 static void bn_bwd_combine_cpu_func(void *buffers[], void *cl_arg)
 {
     const hyfi_task_args *t = cl_arg;
-    if (!BUFFERS_OK(bn_bwd_combine, "wwwr", t->u.bnc.nparts, 'r', "")) return;
+    if (!BUFFERS_OK(bn_bwd_combine, "wwwr", NPARTBUFS(t->u.bnc), 'r', "")) return;
     const double *parts[HYFI_MAX_TILES];
-    for (int i = 0; i < t->u.bnc.nparts; i++) parts[i] = HYFI_D(4 + i);
+    if (bn_parts(buffers, 4, &t->u.bnc, parts)) {
+        hyfi_ops_report("bn_bwd_combine", -1);
+        return;
+    }
     ON_CPU("bn_bwd_combine", hyfi_bn_bwd_combine_cpu(HYFI_F(0), HYFI_F(1), HYFI_F(2), parts,
                                                      HYFI_F(3), &t->u.bnc, t->acc));
 }

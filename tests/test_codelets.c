@@ -8,7 +8,10 @@
  * the table's. The 1F1B pipeline token (one more float, R or RW|COMMUTE) is
  * accepted after a right list, and nothing else is. sgd_update, whose buffers
  * never vary, declares them to StarPU instead (.nbuffers, .modes), as do the
- * reduction methods; the others keep STARPU_VARIABLE_NBUFFERS (see there). */
+ * reduction methods; the others keep STARPU_VARIABLE_NBUFFERS (see there).
+ * The tiled batch norm's combines read their parts one per buffer or in
+ * packets of consecutive parts (engine/spatial_bn.c): both give the same
+ * bits. */
 #include "codelet_common.h"
 #include "testutil.h"
 
@@ -67,8 +70,11 @@ static const entry table[] = {
     {&hyfi_cl_tile_scatter, "tile_scatter", {.u.tile = {.npieces = 3}}, "wwwr"},
     {&hyfi_cl_bn_stats, "bn_stats", {0}, "wr"},
     {&hyfi_cl_bn_combine, "bn_combine", {.u.bnc = {.nparts = 2}}, "wwwwrr"},
+    {&hyfi_cl_bn_combine, "bn_combine", {.u.bnc = {.nparts = 5, .npackets = 2}}, "wwwwrr"},
     {&hyfi_cl_bn_bwd_stats, "bn_bwd_stats", {0}, "wrrr"},
     {&hyfi_cl_bn_bwd_combine, "bn_bwd_combine", {.u.bnc = {.nparts = 2}}, "wwwrrr"},
+    {&hyfi_cl_bn_bwd_combine, "bn_bwd_combine", {.u.bnc = {.nparts = 3, .npackets = 2}},
+     "wwwrrr"},
     {&hyfi_cl_bn_bwd_apply, "bn_bwd_apply", {0}, "wrrrrrr"},
 };
 
@@ -147,6 +153,52 @@ int main(void)
     tu_check(!run(&hyfi_cl_fill, &fill, "wr", 0, STARPU_R, msg, sizeof msg),
              "an extra buffer of more than one float is refused");
     printf("extra buffer: %s\n", msg);
+
+    /* the combines: 3 parts (C = 2: 2C doubles = 8 floats each) one per buffer,
+     * and as a packet of parts 0 and 1 (16 floats) then part 2: the same bits */
+    double parts[3][4] = {{0.25, -1.5, 3.0, 0.125}, {1.0 / 3, 2.5, 0.75, 7.0},
+                          {-0.1, 0.2, 1e-3, 5.5}};
+    for (int k = 0; k < 3; k++) memcpy(data[4 + k], parts[k], sizeof parts[k]);
+    memcpy(data[7], parts[0], sizeof parts[0]);
+    memcpy((char *)data[7] + sizeof parts[0], parts[1], sizeof parts[1]);
+    memcpy(data[8], parts[2], sizeof parts[2]);
+    hyfi_task_args comb = {.u.bnc = {.c = 2, .nparts = 3, .eps = 1e-5f, .momentum = 0.1f,
+                                     .count = {12, 20, 7}}};
+    for (int bwd = 0; bwd < 2; bwd++) {
+        struct starpu_codelet *cl = bwd ? &hyfi_cl_bn_bwd_combine : &hyfi_cl_bn_combine;
+        float got[2][4][LEN];
+        for (int packed = 0; packed < 2; packed++) {
+            for (int i = 0; i < 4; i++)
+                for (int j = 0; j < LEN; j++) data[i][j] = 0.5f + (float)j; /* var > 0 */
+            struct starpu_data_descr d[7];
+            int n = 0;
+            for (int i = 0; i < 4; i++)
+                d[n++] = (struct starpu_data_descr){h[i], bwd && i == 3 ? STARPU_R : STARPU_W};
+            if (!bwd) d[2].mode = d[3].mode = STARPU_RW;
+            if (packed) {
+                d[n++] = (struct starpu_data_descr){h[7], STARPU_R};
+                d[n++] = (struct starpu_data_descr){h[8], STARPU_R};
+            } else {
+                for (int k = 0; k < 3; k++) d[n++] = (struct starpu_data_descr){h[4 + k], STARPU_R};
+            }
+            hyfi_task_args a = comb;
+            a.u.bnc.npackets = packed ? 2 : 0;
+            tu_check(starpu_task_insert(cl, STARPU_DATA_MODE_ARRAY, d, n, STARPU_CL_ARGS_NFREE,
+                                        &a, sizeof a, STARPU_NAME, "test.combine", 0) != 0,
+                     "combine submitted");
+            starpu_task_wait_for_all();
+            tu_check(hyfi_ops_take_error(msg, sizeof msg), "combine ran");
+            for (int i = 0; i < 4; i++) {
+                starpu_data_acquire(h[i], STARPU_R);
+                memcpy(got[packed][i], data[i], sizeof data[i]);
+                starpu_data_release(h[i]);
+            }
+        }
+        const int same = !memcmp(got[0], got[1], sizeof got[0]);
+        printf("%-4s %s: packed parts give the same bits\n", same ? "ok" : "FAIL",
+               bwd ? "bn_bwd_combine" : "bn_combine");
+        tu_check(!same, "packed combine");
+    }
 
     /* the codelets with fixed buffers declare them to StarPU */
     const struct starpu_codelet *sgd = &hyfi_cl_sgd_update;

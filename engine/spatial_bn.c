@@ -1,0 +1,73 @@
+/* Packets of a tiled batch norm's per-tile statistics.
+ *
+ * A tiled batch norm's combine (forward: mean and variance; backward: the
+ * two sums) reads every tile's part of micro-batch m. Each part has the
+ * tile's rank as owner, and a scoped rank keeps a task that touches data it
+ * owns (run.c, mark_skips): so every rank holding a tile kept the combine
+ * and registered all P parts, its own and everybody else's; 15,232 of one
+ * rank's 57,840 handles for AmoebaNet-D at 8,192² in 64 tiles on 4 ranks.
+ * In a scoped compile the tiles of one rank that follow each other (a run of
+ * at most HYFI_TILE_MAX_PIECES) are instead copied into one packet on that
+ * rank (tile_assemble over 1-row pieces: an exact copy), and the combine
+ * reads the packets, in tile order, so that the parts it walks and the order
+ * it walks them in are those of the unpacked combine: the statistics are
+ * bitwise the same. A rank then registers its own parts and the packets
+ * only. A packet of one tile is the tile's part itself. The combine's
+ * packed layout has a CPU implementation only (the CUDA one has not run on
+ * a GPU yet), so a run with CUDA workers does not pack (scope.c). */
+#include "emit.h"
+#include "spatial_impl.h"
+
+#include <stdio.h>
+#include <string.h>
+
+int hyfi_sp_bn_packets(const hyfi_graph *g, const hyfi_tensor *x, int rep, int *len)
+{
+    const int P = g->cc->pl->P;
+    int n = 0;
+    for (int q = 0; q < P; n++) {
+        const int r = hyfi_tile_rank(g, x->tl, q, rep);
+        int k = 1;
+        while (g->cc->bn_pack && q + k < P && k < HYFI_TILE_MAX_PIECES &&
+               hyfi_tile_rank(g, x->tl, q + k, rep) == r)
+            k++;
+        len[q] = k;
+        for (int j = 1; j < k; j++) len[q + j] = 0;
+        q += k;
+    }
+    return n;
+}
+
+int hyfi_sp_bn_pack(emit_ctx *e, const node *nd, int bwd, starpu_data_handle_t *bufs)
+{
+    program *P = e->P;
+    const hyfi_tnode *tn = nd->tn;
+    const hyfi_tensor *x = nd->in[0];
+    const int Pt = e->g->cc->pl->P, w = 4 * x->dims[1]; /* a part: 2C doubles */
+    int len[HYFI_MAX_TILES];
+    const int n = hyfi_sp_bn_packets(e->g, x, e->rep, len);
+    starpu_data_handle_t *part = (bwd ? tn->bwpart : tn->part) + (size_t)e->m * Pt;
+    starpu_data_handle_t *pack = (bwd ? tn->bwpack : tn->pack) + (size_t)e->m * Pt;
+    for (int q = 0, k = 0; q < Pt; q++) {
+        if (!len[q]) continue;
+        if (len[q] == 1) {
+            bufs[k++] = part[q];
+            continue;
+        }
+        /* the parts side by side in a 1 x (len w) plane */
+        hyfi_task_args c;
+        memset(&c, 0, sizeof c);
+        c.u.tile = (hyfi_tile_args){.n = 1, .c = 1, .dst_h = 1, .dst_w = len[q] * w,
+                                    .npieces = len[q]};
+        for (int j = 0; j < len[q]; j++)
+            c.u.tile.p[j] = (hyfi_piece){.src_h = 1, .src_w = w, .dst_x = j * w, .h = 1, .w = w};
+        char nm[64];
+        hyfi_sp_task_name(nm, sizeof nm, nd, bwd ? "dstats_pack" : "stats_pack", q, e);
+        TASK(&hyfi_cl_tile_assemble, nm, &c);
+        W(pack[q]);
+        for (int j = 0; j < len[q]; j++) R(part[q + j]);
+        ON_PLACE(hyfi_sp_place(e, x, q));
+        bufs[k++] = pack[q];
+    }
+    return n;
+}
