@@ -6,9 +6,10 @@
  * owns (run.c, mark_skips): so every rank holding a tile kept the combine
  * and registered all P parts, its own and everybody else's; 15,232 of one
  * rank's 57,840 handles for AmoebaNet-D at 8,192² in 64 tiles on 4 ranks.
- * In a scoped compile the tiles of one rank that follow each other (a run of
- * at most HYFI_TILE_MAX_PIECES) are instead copied into one packet on that
- * rank (tile_assemble over 1-row pieces: an exact copy), and the combine
+ * In a scoped compile whose tiles span more than one rank, the tiles of one
+ * rank that follow each other (a run of at most HYFI_TILE_MAX_PIECES) are
+ * instead copied into one packet on that rank (tile_assemble over 1-row
+ * pieces: an exact copy), and the combine
  * reads the packets, in tile order, so that the parts it walks and the order
  * it walks them in are those of the unpacked combine: the statistics are
  * bitwise the same. A rank then registers its own parts and the packets
@@ -24,11 +25,16 @@
 int hyfi_sp_bn_packets(const hyfi_graph *g, const hyfi_tensor *x, int rep, int *len)
 {
     const int P = g->cc->pl->P;
+    /* tiles on one rank: every rank that keeps the combine names all parts
+     * anyway, and packets would only add copies */
+    int pack = 0;
+    for (int q = 1; q < P && g->cc->bn_pack && !pack; q++)
+        pack = hyfi_tile_rank(g, x->tl, q, rep) != hyfi_tile_rank(g, x->tl, 0, rep);
     int n = 0;
     for (int q = 0; q < P; n++) {
         const int r = hyfi_tile_rank(g, x->tl, q, rep);
         int k = 1;
-        while (g->cc->bn_pack && q + k < P && k < HYFI_TILE_MAX_PIECES &&
+        while (pack && q + k < P && k < HYFI_TILE_MAX_PIECES &&
                hyfi_tile_rank(g, x->tl, q + k, rep) == r)
             k++;
         len[q] = k;
