@@ -5,6 +5,7 @@
  * one field (docs/user-guide.md, "The C API"). */
 #include "env_config.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -54,6 +55,14 @@ void hyfi_env_ctx_config(hyfi_ctx_config *c)
     if (v && *v) c->bf16_conv = !strcmp(v, "native") ? 1 : !strcmp(v, "staged") ? -1 : 0;
     flag("HYFI_DNNL_CACHE", &c->no_dnnl_cache, true);
     flag("HYFI_CUDNN_FIND", &c->no_cudnn_find, true);
+    v = getenv("HYFI_SIM_ANALYTIC");
+    if (v && *v) c->sim_analytic = v;
+    v = getenv("HYFI_SIM_TASK_US");
+    if (v && *v) { /* not a number: NAN, which hyfi_ctx_create refuses */
+        char *end;
+        c->sim_task_us = strtod(v, &end);
+        if (*end) c->sim_task_us = NAN;
+    }
 }
 
 bool hyfi_env_death_notice(void)

@@ -262,7 +262,8 @@ static hyfi_status config_check(const hyfi_ctx_config *cfg, long *swap_mb)
 #ifdef STARPU_SIMGRID
     {
         char why[512];
-        if (hyfi_ops_sim_models(why, sizeof why)) return hyfi_fail(HYFI_ERR_ARG, "%s", why);
+        if (hyfi_ops_sim_models(cfg->sim_analytic, cfg->sim_task_us, why, sizeof why))
+            return hyfi_fail(HYFI_ERR_ARG, "%s", why);
     }
 #endif
     return HYFI_OK;

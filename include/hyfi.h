@@ -210,6 +210,13 @@ typedef struct hyfi_ctx_config {
     bool no_dnnl_cache;   /* oneDNN primitives made at every call (HYFI_DNNL_CACHE=0) */
     bool no_cudnn_find;   /* cuDNN's heuristics' first algorithm instead of measuring
                              (HYFI_CUDNN_FIND=0) */
+    /* Simulation builds only (docs/simulation.md); ignored by a real build. */
+    const char *sim_analytic; /* a file of analytic task costs, lines "SYMBOL cpu|cuda
+                                 A B C" (microseconds = A + B flops + C bytes), for the
+                                 footprints StarPU has no calibrated mean of; NULL: none
+                                 (HYFI_SIM_ANALYTIC) */
+    double sim_task_us;       /* microseconds added to every simulated task, the
+                                 runtime's own cost per task; >= 0 (HYFI_SIM_TASK_US) */
     hyfi_log_fn log;      /* where the context's messages go; NULL: stderr, each line
                              "hyfi: " (warnings "hyfi: warning: ") + the message */
     void *log_user;       /* log's first argument */

@@ -381,7 +381,7 @@ static int sim_load(const char *path, char *err, size_t len)
 {
     FILE *f = fopen(path, "r");
     if (!f) {
-        snprintf(err, len, "HYFI_SIM_ANALYTIC %s: cannot open it", path);
+        snprintf(err, len, "hyfi_ctx_config.sim_analytic %s: cannot open it", path);
         return -1;
     }
     char line[512];
@@ -393,7 +393,7 @@ static int sim_load(const char *path, char *err, size_t len)
         if (line[0] == '#' || line[0] == '\n') continue;
         if (sscanf(line, "%127s %15s %lf %lf %lf", sym, dev, &a, &b, &c) != 5 ||
             (strcmp(dev, "cpu") && strcmp(dev, "cuda"))) {
-            snprintf(err, len, "HYFI_SIM_ANALYTIC %s line %d: expected 'SYMBOL cpu|cuda A B C' "
+            snprintf(err, len, "hyfi_ctx_config.sim_analytic %s line %d: expected 'SYMBOL cpu|cuda A B C' "
                      "(microseconds = A + B * flops + C * bytes)", path, lineno);
             fclose(f);
             return -1;
@@ -407,18 +407,14 @@ static int sim_load(const char *path, char *err, size_t len)
     return 0;
 }
 
-int hyfi_ops_sim_models(char *err, size_t len)
+int hyfi_ops_sim_models(const char *path, double task_us, char *err, size_t len)
 {
-    const char *path = getenv("HYFI_SIM_ANALYTIC");
-    const char *tus = getenv("HYFI_SIM_TASK_US");
-    if (tus && *tus) {
-        char *end;
-        g_sim_task_us = strtod(tus, &end);
-        if (*end || !(g_sim_task_us >= 0)) {
-            snprintf(err, len, "HYFI_SIM_TASK_US '%s': expected microseconds >= 0", tus);
-            return -1;
-        }
+    if (!(task_us >= 0) || task_us > 1e9) {
+        snprintf(err, len, "hyfi_ctx_config.sim_task_us %g: expected microseconds >= 0",
+                 task_us);
+        return -1;
     }
+    g_sim_task_us = task_us;
     const int analytic = path && *path;
     if (!analytic && g_sim_task_us == 0) return 0; /* StarPU's history models as they are */
     if (analytic && sim_load(path, err, len)) return -1;

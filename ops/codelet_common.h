@@ -213,7 +213,7 @@ void hyfi_ops_sim_nop(void *buffers[], void *cl_arg);
  * cost per task, which history models of kernels leave out). Either makes
  * the models per-arch cost functions (history first). 0, or -1 with the
  * reason in err. */
-int hyfi_ops_sim_models(char *err, size_t len);
+int hyfi_ops_sim_models(const char *analytic, double task_us, char *err, size_t len);
 #define HYFI_SIM_CUDA .cuda_funcs = {hyfi_ops_sim_nop}, .cuda_flags = {STARPU_CUDA_ASYNC},
 /* hyfi_ops_report(name, kernel call) of the hand-written codelet functions */
 #define HYFI_REPORT(name, call) ((void)(name), (void)sizeof(call)) /* call not evaluated */
