@@ -477,6 +477,12 @@ hyfi_tensor *hyfi_concat(hyfi_graph *g, const char *name, hyfi_tensor *const *xs
                         count);
         return NULL;
     }
+    if (count > HYFI_OP_MAX_IN) { /* an op's view holds at most this many inputs */
+        hyfi_graph_fail(g, HYFI_ERR_UNSUPPORTED, "concat \"%s\": %d inputs, at most %d; "
+                                                 "concatenate in two steps", nm, count,
+                        HYFI_OP_MAX_IN);
+        return NULL;
+    }
     int c = 0;
     for (int i = 0; i < count; i++) {
         if (check_input(g, "concat", nm, xs[i])) return NULL;

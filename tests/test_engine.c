@@ -478,6 +478,16 @@ static void test_errors(hyfi_ctx *ctx)
 
     hyfi_graph_create(ctx, 1, &g);
     x = hyfi_input(g, "x", 2, 3, 4, 4);
+    {
+        hyfi_tensor *many[40];
+        for (int i = 0; i < 40; i++) many[i] = x;
+        hyfi_concat(g, "cat", many, 40);
+    }
+    expect(hyfi_graph_status(g), HYFI_ERR_UNSUPPORTED, "concat of 40 inputs");
+    hyfi_graph_destroy(g);
+
+    hyfi_graph_create(ctx, 1, &g);
+    x = hyfi_input(g, "x", 2, 3, 4, 4);
     hyfi_tensor *lab = hyfi_labels(g, "l", 3);
     h = hyfi_fc(g, "fc", x, (hyfi_fc_params){.out_features = 10, .bias = true});
     hyfi_tensor *loss = hyfi_softmax_cross_entropy(g, "loss", h, lab);
