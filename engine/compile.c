@@ -3,9 +3,10 @@
  * Programs are flat lists of tasks in sequentially consistent order; StarPU
  * infers every dependency from the access modes. The train program is
  *   forward (batch norm with batch statistics)
- *   backward: one switch over ops, nodes in reverse order; a gradient that
- *     several consumers contribute to is written by the first (W) and
- *     accumulated by the next ones (RW, acc = 1), in a fixed order
+ *   backward: nodes in reverse order, each op's tasks through its definition
+ *     (opdef.c); a gradient that several consumers contribute to is written
+ *     by the first (W) and accumulated by the next ones (RW, acc = 1), in a
+ *     fixed order
  *   SGD update of every parameter that received a gradient.
  * The infer program is the forward with batch norm on running statistics;
  * fwd_train is the train program's forward alone.

@@ -2,8 +2,8 @@
  * programs (lists of tasks over StarPU handles) and error plumbing.
  *
  * Data flow: builders (graph.c) append nodes and tensors; hyfi_graph_compile
- * (compile.c) derives the backward pass from one switch over ops and lowers
- * the graph to three programs — train (forward, backward, SGD), infer
+ * (compile.c) derives the backward pass through each op's definition (opdef.c)
+ * and lowers the graph to three programs — train (forward, backward, SGD), infer
  * (eval-mode forward) and fwd_train (the train program's forward alone) — each
  * a flat, sequentially consistent list of tasks;
  * run.c submits a program as StarPU tasks and waits.
@@ -75,7 +75,7 @@ typedef struct {
     int64_t tag;   /* its StarPU-MPI tag, from its key */
     int defer;     /* a deferred registration: its index in cc->dtab (keyed.c), else -1 */
     int flushread; /* read elsewhere only before a flush (localise.c): its writers need not
-                      be seen by its readers (run.c, mark_skips) */
+                      be seen by its readers (share.c, mark_skips) */
 } hyfi_hentry;
 
 
@@ -147,11 +147,11 @@ struct hyfi_tensor {
     int gwritten;         /* some gradient of the tensor was written (readable after a step) */
     int released;         /* activation handles are invalidated after their backward */
     /* compile-time: the gradient is exactly that of galias (an add's output,
-     * compile.c "Gradient forwarding"); its own gh are never written and
+     * grad_forward.c, "Gradient forwarding"); its own gh are never written and
      * whoever reads the gradient reads galias's handles. NULL: its own. */
     struct hyfi_tensor *galias;
     int gclob;            /* compile-time: its gradient handles (or galias's) hold another
-                             tensor's gradient after the step (compile.c): not readable */
+                             tensor's gradient after the step (grad_forward.c): not readable */
     int fused;            /* a batch norm's output whose ReLU is fused into it, or a
                              convolution's whose add is (layout.c): never made;
                              hyfi_tensor_read / hyfi_grad_read refuse it */
@@ -174,7 +174,7 @@ struct hyfi_tensor {
     starpu_data_handle_t *rsave;
 };
 
-/* Spatial tiles of a tensor (engine/spatial.c). */
+/* Spatial tiles of a tensor (geometry: engine/spatial_plan.c; handles: spatial_reg.c). */
 typedef struct hyfi_tiles {
     int stage;            /* the tiled stage whose places hold the tiles */
     int rows, cols;       /* grid */
@@ -238,14 +238,14 @@ typedef struct {
 extern const char *const hyfi_op_names[OP_COUNT];
 /* Forward FLOPs of an op for its whole batch (multiply-add = 2). */
 double hyfi_op_flops(const node *nd);
-/* After a compile: note how far the process grew without StarPU's data (its
+/* ctx.c: after a compile, note how far the process grew without StarPU's data (its
  * handles, the task programs, the graph). */
 void hyfi_note_compiled_memory(hyfi_ctx *ctx);
-/* The places of rank r (0 before compile). */
+/* plan_info.c: the places of rank r (0 before compile). */
 int hyfi_plan_rank_places(const hyfi_graph *g, int r);
-/* The plan's memory estimate for rank r (bytes; 0 before compile). */
+/* plan.c: the plan's memory estimate for rank r (bytes; 0 before compile). */
 double hyfi_plan_rank_bytes(const hyfi_graph *g, int r);
-/* The op reads a window of its input (conv, pools other than the global one). */
+/* opdef.c: the op reads a window of its input (conv, pools other than the global one). */
 int hyfi_op_windowed(const node *nd);
 /* The op normalises with statistics of the whole batch (batch norm). */
 int hyfi_op_batch_statistics(const node *nd);
@@ -326,8 +326,8 @@ typedef struct {
     int n, cap;
     int overflow; /* a task was given more than HYFI_MAX_TASK_BUFFERS buffers, or out of memory */
     int missing;  /* a kept task names a handle this rank did not register (scope.c) */
-    unsigned char *skip; /* MPI: 1 where this rank need not submit task i (run.c), or NULL */
-    int built;    /* tasks built before those this rank never submits were dropped (run.c) */
+    unsigned char *skip; /* MPI: 1 where this rank need not submit task i (share.c), or NULL */
+    int built;    /* tasks built before those this rank never submits were dropped (share.c) */
 } program;
 
 struct hyfi_ctx {
@@ -682,8 +682,8 @@ void hyfi_tensor_free(hyfi_tensor *t);
 void hyfi_compiled_free(hyfi_graph *g);
 /* program.c, handles.c */
 void hyfi_programs_free(hyfi_graph *g);
-/* MPI, at the end of a compile: drop from the programs the tasks this rank never
- * submits (run.c, mark_skips). 0, or -1 when out of memory. */
+/* share.c: MPI, at the end of a compile: drop from the programs the tasks this rank
+ * never submits (mark_skips). 0, or -1 when out of memory. */
 int hyfi_programs_drop_skipped(hyfi_graph *g);
 void hyfi_handles_free(hyfi_graph *g);
 /* Zeroed arrays left unbacked where untouched (zalloc.c): the per-slot
@@ -710,9 +710,9 @@ hyfi_status hyfi_program_run(hyfi_graph *g, program *p);
  * host memory on rank `root` (-1: on every rank; host is only touched there);
  * write: copy host memory into a handle on its owner (other ranks drop the
  * copies they had received). */
-/* A batch tensor's handle k (grad: of its gradient; tile: of its tiles,
- * k = m * P + q), registered here now if it was not
- * (scope.c). */
+/* handles.c: a batch tensor's handle k (grad: of its gradient; tile: of its tiles,
+ * k = m * P + q), registered now if it was not (a scoped rank's skipped ones,
+ * scope.c). */
 starpu_data_handle_t hyfi_handle_need(hyfi_graph *g, hyfi_tensor *t, int grad, int tile, int k);
 
 void hyfi_handle_read(hyfi_graph *g, starpu_data_handle_t h, int root, void *host, size_t bytes);
@@ -725,15 +725,15 @@ void hyfi_handle_write(hyfi_graph *g, starpu_data_handle_t h, int owner, const v
 /* Owner of handle k of t (a micro-batch of batch tensors, a replica of the others). */
 int hyfi_handle_owner(const hyfi_graph *g, const hyfi_tensor *t, int k);
 
-/* spatial.c: spatial parallelism. */
+/* Spatial parallelism: spatial_plan.c (the plan) and spatial_reg.c (the handles). */
 struct emit_ctx_s;
-hyfi_status hyfi_spatial_plan_grid(hyfi_graph *g);   /* K, P, grid of the plan */
-hyfi_status hyfi_spatial_plan(hyfi_graph *g);        /* tile geometry, owners */
-int hyfi_spatial_register(hyfi_graph *g);            /* tile handles */
+hyfi_status hyfi_spatial_plan_grid(hyfi_graph *g);   /* spatial_plan.c: K, P, grid */
+hyfi_status hyfi_spatial_plan(hyfi_graph *g);        /* spatial_plan.c: geometry, owners */
+int hyfi_spatial_register(hyfi_graph *g);            /* spatial_reg.c: tile handles */
 void hyfi_spatial_handles_free(hyfi_graph *g); /* spatial_reg.c */
 void hyfi_spatial_plan_free(hyfi_graph *g);    /* spatial_plan.c */
-/* Halo bytes per step between tiles on different ranks; fused groups, their
- * ops and the strips exchanged per micro-batch (from the geometry). */
+/* spatial_plan.c: halo bytes per step between tiles on different ranks; fused groups,
+ * their ops and the strips exchanged per micro-batch (from the geometry). */
 size_t hyfi_spatial_halo_volume(const hyfi_graph *g);
 void hyfi_spatial_halo_counts(const hyfi_graph *g, int *groups, int *fused_ops, int *strips);
 int hyfi_spatial_tiled(const hyfi_graph *g, const node *nd);
@@ -747,7 +747,7 @@ static inline int hyfi_tensor_consumers(const hyfi_graph *g, const hyfi_tensor *
     return c;
 }
 /* The tensor whose gradient handles hold t's gradient: t, or the add output its
- * gradient is forwarded from (hyfi_tensor.galias, compile.c). */
+ * gradient is forwarded from (hyfi_tensor.galias, grad_forward.c). */
 static inline hyfi_tensor *hyfi_grad_source(hyfi_tensor *t)
 {
     while (t->galias) t = t->galias;

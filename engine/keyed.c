@@ -8,7 +8,7 @@
  *
  * A rank of a tiled stage builds the whole stage's tasks (every tile's), and
  * only at the end of the compile does it know which of them it keeps
- * (run.c, mark_skips: those that run on it, or touch data it owns or that
+ * (share.c, mark_skips: those that run on it, or touch data it owns or that
  * its own tasks touch). Registering every tile's handles with StarPU on every
  * rank cost about 7 KB per handle (StarPU built with 16 memory nodes; 3 KB
  * with the 8 of scripts/setup.sh) whether the rank ever used them or not

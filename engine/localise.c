@@ -2,7 +2,7 @@
  * tiles' partial sums: so that a rank keeps only its own tiles' tasks.
  *
  * A scoped rank keeps a task of another rank when the task touches data the
- * rank owns or data its own tasks touch (run.c, mark_skips): StarPU-MPI must
+ * rank owns or data its own tasks touch (share.c, mark_skips): StarPU-MPI must
  * see it to send what it owns, and to forget a copy it received once the
  * data changes. In a tiled stage that rule made the rank that owns the
  * stage's weights keep every tile's tasks (each reads the weights, a
@@ -295,7 +295,7 @@ int hyfi_programs_localise(hyfi_graph *g)
         rc = 0;
         for (int k = 0; k < 3 && !rc; k++) rc = localise(&s, ps[k]);
         /* read elsewhere only before a flush: mark_skips need not keep the
-         * writers of these for their readers (run.c) */
+         * writers of these for their readers (share.c) */
         for (int i = 0; i < s.nversion; i++) cc->htab[i].flushread = s.seen[i] == 1;
     }
     hyfi_hindex_free(&s.m);

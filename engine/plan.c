@@ -501,11 +501,12 @@ done:
  * each kernel about 1.5x slower than alone (cache and memory contention), and
  * lending the idle cores happens only while nothing else is ready, so the chain
  * measured faster with every task on one worker that owns every core: ResNet-110
- * v2 +13-22%, ResNet-50 at 128^2 +11%, the CNN +8%, ResNet-18 +5%; AmoebaNet-D
- * -20-29% (docs/bench-cpu.md). Off where the threads per kernel are set
- * (hyfi_ctx_config.cpu_threads) or lending is (lend_min_bytes < 0), so the
- * exactness tests keep one thread per kernel; hyfi_plan_config.one_cpu_worker
- * -1 turns it off, 1 takes it for any one-place plan. */
+ * v2 +33%, the CNN +40%, ResNet-50 at 128^2 +9%, ResNet-18 and ResNet-50 at 64^2
+ * within noise; AmoebaNet-D -20-29% (docs/bench-cpu.md, "One CPU worker for
+ * chains"). Off where the threads per kernel are set (hyfi_ctx_config.cpu_threads)
+ * or lending is (lend_min_bytes < 0), so the exactness tests keep one thread per
+ * kernel; hyfi_plan_config.one_cpu_worker -1 turns it off, 1 drops the chain test
+ * (the other conditions stay). */
 static void one_cpu_worker(hyfi_graph *g, hyfi_plan *pl, int MB)
 {
     hyfi_ctx *ctx = g->ctx;

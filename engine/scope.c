@@ -1,7 +1,7 @@
 /* Scoped compile: what one rank of an MPI run builds and registers.
  *
  * StarPU-MPI's sequential task flow lets a rank submit only the tasks that
- * concern it (run.c, mark_skips). Building the whole step's programs and
+ * concern it (share.c, mark_skips). Building the whole step's programs and
  * registering every handle of the plan on every rank still costs memory and
  * time in the size of the whole plan: with R data-parallel replicas every rank
  * held R copies of every handle. A scoped rank instead
@@ -13,13 +13,13 @@
  *     per-replica handles of those replicas and, where the collectives read
  *     them (running statistics, buckets, a gradient that is a bucket of its
  *     own: reduce.c registers those), of the replicas they exchange with
- *     (rep_want: the tree's partners of its replicas, whose number is
- *     that of the trailing zero bits of the replica's index, ring neighbours,
- *     replica 0); a parameter's value, gradient, momentum and norms of its
- *     own replicas and replica 0 only (HYFI_SCOPE_MINE0); so that one rank of
- *     ResNet-56's 2,048-rank plan registers 7,751 handles, as many as at 16
- *     ranks (19,402 before either); a handle's tag comes from its key (keys.h), the same on every rank
- *     whatever it skips;
+ *     (rep_want: the tree's partners of replica k, k + 2^j while 2^(j+1)
+ *     divides k, then k - 2^j once; ring neighbours; replica 0); a
+ *     parameter's value, gradient, momentum and norms of its own replicas and
+ *     replica 0 only (HYFI_SCOPE_MINE0); so that one rank of ResNet-56's
+ *     2,048-rank plan registers 7,751 handles, as many as at 16 ranks (19,402
+ *     before either); a handle's tag comes from its key (keys.h), the same on
+ *     every rank whatever it skips;
  *   - keeps a collective's task (combine of running statistics, all-reduce,
  *     health sums) only where it runs on the rank or touches a handle the rank
  *     owns (hyfi_collective_done).
@@ -69,7 +69,7 @@ int hyfi_scope_init(hyfi_graph *g)
         cc->rep_want[k] = 1;
         cc->rep_want[(k + 1) % R] = cc->rep_want[(k + R - 1) % R] = 1;
         /* the tree's pairs (base, base + d) with k in them: k = base while
-         * d divides k (its partner k + d), then once k = base + d (k's
+         * 2d divides k (its partner k + d), then once k = base + d (d is k's
          * lowest set bit; partner k - d) */
         for (int d = 1; d < R; d *= 2) {
             if (k % (2 * d) == 0) {

@@ -3,7 +3,7 @@
  * A tiled batch norm's combine (forward: mean and variance; backward: the
  * two sums) reads every tile's part of micro-batch m. Each part has the
  * tile's rank as owner, and a scoped rank keeps a task that touches data it
- * owns (run.c, mark_skips): so every rank holding a tile kept the combine
+ * owns (share.c, mark_skips): so every rank holding a tile kept the combine
  * and registered all P parts, its own and everybody else's; 15,232 of one
  * rank's 57,840 handles for AmoebaNet-D at 8,192² in 64 tiles on 4 ranks.
  * In a scoped compile whose tiles span more than one rank, the tiles of one

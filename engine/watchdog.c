@@ -10,9 +10,10 @@
  * completed or was submitted (starpu_task_nsubmitted changes), a CPU kernel
  * is running, or a wait began or ended. After watchdog_s seconds without any
  * of these it prints one line naming the rank, the seconds and the likely
- * cause and calls MPI_Abort, which makes mpiexec end every rank. This is the
- * only place the library ends the process: a fault it cannot return from,
- * not a user error.
+ * cause and calls MPI_Abort, which makes mpiexec end every rank. With the
+ * launch's time limit and the MPI_Finalize timer (launch.c), one of the three
+ * places the library ends the process: a fault it cannot return from, not a
+ * user error.
  *
  * Cost: the thread sleeps between samples; a wait adds two atomic operations
  * at its start and its end; nothing per task. */

@@ -63,9 +63,10 @@
  * Every call returns a hyfi_status; on failure a readable message naming the
  * problem and the fix is available from hyfi_last_error() (per thread), and for
  * graph calls also from hyfi_graph_error(). The library never exits or aborts on
- * user error (the one place it ends the process is the MPI watchdog,
- * hyfi_ctx_config.watchdog_s, off by default, and hyfi_launch_config's
- * timeout: faults, not user errors).
+ * user error (it ends the process in three places only, all faults, not user
+ * errors: the MPI watchdog, hyfi_ctx_config.watchdog_s, off by default;
+ * hyfi_launch_config's timeout; and an MPI_Finalize that has not returned
+ * though every rank finished its work).
  * Arguments: the object first (ctx, graph), inputs, then outputs last
  * (pointers the call fills); an array before its count. hyfi_ctx_config and
  * hyfi_train_config have a *_default() function, and a NULL config means it; a
