@@ -53,7 +53,6 @@ int hyfi_sp_bn_pack(emit_ctx *e, const node *nd, int bwd, starpu_data_handle_t *
     int len[HYFI_MAX_TILES];
     const int n = hyfi_sp_bn_packets(e->g, x, e->rep, len);
     starpu_data_handle_t *part = (bwd ? tn->bwpart : tn->part) + (size_t)e->m * Pt;
-    starpu_data_handle_t *pack = (bwd ? tn->bwpack : tn->pack) + (size_t)e->m * Pt;
     for (int q = 0, k = 0; q < Pt; q++) {
         if (!len[q]) continue;
         if (len[q] == 1) {
@@ -69,11 +68,13 @@ int hyfi_sp_bn_pack(emit_ctx *e, const node *nd, int bwd, starpu_data_handle_t *
             c.u.tile.p[j] = (hyfi_piece){.src_h = 1, .src_w = w, .dst_x = j * w, .h = 1, .w = w};
         char nm[64];
         hyfi_sp_task_name(nm, sizeof nm, nd, bwd ? "dstats_pack" : "stats_pack", q, e);
+        /* (packets exist only where cc->bn_pack: spatial_reg.c) */
+        const starpu_data_handle_t pk = (bwd ? tn->bwpack : tn->pack)[(size_t)e->m * Pt + q];
         TASK(&hyfi_cl_tile_assemble, nm, &c);
-        W(pack[q]);
+        W(pk);
         for (int j = 0; j < len[q]; j++) R(part[q + j]);
         ON_PLACE(hyfi_sp_place(e, x, q));
-        bufs[k++] = pack[q];
+        bufs[k++] = pk;
     }
     return n;
 }

@@ -220,10 +220,13 @@ int hyfi_spatial_register(hyfi_graph *g)
         } else if (hyfi_op_batch_statistics(nd)) {
             tn->part = handles((size_t)M * P);
             tn->bwpart = handles((size_t)M * P);
-            tn->pack = handles((size_t)M * P);
-            tn->bwpack = handles((size_t)M * P);
+            if (g->cc->bn_pack) { /* (spatial_bn.c) */
+                tn->pack = handles((size_t)M * P);
+                tn->bwpack = handles((size_t)M * P);
+                if (!tn->pack || !tn->bwpack) return -1;
+            }
             tn->tot = handles((size_t)M);
-            if (!tn->part || !tn->bwpart || !tn->pack || !tn->bwpack || !tn->tot) return -1;
+            if (!tn->part || !tn->bwpart || !tn->tot) return -1;
             for (int m = 0; m < M; m++) {
                 hyfi_reg_scope(g, HYFI_REP(pl, m), HYFI_SCOPE_MINE);
                 int len[HYFI_MAX_TILES];
