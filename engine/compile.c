@@ -38,12 +38,12 @@
 static starpu_data_handle_t gtarget(const emit_ctx *e, hyfi_tensor *t, unsigned char **flag)
 {
     if (t->stage == e->stage || !t->gpart) {
-        *flag = &TGW(t, e->m);
+        *flag = TGWP(t, e->m); /* (NULL: out of memory) */
         return TGH(hyfi_grad_source(t), e->m); /* a forwarded one: its add's (below) */
     }
     const size_t k = (size_t)e->stage * t->nh + e->m;
-    *flag = &t->gpw[k];
-    return t->gpart[k];
+    *flag = hyfi_flag_at(t->gpw, k);
+    return hyfi_slot(t->gpart, k);
 }
 
 static int gacc(const emit_ctx *e, hyfi_tensor *t)
@@ -107,9 +107,10 @@ static int emit_forward(emit_ctx *e, const node *nd, int training)
         /* batch norm re-run: the training kernel on the same x gives the same y
          * bit for bit; its statistics go to scratch handles */
         const hyfi_plan *pl = e->g->cc->pl;
-        starpu_data_handle_t *sc = e->g->cc->rc_bn + ((size_t)(nd - e->g->nodes) * pl->nrep +
-                                                      (size_t)e->rep) * 4;
-        v.s[0] = sc[0], v.s[1] = sc[1], v.p[2] = sc[2], v.p[3] = sc[3];
+        const size_t k = ((size_t)(nd - e->g->nodes) * pl->nrep + (size_t)e->rep) * 4;
+        const hyfi_slots *sc = e->g->cc->rc_bn;
+        v.s[0] = hyfi_slot(sc, k), v.s[1] = hyfi_slot(sc, k + 1);
+        v.p[2] = hyfi_slot(sc, k + 2), v.p[3] = hyfi_slot(sc, k + 3);
         v.scratch_stats = 1;
     }
     return hyfi_op_forward(e, &v);
@@ -154,8 +155,10 @@ static int emit_backward(emit_ctx *e, const node *nd)
         v.dx[i] = grad_view(e, nd->in[i]);
     }
     for (int k = 0; k < 2; k++)
-        if (nd->p[k] && hyfi_op_param_grads(nd))
-            v.dp[k] = (hyfi_gsum){.h = PGH(nd->p[k]), .written = &PGW(nd->p[k]), .p = nd->p[k]};
+        if (nd->p[k] && hyfi_op_param_grads(nd)) {
+            v.dp[k] = (hyfi_gsum){.h = PGH(nd->p[k]), .written = PGW(nd->p[k]), .p = nd->p[k]};
+            if (!v.dp[k].written) return -1;
+        }
     if (hyfi_op_backward_data(e, &v)) return -1;
     return hyfi_op_backward_params(e, &v);
 }
@@ -335,14 +338,14 @@ static int build_train(hyfi_graph *g, const int *first)
     if (hyfi_emit_state_save(g, ec.P)) return -1;
     for (int i = 0; i < g->ntensors; i++) {
         hyfi_tensor *t = g->tensors[i];
-        memset(t->gw, 0, (size_t)t->nh);
-        if (t->gpw) memset(t->gpw, 0, (size_t)pl->nstages * t->nh);
-        if (t->tl) memset(t->tl->gw, 0, (size_t)M * pl->P);
+        hyfi_slots_zero(t->gw);
+        hyfi_slots_zero(t->gpw);
+        if (t->tl) hyfi_slots_zero(t->tl->gw);
         t->gwritten = 0;
         t->galias = NULL;
         t->gclob = 0;
     }
-    memset(g->loss->gw, 1, (size_t)g->loss->nh);
+    for (int m = 0; m < g->loss->nh; m++) *hyfi_flag_at(g->loss->gw, m) = 1;
     int rc = 0, rerun_cap = 0, *rerun_at = NULL; /* recompute: [from, to) of the re-runs */
     for (int k = 0; k < pl->nevents && !rc; k++) {
         const hyfi_pipe_event *ev = &pl->events[k];
@@ -370,10 +373,10 @@ static int build_train(hyfi_graph *g, const int *first)
             if (!t->gpart || t->stage != s) continue;
             for (int c = pl->nstages - 1; c > s && !rc; c--) {
                 const size_t k = (size_t)c * t->nh + ev->mb;
-                if (!t->gpart[k] || !t->gpw[k]) continue;
+                if (!hyfi_slot(t->gpart, k) || !hyfi_flag(t->gpw, k)) continue;
                 char nm[64];
                 snprintf(nm, sizeof nm, "%.40s.grad_from_stage%d", t->name, c & 0xffff);
-                rc = emit_accumulate(e, t, t->gpart[k], nm);
+                rc = emit_accumulate(e, t, hyfi_slot(t->gpart, k), nm);
             }
         }
         int nre = 0;
@@ -398,7 +401,7 @@ static int build_train(hyfi_graph *g, const int *first)
              * norm with its ReLU fused: the ReLU's output). */
             const hyfi_tensor *go = nd->relu_out ? nd->relu_out : nd->out;
             if (!rc && go->requires_grad &&
-                (tiled ? go->tl->gw[ev->mb * pl->P] : TGW(go, ev->mb)))
+                (tiled ? hyfi_flag(go->tl->gw, ev->mb * pl->P) : TGW(go, ev->mb)))
                 rc = tiled ? hyfi_spatial_backward(e, nd) : emit_backward(e, nd);
             /* layer segments: what only the segment used, dropped after its backward */
             if (!rc && pl->recompute == HYFI_RECOMPUTE_LAYER && segment_begin(g, first, i) == i)
@@ -456,7 +459,7 @@ static int build_train(hyfi_graph *g, const int *first)
             TASK(n > 1 ? &hyfi_cl_sgd_update_n : &hyfi_cl_sgd_update, nm, &a);
             for (int j = i; j < end; j++) {
                 hyfi_tensor *q = g->params[j];
-                if (q->gwritten) RW(q->h[k]), RW(q->mh[k]), W(q->nmh[k]), R(q->gh[k]);
+                if (q->gwritten) RW(hyfi_slot(q->h, k)), RW(hyfi_slot(q->mh, k)), W(hyfi_slot(q->nmh, k)), R(hyfi_slot(q->gh, k));
             }
             hyfi_on_place(g, P, HYFI_PLACE(pl, k, pl->stage_place0[p->stage]), 0);
             i = end;
@@ -507,7 +510,7 @@ static int register_recompute(hyfi_graph *g)
 {
     const hyfi_plan *pl = g->cc->pl;
     if (!pl->recompute) return 0;
-    g->cc->rc_bn = calloc((size_t)g->nnodes * pl->nrep * 4, sizeof *g->cc->rc_bn);
+    g->cc->rc_bn = hyfi_slots_new((size_t)g->nnodes * pl->nrep * 4, &g->cc->htab_oom);
     if (!g->cc->rc_bn) return -1;
     if (!g->cc->tokens) {
         g->cc->rc_fence = calloc((size_t)pl->nplaces, sizeof *g->cc->rc_fence);
@@ -531,7 +534,7 @@ static int register_recompute(hyfi_graph *g)
         for (int r = 0; r < pl->nrep; r++)
             for (int k = 0; k < 4; k++) {
                 hyfi_reg_scope(g, r, HYFI_SCOPE_MINE);
-                hyfi_reg(g, &g->cc->rc_bn[((size_t)i * pl->nrep + r) * 4 + k],
+                hyfi_reg_at(g, g->cc->rc_bn, ((size_t)i * pl->nrep + r) * 4 + k,
                          HYFI_KEY(HK_RC_BN, i, (size_t)r * 4 + k), NULL,
                          (size_t)nd->out->dims[1], sizeof(float), hyfi_stage_rank(pl, r, nd->stage),
                          HC_BNSTATS, HYFI_KEEP, nd->name, sfx[k], r, pl->nrep);
@@ -597,7 +600,7 @@ void hyfi_compiled_free(hyfi_graph *g)
     if (!g->cc) return;
     hyfi_programs_free(g);
     hyfi_handles_unregister(g);
-    free(g->cc->rc_bn);
+    hyfi_slots_free(g->cc->rc_bn);
     g->cc->rc_bn = NULL;
     free(g->cc->rc_fence);
     g->cc->rc_fence = NULL;

@@ -27,9 +27,9 @@ typedef struct emit_ctx_s {
         if (hyfi_prog_push(P, PT_TASK, (cl), (nm), (args))) return -1;                     \
     } while (0)
 /* Replica e->rep's copy of a parameter or state tensor, its gradient and flag. */
-#define PH(t) ((t)->h[e->rep])
-#define PGH(t) ((t)->gh[e->rep])
-#define PGW(t) ((t)->gw[e->rep])
+#define PH(t) hyfi_slot((t)->h, e->rep)
+#define PGH(t) hyfi_slot((t)->gh, e->rep)
+#define PGW(t) hyfi_flag_at((t)->gw, e->rep) /* (NULL: out of memory) */
 #define R(h) hyfi_prog_buf(P, (h), STARPU_R)
 #define W(h) hyfi_prog_buf(P, (h), STARPU_W)
 #define RW(h) hyfi_prog_buf(P, (h), STARPU_RW)
@@ -55,6 +55,11 @@ void hyfi_host_free(float *p, size_t n);
 void hyfi_reg(hyfi_graph *g, starpu_data_handle_t *h, hyfi_key key, float *ptr, size_t n,
               size_t elem, int owner, int cat, int rstage, const char *name, const char *suffix,
               int m, int nm);
+/* hyfi_reg into slot i of s (slots.h), whose cell is made only where this
+ * rank registers the handle. */
+void hyfi_reg_at(hyfi_graph *g, hyfi_slots *s, size_t i, hyfi_key key, float *ptr, size_t n,
+                 size_t elem, int owner, int cat, int rstage, const char *name,
+                 const char *suffix, int m, int nm);
 /* Scoped compile (scope.c). */
 enum { HYFI_SCOPE_MINE, HYFI_SCOPE_WANT, HYFI_SCOPE_MINE0 };
 int hyfi_scope_init(hyfi_graph *g);

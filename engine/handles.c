@@ -37,24 +37,24 @@ void hyfi_handles_free(hyfi_graph *g)
     for (int i = 0; i < g->ntensors; i++) {
         hyfi_tensor *t = g->tensors[i];
         if (t->gpart) {
-            hyfi_zfree(t->gpart);
-            hyfi_zfree(t->gpw);
+            hyfi_slots_free(t->gpart);
+            hyfi_slots_free(t->gpw);
             t->gpart = NULL;
             t->gpw = NULL;
         }
-        hyfi_zfree(t->h);
-        if (t != g->loss) hyfi_zfree(t->gh);
-        hyfi_zfree(t->gw);
+        hyfi_slots_free(t->h);
+        if (t != g->loss) hyfi_slots_free(t->gh);
+        hyfi_slots_free(t->gw);
         t->h = t->gh = NULL;
         t->gw = NULL;
         t->nh = 0;
         const int per_rep = t->kind == T_PARAM || t->kind == T_STATE;
         const size_t hosts = (size_t)t->nhost * (per_rep ? t->numel : t->mb_numel);
-        hyfi_zfree(t->nmh);
+        hyfi_slots_free(t->nmh);
         t->nmh = NULL;
-        hyfi_zfree(t->rsave);
+        hyfi_slots_free(t->rsave);
         t->rsave = NULL;
-        hyfi_zfree(t->mh);
+        hyfi_slots_free(t->mh);
         t->mh = NULL;
         hyfi_host_free(t->host, hosts);
         hyfi_host_free(t->ghost, hosts);
@@ -63,20 +63,20 @@ void hyfi_handles_free(hyfi_graph *g)
     }
     for (int b = 0; b < g->cc->nbuckets; b++) {
         hyfi_bucket *bk = &g->cc->buckets[b];
-        hyfi_zfree(bk->h);
-        hyfi_zfree(bk->arc);
+        hyfi_slots_free(bk->h);
+        hyfi_slots_free(bk->arc);
         free(bk->params);
     }
     free(g->cc->buckets);
     g->cc->buckets = NULL;
     g->cc->nbuckets = 0;
-    hyfi_zfree(g->cc->dloss);
+    hyfi_slots_free(g->cc->dloss);
     g->cc->dloss = NULL;
     hyfi_host_free(g->cc->dloss_host, (size_t)M);
     g->cc->dloss_host = NULL;
     free(g->cc->loss_sum);
     g->cc->loss_sum = NULL;
-    free(g->cc->health);
+    hyfi_slots_free(g->cc->health);
     g->cc->health = NULL;
     g->cc->nhealth = 0;
     free(g->cc->tokens);
@@ -247,18 +247,19 @@ starpu_data_handle_t hyfi_handle_need(hyfi_graph *g, hyfi_tensor *t, int grad, i
     const hyfi_plan *pl = g->cc->pl;
     if (tile) {
         const int P = pl->P, q = k % P;
-        slot = grad ? &t->tl->gh[k] : &t->tl->h[k];
+        slot = grad ? hyfi_slot_at(t->tl->gh, k) : hyfi_slot_at(t->tl->h, k);
         key = HYFI_KEY(grad ? HK_TILE_GRAD : HK_TILE, t->id, k);
         n = hyfi_tile_numel(t, q);
         owner = hyfi_tile_rank(g, t->tl, q, HYFI_REP(pl, k / P));
         snprintf(sfx, sizeof sfx, ".tile%d%s", q, grad ? ".grad" : "");
     } else {
-        slot = grad ? &t->gh[k] : &t->h[k];
+        slot = grad ? hyfi_slot_at(t->gh, k) : hyfi_slot_at(t->h, k);
         key = HYFI_KEY(grad ? HK_GRAD : HK_VALUE, t->id, k);
         n = t->mb_numel;
         owner = hyfi_handle_owner(g, t, k);
         snprintf(sfx, sizeof sfx, "%s", grad ? ".grad" : "");
     }
+    if (!slot) return NULL; /* out of memory (slots.c) */
     if (*slot || !g->ctx->mpi) return *slot;
     hyfi_reg_scope(g, -1, 0);
     hyfi_reg(g, slot, key, NULL, n, t->is_int ? sizeof(int32_t) : sizeof(float), owner, cat,
@@ -285,8 +286,8 @@ hyfi_status hyfi_register_tensors(hyfi_graph *g)
                                                       "micro-batch; at most 2^32-1 per tensor "
                                                       "(use more --parts, spatial parallelism or "
                                                       "a smaller batch)", t->name, t->mb_numel);
-        t->h = hyfi_zalloc((size_t)t->nh, sizeof *t->h);
-        t->gw = hyfi_zalloc((size_t)t->nh, 1);
+        t->h = hyfi_slots_new((size_t)t->nh, &g->cc->htab_oom);
+        t->gw = hyfi_slots_new((size_t)t->nh, &g->cc->htab_oom);
         if (!t->h || !t->gw) goto oom;
         /* this rank owns some handle of t; of a parameter or state, nown replicas' */
         int nown = 0;
@@ -312,17 +313,17 @@ hyfi_status hyfi_register_tensors(hyfi_graph *g)
             for (int m = 0, j = 0; m < M; m++) {
                 const int r = hyfi_handle_owner(g, t, m), mine = t->nhost && r == me;
                 hyfi_reg_scope(g, HYFI_REP(pl, m), HYFI_SCOPE_MINE);
-                hyfi_reg(g, &t->h[m], HYFI_KEY(HK_VALUE, t->id, m), mine ? t->host + (size_t)j * t->mb_numel : NULL,
+                hyfi_reg_at(g, t->h, m, HYFI_KEY(HK_VALUE, t->id, m), mine ? t->host + (size_t)j * t->mb_numel : NULL,
                          t->mb_numel, elem, r, hyfi_tensor_hflags(g, t, -1), HYFI_KEEP, t->name,
                          "", m, M);
                 j += mine;
             }
             if (!t->is_int) {
-                t->gh = hyfi_zalloc((size_t)M, sizeof *t->gh);
+                t->gh = hyfi_slots_new((size_t)M, &g->cc->htab_oom);
                 if (!t->gh) goto oom;
                 for (int m = 0; m < M; m++) {
                     hyfi_reg_scope(g, HYFI_REP(pl, m), HYFI_SCOPE_MINE);
-                    hyfi_reg(g, &t->gh[m], HYFI_KEY(HK_GRAD, t->id, m), NULL, t->mb_numel, elem,
+                    hyfi_reg_at(g, t->gh, m, HYFI_KEY(HK_GRAD, t->id, m), NULL, t->mb_numel, elem,
                              hyfi_handle_owner(g, t, m), hyfi_tensor_hflags(g, t, -1), HYFI_KEEP,
                              t->name, ".grad", m, M);
                 }
@@ -330,9 +331,9 @@ hyfi_status hyfi_register_tensors(hyfi_graph *g)
             break;
         case T_PARAM:
             /* one copy per replica, all initialised alike */
-            t->gh = hyfi_zalloc((size_t)NR, sizeof *t->gh);
-            t->mh = hyfi_zalloc((size_t)NR, sizeof *t->mh);
-            t->nmh = hyfi_zalloc((size_t)NR, sizeof *t->nmh);
+            t->gh = hyfi_slots_new((size_t)NR, &g->cc->htab_oom);
+            t->mh = hyfi_slots_new((size_t)NR, &g->cc->htab_oom);
+            t->nmh = hyfi_slots_new((size_t)NR, &g->cc->htab_oom);
             if (!t->gh || !t->mh || !t->nmh) goto oom;
             /* host memory for the replicas this rank owns only (the others' copies
              * come from their ranks): memory and initialisation per rank do not
@@ -361,17 +362,17 @@ hyfi_status hyfi_register_tensors(hyfi_graph *g)
                  * all-reduce's partners read a gradient where it is a bucket
                  * of its own, registered there (reduce.c) */
                 hyfi_reg_scope(g, k, HYFI_SCOPE_MINE0);
-                hyfi_reg(g, &t->gh[k], HYFI_KEY(HK_GRAD, t->id, k), mine ? t->ghost + o : NULL, t->numel, elem, r, HC_ALLREDUCE,
+                hyfi_reg_at(g, t->gh, k, HYFI_KEY(HK_GRAD, t->id, k), mine ? t->ghost + o : NULL, t->numel, elem, r, HC_ALLREDUCE,
                          HYFI_KEEP, t->name, ".grad", k, NR);
-                hyfi_reg(g, &t->h[k], HYFI_KEY(HK_VALUE, t->id, k), mine ? t->host + o : NULL, t->numel, elem, r, HC_ALLREDUCE,
+                hyfi_reg_at(g, t->h, k, HYFI_KEY(HK_VALUE, t->id, k), mine ? t->host + o : NULL, t->numel, elem, r, HC_ALLREDUCE,
                          HYFI_KEEP, t->name, "", k, NR);
-                hyfi_reg(g, &t->mh[k], HYFI_KEY(HK_MOMENTUM, t->id, k), mine ? t->mhost + o : NULL, t->numel, elem, r, HC_ALLREDUCE,
+                hyfi_reg_at(g, t->mh, k, HYFI_KEY(HK_MOMENTUM, t->id, k), mine ? t->mhost + o : NULL, t->numel, elem, r, HC_ALLREDUCE,
                          HYFI_KEEP, t->name, ".momentum", k, NR);
-                hyfi_reg(g, &t->nmh[k], HYFI_KEY(HK_NORMS, t->id, k), NULL, 2, sizeof(float), r, HC_ALLREDUCE, HYFI_KEEP, t->name,
+                hyfi_reg_at(g, t->nmh, k, HYFI_KEY(HK_NORMS, t->id, k), NULL, 2, sizeof(float), r, HC_ALLREDUCE, HYFI_KEEP, t->name,
                          ".norms", k, NR);
                 /* Summed over micro-batches by a StarPU reduction. */
-                if (pl->mbr > 1 && !g->plan_cfg.deterministic && t->gh[k])
-                    starpu_data_set_reduction_methods(t->gh[k], redux_cl(), redux_init_cl());
+                if (pl->mbr > 1 && !g->plan_cfg.deterministic && hyfi_slot(t->gh, k))
+                    starpu_data_set_reduction_methods(hyfi_slot(t->gh, k), redux_cl(), redux_init_cl());
             }
             break;
         case T_STATE:
@@ -384,7 +385,7 @@ hyfi_status hyfi_register_tensors(hyfi_graph *g)
             for (int k = 0, j = 0; k < NR; k++) {
                 const int r = hyfi_trank(g, t, k), mine = r == me;
                 hyfi_reg_scope(g, k, HYFI_SCOPE_WANT);
-                hyfi_reg(g, &t->h[k], HYFI_KEY(HK_VALUE, t->id, k),
+                hyfi_reg_at(g, t->h, k, HYFI_KEY(HK_VALUE, t->id, k),
                          mine ? t->host + (size_t)j * t->numel : NULL, t->numel, elem,
                          r, HC_ALLREDUCE, HYFI_KEEP, t->name, "", k, NR);
                 j += mine;
@@ -394,16 +395,16 @@ hyfi_status hyfi_register_tensors(hyfi_graph *g)
             /* the loss too: its owner reads it, the ranks sum (loss_value) */
             for (int m = 0; m < M; m++) {
                 hyfi_reg_scope(g, HYFI_REP(pl, m), HYFI_SCOPE_MINE);
-                hyfi_reg(g, &t->h[m], HYFI_KEY(HK_VALUE, t->id, m), NULL, t->mb_numel, elem,
+                hyfi_reg_at(g, t->h, m, HYFI_KEY(HK_VALUE, t->id, m), NULL, t->mb_numel, elem,
                          hyfi_handle_owner(g, t, m), hyfi_tensor_hflags(g, t, -1), rs, t->name,
                          "", m, M);
             }
             if (t != g->loss) {
-                t->gh = hyfi_zalloc((size_t)M, sizeof *t->gh);
+                t->gh = hyfi_slots_new((size_t)M, &g->cc->htab_oom);
                 if (!t->gh) goto oom;
                 for (int m = 0; m < M; m++) {
                     hyfi_reg_scope(g, HYFI_REP(pl, m), HYFI_SCOPE_MINE);
-                    hyfi_reg(g, &t->gh[m], HYFI_KEY(HK_GRAD, t->id, m), NULL, t->mb_numel, elem,
+                    hyfi_reg_at(g, t->gh, m, HYFI_KEY(HK_GRAD, t->id, m), NULL, t->mb_numel, elem,
                              hyfi_handle_owner(g, t, m), hyfi_tensor_hflags(g, t, -1), rs,
                              t->name, ".grad", m, M);
                 }
@@ -412,7 +413,7 @@ hyfi_status hyfi_register_tensors(hyfi_graph *g)
         case T_SAVED:
             for (int m = 0; m < M; m++) {
                 hyfi_reg_scope(g, HYFI_REP(pl, m), HYFI_SCOPE_MINE);
-                hyfi_reg(g, &t->h[m], HYFI_KEY(HK_VALUE, t->id, m), NULL, t->mb_numel, elem,
+                hyfi_reg_at(g, t->h, m, HYFI_KEY(HK_VALUE, t->id, m), NULL, t->mb_numel, elem,
                          hyfi_handle_owner(g, t, m), hyfi_tensor_hcat(g, t), rs, t->name, "", m,
                          M);
             }
@@ -428,18 +429,18 @@ hyfi_status hyfi_register_tensors(hyfi_graph *g)
             if (t->kind != T_ACT || !t->requires_grad || nd->stage == t->stage) continue;
             const int S = g->cc->pl->nstages;
             if (!t->gpart) {
-                t->gpart = hyfi_zalloc((size_t)S * M, sizeof *t->gpart);
-                t->gpw = hyfi_zalloc((size_t)S * M, 1);
+                t->gpart = hyfi_slots_new((size_t)S * M, &g->cc->htab_oom);
+                t->gpw = hyfi_slots_new((size_t)S * M, &g->cc->htab_oom);
                 if (!t->gpart || !t->gpw) goto oom;
             }
             int done = 0; /* by an earlier consumer on this stage (scoped: some m is) */
-            for (int m = 0; m < M && !done; m++) done = t->gpart[(size_t)nd->stage * M + m] != NULL;
+            for (int m = 0; m < M && !done; m++) done = hyfi_slot(t->gpart, (size_t)nd->stage * M + m) != NULL;
             if (done) continue;
             char sfx[32];
             snprintf(sfx, sizeof sfx, ".grad.stage%d", nd->stage);
             for (int m = 0; m < M; m++) {
                 hyfi_reg_scope(g, HYFI_REP(pl, m), HYFI_SCOPE_MINE);
-                hyfi_reg(g, &t->gpart[(size_t)nd->stage * M + m],
+                hyfi_reg_at(g, t->gpart, (size_t)nd->stage * M + m,
                          HYFI_KEY(HK_PARTIAL, t->id, (size_t)nd->stage * M + m), NULL, t->mb_numel,
                          sizeof(float),
                          hyfi_stage_rank(pl, HYFI_REP(pl, m), nd->stage),
@@ -453,10 +454,10 @@ hyfi_status hyfi_register_tensors(hyfi_graph *g)
     for (int i = 0; NR > 1 && i < g->ntensors; i++) {
         hyfi_tensor *t = g->tensors[i];
         if (t->kind != T_STATE) continue;
-        if (!(t->rsave = hyfi_zalloc((size_t)NR, sizeof *t->rsave))) goto oom;
+        if (!(t->rsave = hyfi_slots_new((size_t)NR, &g->cc->htab_oom))) goto oom;
         for (int k = 0; k < NR; k++) {
             hyfi_reg_scope(g, k, HYFI_SCOPE_WANT);
-            hyfi_reg(g, &t->rsave[k], HYFI_KEY(HK_RSAVE, t->id, k), NULL, t->numel, sizeof(float), hyfi_trank(g, t, k),
+            hyfi_reg_at(g, t->rsave, k, HYFI_KEY(HK_RSAVE, t->id, k), NULL, t->numel, sizeof(float), hyfi_trank(g, t, k),
                      HC_ALLREDUCE, HYFI_KEEP, t->name, ".start", k, NR);
         }
         hyfi_reg_scope(g, -1, 0);
@@ -466,7 +467,7 @@ hyfi_status hyfi_register_tensors(hyfi_graph *g)
      * first one's is broadcast); none for the other ranks, so that their
      * number does not grow with the replicas. */
     g->cc->nhealth = g->ctx->nranks;
-    g->cc->health = calloc((size_t)g->cc->nhealth, sizeof *g->cc->health);
+    g->cc->health = hyfi_slots_new((size_t)g->cc->nhealth, &g->cc->htab_oom);
     unsigned char *hrank = calloc((size_t)g->cc->nhealth, 1);
     if (!g->cc->health || !hrank) {
         free(hrank);
@@ -478,18 +479,18 @@ hyfi_status hyfi_register_tensors(hyfi_graph *g)
     }
     for (int r = 0; r < g->cc->nhealth; r++)
         if (hrank[r])
-            hyfi_reg(g, &g->cc->health[r], HYFI_KEY(HK_HEALTH, 0, r), NULL, 2, sizeof(float), r,
+            hyfi_reg_at(g, g->cc->health, r, HYFI_KEY(HK_HEALTH, 0, r), NULL, 2, sizeof(float), r,
                      HC_PIPELINE, HYFI_KEEP, "health", "", r, g->cc->nhealth);
     free(hrank);
     /* The seed of the backward: d(mean over the batch)/d(micro-batch loss) = 1/M. */
     if (hyfi_host_alloc(&g->cc->dloss_host, (size_t)M)) goto oom;
-    g->cc->dloss = hyfi_zalloc((size_t)M, sizeof *g->cc->dloss);
+    g->cc->dloss = hyfi_slots_new((size_t)M, &g->cc->htab_oom);
     g->cc->loss_sum = malloc(2 * (size_t)M * sizeof *g->cc->loss_sum);
     if (!g->cc->dloss || !g->cc->loss_sum) goto oom;
     for (int m = 0; m < M; m++) {
         g->cc->dloss_host[m] = 1.0f / (float)M;
         hyfi_reg_scope(g, HYFI_REP(pl, m), HYFI_SCOPE_MINE);
-        hyfi_reg(g, &g->cc->dloss[m], HYFI_KEY(HK_DLOSS, 0, m), g->cc->dloss_host + m, 1, sizeof(float),
+        hyfi_reg_at(g, g->cc->dloss, m, HYFI_KEY(HK_DLOSS, 0, m), g->cc->dloss_host + m, 1, sizeof(float),
                  hyfi_handle_owner(g, g->loss, m), HC_LOSS, HYFI_KEEP, g->loss->name, ".grad", m,
                  M);
     }

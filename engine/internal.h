@@ -14,6 +14,7 @@
 #include "hyfi.h"
 #include "codelet_common.h"
 #include "errors.h"
+#include "slots.h"
 
 #include <starpu.h>
 #include <starpu_mpi.h>
@@ -85,8 +86,8 @@ typedef struct hyfi_bucket {
     int nparams;
     hyfi_tensor **params;        /* in packing order (the backward's) */
     size_t numel;
-    starpu_data_handle_t *h;     /* nrep packed gradients (one parameter: its own gh) */
-    starpu_data_handle_t *arc;   /* ring: nrep x nrep chunks [k * nrep + c]; NULL: tree */
+    hyfi_slots *h;     /* nrep packed gradients (one parameter: its own gh) */
+    hyfi_slots *arc;   /* ring: nrep x nrep chunks [k * nrep + c]; NULL: tree */
 } hyfi_bucket;
 #define HYFI_NAME_MAX 128
 
@@ -139,10 +140,10 @@ struct hyfi_tensor {
     size_t mb_numel;
     float *host;          /* host memory for inputs, labels, params, state (StarPU-allocated,
                              on the owning rank only) */
-    starpu_data_handle_t *h;  /* nh value handles (NULL: not registered on this rank, scope.c) */
+    hyfi_slots *h;        /* nh value handles (NULL: not registered on this rank, scope.c) */
     float *ghost;         /* gradient host memory (params) */
-    starpu_data_handle_t *gh; /* nh gradient handles (NULL when none) */
-    unsigned char *gw;    /* compile-time, per handle: a backward task already wrote the
+    hyfi_slots *gh;       /* nh gradient handles (NULL when none) */
+    hyfi_slots *gw;       /* flags, compile-time, per handle: a backward task already wrote the
                              gradient (the next one accumulates) */
     int gwritten;         /* some gradient of the tensor was written (readable after a step) */
     int released;         /* activation handles are invalidated after their backward */
@@ -160,18 +161,18 @@ struct hyfi_tensor {
      * where none), which the owning stage adds into gh[m] at the start of its
      * backward: one transfer per consuming stage instead of a round trip per
      * contribution. */
-    starpu_data_handle_t *gpart;
-    unsigned char *gpw;   /* compile-time flags of gpart, as gw */
+    hyfi_slots *gpart;
+    hyfi_slots *gpw;      /* compile-time flags of gpart, as gw */
     struct hyfi_tiles *tl; /* spatial tiles, NULL for untiled tensors */
     float *mhost;         /* momentum (params) */
-    starpu_data_handle_t *mh; /* nh momentum handles (params) */
+    hyfi_slots *mh;       /* nh momentum handles (params) */
     /* params: nh health sums of the SGD step (2 floats: sum of g^2, sum of the
      * new w^2), added up over the parameters into hyfi_graph.health */
-    starpu_data_handle_t *nmh;
+    hyfi_slots *nmh;
     /* Replicas: the running statistic at the start of the step (state), one
      * copy per replica on the replica's place (the replicas start a step
      * equal, so each combine reads its own: no rank reads another's). */
-    starpu_data_handle_t *rsave;
+    hyfi_slots *rsave;
 };
 
 /* Spatial tiles of a tensor (geometry: engine/spatial_plan.c; handles: spatial_reg.c). */
@@ -179,16 +180,17 @@ typedef struct hyfi_tiles {
     int stage;            /* the tiled stage whose places hold the tiles */
     int rows, cols;       /* grid */
     int rcut[HYFI_MAX_TILES + 1], ccut[HYFI_MAX_TILES + 1]; /* cut points (H, W) */
-    starpu_data_handle_t *h, *gh; /* [m * P + t], t = r * cols + c */
-    unsigned char *gw;    /* compile-time gradient flags per handle */
+    hyfi_slots *h, *gh;   /* [m * P + t], t = r * cols + c */
+    hyfi_slots *gw;       /* compile-time gradient flags per handle */
     int full;             /* untiled ops read it too: t->h / t->gh are the whole-tensor view,
                              gathered from the tiles on the place of t->stage */
 } hyfi_tiles;
 
 /* Handle of micro-batch m (shared tensors have one). */
-#define TH(t, m) ((t)->h[(t)->nh > 1 ? (m) : 0])
-#define TGH(t, m) ((t)->gh[(t)->nh > 1 ? (m) : 0])
-#define TGW(t, m) ((t)->gw[(t)->nh > 1 ? (m) : 0])
+#define TH(t, m) hyfi_slot((t)->h, (t)->nh > 1 ? (m) : 0)
+#define TGH(t, m) hyfi_slot((t)->gh, (t)->nh > 1 ? (m) : 0)
+#define TGW(t, m) hyfi_flag((t)->gw, (t)->nh > 1 ? (m) : 0)
+#define TGWP(t, m) hyfi_flag_at((t)->gw, (t)->nh > 1 ? (m) : 0)
 
 typedef enum {
     OP_CONV2D,
@@ -436,7 +438,7 @@ typedef struct hyfi_compiled {
     /* re-materialisation: per untiled batch norm re-run and replica, 4 scratch
      * handles (C floats) for the statistics its re-run computes again:
      * [(node * nrep + rep) * 4 + k] (compile.c) */
-    starpu_data_handle_t *rc_bn;
+    hyfi_slots *rc_bn;
     /* re-materialisation without 1F1B tokens: per place a one-float fence that
      * the backward tasks write (RW|COMMUTE) and the re-runs read (R), so that a
      * segment is re-run only once the backward emitted before it is done there
@@ -446,7 +448,7 @@ typedef struct hyfi_compiled {
     int nhowner;
     float *dloss_host;     /* constant 1/M per micro-batch: the seed of the backward pass */
     float *loss_sum;       /* 2 M: loss_value's slots and hyfi_ctx_sum_floats' receive buffer */
-    starpu_data_handle_t *dloss; /* M handles */
+    hyfi_slots *dloss;     /* M handles */
     starpu_data_handle_t *tokens; /* 1F1B: per stage, inflight slots (1 float each) */
     float *token_host;
     int ntokens;
@@ -455,7 +457,7 @@ typedef struct hyfi_compiled {
     /* The health of a train step: per rank, the sums of its parameters'
      * (replica 0) SGD norms; health[health_root] ends with the total and is
      * sent to every rank. */
-    starpu_data_handle_t *health;
+    hyfi_slots *health;
     int nhealth, health_root;
     /* Scoped compile (scope.c): in an MPI run, a rank builds the per-replica
      * part of the programs, and registers the handles, only for the replicas
@@ -686,10 +688,6 @@ void hyfi_programs_free(hyfi_graph *g);
  * never submits (mark_skips). 0, or -1 when out of memory. */
 int hyfi_programs_drop_skipped(hyfi_graph *g);
 void hyfi_handles_free(hyfi_graph *g);
-/* Zeroed arrays left unbacked where untouched (zalloc.c): the per-slot
- * handle arrays over the whole plan; free them with hyfi_zfree only. */
-void *hyfi_zalloc(size_t n, size_t size);
-void hyfi_zfree(void *p);
 
 /* trace.c: names and categories of the handles and ops, for the summary. */
 void hyfi_trace_note_handle(hyfi_graph *g, int64_t tag, int owner, hyfi_hcat cat,

@@ -396,7 +396,7 @@ hyfi_status hyfi_save_params(hyfi_graph *g, const char *path)
     for (int i = 0; i < g->ntensors; i++) {
         hyfi_tensor *t = g->tensors[i];
         if (hyfi_tensor_saved(t))
-            hyfi_io_gather(g, batch, t->h[0], root && !oom ? vals[i] : NULL,
+            hyfi_io_gather(g, batch, hyfi_slot(t->h, 0), root && !oom ? vals[i] : NULL,
                            t->numel * sizeof(float));
     }
     hyfi_io_gather_wait(g, batch);
@@ -583,9 +583,9 @@ hyfi_status hyfi_load_params(hyfi_graph *g, const char *path)
         }
         /* every replica's copy */
         for (int k = 0; k < t->nh; k++)
-            hyfi_handle_write(g, t->h[k], hyfi_trank(g, t, k), v, t->numel * sizeof(float));
+            hyfi_handle_write(g, hyfi_slot(t->h, k), hyfi_trank(g, t, k), v, t->numel * sizeof(float));
         for (int k = 0; t->mh && k < t->nh; k++)
-            hyfi_handle_write(g, t->mh[k], hyfi_trank(g, t, k), zeros, t->numel * sizeof(float));
+            hyfi_handle_write(g, hyfi_slot(t->mh, k), hyfi_trank(g, t, k), zeros, t->numel * sizeof(float));
     }
     free(zeros);
     free(flat);

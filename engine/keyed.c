@@ -126,8 +126,12 @@ void hyfi_reg(hyfi_graph *g, starpu_data_handle_t *h, hyfi_key key, float *ptr, 
     const hyfi_hcat cat = (hyfi_hcat)(flags & ~(HYFI_HCAT_BF16 | HYFI_HCAT_BF16S));
     const int bf16 = (flags & HYFI_HCAT_BF16) && elem == sizeof(float);
     if (bf16 && (flags & HYFI_HCAT_BF16S) && !ptr) elem = sizeof(uint16_t);
+    if (!h) { /* (hyfi_reg_at: no cell) */
+        g->cc->htab_oom = 1;
+        return;
+    }
     if (!hyfi_reg_wanted(g)) { /* scoped compile: not on this rank */
-        if (*h) *h = NULL; /* (no write to a slot already NULL: zalloc.c) */
+        *h = NULL;
         return;
     }
     /* the tag, a function of the key alone; no key twice in a graph */
@@ -165,6 +169,19 @@ void hyfi_reg(hyfi_graph *g, starpu_data_handle_t *h, hyfi_key key, float *ptr, 
     }
     g->cc->nhtab++;
     reg_starpu(g, h, tag, ptr, n, elem, owner, cat, bf16, name, suffix, m, nm);
+}
+
+void hyfi_reg_at(hyfi_graph *g, hyfi_slots *s, size_t i, hyfi_key key, float *ptr, size_t n,
+                 size_t elem, int owner, int flags, int rstage, const char *name,
+                 const char *suffix, int m, int nm)
+{
+    /* a registration this rank skips makes no cell (slots.h) */
+    if (!hyfi_reg_wanted(g)) {
+        starpu_data_handle_t *c = hyfi_slot(s, i) ? hyfi_slot_at(s, i) : NULL;
+        if (c) *c = NULL;
+        return;
+    }
+    hyfi_reg(g, hyfi_slot_at(s, i), key, ptr, n, elem, owner, flags, rstage, name, suffix, m, nm);
 }
 
 void hyfi_defer_free(hyfi_compiled *cc)

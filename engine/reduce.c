@@ -43,7 +43,7 @@ int hyfi_emit_state_save(hyfi_graph *g, program *P)
             char nm[64];
             snprintf(nm, sizeof nm, "%.44s.save.r%d", t->name, k);
             TASK(&hyfi_cl_accumulate, nm, &a);
-            W(t->rsave[k]), R(t->h[k]);
+            W(hyfi_slot(t->rsave, k)), R(hyfi_slot(t->h, k));
             hyfi_on_place(g, P, HYFI_PLACE(pl, k, pl->stage_place0[t->stage]),
                           hyfi_clamp_prio(pl->nticks + 1));
             if (hyfi_collective_done(g, P)) return -1;
@@ -76,7 +76,7 @@ int hyfi_emit_state_combine(hyfi_graph *g, program *P)
                                                     .decay = pow(a, (double)pl->mbr * len)}};
                     snprintf(nm, sizeof nm, "%.40s.combine.r%d.r%d", t->name, k, k + d);
                     TASK(&hyfi_cl_running_combine, nm, &c);
-                    RW(t->h[k]), R(t->rsave[k]), R(t->h[k + d]);
+                    RW(hyfi_slot(t->h, k)), R(hyfi_slot(t->rsave, k)), R(hyfi_slot(t->h, k + d));
                     hyfi_on_place(g, P, HYFI_PLACE(pl, k, pl->stage_place0[t->stage]), prio);
                     if (hyfi_collective_done(g, P)) return -1;
                 }
@@ -86,7 +86,7 @@ int hyfi_emit_state_combine(hyfi_graph *g, program *P)
                     hyfi_task_args c = {.acc = 0, .u.elt.count = t->numel};
                     snprintf(nm, sizeof nm, "%.40s.copy.r%d.r%d", t->name, k + d, k);
                     TASK(&hyfi_cl_accumulate, nm, &c);
-                    W(t->h[k + d]), R(t->h[k]);
+                    W(hyfi_slot(t->h, k + d)), R(hyfi_slot(t->h, k));
                     hyfi_on_place(g, P, HYFI_PLACE(pl, k + d, pl->stage_place0[t->stage]), prio);
                     if (hyfi_collective_done(g, P)) return -1;
                 }
@@ -109,7 +109,7 @@ int hyfi_emit_state_combine(hyfi_graph *g, program *P)
 /* One all-reduce over h[0 .. R) (n floats each, on stage `stage`'s first
  * place of every replica); arc: the ring's R x R chunk handles, or NULL (tree). */
 static int emit_allreduce_one(hyfi_graph *g, program *P, const char *name,
-                              starpu_data_handle_t *h, starpu_data_handle_t *arc, size_t n,
+                              const hyfi_slots *h, const hyfi_slots *arc, size_t n,
                               int stage)
 {
     const hyfi_plan *pl = g->cc->pl;
@@ -130,7 +130,7 @@ static int emit_allreduce_one(hyfi_graph *g, program *P, const char *name,
                 hyfi_task_args a = {.acc = 1, .u.elt.count = n};
                 snprintf(nm, sizeof nm, "%.36s.allreduce.add.r%d.r%d", name, k, k + d);
                 TASK(&hyfi_cl_accumulate, nm, &a);
-                RW(h[k]), R(h[k + d]);
+                RW(hyfi_slot(h, k)), R(hyfi_slot(h, k + d));
                 hyfi_on_place(g, P, RPLACE(k), prio);
                 DONE();
             }
@@ -140,20 +140,20 @@ static int emit_allreduce_one(hyfi_graph *g, program *P, const char *name,
                 hyfi_task_args a = {.acc = 0, .u.elt.count = n};
                 snprintf(nm, sizeof nm, "%.36s.allreduce.copy.r%d.r%d", name, k + d, k);
                 TASK(&hyfi_cl_accumulate, nm, &a);
-                W(h[k + d]), R(h[k]);
+                W(hyfi_slot(h, k + d)), R(hyfi_slot(h, k));
                 hyfi_on_place(g, P, RPLACE(k + d), prio);
                 DONE();
             }
         return 0;
     }
-#define CH(k, c) arc[(size_t)(k) * R + (c)]
+#define CH(k, c) hyfi_slot(arc, (size_t)(k) * R + (c))
 #define CN(c) (hyfi_chunk_lo(n, R, (c) + 1) - hyfi_chunk_lo(n, R, (c)))
     for (int k = 0; k < R; k++)
         for (int c = 0; c < R && want[k]; c++) {
             hyfi_task_args a = {.u.slice = {.count = CN(c), .src_off = hyfi_chunk_lo(n, R, c)}};
             snprintf(nm, sizeof nm, "%.36s.allreduce.split.r%d.c%d", name, k, c);
             TASK(&hyfi_cl_copy_slice, nm, &a);
-            W(CH(k, c)), R(h[k]);
+            W(CH(k, c)), R(hyfi_slot(h, k));
             hyfi_on_place(g, P, RPLACE(k), prio);
             DONE();
         }
@@ -184,7 +184,7 @@ static int emit_allreduce_one(hyfi_graph *g, program *P, const char *name,
             hyfi_task_args a = {.u.slice = {.count = CN(c), .dst_off = hyfi_chunk_lo(n, R, c)}};
             snprintf(nm, sizeof nm, "%.36s.allreduce.join.r%d.c%d", name, k, c);
             TASK(&hyfi_cl_copy_slice, nm, &a);
-            RW(h[k]), R(CH(k, c));
+            RW(hyfi_slot(h, k)), R(CH(k, c));
             hyfi_on_place(g, P, RPLACE(k), prio);
             DONE();
         }
@@ -231,19 +231,23 @@ int hyfi_emit_allreduce(hyfi_graph *g, program *P)
         char bname[HYFI_NAME_MAX];
         if (b->nparams == 1) snprintf(bname, sizeof bname, "%s", b->params[0]->name);
         else snprintf(bname, sizeof bname, "bucket%d", bi);
-        b->h = hyfi_zalloc((size_t)R, sizeof *b->h);
-        if (!b->h || (ring && !(b->arc = hyfi_zalloc((size_t)R * R, sizeof *b->arc)))) return -1;
+        b->h = hyfi_slots_new((size_t)R, &g->cc->htab_oom);
+        if (!b->h || (ring && !(b->arc = hyfi_slots_new((size_t)R * R, &g->cc->htab_oom)))) return -1;
         for (int k = 0; k < R; k++) {
             if (b->nparams == 1) {
                 /* all-reduced in place: the partners' gradients too, which the
                  * tensors' registration leaves to this (handles.c) */
                 hyfi_tensor *p = b->params[0];
-                if (!p->gh[k] && want[k]) hyfi_handle_need(g, p, 1, 0, k);
-                if (p->gh[k]) b->h[k] = p->gh[k]; /* (zalloc.c) */
+                if (!hyfi_slot(p->gh, k) && want[k]) hyfi_handle_need(g, p, 1, 0, k);
+                if (hyfi_slot(p->gh, k)) {
+                    starpu_data_handle_t *c = hyfi_slot_at(b->h, k);
+                    if (!c) return -1;
+                    *c = hyfi_slot(p->gh, k);
+                }
                 continue;
             }
             hyfi_reg_scope(g, k, HYFI_SCOPE_WANT);
-            hyfi_reg(g, &b->h[k], HYFI_KEY(HK_BUCKET, bi, k), NULL, b->numel, sizeof(float), hyfi_stage_rank(pl, k, b->stage),
+            hyfi_reg_at(g, b->h, k, HYFI_KEY(HK_BUCKET, bi, k), NULL, b->numel, sizeof(float), hyfi_stage_rank(pl, k, b->stage),
                      HC_ALLREDUCE, HYFI_KEEP, bname, ".grad", k, R);
         }
         for (int k = 0; ring && k < R; k++)
@@ -251,7 +255,7 @@ int hyfi_emit_allreduce(hyfi_graph *g, program *P)
                 char sfx[48];
                 hyfi_reg_scope(g, k, HYFI_SCOPE_WANT);
                 snprintf(sfx, sizeof sfx, ".grad.r%d.chunk%d", k, c);
-                hyfi_reg(g, &b->arc[k * R + c], HYFI_KEY(HK_ARC, bi, (size_t)k * R + c), NULL,
+                hyfi_reg_at(g, b->arc, k * R + c, HYFI_KEY(HK_ARC, bi, (size_t)k * R + c), NULL,
                          hyfi_chunk_lo(b->numel, R, c + 1) - hyfi_chunk_lo(b->numel, R, c),
                          sizeof(float), hyfi_stage_rank(pl, k, b->stage), HC_ALLREDUCE, HYFI_KEEP,
                          bname, sfx, 0, 1);
@@ -265,8 +269,8 @@ int hyfi_emit_allreduce(hyfi_graph *g, program *P)
                 hyfi_task_args a = {.u.slice = {.count = p->numel, .dst_off = (size_t)off}};
                 snprintf(nm, sizeof nm, "%.30s.allreduce.pack.r%d", p->name, k);
                 TASK(&hyfi_cl_copy_slice, nm, &a);
-                hyfi_prog_buf(P, b->h[k], j ? STARPU_RW : STARPU_W);
-                R(p->gh[k]);
+                hyfi_prog_buf(P, hyfi_slot(b->h, k), j ? STARPU_RW : STARPU_W);
+                R(hyfi_slot(p->gh, k));
                 hyfi_on_place(g, P, HYFI_PLACE(pl, k, pl->stage_place0[b->stage]), prio);
                 if (hyfi_collective_done(g, P)) return -1;
             }
@@ -279,7 +283,7 @@ int hyfi_emit_allreduce(hyfi_graph *g, program *P)
                 hyfi_task_args a = {.u.slice = {.count = p->numel, .src_off = (size_t)off}};
                 snprintf(nm, sizeof nm, "%.30s.allreduce.unpack.r%d", p->name, k);
                 TASK(&hyfi_cl_copy_slice, nm, &a);
-                W(p->gh[k]), R(b->h[k]);
+                W(hyfi_slot(p->gh, k)), R(hyfi_slot(b->h, k));
                 hyfi_on_place(g, P, HYFI_PLACE(pl, k, pl->stage_place0[b->stage]), prio);
                 if (hyfi_collective_done(g, P)) return -1;
             }
@@ -324,8 +328,8 @@ int hyfi_emit_health(hyfi_graph *g, program *P)
             char nm[96];
             snprintf(nm, sizeof nm, "health.%.50s", p->name);
             TASK(&hyfi_cl_accumulate_n, nm, &a);
-            hyfi_prog_buf(P, g->cc->health[r], first ? STARPU_W : STARPU_RW);
-            for (int k = 0; k < n; k++) R(src[k]->nmh[0]);
+            hyfi_prog_buf(P, hyfi_slot(g->cc->health, r), first ? STARPU_W : STARPU_RW);
+            for (int k = 0; k < n; k++) R(hyfi_slot(src[k]->nmh, 0));
             hyfi_on_place(g, P, place, 0);
             if (hyfi_collective_done(g, P)) return -1;
             if (first && root < 0) root = r, root_place = place;
@@ -337,7 +341,7 @@ int hyfi_emit_health(hyfi_graph *g, program *P)
         char nm[48];
         snprintf(nm, sizeof nm, "health.rank%d", r);
         TASK(&hyfi_cl_accumulate, nm, &a);
-        RW(g->cc->health[root]), R(g->cc->health[r]);
+        RW(hyfi_slot(g->cc->health, root)), R(hyfi_slot(g->cc->health, r));
         hyfi_on_place(g, P, root_place, 0);
         if (hyfi_collective_done(g, P)) return -1;
     }
@@ -346,7 +350,7 @@ int hyfi_emit_health(hyfi_graph *g, program *P)
     if (g->ctx->nranks > 1) {
         if (hyfi_prog_push(P, PT_BCAST, NULL, "health.bcast", NULL)) return -1;
         P->t[P->n - 1].rank = root;
-        hyfi_prog_buf(P, g->cc->health[root], STARPU_R);
+        hyfi_prog_buf(P, hyfi_slot(g->cc->health, root), STARPU_R);
     }
     return 0;
 }

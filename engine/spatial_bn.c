@@ -52,7 +52,8 @@ int hyfi_sp_bn_pack(emit_ctx *e, const node *nd, int bwd, starpu_data_handle_t *
     const int Pt = e->g->cc->pl->P, w = 4 * x->dims[1]; /* a part: 2C doubles */
     int len[HYFI_MAX_TILES];
     const int n = hyfi_sp_bn_packets(e->g, x, e->rep, len);
-    starpu_data_handle_t *part = (bwd ? tn->bwpart : tn->part) + (size_t)e->m * Pt;
+    starpu_data_handle_t part[HYFI_MAX_TILES];
+    for (int q = 0; q < Pt; q++) part[q] = hyfi_slot(bwd ? tn->bwpart : tn->part, (size_t)e->m * Pt + q);
     for (int q = 0, k = 0; q < Pt; q++) {
         if (!len[q]) continue;
         if (len[q] == 1) {
@@ -69,7 +70,7 @@ int hyfi_sp_bn_pack(emit_ctx *e, const node *nd, int bwd, starpu_data_handle_t *
         char nm[64];
         hyfi_sp_task_name(nm, sizeof nm, nd, bwd ? "dstats_pack" : "stats_pack", q, e);
         /* (packets exist only where cc->bn_pack: spatial_reg.c) */
-        const starpu_data_handle_t pk = (bwd ? tn->bwpack : tn->pack)[(size_t)e->m * Pt + q];
+        const starpu_data_handle_t pk = hyfi_slot(bwd ? tn->bwpack : tn->pack, (size_t)e->m * Pt + q);
         TASK(&hyfi_cl_tile_assemble, nm, &c);
         W(pk);
         for (int j = 0; j < len[q]; j++) R(part[q + j]);

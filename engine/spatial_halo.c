@@ -19,7 +19,7 @@ void hyfi_sp_grad_out(emit_ctx *e, hyfi_tensor *x, int q)
 
 void hyfi_sp_grad_done(emit_ctx *e, hyfi_tensor *x, int q)
 {
-    TGWF(x, q) = 1;
+    *TGWFP(x, q) = 1;
     x->gwritten = 1;
 }
 
@@ -58,7 +58,7 @@ int hyfi_sp_assemble(emit_ctx *e, const node *nd, int q, starpu_data_handle_t *i
                                      .w = p->w};
         snprintf(nm, sizeof nm, "%.30s.halo%d_%d", nd->name, u, q);
         TASK(&hyfi_cl_tile_assemble, nm, &a);
-        W(tn->strip[((size_t)e->m * Pt + q) * NP + k]), R(TILE(x, u));
+        W(hyfi_slot(tn->strip, ((size_t)e->m * Pt + q) * NP + k)), R(TILE(x, u));
         ON_PLACE(hyfi_sp_place(e, x, u));
     }
     hyfi_task_args a = {.u.tile = {.n = n, .c = C, .dst_h = tn->buf_h[q], .dst_w = tn->buf_w[q],
@@ -73,10 +73,10 @@ int hyfi_sp_assemble(emit_ctx *e, const node *nd, int q, starpu_data_handle_t *i
     }
     hyfi_sp_task_name(nm, sizeof nm, nd, "assemble", q, e);
     TASK(&hyfi_cl_tile_assemble, nm, &a);
-    W(tn->buf[e->m * Pt + q]), R(TILE(x, q));
-    for (int k = 1; k < tn->npieces[q]; k++) R(tn->strip[((size_t)e->m * Pt + q) * NP + k]);
+    W(hyfi_slot(tn->buf, e->m * Pt + q)), R(TILE(x, q));
+    for (int k = 1; k < tn->npieces[q]; k++) R(hyfi_slot(tn->strip, ((size_t)e->m * Pt + q) * NP + k));
     ON_PLACE(hyfi_sp_place(e, x, q));
-    *in = tn->buf[e->m * Pt + q];
+    *in = hyfi_slot(tn->buf, e->m * Pt + q);
     return 0;
 }
 
@@ -104,8 +104,8 @@ int hyfi_sp_unassemble(emit_ctx *e, const node *nd, int q)
     hyfi_sp_task_name(nm, sizeof nm, nd, "unassemble", q, e);
     TASK(&hyfi_cl_tile_scatter, nm, &a);
     hyfi_sp_grad_out(e, x, q);
-    for (int k = 1; k < tn->npieces[q]; k++) W(tn->dstrip[((size_t)e->m * Pt + q) * NP + k]);
-    R(tn->dbuf[e->m * Pt + q]);
+    for (int k = 1; k < tn->npieces[q]; k++) W(hyfi_slot(tn->dstrip, ((size_t)e->m * Pt + q) * NP + k));
+    R(hyfi_slot(tn->dbuf, e->m * Pt + q));
     ON_PLACE(hyfi_sp_place(e, x, q));
     hyfi_sp_grad_done(e, x, q);
     return 0;
@@ -129,7 +129,7 @@ int hyfi_sp_halo_return(emit_ctx *e, const node *nd, int q)
                                      .w = p->w};
         snprintf(nm, sizeof nm, "%.30s.halo%d_%d.back", nd->name, q, u);
         TASK(&hyfi_cl_tile_scatter, nm, &a);
-        RW(TGRAD(x, u)), R(tn->dstrip[((size_t)e->m * Pt + q) * NP + k]);
+        RW(TGRAD(x, u)), R(hyfi_slot(tn->dstrip, ((size_t)e->m * Pt + q) * NP + k));
         ON_PLACE(hyfi_sp_place(e, x, u));
     }
     return 0;
@@ -153,8 +153,8 @@ void hyfi_sp_view_params(emit_ctx *e, const node *nd, int q, int training, hyfi_
     for (int k = 0; k < 2; k++) {
         hyfi_tensor *p = nd->p[k];
         if (!p || p->kind != T_PARAM) continue;
-        v->dp[k] = tn->wpart ? (hyfi_gsum){k ? tn->bpart[j] : tn->wpart[j],
-                                           k ? &tn->bpw[j] : &tn->wpw[j], p}
-                             : (hyfi_gsum){PGH(p), &PGW(p), p};
+        v->dp[k] = tn->wpart ? (hyfi_gsum){k ? hyfi_slot(tn->bpart, j) : hyfi_slot(tn->wpart, j),
+                                           k ? hyfi_flag_at(tn->bpw, j) : hyfi_flag_at(tn->wpw, j), p}
+                             : (hyfi_gsum){PGH(p), PGW(p), p};
     }
 }

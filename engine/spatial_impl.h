@@ -56,16 +56,16 @@ typedef struct hyfi_tnode {
     int npieces[HYFI_MAX_TILES];
     int from[HYFI_MAX_TILES][NP];          /* the tile each piece comes from (0: own) */
     hyfi_piece piece[HYFI_MAX_TILES][NP];  /* src_*: coordinates in that tile */
-    starpu_data_handle_t *buf, *dbuf;      /* [m * P + t] */
-    starpu_data_handle_t *strip, *dstrip;  /* [(m * P + t) * NP + k], k >= 1 */
-    starpu_data_handle_t *wpart, *bpart;   /* conv: per-tile weight / bias gradients
+    hyfi_slots *buf, *dbuf;                /* [m * P + t] */
+    hyfi_slots *strip, *dstrip;            /* [(m * P + t) * NP + k], k >= 1 */
+    hyfi_slots *wpart, *bpart;             /* conv: per-tile weight / bias gradients
                                               [rep * P + t] */
-    unsigned char *wpw, *bpw;              /* compile-time flags of wpart, bpart
+    hyfi_slots *wpw, *bpw;                 /* compile-time flags of wpart, bpart
                                               [rep * P + t] (allocated with them) */
-    starpu_data_handle_t *part, *bwpart;   /* bn: per-tile statistics [m * P + t] */
-    starpu_data_handle_t *pack, *bwpack;   /* bn: their packets [m * P + first t]
+    hyfi_slots *part, *bwpart;             /* bn: per-tile statistics [m * P + t] */
+    hyfi_slots *pack, *bwpack;             /* bn: their packets [m * P + first t]
                                               (spatial_bn.c) */
-    starpu_data_handle_t *tot;             /* bn: backward totals [m] */
+    hyfi_slots *tot;                       /* bn: backward totals [m] */
 } hyfi_tnode;
 
 /* A fused-halo group: ops op[0..n) of one tiled stage, a chain (each reads the
@@ -89,10 +89,10 @@ typedef struct hyfi_fgroup {
     /* padding op j's window needs beyond its input tensor (top, bottom, left, right) */
     int pt[FG_MAX][HYFI_MAX_TILES], pb[FG_MAX][HYFI_MAX_TILES];
     int pl[FG_MAX][HYFI_MAX_TILES], pr[FG_MAX][HYFI_MAX_TILES];
-    starpu_data_handle_t *val, *grad;   /* op j < n-1: output on its region [(j*M + m)*P + q] */
-    starpu_data_handle_t *pbuf, *dpbuf; /* op j >= 1 with zero padding: padded input */
-    starpu_data_handle_t *xo, *dyo, *dxo; /* batch norm: own-tile copies */
-    starpu_data_handle_t *ztot;         /* batch norm: zero totals [j * replicas + rep] */
+    hyfi_slots *val, *grad;             /* op j < n-1: output on its region [(j*M + m)*P + q] */
+    hyfi_slots *pbuf, *dpbuf;           /* op j >= 1 with zero padding: padded input */
+    hyfi_slots *xo, *dyo, *dxo;         /* batch norm: own-tile copies */
+    hyfi_slots *ztot;                   /* batch norm: zero totals [j * replicas + rep] */
     float *ztot_host[FG_MAX];           /* their memory: 2 * channels per replica */
     size_t ztot_n[FG_MAX];              /* floats in ztot_host[j] */
 } hyfi_fgroup;
@@ -124,9 +124,10 @@ static inline int fg_bn_extended(const hyfi_fgroup *fg, int j, int q)
 }
 
 /* Handles of micro-batch e->m: tile q of x, its gradient and its flag. */
-#define TILE(x, q) ((x)->tl->h[e->m * e->g->cc->pl->P + (q)])
-#define TGRAD(x, q) ((x)->tl->gh[e->m * e->g->cc->pl->P + (q)])
-#define TGWF(x, q) ((x)->tl->gw[e->m * e->g->cc->pl->P + (q)])
+#define TILE(x, q) hyfi_slot((x)->tl->h, (size_t)e->m * e->g->cc->pl->P + (q))
+#define TGRAD(x, q) hyfi_slot((x)->tl->gh, (size_t)e->m * e->g->cc->pl->P + (q))
+#define TGWF(x, q) hyfi_flag((x)->tl->gw, (size_t)e->m * e->g->cc->pl->P + (q))
+#define TGWFP(x, q) hyfi_flag_at((x)->tl->gw, (size_t)e->m * e->g->cc->pl->P + (q))
 /* Op j of a fused group, tile q, micro-batch e->m. */
 #define FGK(j, q) (((size_t)(j) * e->M + e->m) * e->g->cc->pl->P + (q))
 

@@ -7,7 +7,7 @@
 #include <string.h>
 
 
-#define FREE(p) (hyfi_zfree(p), (p) = NULL)
+#define FREE(p) (hyfi_slots_free(p), (p) = NULL)
 
 /* The handle arrays and host memory of the tiles, buffers, strips and partial
  * sums (their handles: unregistered with the handle table before). */
@@ -40,7 +40,6 @@ void hyfi_spatial_handles_free(hyfi_graph *g)
 
 /* ---------------------------------------------------------- registration */
 
-static starpu_data_handle_t *handles(size_t n) { return hyfi_zalloc(n, sizeof(starpu_data_handle_t)); }
 
 
 static int fused_register(hyfi_graph *g)
@@ -53,9 +52,9 @@ static int fused_register(hyfi_graph *g)
         if (!tn0 || !tn0->fg || tn0->fg_pos != 0) continue;
         hyfi_fgroup *fg = tn0->fg;
         const size_t cnt = (size_t)fg->n * M * P;
-        fg->val = handles(cnt), fg->grad = handles(cnt), fg->pbuf = handles(cnt);
-        fg->dpbuf = handles(cnt), fg->xo = handles(cnt), fg->dyo = handles(cnt);
-        fg->dxo = handles(cnt), fg->ztot = handles((size_t)fg->n * R);
+        fg->val = hyfi_slots_new(cnt, &g->cc->htab_oom), fg->grad = hyfi_slots_new(cnt, &g->cc->htab_oom), fg->pbuf = hyfi_slots_new(cnt, &g->cc->htab_oom);
+        fg->dpbuf = hyfi_slots_new(cnt, &g->cc->htab_oom), fg->xo = hyfi_slots_new(cnt, &g->cc->htab_oom), fg->dyo = hyfi_slots_new(cnt, &g->cc->htab_oom);
+        fg->dxo = hyfi_slots_new(cnt, &g->cc->htab_oom), fg->ztot = hyfi_slots_new((size_t)fg->n * R, &g->cc->htab_oom);
         if (!fg->val || !fg->grad || !fg->pbuf || !fg->dpbuf || !fg->xo || !fg->dyo ||
             !fg->dxo || !fg->ztot)
             return -1;
@@ -69,7 +68,7 @@ static int fused_register(hyfi_graph *g)
                 memset(fg->ztot_host[j], 0, fg->ztot_n[j] * sizeof(float));
                 for (int r = 0; r < R; r++) {
                     hyfi_reg_scope(g, r, HYFI_SCOPE_MINE);
-                    hyfi_reg(g, &fg->ztot[j * R + r], HYFI_KEY(HK_F_ZTOT, i, (size_t)j * R + r),
+                    hyfi_reg_at(g, fg->ztot, j * R + r, HYFI_KEY(HK_F_ZTOT, i, (size_t)j * R + r),
                              fg->ztot_host[j] + 2 * (size_t)Co * r,
                              2 * (size_t)Co, sizeof(float), hyfi_stage_rank(pl, r, nd->stage),
                              HC_BNSTATS, HYFI_KEEP, nd->name, ".zero_dstats", r, R);
@@ -83,10 +82,10 @@ static int fused_register(hyfi_graph *g)
                     const size_t on = (size_t)n * Co * fg_rows(fg, j, q) * fg_cols(fg, j, q);
                     if (j < fg->n - 1) {
                         snprintf(sfx, sizeof sfx, ".ext.tile%d", q);
-                        hyfi_reg(g, &fg->val[k], HYFI_KEY(HK_F_VAL, i, k), NULL, on, sizeof(float), rq, hyfi_tensor_hflags(g, nd->out, HC_PIPELINE),
+                        hyfi_reg_at(g, fg->val, k, HYFI_KEY(HK_F_VAL, i, k), NULL, on, sizeof(float), rq, hyfi_tensor_hflags(g, nd->out, HC_PIPELINE),
                                  fg->op[0]->stage, nd->name, sfx, m, M);
                         snprintf(sfx, sizeof sfx, ".ext.tile%d.grad", q);
-                        hyfi_reg(g, &fg->grad[k], HYFI_KEY(HK_F_GRAD, i, k), NULL, on, sizeof(float), rq, hyfi_tensor_hflags(g, nd->out, HC_PIPELINE),
+                        hyfi_reg_at(g, fg->grad, k, HYFI_KEY(HK_F_GRAD, i, k), NULL, on, sizeof(float), rq, hyfi_tensor_hflags(g, nd->out, HC_PIPELINE),
                                  fg->op[0]->stage, nd->name, sfx, m, M);
                     }
                     if (fg_padded(fg, j, q)) {
@@ -94,22 +93,22 @@ static int fused_register(hyfi_graph *g)
                                           (fg_rows(fg, j - 1, q) + fg->pt[j][q] + fg->pb[j][q]) *
                                           (fg_cols(fg, j - 1, q) + fg->pl[j][q] + fg->pr[j][q]);
                         snprintf(sfx, sizeof sfx, ".in.tile%d", q);
-                        hyfi_reg(g, &fg->pbuf[k], HYFI_KEY(HK_F_PBUF, i, k), NULL, pn, sizeof(float), rq, hyfi_tensor_hflags(g, nd->in[0], HC_PIPELINE),
+                        hyfi_reg_at(g, fg->pbuf, k, HYFI_KEY(HK_F_PBUF, i, k), NULL, pn, sizeof(float), rq, hyfi_tensor_hflags(g, nd->in[0], HC_PIPELINE),
                                  fg->op[0]->stage, nd->name, sfx, m, M);
                         snprintf(sfx, sizeof sfx, ".in.tile%d.grad", q);
-                        hyfi_reg(g, &fg->dpbuf[k], HYFI_KEY(HK_F_DPBUF, i, k), NULL, pn, sizeof(float), rq, hyfi_tensor_hflags(g, nd->in[0], HC_PIPELINE),
+                        hyfi_reg_at(g, fg->dpbuf, k, HYFI_KEY(HK_F_DPBUF, i, k), NULL, pn, sizeof(float), rq, hyfi_tensor_hflags(g, nd->in[0], HC_PIPELINE),
                                  fg->op[0]->stage, nd->name, sfx, m, M);
                     }
                     if (hyfi_op_batch_statistics(nd) && fg_bn_extended(fg, j, q)) {
                         const size_t own = hyfi_tile_numel(nd->out, q);
                         snprintf(sfx, sizeof sfx, ".own_x.tile%d", q);
-                        hyfi_reg(g, &fg->xo[k], HYFI_KEY(HK_F_XO, i, k), NULL, own, sizeof(float), rq, hyfi_tensor_hflags(g, nd->out, HC_PIPELINE),
+                        hyfi_reg_at(g, fg->xo, k, HYFI_KEY(HK_F_XO, i, k), NULL, own, sizeof(float), rq, hyfi_tensor_hflags(g, nd->out, HC_PIPELINE),
                                  fg->op[0]->stage, nd->name, sfx, m, M);
                         snprintf(sfx, sizeof sfx, ".own_dy.tile%d", q);
-                        hyfi_reg(g, &fg->dyo[k], HYFI_KEY(HK_F_DYO, i, k), NULL, own, sizeof(float), rq, hyfi_tensor_hflags(g, nd->out, HC_PIPELINE),
+                        hyfi_reg_at(g, fg->dyo, k, HYFI_KEY(HK_F_DYO, i, k), NULL, own, sizeof(float), rq, hyfi_tensor_hflags(g, nd->out, HC_PIPELINE),
                                  fg->op[0]->stage, nd->name, sfx, m, M);
                         snprintf(sfx, sizeof sfx, ".own_dx.tile%d", q);
-                        hyfi_reg(g, &fg->dxo[k], HYFI_KEY(HK_F_DXO, i, k), NULL, own, sizeof(float), rq, hyfi_tensor_hflags(g, nd->out, HC_PIPELINE),
+                        hyfi_reg_at(g, fg->dxo, k, HYFI_KEY(HK_F_DXO, i, k), NULL, own, sizeof(float), rq, hyfi_tensor_hflags(g, nd->out, HC_PIPELINE),
                                  fg->op[0]->stage, nd->name, sfx, m, M);
                     }
                 }
@@ -131,9 +130,9 @@ int hyfi_spatial_register(hyfi_graph *g)
         hyfi_tensor *t = g->tensors[i];
         hyfi_tiles *tl = t->tl;
         if (!tl) continue;
-        tl->h = handles((size_t)M * P);
-        tl->gh = handles((size_t)M * P);
-        tl->gw = hyfi_zalloc((size_t)M * P, 1);
+        tl->h = hyfi_slots_new((size_t)M * P, &g->cc->htab_oom);
+        tl->gh = hyfi_slots_new((size_t)M * P, &g->cc->htab_oom);
+        tl->gw = hyfi_slots_new((size_t)M * P, &g->cc->htab_oom);
         if (!tl->h || !tl->gh || !tl->gw) return -1;
         const int trs = hyfi_tiles_release_stage(t);
         for (int m = 0; m < M; m++)
@@ -141,12 +140,12 @@ int hyfi_spatial_register(hyfi_graph *g)
                 const size_t n = hyfi_tile_numel(t, q);
                 hyfi_reg_scope(g, HYFI_REP(pl, m), HYFI_SCOPE_MINE);
                 snprintf(sfx, sizeof sfx, ".tile%d", q);
-                hyfi_reg(g, &tl->h[m * P + q], HYFI_KEY(HK_TILE, t->id, m * P + q), NULL, n, sizeof(float),
+                hyfi_reg_at(g, tl->h, m * P + q, HYFI_KEY(HK_TILE, t->id, m * P + q), NULL, n, sizeof(float),
                          hyfi_tile_rank(g, tl, q, HYFI_REP(pl, m)), hyfi_tensor_hflags(g, t, -1),
                          trs, t->name, sfx, m, M);
                 if (t->kind == T_ACT && t->requires_grad) {
                     snprintf(sfx, sizeof sfx, ".tile%d.grad", q);
-                    hyfi_reg(g, &tl->gh[m * P + q], HYFI_KEY(HK_TILE_GRAD, t->id, m * P + q), NULL, n, sizeof(float),
+                    hyfi_reg_at(g, tl->gh, m * P + q, HYFI_KEY(HK_TILE_GRAD, t->id, m * P + q), NULL, n, sizeof(float),
                              hyfi_tile_rank(g, tl, q, HYFI_REP(pl, m)), hyfi_tensor_hflags(g, t, -1),
                              trs, t->name, sfx, m, M);
                 }
@@ -160,10 +159,10 @@ int hyfi_spatial_register(hyfi_graph *g)
         const hyfi_tensor *x = nd->in[0];
         const int n = x->dims[0] / M, C = x->dims[1];
         if (tn->windowed) {
-            tn->buf = handles((size_t)M * P);
-            tn->dbuf = handles((size_t)M * P);
-            tn->strip = handles((size_t)M * P * NP);
-            tn->dstrip = handles((size_t)M * P * NP);
+            tn->buf = hyfi_slots_new((size_t)M * P, &g->cc->htab_oom);
+            tn->dbuf = hyfi_slots_new((size_t)M * P, &g->cc->htab_oom);
+            tn->strip = hyfi_slots_new((size_t)M * P * NP, &g->cc->htab_oom);
+            tn->dstrip = hyfi_slots_new((size_t)M * P * NP, &g->cc->htab_oom);
             if (!tn->buf || !tn->dbuf || !tn->strip || !tn->dstrip) return -1;
             for (int m = 0; m < M; m++)
                 for (int q = 0; q < P; q++) {
@@ -172,11 +171,11 @@ int hyfi_spatial_register(hyfi_graph *g)
                     hyfi_reg_scope(g, HYFI_REP(pl, m), HYFI_SCOPE_MINE);
                     const size_t bn = (size_t)n * C * tn->buf_h[q] * tn->buf_w[q];
                     snprintf(sfx, sizeof sfx, ".in.tile%d", q);
-                    hyfi_reg(g, &tn->buf[m * P + q], HYFI_KEY(HK_TBUF, i, m * P + q), NULL, bn, sizeof(float), rq, hyfi_tensor_hflags(g, x, HC_PIPELINE),
+                    hyfi_reg_at(g, tn->buf, m * P + q, HYFI_KEY(HK_TBUF, i, m * P + q), NULL, bn, sizeof(float), rq, hyfi_tensor_hflags(g, x, HC_PIPELINE),
                              nd->stage, nd->name, sfx, m, M);
                     if (x->requires_grad) {
                         snprintf(sfx, sizeof sfx, ".in.tile%d.grad", q);
-                        hyfi_reg(g, &tn->dbuf[m * P + q], HYFI_KEY(HK_TDBUF, i, m * P + q), NULL, bn, sizeof(float), rq, hyfi_tensor_hflags(g, x, HC_PIPELINE),
+                        hyfi_reg_at(g, tn->dbuf, m * P + q, HYFI_KEY(HK_TDBUF, i, m * P + q), NULL, bn, sizeof(float), rq, hyfi_tensor_hflags(g, x, HC_PIPELINE),
                                  nd->stage, nd->name, sfx, m, M);
                     }
                     for (int k = 1; k < tn->npieces[q]; k++) {
@@ -185,47 +184,47 @@ int hyfi_spatial_register(hyfi_graph *g)
                         const size_t sn = (size_t)n * C * p->h * p->w;
                         const size_t j = ((size_t)m * P + q) * NP + k;
                         snprintf(sfx, sizeof sfx, ".halo%d_%d", tn->from[q][k], q);
-                        hyfi_reg(g, &tn->strip[j], HYFI_KEY(HK_STRIP, i, j), NULL, sn, sizeof(float), ru, hyfi_tensor_hflags(g, x, HC_HALO), nd->stage,
+                        hyfi_reg_at(g, tn->strip, j, HYFI_KEY(HK_STRIP, i, j), NULL, sn, sizeof(float), ru, hyfi_tensor_hflags(g, x, HC_HALO), nd->stage,
                                  nd->name, sfx, m, M);
                         if (x->requires_grad) {
                             snprintf(sfx, sizeof sfx, ".halo%d_%d.grad", tn->from[q][k], q);
-                            hyfi_reg(g, &tn->dstrip[j], HYFI_KEY(HK_DSTRIP, i, j), NULL, sn, sizeof(float), rq, hyfi_tensor_hflags(g, x, HC_HALO),
+                            hyfi_reg_at(g, tn->dstrip, j, HYFI_KEY(HK_DSTRIP, i, j), NULL, sn, sizeof(float), rq, hyfi_tensor_hflags(g, x, HC_HALO),
                                      nd->stage, nd->name, sfx, m, M);
                         }
                     }
                 }
             if (hyfi_op_sums_weights_over_tiles(nd)) {
                 const int NR = pl->nrep;
-                tn->wpart = handles((size_t)P * NR);
-                if (nd->p[1]) tn->bpart = handles((size_t)P * NR);
-                tn->wpw = hyfi_zalloc((size_t)P * NR, 1);
-                tn->bpw = hyfi_zalloc((size_t)P * NR, 1);
+                tn->wpart = hyfi_slots_new((size_t)P * NR, &g->cc->htab_oom);
+                if (nd->p[1]) tn->bpart = hyfi_slots_new((size_t)P * NR, &g->cc->htab_oom);
+                tn->wpw = hyfi_slots_new((size_t)P * NR, &g->cc->htab_oom);
+                tn->bpw = hyfi_slots_new((size_t)P * NR, &g->cc->htab_oom);
                 if (!tn->wpart || (nd->p[1] && !tn->bpart) || !tn->wpw || !tn->bpw) return -1;
                 for (int k = 0; k < P * NR; k++) {
                     const int q = k % P, rq = hyfi_tile_rank(g, nd->out->tl, q, k / P);
                     hyfi_reg_scope(g, k / P, HYFI_SCOPE_MINE);
                     if (NR > 1) snprintf(sfx, sizeof sfx, ".grad.r%d.tile%d", k / P, q);
                     else snprintf(sfx, sizeof sfx, ".grad.tile%d", q);
-                    hyfi_reg(g, &tn->wpart[k], HYFI_KEY(HK_WPART, i, k), NULL, nd->p[0]->numel, sizeof(float), rq,
+                    hyfi_reg_at(g, tn->wpart, k, HYFI_KEY(HK_WPART, i, k), NULL, nd->p[0]->numel, sizeof(float), rq,
                              HC_ALLREDUCE, HYFI_KEEP, nd->p[0]->name, sfx, 0, 1);
                     if (nd->p[1])
-                        hyfi_reg(g, &tn->bpart[k], HYFI_KEY(HK_BPART, i, k), NULL, nd->p[1]->numel, sizeof(float), rq,
+                        hyfi_reg_at(g, tn->bpart, k, HYFI_KEY(HK_BPART, i, k), NULL, nd->p[1]->numel, sizeof(float), rq,
                                  HC_ALLREDUCE, HYFI_KEEP, nd->p[1]->name, sfx, 0, 1);
-                    if (pl->mbr > 1 && !g->plan_cfg.deterministic && tn->wpart[k]) {
-                        hyfi_handle_set_redux(g, tn->wpart[k]);
-                        if (nd->p[1]) hyfi_handle_set_redux(g, tn->bpart[k]);
+                    if (pl->mbr > 1 && !g->plan_cfg.deterministic && hyfi_slot(tn->wpart, k)) {
+                        hyfi_handle_set_redux(g, hyfi_slot(tn->wpart, k));
+                        if (nd->p[1]) hyfi_handle_set_redux(g, hyfi_slot(tn->bpart, k));
                     }
                 }
             }
         } else if (hyfi_op_batch_statistics(nd)) {
-            tn->part = handles((size_t)M * P);
-            tn->bwpart = handles((size_t)M * P);
+            tn->part = hyfi_slots_new((size_t)M * P, &g->cc->htab_oom);
+            tn->bwpart = hyfi_slots_new((size_t)M * P, &g->cc->htab_oom);
             if (g->cc->bn_pack) { /* (spatial_bn.c) */
-                tn->pack = handles((size_t)M * P);
-                tn->bwpack = handles((size_t)M * P);
+                tn->pack = hyfi_slots_new((size_t)M * P, &g->cc->htab_oom);
+                tn->bwpack = hyfi_slots_new((size_t)M * P, &g->cc->htab_oom);
                 if (!tn->pack || !tn->bwpack) return -1;
             }
-            tn->tot = handles((size_t)M);
+            tn->tot = hyfi_slots_new((size_t)M, &g->cc->htab_oom);
             if (!tn->part || !tn->bwpart || !tn->tot) return -1;
             for (int m = 0; m < M; m++) {
                 hyfi_reg_scope(g, HYFI_REP(pl, m), HYFI_SCOPE_MINE);
@@ -236,24 +235,24 @@ int hyfi_spatial_register(hyfi_graph *g)
                         const int rq = hyfi_tile_rank(g, x->tl, q, HYFI_REP(pl, m));
                         const size_t pn = 4 * (size_t)C * (size_t)len[q];
                         snprintf(sfx, sizeof sfx, ".stats.pack%d", q);
-                        hyfi_reg(g, &tn->pack[m * P + q], HYFI_KEY(HK_BN_PACK, i, m * P + q),
+                        hyfi_reg_at(g, tn->pack, m * P + q, HYFI_KEY(HK_BN_PACK, i, m * P + q),
                                  NULL, pn, sizeof(float), rq, HC_BNSTATS, nd->stage, nd->name,
                                  sfx, m, M);
                         snprintf(sfx, sizeof sfx, ".dstats.pack%d", q);
-                        hyfi_reg(g, &tn->bwpack[m * P + q], HYFI_KEY(HK_BN_BWPACK, i, m * P + q),
+                        hyfi_reg_at(g, tn->bwpack, m * P + q, HYFI_KEY(HK_BN_BWPACK, i, m * P + q),
                                  NULL, pn, sizeof(float), rq, HC_BNSTATS, nd->stage, nd->name,
                                  sfx, m, M);
                     }
                     const int rq = hyfi_tile_rank(g, x->tl, q, HYFI_REP(pl, m));
                     snprintf(sfx, sizeof sfx, ".stats.tile%d", q);
                     /* 2C doubles */
-                    hyfi_reg(g, &tn->part[m * P + q], HYFI_KEY(HK_BN_PART, i, m * P + q), NULL, 4 * (size_t)C, sizeof(float), rq,
+                    hyfi_reg_at(g, tn->part, m * P + q, HYFI_KEY(HK_BN_PART, i, m * P + q), NULL, 4 * (size_t)C, sizeof(float), rq,
                              HC_BNSTATS, nd->stage, nd->name, sfx, m, M);
                     snprintf(sfx, sizeof sfx, ".dstats.tile%d", q);
-                    hyfi_reg(g, &tn->bwpart[m * P + q], HYFI_KEY(HK_BN_BWPART, i, m * P + q), NULL, 4 * (size_t)C, sizeof(float), rq,
+                    hyfi_reg_at(g, tn->bwpart, m * P + q, HYFI_KEY(HK_BN_BWPART, i, m * P + q), NULL, 4 * (size_t)C, sizeof(float), rq,
                              HC_BNSTATS, nd->stage, nd->name, sfx, m, M);
                 }
-                hyfi_reg(g, &tn->tot[m], HYFI_KEY(HK_BN_TOT, i, m), NULL, 2 * (size_t)C, sizeof(float),
+                hyfi_reg_at(g, tn->tot, m, HYFI_KEY(HK_BN_TOT, i, m), NULL, 2 * (size_t)C, sizeof(float),
                          hyfi_stage_rank(pl, HYFI_REP(pl, m), nd->stage), HC_BNSTATS, nd->stage,
                          nd->name, ".dstats", m, M);
             }
