@@ -83,6 +83,10 @@ int train_replicas(const train_options *o);
 
 /* The --help text (apps/train_usage.c). */
 void train_usage(FILE *f);
+/* --version anywhere on the command line: print the versions of hyfi and of
+ * its libraries (hyfi_versions) to f on the first rank (the launcher's, as MPI
+ * is not started) and return 1; else 0. */
+int train_version(int argc, char **argv, FILE *f);
 
 /* Fill *o from the defaults, HYFI_WATCHDOG_S and argv, then check the flags
  * together. Returns 0: parsed (o->warnings may name flags without effect);

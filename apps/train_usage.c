@@ -1,7 +1,9 @@
-/* hyfi-train's --help text (train_options.h). */
+/* hyfi-train's --help and --version texts (train_options.h). */
 #include "train_options.h"
 
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
 void train_usage(FILE *f)
 {
@@ -177,8 +179,36 @@ void train_usage(FILE *f)
         "  -v, --verbose         print the StarPU workers found, and per rank (stderr) what it\n"
         "                        built of the plan (as --compile-only) and the tasks it submits\n"
         "  -h, --help            this text\n"
+        "  --version             print the versions of hyfi, StarPU and oneDNN (and of the\n"
+        "                        CUDA runtime, driver and cuDNN in a CUDA build) and exit 0;\n"
+        "                        starts neither MPI nor StarPU\n"
         "\n"
         "Exit status: 0 success, 1 run-time failure, 2 bad command line, model or plan.\n",
         MODEL_DEFAULT_DEPTH, MODEL_DEFAULT_RESNET_VERSION, MODEL_DEFAULT_NUM_LAYERS,
         MODEL_DEFAULT_NUM_FILTERS, TRAIN_DEFAULT_WATCHDOG_S);
+}
+
+/* The launcher's rank of this process where it says (mpiexec's PMI, PMIx,
+ * Open MPI, Slurm), else 0: --version is answered before MPI starts. */
+static int launcher_rank(void)
+{
+    static const char *const vars[] = {"PMI_RANK", "PMIX_RANK", "OMPI_COMM_WORLD_RANK",
+                                       "SLURM_PROCID"};
+    for (size_t i = 0; i < sizeof vars / sizeof *vars; i++) {
+        const char *v = getenv(vars[i]);
+        if (v && *v) return atoi(v);
+    }
+    return 0;
+}
+
+int train_version(int argc, char **argv, FILE *f)
+{
+    int asked = 0;
+    for (int i = 1; i < argc && !asked; i++) asked = !strcmp(argv[i], "--version");
+    if (!asked) return 0;
+    if (launcher_rank() != 0) return 1; /* under mpiexec: the first rank's lines only */
+    char text[1024];
+    hyfi_versions(text, sizeof text);
+    fputs(text, f);
+    return 1;
 }

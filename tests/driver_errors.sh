@@ -4,7 +4,10 @@
 #     work), 1 for a run-time failure (a missing data file);
 #   - --datapath with the synthetic data set (which reads no files) is refused;
 #   - a folder data set with one class (a 1-way classifier) is refused;
-#   - --metrics of a run killed with SIGKILL holds whole JSON lines only.
+#   - --metrics of a run killed with SIGKILL holds whole JSON lines only;
+#   - --version prints hyfi's, StarPU's, oneDNN's and CUDA's (or that the build
+#     has none) versions on stdout and exits 0 at once, MPI and StarPU not
+#     started (under mpiexec: once, by the first rank).
 # With MPIEXEC ('driver_errors_mpi'), on 2 ranks: an error every rank hits alike
 # (command line, plan, the same missing data file) is printed once, by rank 0,
 # with the same exit status (tests/mpi_startup.sh: errors of some ranks only).
@@ -38,7 +41,31 @@ expect() {
     fi
 }
 
+# versions NAME LINES -- COMMAND...: COMMAND exits 0 within 20 s and its stdout
+# has LINES lines "hyfi X.Y.Z", and StarPU's, oneDNN's and CUDA's lines alike.
+versions() {
+    local name=$1 lines=$2
+    shift 3
+    timeout 20 "$@" >"$dir/out.log" 2>"$dir/err.log"
+    local got=$? bad=""
+    [ "$got" = 0 ] || bad="exit status $got, want 0"
+    for p in "^hyfi [0-9]+\.[0-9]+\.[0-9]+$" "^StarPU [0-9]+\.[0-9]+\.[0-9]+" \
+             "^oneDNN [0-9]+\.[0-9]+\.[0-9]+" \
+             "^(CUDA runtime [0-9]+\.[0-9]+, |CUDA: not in this build)"; do
+        [ -n "$bad" ] && break
+        n=$(grep -Ec -- "$p" "$dir/out.log")
+        [ "$n" = "$lines" ] || bad="$n lines match '$p', want $lines"
+    done
+    if [ -n "$bad" ]; then
+        echo "FAILED: $name: $bad:"; cat "$dir/out.log" "$dir/err.log"
+        fails=$((fails + 1))
+    else
+        echo "ok: $name: $(tr '\n' ';' <"$dir/out.log")"
+    fi
+}
+
 if [ -n "$mpiexec" ]; then
+    versions "2 ranks: --version, once" 1 -- "$mpiexec" -n 2 "$train" --version
     # (b) 2 ranks: errors every rank hits alike are printed once, by rank 0
     # (same exit status); per-rank errors once per rank, with the rank.
     expect "2 ranks: unknown flag, once" 2 "unknown flag" 1 -- \
@@ -53,6 +80,9 @@ fi
 
 # (a) exit status
 expect "unknown flag" 2 "unknown flag" 1 -- "$train" --bogus
+# (f) --version, also among other flags (even bad ones: nothing else is read)
+versions "--version" 1 -- "$train" --version
+versions "--version with other flags" 1 -- "$train" "${small[@]}" --bogus --version
 expect "balance that does not add up (plan)" 2 "the balance sums to 2" 1 -- \
     "$train" "${small[@]}" --balance 1,1
 expect "image the tiles do not divide (plan)" 2 "cannot be cut into 2 equal tiles" 1 -- \
