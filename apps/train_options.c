@@ -4,6 +4,7 @@
  * line is printed once, by rank 0, with the hint to --help; the driver exits
  * with status 2. */
 #include "train_options.h"
+#include "flag_suggest.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -313,6 +314,55 @@ static int parse_plan_flag(const char *flag, const char *val, train_options *o)
     return rc ? -1 : 0;
 }
 
+/* The flags that take a value, and those that take none (parse_all), for the
+ * parser and for "did you mean" (flag_suggest.h). */
+static const char *const VALUE_FLAGS[] = {
+    "--model", "--dataset", "--datapath", "--batch-size", "--image-size",
+    "--num-classes", "--steps", "--num-epochs", "--lr", "--learning-rate",
+    "--lr-schedule", "--momentum", "--weight-decay", "--seed", "--device", "--precision",
+    "--print-freq",
+    "--eval-batches", "--metrics", "--divergence-ratio", "--depth", "--resnet-version", "--resnet-style",
+    "--num-layers", "--num-filters", "--split-size", "--balance", "--parts",
+    "--schedule", "--spatial-size", "--num-spatial-parts", "--slice-method",
+    "--fused-layers", "--gems", "--replications", "--times", "--data-parallel",
+    "--allreduce", "--bucket-kib", "--trace", "--watchdog", "--checkpoint-dir",
+    "--checkpoint-every", "--keep", "--save", "--save-precision", "--load", "--stop-at-step",
+    "--recompute",
+    "--mem-limit-mb", "--swap-dir", "--swap-mb"};
+static const char *const SWITCHES[] = {"--dry-run", "--compile-only", "--deterministic",
+                                       "--eval-only", "--resume", "--halo-d2", "--verbose",
+                                       "--help", "--version"};
+#define NVALUE (sizeof VALUE_FLAGS / sizeof *VALUE_FLAGS)
+#define NSWITCH (sizeof SWITCHES / sizeof *SWITCHES)
+
+/* Whether flag is one of list[0..n-1]. */
+static bool among(const char *flag, const char *const *list, size_t n)
+{
+    for (size_t k = 0; k < n; k++)
+        if (!strcmp(flag, list[k])) return true;
+    return false;
+}
+
+/* " (did you mean --flag?)" for typed, or "" (flag_suggest.h). */
+static void suggest(const char *typed, char *hint, size_t len)
+{
+    const char *all[NVALUE + NSWITCH];
+    memcpy(all, VALUE_FLAGS, sizeof VALUE_FLAGS);
+    memcpy(all + NVALUE, SWITCHES, sizeof SWITCHES);
+    flag_suggest(typed, all, NVALUE + NSWITCH, hint, len);
+}
+
+/* An unknown flag (arg: as typed, flag: its name, before any '='), with the
+ * closest known ones: -1 (message set). */
+static int unknown_flag(const char *arg, const char *flag)
+{
+    if (among(flag, SWITCHES, NSWITCH))
+        return bad_usage("%s takes no value: give '%s' alone, not '%s'", flag, flag, arg);
+    char hint[200];
+    suggest(flag, hint, sizeof hint);
+    return bad_usage("unknown flag '%s'%s", flag, hint);
+}
+
 /* The flag with a value at argv[*i] (--flag=value, or --flag and the next
  * argument, which *i then skips): 0, or -1 (message printed). */
 static int parse_flag(int argc, char **argv, int *i, train_options *o)
@@ -325,22 +375,7 @@ static int parse_flag(int argc, char **argv, int *i, train_options *o)
     if (flen >= sizeof flag) return bad_usage("unknown flag '%s'", arg);
     memcpy(flag, arg, flen);
     flag[flen] = 0;
-    static const char *const KNOWN[] = {
-        "--model", "--dataset", "--datapath", "--batch-size", "--image-size",
-        "--num-classes", "--steps", "--num-epochs", "--lr", "--learning-rate",
-        "--lr-schedule", "--momentum", "--weight-decay", "--seed", "--device", "--precision",
-        "--print-freq",
-        "--eval-batches", "--metrics", "--divergence-ratio", "--depth", "--resnet-version", "--resnet-style",
-        "--num-layers", "--num-filters", "--split-size", "--balance", "--parts",
-        "--schedule", "--spatial-size", "--num-spatial-parts", "--slice-method",
-        "--fused-layers", "--gems", "--replications", "--times", "--data-parallel",
-        "--allreduce", "--bucket-kib", "--trace", "--watchdog", "--checkpoint-dir",
-        "--checkpoint-every", "--keep", "--save", "--save-precision", "--load", "--stop-at-step",
-        "--recompute",
-        "--mem-limit-mb", "--swap-dir", "--swap-mb"};
-    bool known = false;
-    for (size_t k = 0; k < sizeof KNOWN / sizeof KNOWN[0]; k++) known |= !strcmp(flag, KNOWN[k]);
-    if (!known) return bad_usage("unknown flag '%s'", flag);
+    if (!among(flag, VALUE_FLAGS, NVALUE)) return unknown_flag(arg, flag);
     mark_given(o, flag);
     if (eq) {
         val = eq + 1;
@@ -502,8 +537,11 @@ static int parse_all(int argc, char **argv, train_options *o)
             mark_given(o, arg);
             continue;
         }
-        if (strncmp(arg, "--", 2) != 0)
-            return bad_usage("unexpected argument '%s': flags start with --", arg);
+        if (strncmp(arg, "--", 2) != 0) {
+            char hint[200] = "";
+            if (arg[0] == '-') suggest(arg, hint, sizeof hint);
+            return bad_usage("unexpected argument '%s': flags start with --%s", arg, hint);
+        }
         if (parse_flag(argc, argv, &i, o)) return -1;
     }
     return check_options(o);

@@ -5,6 +5,7 @@
 #   - --datapath with the synthetic data set (which reads no files) is refused;
 #   - a folder data set with one class (a 1-way classifier) is refused;
 #   - --metrics of a run killed with SIGKILL holds whole JSON lines only;
+#   - a misspelt flag is named with the closest known ones ("did you mean");
 #   - --version prints hyfi's, StarPU's, oneDNN's and CUDA's (or that the build
 #     has none) versions on stdout and exits 0 at once, MPI and StarPU not
 #     started (under mpiexec: once, by the first rank).
@@ -70,6 +71,9 @@ if [ -n "$mpiexec" ]; then
     # (same exit status); per-rank errors once per rank, with the rank.
     expect "2 ranks: unknown flag, once" 2 "unknown flag" 1 -- \
         "$mpiexec" -n 2 "$train" --bogus
+    expect "2 ranks: misspelt flag, once, with the suggestion" 2 \
+        "unknown flag '--splitsize' (did you mean --split-size?)$" 1 -- \
+        "$mpiexec" -n 2 "$train" --splitsize 2
     expect "2 ranks: one stage on 2 ranks (plan), once" 2 "mpiexec -n 1" 1 -- \
         "$mpiexec" -n 2 "$train" "${small[@]}"
     expect "2 ranks: missing data file on every rank, once" 1 "^hyfi-train: mnist: .*not found" 1 -- \
@@ -80,6 +84,20 @@ fi
 
 # (a) exit status
 expect "unknown flag" 2 "unknown flag" 1 -- "$train" --bogus
+# (g) a misspelt flag: the closest known flags, on the one line
+expect "misspelt flag" 2 \
+    "^hyfi-train: unknown flag '--data-paralel' (did you mean --data-parallel?)$" 1 -- \
+    "$train" "${small[@]}" --data-paralel 2
+expect "misspelt --flag=value" 2 \
+    "unknown flag '--num-spatial-part' (did you mean --num-spatial-parts?)$" 1 -- \
+    "$train" "${small[@]}" --num-spatial-part=4
+expect "a flag's start" 2 \
+    "unknown flag '--check' (did you mean --checkpoint-dir or --checkpoint-every?)$" 1 -- \
+    "$train" "${small[@]}" --check x
+expect "no flag close" 2 "^hyfi-train: unknown flag '--bogus'$" 1 -- "$train" --bogus
+expect "a switch with a value" 2 "^hyfi-train: --dry-run takes no value" 1 -- \
+    "$train" "${small[@]}" --dry-run=1
+expect "one dash" 2 "flags start with -- (did you mean --batch-size?)$" 1 -- "$train" -batch-size 4
 # (f) --version, also among other flags (even bad ones: nothing else is read)
 versions "--version" 1 -- "$train" --version
 versions "--version with other flags" 1 -- "$train" "${small[@]}" --bogus --version
