@@ -443,6 +443,29 @@ static int check_options(train_options *o)
                              "--spatial-size 1 to tile the first stage (MPI4DL's default; "
                              "hyfi's is 0), or leave %s out", sp, sp);
     }
+    /* Every model here ends with its head (global average pool and fc) in the
+     * last stage, which needs whole images: at least one stage after the
+     * tiled ones. */
+    const int stages = o->split_size > 1 ? o->split_size : 1, K = o->spatial_size;
+    if (K >= stages) {
+        char tiled[96], first[32] = "first stage", also[64] = "", other[48] = "";
+        if (K == stages)
+            snprintf(tiled, sizeof tiled, stages == 1 ? "the plan's only stage (--split-size 1)"
+                                                      : "all %d stages (--split-size %d)",
+                     stages, stages);
+        else
+            snprintf(tiled, sizeof tiled, "%d stages, but the plan has %d (--split-size %d)", K,
+                     stages, stages);
+        if (o->balance) snprintf(also, sizeof also, " and a --balance of %d entries", K + 1);
+        if (K > 1) snprintf(first, sizeof first, "first %d stages", K);
+        if (stages > 1)
+            snprintf(other, sizeof other, ", or --spatial-size %d%s", stages - 1,
+                     stages > 2 ? " or less" : "");
+        return bad_usage("--spatial-size %d tiles %s; the last stage holds the model's head "
+                         "(global average pool and classifier), which needs whole images: use "
+                         "--split-size %d%s (the %s tiled, the head's whole)%s", K, tiled, K + 1,
+                         also, first, other);
+    }
     if (o->swap_dir && !o->mem_limit_mb)
         return bad_usage("--swap-dir %s has no effect without --mem-limit-mb N: StarPU swaps "
                          "data out only above a memory limit; add --mem-limit-mb (the memory "

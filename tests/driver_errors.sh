@@ -5,6 +5,8 @@
 #   - --datapath with the synthetic data set (which reads no files) is refused;
 #   - a folder data set with one class (a 1-way classifier) is refused;
 #   - --metrics of a run killed with SIGKILL holds whole JSON lines only;
+#   - --spatial-size tiling every stage (the head's too) names the --split-size
+#     that works;
 #   - a misspelt flag is named with the closest known ones ("did you mean");
 #   - --version prints hyfi's, StarPU's, oneDNN's and CUDA's (or that the build
 #     has none) versions on stdout and exits 0 at once, MPI and StarPU not
@@ -108,6 +110,9 @@ expect "image the tiles do not divide (plan)" 2 "cannot be cut into 2 equal tile
     --num-spatial-parts 4
 expect "missing data file (run time)" 1 "not found" 1 -- \
     "$train" --dataset mnist --datapath "$dir/none" --steps 1
+expect "one stage tiled (flags)" 2 \
+    "spatial-size 1 tiles the plan's only stage.*head.*use --split-size 2 " 1 -- \
+    "$train" "${small[@]}" --spatial-size 1
 # (d) --datapath with the synthetic data set
 expect "--datapath with synthetic data" 2 "reads no files; pass --dataset" 1 -- \
     "$train" "${small[@]}" --datapath "$dir"
