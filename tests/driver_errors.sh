@@ -7,6 +7,8 @@
 #   - --metrics of a run killed with SIGKILL holds whole JSON lines only;
 #   - --spatial-size tiling every stage (the head's too) names the --split-size
 #     that works;
+#   - memory messages print the sizes they compare differently, and name only
+#     the fixes that lower the estimate;
 #   - a misspelt flag is named with the closest known ones ("did you mean");
 #   - --version prints hyfi's, StarPU's, oneDNN's and CUDA's (or that the build
 #     has none) versions on stdout and exits 0 at once, MPI and StarPU not
@@ -113,6 +115,34 @@ expect "missing data file (run time)" 1 "not found" 1 -- \
 expect "one stage tiled (flags)" 2 \
     "spatial-size 1 tiles the plan's only stage.*head.*use --split-size 2 " 1 -- \
     "$train" "${small[@]}" --spatial-size 1
+# (h) memory messages: the sizes compared print differently (a plan of 3.1 MB
+# against a limit of 3 MB read "needs 3 MB, above the limit of 3 MB"; against
+# a node of 3 MB "0.0 GB more than the node's 0.0 GB"), and only the fixes that
+# lower the estimate are named (one place: not --recompute stage, not one
+# place per rank). The limit is this plan's estimate rounded down.
+"$train" "${small[@]}" --mem-limit-mb 1 >/dev/null 2>"$dir/est.log"
+est=$(grep -o "needs an estimated [0-9.]* MB" "$dir/est.log" | awk '{print $4}')
+lim=${est%.*}
+if [ -z "$est" ] || [ "$lim" -lt 1 ] 2>/dev/null; then
+    echo "FAILED: no estimate in: $(cat "$dir/est.log")"; fails=$((fails + 1))
+else
+    expect "memory limit: sizes that differ" 1 \
+        "needs an estimated [0-9.]* MB on rank 0 .*above the memory limit of $lim MB" 1 -- \
+        "$train" "${small[@]}" --mem-limit-mb "$lim"
+    need=$(grep -o "needs an estimated [0-9.]* MB" "$dir/err.log" | awk '{print $4}')
+    awk -v a="$need" -v b="$lim" 'BEGIN { exit !(a + 0 > b + 0) }' ||
+        { echo "FAILED: needs $need MB against a limit of $lim MB"; fails=$((fails + 1)); }
+    if grep -q -- "--recompute stage\|one place per rank" "$dir/err.log"; then
+        echo "FAILED: a fix that keeps as much is named:"; cat "$dir/err.log"
+        fails=$((fails + 1))
+    fi
+    expect "node memory: sizes that differ" 1 "estimated [0-9.]* MB of host memory" 1 -- \
+        env HYFI_PHYS_MEM_MB="$lim" "$train" "${small[@]}"
+    sizes=$(grep -o "estimated [0-9.]* MB of host\|node's [0-9.]* MB" "$dir/err.log" |
+            awk '{print $2}' | tr '\n' ' ')
+    awk -v s="$sizes" 'BEGIN { split(s, v, " "); exit !(v[1] + 0 > v[2] + 0) }' ||
+        { echo "FAILED: node memory figures: $sizes"; fails=$((fails + 1)); }
+fi
 # (d) --datapath with the synthetic data set
 expect "--datapath with synthetic data" 2 "reads no files; pass --dataset" 1 -- \
     "$train" "${small[@]}" --datapath "$dir"
