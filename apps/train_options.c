@@ -441,7 +441,10 @@ static int check_options(train_options *o)
             return bad_usage("%s has no effect without --spatial-size K (the number of leading "
                              "stages cut into tiles), which is 0 here: no stage is tiled. Add "
                              "--spatial-size 1 to tile the first stage (MPI4DL's default; "
-                             "hyfi's is 0), or leave %s out", sp, sp);
+                             "hyfi's is 0)%s, or leave %s out", sp,
+                             o->split_size > 1 ? "" : " with --split-size 2 (the head needs a "
+                                                      "stage of its own, untiled)",
+                             sp);
     }
     /* Every model here ends with its head (global average pool and fc) in the
      * last stage, which needs whole images: at least one stage after the

@@ -115,6 +115,9 @@ expect "missing data file (run time)" 1 "not found" 1 -- \
 expect "one stage tiled (flags)" 2 \
     "spatial-size 1 tiles the plan's only stage.*head.*use --split-size 2 " 1 -- \
     "$train" "${small[@]}" --spatial-size 1
+expect "tiles without tiled stages, one stage" 2 \
+    "Add --spatial-size 1 to tile .* with --split-size 2" 1 -- \
+    "$train" "${small[@]}" --num-spatial-parts 4
 # (h) memory messages: the sizes compared print differently (a plan of 3.1 MB
 # against a limit of 3 MB read "needs 3 MB, above the limit of 3 MB"; against
 # a node of 3 MB "0.0 GB more than the node's 0.0 GB"), and only the fixes that
