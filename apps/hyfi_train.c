@@ -665,12 +665,20 @@ static void print_summary(const run *r)
      * bound hyfi states for it */
     hyfi_memory_stats ms;
     const int have_rss = hyfi_memory_stats_get(r->ctx, r->g, &ms) == HYFI_OK && ms.peak_mb > 0;
+    int d = 1; /* the decimals (1 to 6) that print the peak and the bound apart */
+    for (; d < 6 && ms.peak_mb != ms.bound_mb; d++) {
+        char a[32], b[32];
+        snprintf(a, sizeof a, "%.*f", d, ms.peak_mb);
+        snprintf(b, sizeof b, "%.*f", d, ms.bound_mb);
+        if (strcmp(a, b)) break;
+    }
     if (have_rss)
         fprintf(stderr,
-                "hyfi-train: rank %d peak memory %.1f MB, %s the stated bound %.0f MB (%s %.0f "
+                "hyfi-train: rank %d peak memory %.*f MB, %s the stated bound %.*f MB (%s %.0f "
                 "+ process at start %.0f + graph %.0f + kernel scratch %.0f + allowance %.0f)\n",
-                hyfi_ctx_rank(r->ctx), ms.peak_mb, ms.peak_mb <= ms.bound_mb ? "within" : "ABOVE",
-                ms.bound_mb, ms.limit_mb > 0 ? "StarPU's limit" : "data estimate",
+                hyfi_ctx_rank(r->ctx), d, ms.peak_mb,
+                ms.peak_mb <= ms.bound_mb ? "within" : "ABOVE", d, ms.bound_mb,
+                ms.limit_mb > 0 ? "StarPU's limit" : "data estimate",
                 ms.limit_mb > 0 ? ms.limit_mb : ms.data_mb, ms.start_mb, ms.graph_mb,
                 ms.scratch_mb, ms.runtime_mb);
     FILE *mf = r->mf;

@@ -1,8 +1,10 @@
-/* hyfi-train's command line: the options' defaults, the --help text, the
- * parsing of every flag (--flag value or --flag=value, and HYFI_WATCHDOG_S)
- * and the checks of the flags together. A bad command line is printed once,
- * by rank 0, with the hint to --help; the driver exits with status 2. */
+/* hyfi-train's command line: the options' defaults, the parsing of every
+ * flag (--flag value or --flag=value, and HYFI_WATCHDOG_S) and the checks of
+ * the flags together (the --help text is apps/train_usage.c). A bad command
+ * line is printed once, by rank 0, with the hint to --help; the driver exits
+ * with status 2. */
 #include "train_options.h"
+#include "flag_suggest.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -16,9 +18,6 @@
 #define MAX_IMAGE_SIDE 16384
 #define MIN_IMAGE_SIDE 1 /* each model checks its own minimum (models.h) */
 #define MAX_STAGES 4096
-/* --watchdog default: far above a step of the models this driver trains on a
- * node's CPUs, far below "forever". */
-#define DEFAULT_WATCHDOG_S 120
 
 int train_replicas(const train_options *o)
 {
@@ -26,186 +25,6 @@ int train_replicas(const train_options *o)
                        : o->gems == HYFI_GEMS_MAST ? 2
                                                    : 2 * (o->replications > 1 ? o->replications : 1);
     return copies * (o->data_parallel > 1 ? o->data_parallel : 1);
-}
-
-void train_usage(FILE *f)
-{
-    fprintf(f,
-        "usage: hyfi-train [options]\n"
-        "Train a CNN with hyfi (StarPU task graphs) and report images/s and test accuracy.\n"
-        "\n"
-        "  --model NAME          cnn | resnet | amoebanet [cnn] (apps/models.h has the details)\n"
-        "                        cnn: conv3x3(32)-bn-relu-maxpool2, conv3x3(64)-bn-relu-\n"
-        "                        maxpool2, conv3x3(128)-bn-relu, global average pool, fc\n"
-        "                        resnet: ResNet of --depth and --resnet-version\n"
-        "                        amoebanet: AmoebaNet-D (--num-layers, --num-filters), images\n"
-        "                        of 32x32 or more\n"
-        "  --depth N             ResNet depth [%d]. Depths 18, 34, 50, 101, 152: ImageNet\n"
-        "                        family (7x7/2 stem, max-pool, 4 stages; v1 = torchvision's\n"
-        "                        resnetN; images of 32x32 or more); any other depth: CIFAR\n"
-        "                        family (3x3 stem, 3 stages of 16/32/64 basic blocks for v1,\n"
-        "                        depth 6n+2: 8, 20, 56, 110, 164, ...; pre-activation\n"
-        "                        bottlenecks 16->64, 64->128, 128->256 for v2, depth 9n+2:\n"
-        "                        11, 20, 56, 110, 164, 1001, ...)\n"
-        "  --resnet-version V    1: post-activation (He et al. 2015); 2: pre-activation\n"
-        "                        (He et al. 2016; at ImageNet depths the pre-activation\n"
-        "                        ResNet on the ImageNet stem) [%d]\n"
-        "  --resnet-style S      auto | cifar | imagenet: the family rule above (auto), or\n"
-        "                        forced (e.g. cifar for MPI4DL's v2-101, n = 11) [auto]\n"
-        "  --num-layers L        AmoebaNet-D normal cells, a multiple of 3: L/3 in each of\n"
-        "                        3 groups [%d, MPI4DL's default]\n"
-        "  --num-filters F       AmoebaNet-D filters, a multiple of 4 (stem F/4, cells F/2\n"
-        "                        up to 4F) [%d, MPI4DL's default: 312M parameters, very slow\n"
-        "                        on CPUs; try --num-layers 6 --num-filters 64]\n"
-        "  --dry-run             build the graph, print per op its name, kind, output shape,\n"
-        "                        parameters and FLOPs per image, then the totals (parameters,\n"
-        "                        forward FLOPs per image, activation memory per image) and\n"
-        "                        exit 0 without compiling or training\n"
-        "  --compile-only        compile the plan, print per rank its handles, tasks built and\n"
-        "                        submitted per step and the compile's memory, exit 0 (with\n"
-        "                        STARPU_MPI_FAKE_SIZE=N STARPU_MPI_FAKE_RANK=r, mpiexec -n 1:\n"
-        "                        rank r of an N-rank plan alone)\n"
-        "  --dataset NAME        synthetic | fashion-mnist | mnist | cifar10 | folder\n"
-        "                        [synthetic]\n"
-        "                        synthetic: 10 x batch-size random 3-channel images with random\n"
-        "                        labels (like MPI4DL's FakeData), no test split\n"
-        "                        folder: DIR/CLASS/*.png|*.jpg|*.jpeg (torchvision ImageFolder,\n"
-        "                        MPI4DL's app 1), classes sorted by name; DIR/train and\n"
-        "                        DIR/val (or DIR/test) when present are the train and test\n"
-        "                        splits, else no test split; images decoded per batch\n"
-        "  --dataset slides      DIR/CLASS/*.png|*.tif|*.tiff|*.svs|... large images of one\n"
-        "                        size (the folder layout), each rank reading only its tiles'\n"
-        "                        regions (docs/user-guide.md, scripts/make_slides.py)\n"
-        "  --datapath DIR        data directory; fashion-mnist defaults to\n"
-        "                        " HYFI_FASHION_MNIST_DEFAULT_DIR " (Debian's\n"
-        "                        dataset-fashion-mnist); mnist, cifar10 and folder need it;\n"
-        "                        refused with synthetic, which reads no files\n"
-        "  --batch-size N        images per step [64]\n"
-        "  --image-size N        resize images to N x N (bilinear) [the data set's; synthetic 32]\n"
-        "  --num-classes N       classes of the classifier [the data set's; synthetic 10]\n"
-        "  --steps N             training steps; 0: whole epochs [0]\n"
-        "  --num-epochs N        epochs when --steps is 0 [1]\n"
-        "  --lr X                SGD learning rate (also --learning-rate) [0.05]\n"
-        "  --lr-schedule S       constant | cosine: lr * (1 + cos(pi * step / steps)) / 2,\n"
-        "                        from lr down to 0 over the run [constant]\n"
-        "  --momentum X          SGD momentum, 0 <= X < 1 [0.9]\n"
-        "  --weight-decay X      L2 weight decay [5e-4]\n"
-        "  --seed N              seed of the parameters, the shuffling and synthetic data [42]\n"
-        "  --device D            auto | cpu | cuda [auto]\n"
-        "  --precision P         fp32 | bf16: bf16 is mixed precision: activations and their\n"
-        "                        gradients hold bfloat16 values, convolutions and fully\n"
-        "                        connected layers take bf16 weights and accumulate in fp32;\n"
-        "                        master weights, SGD, batch-norm statistics and the loss stay\n"
-        "                        fp32 (no loss scaling needed); CPU workers only so far (auto\n"
-        "                        picks cpu) [fp32]\n"
-        "  --print-freq N        print a step line every N steps [50]\n"
-        "  --eval-batches K      evaluate on the first K test batches; 0: all [0]\n"
-        "  --divergence-ratio R  stop with an error when a step's loss exceeds R times the\n"
-        "                        first step's (a diverging run); 0: never. A loss 10x the\n"
-        "                        first's or a gradient norm 100x the first's is warned\n"
-        "                        about [1000]\n"
-        "  --metrics FILE        write JSON lines: per step {\"step\",\"loss\",\"images_per_sec\",\n"
-        "                        \"grad_norm\",\"weight_norm\"},\n"
-        "                        then {\"summary\":true,\"peak_memory_mb_rank0\",\n"
-        "                        \"mean_images_per_sec\",\"median_images_per_sec\",\n"
-        "                        \"test_accuracy\"} (null where not applicable); every rank\n"
-        "                        prints its peak resident memory on stderr\n"
-        "\n"
-        "Parallelism (run under mpiexec for several ranks; every plan also runs in one\n"
-        "process, its places sharing the process's workers):\n"
-        "  --split-size S        cut the model's layers into S stages, one place each\n"
-        "                        (layer parallelism); places are spread over the MPI ranks,\n"
-        "                        at most one rank per stage [1]\n"
-        "  --balance a,b,...     layers per stage (S numbers summing to the model's layer\n"
-        "                        count: --dry-run lists the layers) [balanced by FLOPs]\n"
-        "  --parts M             micro-batches per step (pipeline parallelism); M divides\n"
-        "                        the batch; batch norm works per micro-batch [1]\n"
-        "  --schedule S          gpipe | 1f1b: all forwards then all backwards, or one\n"
-        "                        forward one backward (fewer activations alive) [gpipe]\n"
-        "  --deterministic       sum micro-batch gradients in micro-batch order (the same\n"
-        "                        floats for every plan) instead of a StarPU reduction\n"
-        "  --spatial-size K      the first K stages work on tiles of each image (spatial\n"
-        "                        parallelism), one place per tile; halos are exchanged\n"
-        "                        between tiles and batch norm uses whole-batch statistics,\n"
-        "                        so the step is the untiled one [0]\n"
-        "  --num-spatial-parts P tiles per image, at most 64 [4 with --spatial-size]\n"
-        "  --slice-method S      square | vertical | horizontal: a sqrt(P) x sqrt(P) grid, P\n"
-        "                        vertical strips or P horizontal strips [square]\n"
-        "  --fused-layers F      up to F consecutive tiled convolutions/pools share one\n"
-        "                        wider halo exchange, recomputing a shrinking border [1]\n"
-        "  --halo-d2             --fused-layers 2 (MPI4DL's flag)\n"
-        "  --gems M              mast | master: bidirectional parallelism (GEMS): a second\n"
-        "                        copy of the model with its stages mirrored (stage i on the\n"
-        "                        place of stage S-1-i), on its own slice of the data [none]\n"
-        "  --replications R      master: R pairs of copies (also --times, MPI4DL's name) [1]\n"
-        "  --data-parallel N     N replicas of the whole arrangement, each on ranks/N ranks\n"
-        "                        and its own slice of the data; gradients all-reduced by\n"
-        "                        tasks as soon as each is complete [1]\n"
-        "  --allreduce A         auto | ring | tree: the all-reduce over the replicas; auto:\n"
-        "                        tree below 64 KiB per gradient, ring above [auto]\n"
-        "  --bucket-kib K        gradients travel packed in buckets of up to K KiB; -1: one\n"
-        "                        all-reduce per parameter [256]\n"
-        "  --recompute R         none | stage | layer: re-materialisation (activation\n"
-        "                        checkpointing): keep only what leaves each segment (a\n"
-        "                        stage, or a layer: a residual block, a cell) in the\n"
-        "                        forward and re-run the segment before its backward;\n"
-        "                        bitwise the same step, about one more forward [none]\n"
-        "  --mem-limit-mb N      StarPU's memory limit per rank (STARPU_LIMIT_CPU_MEM); a\n"
-        "                        plan whose estimate is above it is refused with the fixes\n"
-        "                        and their estimates, unless --swap-dir is given [none]\n"
-        "  --swap-dir DIR        out-of-core: StarPU evicts data above the limit to files in\n"
-        "                        DIR (a disk memory node) instead of refusing; slower, not\n"
-        "                        failing\n"
-        "  --swap-mb N           the most StarPU puts in DIR [90%% of its free space]\n"
-        "  With replicas, --batch-size is per replica (as in MPI4DL): a step trains on\n"
-        "  batch-size x replicas images, replica k on the k-th slice, and images/s counts\n"
-        "  them all. The step equals the one-place step with --batch-size B x replicas\n"
-        "  --parts M x replicas. Each step line is followed by MPI4DL's own line\n"
-        "  (`Epoch: e images per sec:X`, X = --batch-size / step time, as MPI4DL counts).\n"
-        "\n"
-        "  --trace DIR           record a StarPU FxT trace on every rank; at the end rank 0\n"
-        "                        merges it into DIR (paje.trace for ViTE, tasks.rec,\n"
-        "                        comms.rec, dag.dot), prints hyfi's summary and writes\n"
-        "                        DIR/summary.json and DIR/timeline.svg (docs/tracing.md)\n"
-        "  --watchdog S          under mpiexec: when a rank has waited S seconds for the\n"
-        "                        others without any task completing on it (a peer stopped\n"
-        "                        or died, or a hang), it prints so and ends every rank\n"
-        "                        (MPI_Abort); set it above the longest step; 0: off\n"
-        "                        [HYFI_WATCHDOG_S, else %d]\n"
-        "\n"
-        "Long runs (docs/user-guide.md, \"Long runs\"):\n"
-        "  --checkpoint-dir DIR  write checkpoints (the whole training state: parameters,\n"
-        "                        momentum, running statistics, step, learning-rate schedule,\n"
-        "                        data order) to DIR/step-NNNNNNNN.safetensors, atomically:\n"
-        "                        every --checkpoint-every steps, at the end, and when the\n"
-        "                        job gets SIGTERM or SIGINT (it finishes the step, saves and\n"
-        "                        exits 0; a second signal exits at once)\n"
-        "  --checkpoint-every N  steps between checkpoints; 0: only at the end and on a\n"
-        "                        signal [0]\n"
-        "  --keep K              keep the K newest checkpoints of DIR; 0: all [3]\n"
-        "  --resume [PATH]       continue from the newest checkpoint of PATH (a folder) or\n"
-        "                        from the checkpoint file PATH [--checkpoint-dir]; the run\n"
-        "                        goes on to --steps exactly as if never stopped, under any\n"
-        "                        plan\n"
-        "  --stop-at-step K      stop after step K as a signal would (checkpoint, exit 0):\n"
-        "                        a run of --steps in several jobs, each resumed [0: never]\n"
-        "  --save FILE           at the end, write the model to FILE in the safetensors\n"
-        "                        format with PyTorch's names (torchvision's for the\n"
-        "                        ResNets): torch's load_state_dict(load_file(FILE)) takes it\n"
-        "  --save-precision P    fp32 | bf16: that file's parameters and statistics [fp32]\n"
-        "  --load FILE           start from the parameters of FILE (a safetensors file from\n"
-        "                        --save, a checkpoint, or PyTorch's save_file of the same\n"
-        "                        model's state_dict); momentum starts at zero\n"
-        "  --eval-only           no training: evaluate the --load'ed (or --resume'd) model on\n"
-        "                        the test split\n"
-        "\n"
-        "  -v, --verbose         print the StarPU workers found, and per rank (stderr) what it\n"
-        "                        built of the plan (as --compile-only) and the tasks it submits\n"
-        "  -h, --help            this text\n"
-        "\n"
-        "Exit status: 0 success, 1 run-time failure, 2 bad command line, model or plan.\n",
-        MODEL_DEFAULT_DEPTH, MODEL_DEFAULT_RESNET_VERSION, MODEL_DEFAULT_NUM_LAYERS,
-        MODEL_DEFAULT_NUM_FILTERS, DEFAULT_WATCHDOG_S);
 }
 
 /* ---------------------------------------------------------------- parsing */
@@ -495,6 +314,55 @@ static int parse_plan_flag(const char *flag, const char *val, train_options *o)
     return rc ? -1 : 0;
 }
 
+/* The flags that take a value, and those that take none (parse_all), for the
+ * parser and for "did you mean" (flag_suggest.h). */
+static const char *const VALUE_FLAGS[] = {
+    "--model", "--dataset", "--datapath", "--batch-size", "--image-size",
+    "--num-classes", "--steps", "--num-epochs", "--lr", "--learning-rate",
+    "--lr-schedule", "--momentum", "--weight-decay", "--seed", "--device", "--precision",
+    "--print-freq",
+    "--eval-batches", "--metrics", "--divergence-ratio", "--depth", "--resnet-version", "--resnet-style",
+    "--num-layers", "--num-filters", "--split-size", "--balance", "--parts",
+    "--schedule", "--spatial-size", "--num-spatial-parts", "--slice-method",
+    "--fused-layers", "--gems", "--replications", "--times", "--data-parallel",
+    "--allreduce", "--bucket-kib", "--trace", "--watchdog", "--checkpoint-dir",
+    "--checkpoint-every", "--keep", "--save", "--save-precision", "--load", "--stop-at-step",
+    "--recompute",
+    "--mem-limit-mb", "--swap-dir", "--swap-mb"};
+static const char *const SWITCHES[] = {"--dry-run", "--compile-only", "--deterministic",
+                                       "--eval-only", "--resume", "--halo-d2", "--verbose",
+                                       "--help", "--version"};
+#define NVALUE (sizeof VALUE_FLAGS / sizeof *VALUE_FLAGS)
+#define NSWITCH (sizeof SWITCHES / sizeof *SWITCHES)
+
+/* Whether flag is one of list[0..n-1]. */
+static bool among(const char *flag, const char *const *list, size_t n)
+{
+    for (size_t k = 0; k < n; k++)
+        if (!strcmp(flag, list[k])) return true;
+    return false;
+}
+
+/* " (did you mean --flag?)" for typed, or "" (flag_suggest.h). */
+static void suggest(const char *typed, char *hint, size_t len)
+{
+    const char *all[NVALUE + NSWITCH];
+    memcpy(all, VALUE_FLAGS, sizeof VALUE_FLAGS);
+    memcpy(all + NVALUE, SWITCHES, sizeof SWITCHES);
+    flag_suggest(typed, all, NVALUE + NSWITCH, hint, len);
+}
+
+/* An unknown flag (arg: as typed, flag: its name, before any '='), with the
+ * closest known ones: -1 (message set). */
+static int unknown_flag(const char *arg, const char *flag)
+{
+    if (among(flag, SWITCHES, NSWITCH))
+        return bad_usage("%s takes no value: give '%s' alone, not '%s'", flag, flag, arg);
+    char hint[200];
+    suggest(flag, hint, sizeof hint);
+    return bad_usage("unknown flag '%s'%s", flag, hint);
+}
+
 /* The flag with a value at argv[*i] (--flag=value, or --flag and the next
  * argument, which *i then skips): 0, or -1 (message printed). */
 static int parse_flag(int argc, char **argv, int *i, train_options *o)
@@ -507,22 +375,7 @@ static int parse_flag(int argc, char **argv, int *i, train_options *o)
     if (flen >= sizeof flag) return bad_usage("unknown flag '%s'", arg);
     memcpy(flag, arg, flen);
     flag[flen] = 0;
-    static const char *const KNOWN[] = {
-        "--model", "--dataset", "--datapath", "--batch-size", "--image-size",
-        "--num-classes", "--steps", "--num-epochs", "--lr", "--learning-rate",
-        "--lr-schedule", "--momentum", "--weight-decay", "--seed", "--device", "--precision",
-        "--print-freq",
-        "--eval-batches", "--metrics", "--divergence-ratio", "--depth", "--resnet-version", "--resnet-style",
-        "--num-layers", "--num-filters", "--split-size", "--balance", "--parts",
-        "--schedule", "--spatial-size", "--num-spatial-parts", "--slice-method",
-        "--fused-layers", "--gems", "--replications", "--times", "--data-parallel",
-        "--allreduce", "--bucket-kib", "--trace", "--watchdog", "--checkpoint-dir",
-        "--checkpoint-every", "--keep", "--save", "--save-precision", "--load", "--stop-at-step",
-        "--recompute",
-        "--mem-limit-mb", "--swap-dir", "--swap-mb"};
-    bool known = false;
-    for (size_t k = 0; k < sizeof KNOWN / sizeof KNOWN[0]; k++) known |= !strcmp(flag, KNOWN[k]);
-    if (!known) return bad_usage("unknown flag '%s'", flag);
+    if (!among(flag, VALUE_FLAGS, NVALUE)) return unknown_flag(arg, flag);
     mark_given(o, flag);
     if (eq) {
         val = eq + 1;
@@ -588,7 +441,33 @@ static int check_options(train_options *o)
             return bad_usage("%s has no effect without --spatial-size K (the number of leading "
                              "stages cut into tiles), which is 0 here: no stage is tiled. Add "
                              "--spatial-size 1 to tile the first stage (MPI4DL's default; "
-                             "hyfi's is 0), or leave %s out", sp, sp);
+                             "hyfi's is 0)%s, or leave %s out", sp,
+                             o->split_size > 1 ? "" : " with --split-size 2 (the head needs a "
+                                                      "stage of its own, untiled)",
+                             sp);
+    }
+    /* Every model here ends with its head (global average pool and fc) in the
+     * last stage, which needs whole images: at least one stage after the
+     * tiled ones. */
+    const int stages = o->split_size > 1 ? o->split_size : 1, K = o->spatial_size;
+    if (K >= stages) {
+        char tiled[96], first[32] = "first stage", also[64] = "", other[48] = "";
+        if (K == stages)
+            snprintf(tiled, sizeof tiled, stages == 1 ? "the plan's only stage (--split-size 1)"
+                                                      : "all %d stages (--split-size %d)",
+                     stages, stages);
+        else
+            snprintf(tiled, sizeof tiled, "%d stages, but the plan has %d (--split-size %d)", K,
+                     stages, stages);
+        if (o->balance) snprintf(also, sizeof also, " and a --balance of %d entries", K + 1);
+        if (K > 1) snprintf(first, sizeof first, "first %d stages", K);
+        if (stages > 1)
+            snprintf(other, sizeof other, ", or --spatial-size %d%s", stages - 1,
+                     stages > 2 ? " or less" : "");
+        return bad_usage("--spatial-size %d tiles %s; the last stage holds the model's head "
+                         "(global average pool and classifier), which needs whole images: use "
+                         "--split-size %d%s (the %s tiled, the head's whole)%s", K, tiled, K + 1,
+                         also, first, other);
     }
     if (o->swap_dir && !o->mem_limit_mb)
         return bad_usage("--swap-dir %s has no effect without --mem-limit-mb N: StarPU swaps "
@@ -633,7 +512,7 @@ static int parse_all(int argc, char **argv, train_options *o)
                          .num_epochs = 1, .lr = 0.05f, .momentum = 0.9f, .weight_decay = 5e-4f,
                          .seed = 42, .device = HYFI_DEVICE_AUTO, .print_freq = 50,
                          .divergence = 1000, .keep = 3,
-                         .mc = model_config_default(), .watchdog_s = DEFAULT_WATCHDOG_S};
+                         .mc = model_config_default(), .watchdog_s = TRAIN_DEFAULT_WATCHDOG_S};
     for (int i = 1; i < argc; i++)
         if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
             o->help = 1;
@@ -684,8 +563,11 @@ static int parse_all(int argc, char **argv, train_options *o)
             mark_given(o, arg);
             continue;
         }
-        if (strncmp(arg, "--", 2) != 0)
-            return bad_usage("unexpected argument '%s': flags start with --", arg);
+        if (strncmp(arg, "--", 2) != 0) {
+            char hint[200] = "";
+            if (arg[0] == '-') suggest(arg, hint, sizeof hint);
+            return bad_usage("unexpected argument '%s': flags start with --%s", arg, hint);
+        }
         if (parse_flag(argc, argv, &i, o)) return -1;
     }
     return check_options(o);
@@ -696,7 +578,7 @@ static int parse_all(int argc, char **argv, train_options *o)
  * reports it). */
 int train_early_watchdog(int argc, char **argv)
 {
-    int v = DEFAULT_WATCHDOG_S;
+    int v = TRAIN_DEFAULT_WATCHDOG_S;
     const char *e = getenv("HYFI_WATCHDOG_S");
     char *end;
     if (e && *e) {

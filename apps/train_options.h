@@ -1,6 +1,6 @@
 /* hyfi-train's command line: the options, their defaults, parsing and
- * validation, and the --help text (apps/train_options.c). The driver
- * (apps/hyfi_train.c) runs what they describe. */
+ * validation (apps/train_options.c), and the --help text (apps/train_usage.c).
+ * The driver (apps/hyfi_train.c) runs what they describe. */
 #ifndef HYFI_APPS_TRAIN_OPTIONS_H
 #define HYFI_APPS_TRAIN_OPTIONS_H
 
@@ -74,11 +74,19 @@ typedef struct train_options {
     char warnings[1024];       /* flags without effect, one line each ("" if none) */
 } train_options;
 
+/* --watchdog's default: far above a step of the models this driver trains on
+ * a node's CPUs, far below "forever". */
+#define TRAIN_DEFAULT_WATCHDOG_S 120
+
 /* Model replicas: GEMS copies x data-parallel groups. */
 int train_replicas(const train_options *o);
 
-/* The --help text. */
+/* The --help text (apps/train_usage.c). */
 void train_usage(FILE *f);
+/* --version anywhere on the command line: print the versions of hyfi and of
+ * its libraries (hyfi_versions) to f on the first rank (the launcher's, as MPI
+ * is not started) and return 1; else 0. */
+int train_version(int argc, char **argv, FILE *f);
 
 /* Fill *o from the defaults, HYFI_WATCHDOG_S and argv, then check the flags
  * together. Returns 0: parsed (o->warnings may name flags without effect);

@@ -78,8 +78,9 @@ void report_agreed(bool own, bool alike);
 double now_s(void);
 
 /* The start-up: returns 0 (go on: r->o, the data and its geometry are set,
- * every rank agreed), -1 (--help printed: exit 0), or the exit status to end
- * with (the reason printed; MPI finalised). */
+ * every rank agreed), -1 (--help or --version printed: exit 0; --version
+ * before MPI starts), or the exit status to end with (the reason printed; MPI
+ * finalised). */
 int train_startup(run *r, int argc, char **argv);
 
 /* --dry-run (apps/train_dry_run.c): build the model on a CPU-only context,

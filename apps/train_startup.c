@@ -432,6 +432,9 @@ static void resume_setting(run *r, train_settings *ts)
 
 int train_startup(run *r, int argc, char **argv)
 {
+    /* --version: before MPI and StarPU, so that it answers at once, with or
+     * without mpiexec and on a machine without a GPU */
+    if (train_version(argc, argv, stdout)) return -1;
     /* MPI's start, under the watchdog's limit */
     hyfi_launch_config lc = hyfi_launch_config_default();
     lc.timeout_s = train_early_watchdog(argc, argv);

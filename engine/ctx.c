@@ -91,10 +91,11 @@ static hyfi_status swap_check(const hyfi_ctx_config *cfg, long *mb)
         return hyfi_fail(HYFI_ERR_ARG, "hyfi_ctx_create: swap_mb %d: StarPU's disk swap takes at "
                                        "least 16 MB (0: 90%% of the free space)", cfg->swap_mb);
     *mb = cfg->swap_mb > 0 ? cfg->swap_mb : (long)(0.9 * avail / (1 << 20));
-    if (*mb < 16)
-        return hyfi_fail(HYFI_ERR_IO, "swap folder %s: %.0f MB free, StarPU's disk swap needs at "
-                                      "least 16 MB; free some space or give another folder", dir,
-                         avail / (1 << 20));
+    if (*mb < 16) /* (only 90% of the free space: say so, or "17 MB free" reads as enough) */
+        return hyfi_fail(HYFI_ERR_IO, "swap folder %s: %.1f MB free, of which StarPU's disk swap "
+                                      "would take 90%% (%.1f MB), less than the 16 MB it needs; "
+                                      "free some space or give another folder", dir,
+                         avail / (1 << 20), 0.9 * avail / (1 << 20));
     return HYFI_OK;
 }
 

@@ -219,6 +219,32 @@ static double rank_need_bytes(const hyfi_plan *pl, int r, int *worst)
     return rank_need_with(pl, r, pl->stage_act_bytes, worst);
 }
 
+/* Sizes side by side in one message: one unit (unit 0: GB from 1 GB, else MB;
+ * decimal, as --mem-limit-mb) and the fewest decimals (1, or 0 for MB from
+ * 100 MB; at most 6) that print any two of v[0..n-1] that differ differently:
+ * never "needs 1 MB, above the limit of 1 MB". */
+typedef struct size_fmt { double unit; const char *name; int digits; } size_fmt;
+#define SIZE_ARGS(f, bytes) (f).digits, (bytes) / (f).unit, (f).name /* for "%.*f %s" */
+
+static size_fmt sizes_fmt(const double *v, int n, double unit)
+{
+    double most = 0;
+    for (int i = 0; i < n; i++) most = v[i] > most ? v[i] : most;
+    if (unit <= 0) unit = most >= 1e9 ? 1e9 : 1e6;
+    size_fmt f = {unit, unit == 1e9 ? "GB" : "MB", unit == 1e6 && most >= 100e6 ? 0 : 1};
+    for (bool alike = true; alike && f.digits < 6; f.digits += alike) {
+        alike = false;
+        for (int i = 0; i < n; i++)
+            for (int j = i + 1; j < n && !alike; j++) {
+                char a[48], b[48];
+                snprintf(a, sizeof a, "%.*f", f.digits, v[i] / unit);
+                snprintf(b, sizeof b, "%.*f", f.digits, v[j] / unit);
+                alike = v[i] != v[j] && !strcmp(a, b);
+            }
+    }
+    return f;
+}
+
 #define MEMORY_FIXES                                                                        \
     "tile the big stages (--spatial-size, --num-spatial-parts), use more stages, ranks or "  \
     "micro-batches (--split-size, --parts), or a smaller batch or image"
@@ -246,12 +272,13 @@ static void warn_gpu_memory(const hyfi_graph *g)
             if (pl->place_rank[q] == g->ctx->rank && pl->place_worker[q] == w)
                 need += place_bytes(pl, q);
         const double total = g->ctx->cuda_mem[k];
+        const size_fmt f = sizes_fmt((const double[]){need, total}, 2, 0);
         if (total > 0 && need > total)
             hyfi_ctx_log(g->ctx, HYFI_LOG_WARNING,
-                         "rank %d: the plan needs an estimated %.1f GB on CUDA device %d, "
-                         "which has %.1f GB; StarPU will move data through host memory "
+                         "rank %d: the plan needs an estimated %.*f %s on CUDA device %d, "
+                         "which has %.*f %s; StarPU will move data through host memory "
                          "between tasks (slow); " MEMORY_FIXES,
-                    g->ctx->rank, need / 1e9, k, (double)total / 1e9);
+                    g->ctx->rank, SIZE_ARGS(f, need), k, SIZE_ARGS(f, total));
     }
 }
 
@@ -270,12 +297,13 @@ static hyfi_status check_simulated_memory(hyfi_graph *g)
     for (int r = 0; r < g->ctx->nranks; r++) {
         int worst;
         const double need = rank_need_bytes(g->cc->pl, r, &worst);
+        const size_fmt f = sizes_fmt((const double[]){need, (double)ram}, 2, 0);
         if (need > (double)ram)
             return hyfi_call_fail(g, HYFI_ERR_NOMEM,
-                                  "the plan needs an estimated %.1f GB of memory on simulated "
+                                  "the plan needs an estimated %.*f %s of memory on simulated "
                                   "rank %d (from stage %d on), more than its simulated node's "
-                                  "%.1f GB (machine STARPU_HOSTNAME's description); "
-                                  MEMORY_FIXES, need / 1e9, r, worst, (double)ram / 1e9);
+                                  "%.*f %s (machine STARPU_HOSTNAME's description); "
+                                  MEMORY_FIXES, SIZE_ARGS(f, need), r, worst, SIZE_ARGS(f, ram));
     }
     return HYFI_OK;
 }
@@ -300,29 +328,29 @@ static hyfi_status check_memory_limit(hyfi_graph *g)
         for (int r = 0; r < R; r++) {
             const double need = rank_need_bytes(pl, r, &worst);
             const int wstage = worst;
-            if (need / 1e6 <= (double)limit) continue;
+            const double lim = (double)limit * 1e6;
+            if (need <= lim) continue;
             if (g->ctx->swap_node >= 0) {
                 /* out-of-core: StarPU evicts to the disk what is above the limit */
+                const size_fmt f = sizes_fmt((const double[]){need, lim}, 2, 1e6);
                 if (g->ctx->rank == r && g->ctx->verbose)
                     hyfi_ctx_log(g->ctx, HYFI_LOG_INFO,
-                                 "rank %d: the plan needs an estimated %.0f MB, above the "
-                                 "memory limit of %ld MB: StarPU will swap about %.0f MB to "
+                                 "rank %d: the plan needs an estimated %.*f MB, above the "
+                                 "memory limit of %ld MB: StarPU will swap about %.*f MB to "
                                  "disk (slower)",
-                            r, need / 1e6, limit, need / 1e6 - (double)limit);
+                            r, f.digits, need / 1e6, limit, f.digits, (need - lim) / 1e6);
                 continue;
             }
-            /* the fixes, with their estimates for this rank (the message fits 512 bytes) */
-            char fixes[320] = "";
-            size_t n = 0;
+            /* The fixes that lower this rank's estimate by 1% or more (not
+             * --recompute stage of one stage, nor one place per rank where it
+             * holds one), with their estimates, "fits" where within the limit. */
             static const char *const mode[] = {"none", "stage", "layer"};
-            for (int m = HYFI_RECOMPUTE_LAYER; m >= HYFI_RECOMPUTE_STAGE; m--) {
-                if (m == (int)pl->recompute) continue;
-                const double e = rank_need_with(pl, r, pl->stage_act_mode + (size_t)m * pl->nstages,
-                                                &worst);
-                n += (size_t)snprintf(fixes + n, n < sizeof fixes ? sizeof fixes - n : 0,
-                                      "--recompute %s %.0f; ", mode[m], e / 1e6);
+            double e[3] = {need, need, need}, place = 0, place_layer = 0;
+            for (int m = HYFI_RECOMPUTE_STAGE; m <= HYFI_RECOMPUTE_LAYER; m++) {
+                const size_t *act = pl->stage_act_mode + (size_t)m * pl->nstages;
+                const double x = rank_need_with(pl, r, act, &worst);
+                if (m != (int)pl->recompute && x < 0.99 * need) e[m] = x;
             }
-            double place = 0, place_layer = 0;
             for (int q = 0; q < pl->nplaces; q++) {
                 const double b = place_bytes(pl, q),
                              bl = place_bytes_with(pl, q, pl->stage_act_mode +
@@ -330,16 +358,34 @@ static hyfi_status check_memory_limit(hyfi_graph *g)
                 if (b > place) place = b;
                 if (bl > place_layer) place_layer = bl;
             }
-            snprintf(fixes + n, n < sizeof fixes ? sizeof fixes - n : 0,
-                     "one place per rank (stages, tiles on more ranks) %.0f for the largest, "
-                     "%.0f with --recompute layer; --swap-dir DIR trains, ~%.0f swapped to disk",
-                     place / 1e6, place_layer / 1e6, need / 1e6 - (double)limit);
+            if (place >= 0.99 * need) place = place_layer = need;
+            if (place_layer >= 0.99 * place) place_layer = place;
+            const size_fmt f =
+                sizes_fmt((const double[]){need, lim, e[1], e[2], place, place_layer}, 6, 1e6);
+            char fixes[320] = ""; /* (the message fits 512 bytes) */
+            size_t n = 0;
+#define FIX_ADD(...)                                                                        \
+    (n += (size_t)snprintf(fixes + n, n < sizeof fixes ? sizeof fixes - n : 0, __VA_ARGS__))
+#define FITS(x) ((x) <= lim ? " (fits)" : "")
+            for (int m = HYFI_RECOMPUTE_LAYER; m >= HYFI_RECOMPUTE_STAGE; m--)
+                if (e[m] < need)
+                    FIX_ADD("--recompute %s %.*f%s; ", mode[m], f.digits, e[m] / 1e6, FITS(e[m]));
+            if (place < need)
+                FIX_ADD("one place per rank (stages, tiles on more ranks) %.*f%s for the largest",
+                        f.digits, place / 1e6, FITS(place));
+            if (place_layer < place)
+                FIX_ADD(", %.*f%s with --recompute layer", f.digits, place_layer / 1e6,
+                        FITS(place_layer));
+            FIX_ADD("%s--swap-dir DIR trains, ~%.*f swapped to disk", place < need ? "; " : "",
+                    f.digits, (need - lim) / 1e6);
+#undef FIX_ADD
+#undef FITS
             return hyfi_call_fail(g, HYFI_ERR_NOMEM,
-                                  "the plan needs an estimated %.0f MB on rank %d (stage %d on), "
+                                  "the plan needs an estimated %.*f MB on rank %d (stage %d on), "
                                   "above the memory limit of %ld MB per process (--mem-limit-mb, "
                                   "STARPU_LIMIT_CPU_MEM): StarPU would wait forever. Fixes, MB "
                                   "on rank %d: %s",
-                                  need / 1e6, r, wstage, limit, r, fixes);
+                                  f.digits, need / 1e6, r, wstage, limit, r, fixes);
         }
         return HYFI_OK;
     }
@@ -362,13 +408,14 @@ static hyfi_status check_memory_limit(hyfi_graph *g)
             char who[64];
             if (r0 == r1) snprintf(who, sizeof who, "rank %d", r0);
             else snprintf(who, sizeof who, "ranks %d-%d (one node)", r0, r1);
+            const size_fmt f = sizes_fmt((const double[]){need, phys}, 2, 0);
             return hyfi_call_fail(g, HYFI_ERR_NOMEM,
-                                  "the plan needs an estimated %.1f GB of host memory on %s "
-                                  "(from stage %d on), more than the node's %.1f GB; it would "
+                                  "the plan needs an estimated %.*f %s of host memory on %s "
+                                  "(from stage %d on), more than the node's %.*f %s; it would "
                                   "wait for memory or be killed; " MEMORY_FIXES
                                   " (with swap space, STARPU_LIMIT_CPU_MEM=MB per process lets "
                                   "it run past physical memory)",
-                                  need / 1e9, who, first, phys / 1e9);
+                                  SIZE_ARGS(f, need), who, first, SIZE_ARGS(f, phys));
         }
     }
     return HYFI_OK;

@@ -9,6 +9,21 @@
 #error "include <hyfi.h>: hyfi_files.h is a part of it"
 #endif
 
+/* --------------------------------------------------------------- versions */
+/* The versions of hyfi and of the libraries this build of it uses, one line
+ * each ("NAME VERSION", details in parentheses), for a program's --version
+ * and for bug reports: hyfi (hyfi_version()); StarPU (the loaded library's,
+ * and the one compiled against where they differ); oneDNN (not in a
+ * simulation build); in a CUDA build the CUDA runtime and cuDNN compiled
+ * against (and the loaded ones where they differ) and the CUDA driver's
+ * version, or that none was found (a machine without a GPU is not an error);
+ * else a line saying the build has no CUDA. Starts nothing (no context, no
+ * MPI, no CUDA context), so it may be called first, before or without
+ * hyfi_ctx_create. Writes at most len bytes into buf (NUL-terminated when len
+ * > 0; buf may be NULL with len 0) and returns the length of the whole text,
+ * as snprintf does. */
+size_t hyfi_versions(char *buf, size_t len);
+
 /* ----------------------------------------------------------------- traces */
 /* After a traced run (hyfi_ctx_config.trace_dir) and hyfi_ctx_destroy, on one
  * process (rank 0): merge the ranks' FxT files with StarPU's starpu_fxt_tool

@@ -4,7 +4,15 @@
 #     work), 1 for a run-time failure (a missing data file);
 #   - --datapath with the synthetic data set (which reads no files) is refused;
 #   - a folder data set with one class (a 1-way classifier) is refused;
-#   - --metrics of a run killed with SIGKILL holds whole JSON lines only.
+#   - --metrics of a run killed with SIGKILL holds whole JSON lines only;
+#   - --spatial-size tiling every stage (the head's too) names the --split-size
+#     that works;
+#   - memory messages print the sizes they compare differently, and name only
+#     the fixes that lower the estimate;
+#   - a misspelt flag is named with the closest known ones ("did you mean");
+#   - --version prints hyfi's, StarPU's, oneDNN's and CUDA's (or that the build
+#     has none) versions on stdout and exits 0 at once, MPI and StarPU not
+#     started (under mpiexec: once, by the first rank).
 # With MPIEXEC ('driver_errors_mpi'), on 2 ranks: an error every rank hits alike
 # (command line, plan, the same missing data file) is printed once, by rank 0,
 # with the same exit status (tests/mpi_startup.sh: errors of some ranks only).
@@ -38,11 +46,38 @@ expect() {
     fi
 }
 
+# versions NAME LINES -- COMMAND...: COMMAND exits 0 within 20 s and its stdout
+# has LINES lines "hyfi X.Y.Z", and StarPU's, oneDNN's and CUDA's lines alike.
+versions() {
+    local name=$1 lines=$2
+    shift 3
+    timeout 20 "$@" >"$dir/out.log" 2>"$dir/err.log"
+    local got=$? bad=""
+    [ "$got" = 0 ] || bad="exit status $got, want 0"
+    for p in "^hyfi [0-9]+\.[0-9]+\.[0-9]+$" "^StarPU [0-9]+\.[0-9]+\.[0-9]+" \
+             "^oneDNN [0-9]+\.[0-9]+\.[0-9]+" \
+             "^(CUDA runtime [0-9]+\.[0-9]+, |CUDA: not in this build)"; do
+        [ -n "$bad" ] && break
+        n=$(grep -Ec -- "$p" "$dir/out.log")
+        [ "$n" = "$lines" ] || bad="$n lines match '$p', want $lines"
+    done
+    if [ -n "$bad" ]; then
+        echo "FAILED: $name: $bad:"; cat "$dir/out.log" "$dir/err.log"
+        fails=$((fails + 1))
+    else
+        echo "ok: $name: $(tr '\n' ';' <"$dir/out.log")"
+    fi
+}
+
 if [ -n "$mpiexec" ]; then
+    versions "2 ranks: --version, once" 1 -- "$mpiexec" -n 2 "$train" --version
     # (b) 2 ranks: errors every rank hits alike are printed once, by rank 0
     # (same exit status); per-rank errors once per rank, with the rank.
     expect "2 ranks: unknown flag, once" 2 "unknown flag" 1 -- \
         "$mpiexec" -n 2 "$train" --bogus
+    expect "2 ranks: misspelt flag, once, with the suggestion" 2 \
+        "unknown flag '--splitsize' (did you mean --split-size?)$" 1 -- \
+        "$mpiexec" -n 2 "$train" --splitsize 2
     expect "2 ranks: one stage on 2 ranks (plan), once" 2 "mpiexec -n 1" 1 -- \
         "$mpiexec" -n 2 "$train" "${small[@]}"
     expect "2 ranks: missing data file on every rank, once" 1 "^hyfi-train: mnist: .*not found" 1 -- \
@@ -53,6 +88,23 @@ fi
 
 # (a) exit status
 expect "unknown flag" 2 "unknown flag" 1 -- "$train" --bogus
+# (g) a misspelt flag: the closest known flags, on the one line
+expect "misspelt flag" 2 \
+    "^hyfi-train: unknown flag '--data-paralel' (did you mean --data-parallel?)$" 1 -- \
+    "$train" "${small[@]}" --data-paralel 2
+expect "misspelt --flag=value" 2 \
+    "unknown flag '--num-spatial-part' (did you mean --num-spatial-parts?)$" 1 -- \
+    "$train" "${small[@]}" --num-spatial-part=4
+expect "a flag's start" 2 \
+    "unknown flag '--check' (did you mean --checkpoint-dir or --checkpoint-every?)$" 1 -- \
+    "$train" "${small[@]}" --check x
+expect "no flag close" 2 "^hyfi-train: unknown flag '--bogus'$" 1 -- "$train" --bogus
+expect "a switch with a value" 2 "^hyfi-train: --dry-run takes no value" 1 -- \
+    "$train" "${small[@]}" --dry-run=1
+expect "one dash" 2 "flags start with -- (did you mean --batch-size?)$" 1 -- "$train" -batch-size 4
+# (f) --version, also among other flags (even bad ones: nothing else is read)
+versions "--version" 1 -- "$train" --version
+versions "--version with other flags" 1 -- "$train" "${small[@]}" --bogus --version
 expect "balance that does not add up (plan)" 2 "the balance sums to 2" 1 -- \
     "$train" "${small[@]}" --balance 1,1
 expect "image the tiles do not divide (plan)" 2 "cannot be cut into 2 equal tiles" 1 -- \
@@ -60,6 +112,40 @@ expect "image the tiles do not divide (plan)" 2 "cannot be cut into 2 equal tile
     --num-spatial-parts 4
 expect "missing data file (run time)" 1 "not found" 1 -- \
     "$train" --dataset mnist --datapath "$dir/none" --steps 1
+expect "one stage tiled (flags)" 2 \
+    "spatial-size 1 tiles the plan's only stage.*head.*use --split-size 2 " 1 -- \
+    "$train" "${small[@]}" --spatial-size 1
+expect "tiles without tiled stages, one stage" 2 \
+    "Add --spatial-size 1 to tile .* with --split-size 2" 1 -- \
+    "$train" "${small[@]}" --num-spatial-parts 4
+# (h) memory messages: the sizes compared print differently (a plan of 3.1 MB
+# against a limit of 3 MB read "needs 3 MB, above the limit of 3 MB"; against
+# a node of 3 MB "0.0 GB more than the node's 0.0 GB"), and only the fixes that
+# lower the estimate are named (one place: not --recompute stage, not one
+# place per rank). The limit is this plan's estimate rounded down.
+"$train" "${small[@]}" --mem-limit-mb 1 >/dev/null 2>"$dir/est.log"
+est=$(grep -o "needs an estimated [0-9.]* MB" "$dir/est.log" | awk '{print $4}')
+lim=${est%.*}
+if [ -z "$est" ] || [ "$lim" -lt 1 ] 2>/dev/null; then
+    echo "FAILED: no estimate in: $(cat "$dir/est.log")"; fails=$((fails + 1))
+else
+    expect "memory limit: sizes that differ" 1 \
+        "needs an estimated [0-9.]* MB on rank 0 .*above the memory limit of $lim MB" 1 -- \
+        "$train" "${small[@]}" --mem-limit-mb "$lim"
+    need=$(grep -o "needs an estimated [0-9.]* MB" "$dir/err.log" | awk '{print $4}')
+    awk -v a="$need" -v b="$lim" 'BEGIN { exit !(a + 0 > b + 0) }' ||
+        { echo "FAILED: needs $need MB against a limit of $lim MB"; fails=$((fails + 1)); }
+    if grep -q -- "--recompute stage\|one place per rank" "$dir/err.log"; then
+        echo "FAILED: a fix that keeps as much is named:"; cat "$dir/err.log"
+        fails=$((fails + 1))
+    fi
+    expect "node memory: sizes that differ" 1 "estimated [0-9.]* MB of host memory" 1 -- \
+        env HYFI_PHYS_MEM_MB="$lim" "$train" "${small[@]}"
+    sizes=$(grep -o "estimated [0-9.]* MB of host\|node's [0-9.]* MB" "$dir/err.log" |
+            awk '{print $2}' | tr '\n' ' ')
+    awk -v s="$sizes" 'BEGIN { split(s, v, " "); exit !(v[1] + 0 > v[2] + 0) }' ||
+        { echo "FAILED: node memory figures: $sizes"; fails=$((fails + 1)); }
+fi
 # (d) --datapath with the synthetic data set
 expect "--datapath with synthetic data" 2 "reads no files; pass --dataset" 1 -- \
     "$train" "${small[@]}" --datapath "$dir"

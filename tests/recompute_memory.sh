@@ -7,9 +7,10 @@
 #   layer     --recompute layer: the same numbers, a lower estimate and a lower
 #             measured peak than base (the dropped activations are really freed);
 #   refused   --mem-limit-mb 400 (under base's estimate): refused at compile in
-#             seconds, the message naming --recompute, one place per rank and
-#             --swap-dir with their estimates; a limit under the largest task's
-#             buffers is refused even with swap;
+#             seconds, the message naming --recompute layer (which fits) and
+#             --swap-dir with their estimates, and not --recompute stage nor one
+#             place per rank, which keep as much on this one place; a limit
+#             under the largest task's buffers is refused even with swap;
 #   swap      --mem-limit-mb 300 with --swap-dir (at 400 the data the run really
 #             holds at once, less than the estimate since residual blocks' inputs
 #             take their adds' gradient buffers, nearly fits): trains, the same
@@ -46,10 +47,10 @@ if run refused --mem-limit-mb 400; then
     fail "a plan above the limit without swap trained"
 else
     grep -q "above the memory limit of 400 MB" "$dir/refused.log" &&
-        grep -q -- "--recompute layer [0-9]" "$dir/refused.log" &&
-        grep -q "one place per rank" "$dir/refused.log" &&
+        grep -q -- "--recompute layer [0-9]* (fits)" "$dir/refused.log" &&
+        ! grep -q -- "--recompute stage\|one place per rank" "$dir/refused.log" &&
         grep -q -- "--swap-dir DIR trains" "$dir/refused.log" ||
-        fail "the refusal does not name the fixes: $(tail -2 "$dir/refused.log")"
+        fail "the refusal does not name the fixes (only those): $(tail -2 "$dir/refused.log")"
     echo "refused in $(($(date +%s) - t0)) s: $(grep -o 'the plan needs.*' "$dir/refused.log")"
 fi
 if run tiny --mem-limit-mb 40 --swap-dir "$dir/swap0"; then
