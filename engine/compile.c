@@ -562,13 +562,14 @@ static hyfi_status check_task_memory(hyfi_graph *g)
             if (b > most) most = b, worst = t;
         }
     if (!worst || (double)most / 1e6 <= (double)limit) return HYFI_OK;
+    const hyfi_size_fmt f = hyfi_sizes_fmt((const double[]){(double)most, limit * 1e6}, 2, 1e6);
     return hyfi_call_fail(g, HYFI_ERR_NOMEM,
-                          "task %s (rank %d) needs %.0f MB of buffers at once, above the memory "
+                          "task %s (rank %d) needs %.*f MB of buffers at once, above the memory "
                           "limit of %ld MB per process (--mem-limit-mb, STARPU_LIMIT_CPU_MEM): it "
                           "could never run, even with disk swap; raise the limit (to about twice "
                           "that), or make the tensors smaller: tiles (--spatial-size, "
                           "--num-spatial-parts), micro-batches (--parts), a smaller batch",
-                          worst->name, worst->rank, (double)most / 1e6, limit);
+                          worst->name, worst->rank, f.digits, (double)most / 1e6, limit);
 }
 
 /* A registration that failed: a key that does not fit a tag or came twice

@@ -3,7 +3,9 @@
 #include "internal.h"
 
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stdio.h>
+#include <string.h>
 
 static _Thread_local char t_last_error[512];
 
@@ -90,4 +92,23 @@ hyfi_status hyfi_need_compiled(hyfi_graph *g, const char *who)
         return hyfi_call_fail(g, HYFI_ERR_STATE, "%s: compile the graph first "
                                                  "(hyfi_graph_compile)", who);
     return HYFI_OK;
+}
+
+hyfi_size_fmt hyfi_sizes_fmt(const double *v, int n, double unit)
+{
+    double most = 0;
+    for (int i = 0; i < n; i++) most = v[i] > most ? v[i] : most;
+    if (unit <= 0) unit = most >= 1e9 ? 1e9 : 1e6;
+    hyfi_size_fmt f = {unit, unit == 1e9 ? "GB" : "MB", unit == 1e6 && most >= 100e6 ? 0 : 1};
+    for (bool alike = true; alike && f.digits < 6; f.digits += alike) {
+        alike = false;
+        for (int i = 0; i < n; i++)
+            for (int j = i + 1; j < n && !alike; j++) {
+                char a[48], b[48];
+                snprintf(a, sizeof a, "%.*f", f.digits, v[i] / unit);
+                snprintf(b, sizeof b, "%.*f", f.digits, v[j] / unit);
+                alike = v[i] != v[j] && !strcmp(a, b);
+            }
+    }
+    return f;
 }

@@ -219,32 +219,6 @@ static double rank_need_bytes(const hyfi_plan *pl, int r, int *worst)
     return rank_need_with(pl, r, pl->stage_act_bytes, worst);
 }
 
-/* Sizes side by side in one message: one unit (unit 0: GB from 1 GB, else MB;
- * decimal, as --mem-limit-mb) and the fewest decimals (1, or 0 for MB from
- * 100 MB; at most 6) that print any two of v[0..n-1] that differ differently:
- * never "needs 1 MB, above the limit of 1 MB". */
-typedef struct size_fmt { double unit; const char *name; int digits; } size_fmt;
-#define SIZE_ARGS(f, bytes) (f).digits, (bytes) / (f).unit, (f).name /* for "%.*f %s" */
-
-static size_fmt sizes_fmt(const double *v, int n, double unit)
-{
-    double most = 0;
-    for (int i = 0; i < n; i++) most = v[i] > most ? v[i] : most;
-    if (unit <= 0) unit = most >= 1e9 ? 1e9 : 1e6;
-    size_fmt f = {unit, unit == 1e9 ? "GB" : "MB", unit == 1e6 && most >= 100e6 ? 0 : 1};
-    for (bool alike = true; alike && f.digits < 6; f.digits += alike) {
-        alike = false;
-        for (int i = 0; i < n; i++)
-            for (int j = i + 1; j < n && !alike; j++) {
-                char a[48], b[48];
-                snprintf(a, sizeof a, "%.*f", f.digits, v[i] / unit);
-                snprintf(b, sizeof b, "%.*f", f.digits, v[j] / unit);
-                alike = v[i] != v[j] && !strcmp(a, b);
-            }
-    }
-    return f;
-}
-
 #define MEMORY_FIXES                                                                        \
     "tile the big stages (--spatial-size, --num-spatial-parts), use more stages, ranks or "  \
     "micro-batches (--split-size, --parts), or a smaller batch or image"
@@ -272,13 +246,13 @@ static void warn_gpu_memory(const hyfi_graph *g)
             if (pl->place_rank[q] == g->ctx->rank && pl->place_worker[q] == w)
                 need += place_bytes(pl, q);
         const double total = g->ctx->cuda_mem[k];
-        const size_fmt f = sizes_fmt((const double[]){need, total}, 2, 0);
+        const hyfi_size_fmt f = hyfi_sizes_fmt((const double[]){need, total}, 2, 0);
         if (total > 0 && need > total)
             hyfi_ctx_log(g->ctx, HYFI_LOG_WARNING,
                          "rank %d: the plan needs an estimated %.*f %s on CUDA device %d, "
                          "which has %.*f %s; StarPU will move data through host memory "
                          "between tasks (slow); " MEMORY_FIXES,
-                    g->ctx->rank, SIZE_ARGS(f, need), k, SIZE_ARGS(f, total));
+                    g->ctx->rank, HYFI_SIZE_ARGS(f, need), k, HYFI_SIZE_ARGS(f, total));
     }
 }
 
@@ -297,13 +271,13 @@ static hyfi_status check_simulated_memory(hyfi_graph *g)
     for (int r = 0; r < g->ctx->nranks; r++) {
         int worst;
         const double need = rank_need_bytes(g->cc->pl, r, &worst);
-        const size_fmt f = sizes_fmt((const double[]){need, (double)ram}, 2, 0);
+        const hyfi_size_fmt f = hyfi_sizes_fmt((const double[]){need, (double)ram}, 2, 0);
         if (need > (double)ram)
             return hyfi_call_fail(g, HYFI_ERR_NOMEM,
                                   "the plan needs an estimated %.*f %s of memory on simulated "
                                   "rank %d (from stage %d on), more than its simulated node's "
                                   "%.*f %s (machine STARPU_HOSTNAME's description); "
-                                  MEMORY_FIXES, SIZE_ARGS(f, need), r, worst, SIZE_ARGS(f, ram));
+                                  MEMORY_FIXES, HYFI_SIZE_ARGS(f, need), r, worst, HYFI_SIZE_ARGS(f, ram));
     }
     return HYFI_OK;
 }
@@ -332,7 +306,7 @@ static hyfi_status check_memory_limit(hyfi_graph *g)
             if (need <= lim) continue;
             if (g->ctx->swap_node >= 0) {
                 /* out-of-core: StarPU evicts to the disk what is above the limit */
-                const size_fmt f = sizes_fmt((const double[]){need, lim}, 2, 1e6);
+                const hyfi_size_fmt f = hyfi_sizes_fmt((const double[]){need, lim}, 2, 1e6);
                 if (g->ctx->rank == r && g->ctx->verbose)
                     hyfi_ctx_log(g->ctx, HYFI_LOG_INFO,
                                  "rank %d: the plan needs an estimated %.*f MB, above the "
@@ -360,8 +334,8 @@ static hyfi_status check_memory_limit(hyfi_graph *g)
             }
             if (place >= 0.99 * need) place = place_layer = need;
             if (place_layer >= 0.99 * place) place_layer = place;
-            const size_fmt f =
-                sizes_fmt((const double[]){need, lim, e[1], e[2], place, place_layer}, 6, 1e6);
+            const hyfi_size_fmt f =
+                hyfi_sizes_fmt((const double[]){need, lim, e[1], e[2], place, place_layer}, 6, 1e6);
             char fixes[320] = ""; /* (the message fits 512 bytes) */
             size_t n = 0;
 #define FIX_ADD(...)                                                                        \
@@ -408,14 +382,14 @@ static hyfi_status check_memory_limit(hyfi_graph *g)
             char who[64];
             if (r0 == r1) snprintf(who, sizeof who, "rank %d", r0);
             else snprintf(who, sizeof who, "ranks %d-%d (one node)", r0, r1);
-            const size_fmt f = sizes_fmt((const double[]){need, phys}, 2, 0);
+            const hyfi_size_fmt f = hyfi_sizes_fmt((const double[]){need, phys}, 2, 0);
             return hyfi_call_fail(g, HYFI_ERR_NOMEM,
                                   "the plan needs an estimated %.*f %s of host memory on %s "
                                   "(from stage %d on), more than the node's %.*f %s; it would "
                                   "wait for memory or be killed; " MEMORY_FIXES
                                   " (with swap space, STARPU_LIMIT_CPU_MEM=MB per process lets "
                                   "it run past physical memory)",
-                                  SIZE_ARGS(f, need), who, first, SIZE_ARGS(f, phys));
+                                  HYFI_SIZE_ARGS(f, need), who, first, HYFI_SIZE_ARGS(f, phys));
         }
     }
     return HYFI_OK;
