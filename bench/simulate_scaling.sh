@@ -21,7 +21,7 @@
 #       [--max-gpus 2048] [--limit-mb 5000] [--timeout 900] [--out DIR]
 #       [--plot FILE.png] [--lp 1] [--report-only 1] [--gems mast|none]
 #       [--submit-all 0|1] [--submit-cost 1|0] [--factory raw|thread]
-#       [--allreduce auto|ring|tree] [--build build-sim]
+#       [--allreduce auto|ring|tree] [--node lassen|h100x8] [--build build-sim]
 # --quick: ResNet-56 at 1,024^2, unit 4, D = 1, 2, 3 (4-12 GPUs) and LP at
 # the same counts: about 2.5 minutes of CPU time (2 min 10 s of wall time on
 # this 2-core host at load ~3, 8.8 minutes at 12-24; the median of 3 steps,
@@ -55,17 +55,20 @@
 # dominated by SimGrid's hand-offs. The task counts per rank are exact; the
 # times to compare are those of real runs (bench/submit_cost.sh;
 # docs/simulation.md, "Submission cost per rank").
+# --node h100x8: nodes of 8 H100 on an NVLink switch (platforms/h100-cluster.xml: 256
+# nodes, 2,048 GPUs; analytic H100 models), one rank per node, in the build folder
+# build-sim-gpu8 made with the SimGrid StarPU of scripts/setup-simgrid.sh --gpus 8.
 # Needs the simulation build (build-sim, docs/simulation.md); --build DIR another, e.g. one
 # against scripts/setup-simgrid.sh --patched (set HYFI_SIMGRID_PREFIX alike).
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 models="resnet amoebanet" sizes="1024 2048" units="4 8 32" dps="1 2 3 6" steps=4
 max_gpus=2048 limit_mb=5000 timeout=900 out="" plot="" lp=1 quick=0 report_only=0
-gems=mast submit_all=0 submit_cost=1 allreduce=auto
-bdir="$root/build-sim"
+gems=mast submit_all=0 submit_cost=1 allreduce=auto node=lassen
+bdir=""
 bench_opts="models sizes units dps steps max_gpus limit_mb timeout out plot lp quick report_only"
 factory=""
-bench_opts+=" gems submit_all submit_cost factory allreduce"
+bench_opts+=" gems submit_all submit_cost factory allreduce node"
 # shellcheck source=common.sh
 source "$root/bench/common.sh"
 args=()
@@ -74,6 +77,16 @@ bench_parse "${args[@]+"${args[@]}"}"
 if [ "$quick" = 1 ]; then
   models=resnet sizes=1024 units=4 dps="1 2 3"
 fi
+case "$node" in
+  lassen) gpn=4 platform_file=lassen.xml analytic=analytic-v100.txt gpu_name=V100
+    bdir="${bdir:-$root/build-sim}" ;;
+  h100x8) gpn=8 platform_file=h100-cluster.xml analytic=analytic-h100.txt gpu_name=H100
+    # 8 GPUs per rank: the SimGrid StarPU of scripts/setup-simgrid.sh --gpus 8
+    export HYFI_SIMGRID_PREFIX="${HYFI_SIMGRID_PREFIX:-${HYFI_DEPS:-/opt/hyfi-deps}/starpu-simgrid-gpu8}"
+    bdir="${bdir:-$root/build-sim-gpu8}" ;;
+  *) echo "[bench] --node $node: use lassen (4 V100 per rank) or h100x8 (8 H100 per rank)" >&2
+    exit 2 ;;
+esac
 out="${out:-$bdir/bench-simulate-scaling}"
 mkdir -p "$out"
 out="$(cd "$out" && pwd)"
@@ -83,10 +96,10 @@ py=/usr/bin/python3
 source "$root/scripts/env-simgrid.sh"
 [ -f "$bdir/apps/hyfi-train.so" ] ||
   { echo "[bench] no simulation build ($bdir/apps/hyfi-train.so): see docs/simulation.md" >&2; exit 2; }
-export HYFI_SIM_ANALYTIC="$root/perfmodels/analytic-v100.txt" STARPU_HOSTNAME=lassen \
-  STARPU_NCUDA=4 STARPU_NCPU=4 STARPU_SIMGRID_TASK_SUBMIT_COST="$submit_cost"
+export HYFI_SIM_ANALYTIC="$root/perfmodels/$analytic" STARPU_HOSTNAME=$node \
+  STARPU_NCUDA=$gpn STARPU_NCPU=$gpn STARPU_SIMGRID_TASK_SUBMIT_COST="$submit_cost"
 [ "$submit_all" = 1 ] && export HYFI_SUBMIT_ALL=1
-platform="$root/platforms/lassen.xml"
+platform="$root/platforms/$platform_file"
 
 model_args() { # MODEL
   case "$1" in
@@ -170,7 +183,7 @@ for model in $models; do
       # the units that fit: ResNet-56 at 2,048^2 and AmoebaNet need 8 GPUs or more
       if [ "$u" = 4 ] && { [ "$model" = amoebanet ] || [ "$size" -gt 1024 ]; }; then continue; fi
       for d in $dps; do
-        gpus=$((u * d)) ranks=$((u * d / 4))
+        gpus=$((u * d)) ranks=$(((u * d + gpn - 1) / gpn))
         [ "$gpus" -le "$max_gpus" ] || continue
         tag="$model.$size.u$u.d$d"
         [ "$gems" = mast ] || tag="$tag.nogems"
@@ -204,14 +217,14 @@ PY
     [ "$gpus" -le "$(model_layers "$model")" ] || continue
     tag="$model.$size.lp$gpus"
     # shellcheck disable=SC2046
-    run "$tag" $((gpus / 4)) $(model_args "$model") --image-size "$size" --batch-size "$batch" \
+    run "$tag" $(((gpus + gpn - 1) / gpn)) $(model_args "$model") --image-size "$size" --batch-size "$batch" \
       --parts 1 --split-size "$gpus" </dev/null
     echo "{\"tag\":\"$tag\",\"kind\":\"lp\",\"model\":\"$model\",\"size\":$size,\"gpus\":$gpus}" >>"$out/configs.jsonl"
   done
 fi
 
 {
-  echo "Simulated scaling (platforms/lassen.xml, 4 simulated V100 per rank, analytic V100 models, $steps steps; images/s: median of steps 2..$steps)"
+  echo "Simulated scaling (platforms/$platform_file, $gpn simulated $gpu_name per rank, analytic $gpu_name models, $steps steps; images/s: median of steps 2..$steps)"
   echo
   bench_machine
   echo

@@ -12,7 +12,14 @@ SAMPLING/bus/NAME.*:
       --gpu-mem-gib 16 --h2d-gbps 75 --h2d-lat-us 5 --p2p-gbps 75 --p2p-lat-us 5
       --ram-gbps 170
 
-(GB/s = 1e9 bytes/s, per direction; every GPU pair has its own link.)
+(GB/s = 1e9 bytes/s, per direction; every GPU pair has its own link, or with
+--nvswitch every GPU one link out and one in through a switch, shared by all
+its peers: an NVLink switch as in 8-GPU H100 nodes, where a GPU's 450 GB/s per
+direction is its total to all others, not per pair.)
+
+  platforms/make_node.py SAMPLING h100x8 --cpus 112 --gpus 8 --nvswitch
+      --gpu-model 'NVIDIA H100 80GB HBM3' --gpu-mem-gib 80 --h2d-gbps 55
+      --p2p-gbps 450 --p2p-lat-us 2 --ram-gbps 300
 """
 import argparse
 import os
@@ -41,6 +48,8 @@ def main():
     p.add_argument("--p2p-gbps", type=float, required=True)
     p.add_argument("--p2p-lat-us", type=float, default=5.0)
     p.add_argument("--ram-gbps", type=float, required=True)
+    p.add_argument("--nvswitch", action="store_true",
+                   help="GPU-GPU traffic through one link out and one in per GPU")
     a = p.parse_args()
     d = os.path.join(a.sampling, "bus")
     os.makedirs(d, exist_ok=True)
@@ -106,14 +115,25 @@ def main():
                 for src, dst in [("RAM", "CUDA%d" % g), ("CUDA%d" % g, "RAM")]:
                     f.write('   <link id="%s-%s" bandwidth="%fBps" latency="%fs"/>\n'
                             % (src, dst, a.h2d_gbps * 1e9, a.h2d_lat_us * 1e-6))
+            if a.nvswitch:  # half the latency on each side of the switch
+                for g in range(a.gpus):
+                    for d in ["out", "in"]:
+                        f.write('   <link id="CUDA%d-nvs-%s" bandwidth="%fBps" latency="%fs"/>\n'
+                                % (g, d, a.p2p_gbps * 1e9, a.p2p_lat_us * 0.5e-6))
+            else:
+                for i in range(a.gpus):
+                    for j in range(a.gpus):
+                        if i != j:
+                            f.write('   <link id="CUDA%d-CUDA%d" bandwidth="%fBps" latency="%fs"/>\n'
+                                    % (i, j, a.p2p_gbps * 1e9, a.p2p_lat_us * 1e-6))
             for i in range(a.gpus):
                 for j in range(a.gpus):
-                    if i != j:
-                        f.write('   <link id="CUDA%d-CUDA%d" bandwidth="%fBps" latency="%fs"/>\n'
-                                % (i, j, a.p2p_gbps * 1e9, a.p2p_lat_us * 1e-6))
-            for i in range(a.gpus):
-                for j in range(a.gpus):
-                    if i != j:
+                    if i != j and a.nvswitch:
+                        f.write('   <route src="CUDA%d" dst="CUDA%d" symmetrical="NO">\n'
+                                '    <link_ctn id="CUDA%d-nvs-out"/>\n'
+                                '    <link_ctn id="CUDA%d-nvs-in"/>\n   </route>\n'
+                                % (i, j, i, j))
+                    elif i != j:
                         f.write('   <route src="CUDA%d" dst="CUDA%d" symmetrical="NO">\n'
                                 '    <link_ctn id="CUDA%d-CUDA%d"/>\n   </route>\n'
                                 % (i, j, i, j))

@@ -18,11 +18,28 @@
 # HYFI_SIMGRID_PREFIX=$HYFI_DEPS/starpu-simgrid-patched before sourcing
 # scripts/env-simgrid.sh, in a build folder of its own (docs/simulation.md,
 # "Simulation wall time").
+#
+# --gpus 8: a build whose simulated nodes may have up to 8 GPUs (nodes of 8
+# H100, platforms/h100-cluster.xml), into $HYFI_DEPS/starpu-simgrid-gpu8:
+# StarPU's limits are compile-time (at most 4 CUDA devices and 8 memory nodes
+# in the default build, to keep a simulated rank's memory low; 8 GPUs need 16
+# memory nodes). Use it with HYFI_SIMGRID_PREFIX=$HYFI_DEPS/starpu-simgrid-gpu8
+# before sourcing scripts/env-simgrid.sh, in a build folder of its own.
 set -euo pipefail
 deps="${HYFI_DEPS:-/opt/hyfi-deps}"
-patched=0
-[ "${1:-}" = --patched ] && patched=1
-[ $# -eq 0 ] || [ "$patched" = 1 ] || { echo "usage: setup-simgrid.sh [--patched]" >&2; exit 2; }
+patched=0 gpus=4
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --patched) patched=1; shift ;;
+    --gpus) gpus="${2:-}"; shift 2 || true ;;
+    *) echo "usage: setup-simgrid.sh [--patched] [--gpus 4|8]" >&2; exit 2 ;;
+  esac
+done
+case "$gpus" in
+  4) maxnodes=8 ;;
+  8) maxnodes=16 ;;
+  *) echo "setup-simgrid: --gpus $gpus: use 4 (the default) or 8" >&2; exit 2 ;;
+esac
 sudo=""; [ "$(id -u)" = 0 ] || sudo="sudo"
 log() { printf '[setup-simgrid] %s\n' "$*"; }
 
@@ -45,6 +62,10 @@ if [ "$patched" = 1 ]; then
   prefix="$deps/starpu-simgrid-patched"
   for p in "$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"/patches/*.patch; do patches+=("$p"); done
   recipe="$recipe-patched-$(cat "${patches[@]}" | md5sum | cut -c1-8)"
+fi
+if [ "$gpus" != 4 ]; then
+  prefix="$prefix-gpu$gpus"
+  recipe="$recipe-gpu$gpus"
 fi
 if [ -f "$prefix/.hyfi-complete" ] && grep -q "$recipe" "$prefix/.hyfi-complete"; then
   log "StarPU (SimGrid) present in $prefix ($(cat "$prefix/.hyfi-complete"))"
@@ -70,7 +91,8 @@ log "building StarPU $upstream on SimGrid $sg_ver into $prefix"
 t0=$(date +%s)
 (cd "$src" && ./configure -q --prefix="$prefix" --enable-simgrid --enable-mpi \
     --disable-shared --enable-static --with-pic --disable-cuda --without-fxt \
-    --enable-maxcpus=64 --enable-maxnumanodes=4 --enable-maxbuffers=16 --enable-maxnodes=8 \
+    --enable-maxcpus=64 --enable-maxnumanodes=4 --enable-maxbuffers=16 --enable-maxnodes="$maxnodes" \
+    --enable-maxcudadev="$gpus" \
     --disable-opencl --disable-hip --disable-fortran --disable-build-doc \
     --disable-build-examples --disable-build-tests --disable-starpufft --disable-socl \
     --disable-openmp --disable-starpupy --disable-glpk --disable-hdf5 --disable-leveldb \
