@@ -327,8 +327,12 @@ static hyfi_status ctx_create(hyfi_ctx **out, const hyfi_ctx_config *cfg_in)
     int env_rc = !cfg.bind_workers ? env_set(&envs, "STARPU_WORKERS_NOBIND", "1", 0) : 0;
     struct starpu_conf conf;
     starpu_conf_init(&conf);
-    /* Default scheduler: with CUDA workers the perf-model based dmda places
-     * each task where it finishes first; with identical CPU workers only, a
+    /* Default scheduler: with CUDA workers dmdas, the perf-model based dmda
+     * (a task goes where it finishes first) with each worker's queue ordered
+     * by priority: the places' tasks are pinned to their GPUs (plan.c), and
+     * the priorities order each GPU's critical path (simulated 8 H100 running
+     * 4 GEMS units: 83 images/s against dmda's 64, steady from step to step;
+     * docs/results.md, "GEMS places pinned"); with identical CPU workers only, a
      * central queue (the worker that frees a layer's successor usually runs
      * it, with every core it can borrow) measured faster than dmda
      * (docs/bench-cpu.md). "prio" is that queue ordered by task priority, so
@@ -336,7 +340,7 @@ static hyfi_status ctx_create(hyfi_ctx **out, const hyfi_ctx_config *cfg_in)
      * first; StarPU's "eager" would ignore the priorities. */
     const int want_cuda = cfg.device != HYFI_DEVICE_CPU && cfg.ncuda != 0 &&
                           hyfi_ops_cuda_devices() > 0;
-    conf.sched_policy_name = cfg.scheduler ? cfg.scheduler : want_cuda ? "dmda" : "prio";
+    conf.sched_policy_name = cfg.scheduler ? cfg.scheduler : want_cuda ? "dmdas" : "prio";
     if (cfg.ncpus > 0) conf.ncpus = cfg.ncpus;
     if (cfg.device == HYFI_DEVICE_CPU) conf.ncuda = 0;
     else if (cfg.ncuda >= 0) conf.ncuda = cfg.ncuda;

@@ -687,17 +687,30 @@ hyfi_status hyfi_plan_build(hyfi_graph *g)
         st = hyfi_call_fail(g, HYFI_ERR_ARG, "%s", err);
         goto out;
     }
-    /* A rank with a CUDA worker for each of its places pins each place to one. */
+    /* A rank with a CUDA worker for each of its devices pins each place to
+     * one. A device is a place of copy 0 of a data-parallel group: GEMS's
+     * mirrored copy runs on its original's devices (stage s on those of stage
+     * S-1-s, as on the ranks), so with GEMS a rank of 8 places needs 4 GPUs. */
     {
-        int local = 0;
-        for (int q = 0; q < pl->nplaces; q++) local += pl->place_rank[q] == g->ctx->rank;
+        int *home = malloc((size_t)pl->nplaces * sizeof *home);
+        if (!home) {
+            st = hyfi_call_fail(g, HYFI_ERR_NOMEM, "out of memory building the plan");
+            goto out;
+        }
+        int ndev = 0;
+        for (int q = 0; q < pl->nplaces; q++) {
+            const int k = q / pl->nplaces1, d = k / pl->copies, c = k % pl->copies;
+            home[q] = d * pl->copies * pl->nplaces1 +
+                      hyfi_copy_place(pl->nplaces1, pl->place_stage, c, q % pl->nplaces1);
+            ndev += pl->place_rank[q] == g->ctx->rank && home[q] == q;
+        }
         for (int q = 0, k = 0; q < pl->nplaces; q++) {
             pl->place_worker[q] = -1;
-            if (pl->place_rank[q] != g->ctx->rank) continue;
-            if (local > 1 && g->ctx->ncuda >= local)
-                pl->place_worker[q] = g->ctx->cuda_worker[k];
-            k++;
+            if (pl->place_rank[q] != g->ctx->rank || ndev < 2 || g->ctx->ncuda < ndev) continue;
+            pl->place_worker[q] = home[q] == q ? g->ctx->cuda_worker[k++]
+                                               : pl->place_worker[home[q]];
         }
+        free(home);
     }
     one_cpu_worker(g, pl, MB);
     for (int s = 0; s < S; s++) {

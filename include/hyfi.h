@@ -138,7 +138,7 @@ typedef struct hyfi_ctx_config {
     int ncuda;            /* CUDA workers; < 0: every GPU */
     int mpi;              /* 1: StarPU-MPI (run under mpiexec); 0: single process;
                              -1 (or config NULL): StarPU-MPI when launched by mpiexec */
-    const char *scheduler;/* StarPU scheduler; NULL: "dmda" with CUDA workers, "prio" (one
+    const char *scheduler;/* StarPU scheduler; NULL: "dmdas" with CUDA workers, "prio" (one
                              central queue ordered by priority) on CPUs only */
     int cpu_threads;      /* threads of one CPU kernel (oneDNN); <= 0: cores / CPU workers */
     int bind_workers;     /* 1: pin StarPU workers to cores; 0: let the OS place them (faster

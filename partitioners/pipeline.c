@@ -102,6 +102,21 @@ int hyfi_places_to_ranks(int places, int ranks, int *rank_of, char *err, size_t 
     return 0;
 }
 
+int hyfi_copy_place(int places, const int *stage_of, int c, int p)
+{
+    if (!(c & 1)) return p;
+    /* place t of stage s -> place t mod n of stage S-1-s */
+    const int S = stage_of[places - 1] + 1, s = stage_of[p], ms = S - 1 - s;
+    int first = p, mfirst = -1, mn = 0;
+    while (first > 0 && stage_of[first - 1] == s) first--;
+    for (int k = 0; k < places; k++)
+        if (stage_of[k] == ms) {
+            if (mfirst < 0) mfirst = k;
+            mn++;
+        }
+    return mfirst + (p - first) % mn;
+}
+
 int hyfi_replicas_to_ranks(int places, const int *stage_of, int copies, int groups, int ranks,
                            int *rank_of, char *err, size_t errlen)
 {
@@ -131,24 +146,9 @@ int hyfi_replicas_to_ranks(int places, const int *stage_of, int copies, int grou
     }
     /* copy 0 of group 0 on ranks [0, per) */
     if (hyfi_places_to_ranks(places, per, rank_of, err, errlen)) return -1;
-    const int S = stage_of[places - 1] + 1;
     for (int c = 1; c < copies; c++)
-        for (int p = 0; p < places; p++) {
-            int q = p;
-            if (c & 1) {
-                /* place t of stage s -> place t mod n of stage S-1-s */
-                const int s = stage_of[p], ms = S - 1 - s;
-                int first = p, mfirst = -1, mn = 0;
-                while (first > 0 && stage_of[first - 1] == s) first--;
-                for (int k = 0; k < places; k++)
-                    if (stage_of[k] == ms) {
-                        if (mfirst < 0) mfirst = k;
-                        mn++;
-                    }
-                q = mfirst + (p - first) % mn;
-            }
-            rank_of[c * places + p] = rank_of[q];
-        }
+        for (int p = 0; p < places; p++)
+            rank_of[c * places + p] = rank_of[hyfi_copy_place(places, stage_of, c, p)];
     for (int d = 1; d < groups; d++)
         for (int k = 0; k < copies * places; k++)
             rank_of[d * copies * places + k] =

@@ -68,5 +68,8 @@ int hyfi_places_to_ranks(int places, int ranks, int *rank_of, char *err, size_t 
  * a group would get more ranks than it has places. */
 int hyfi_replicas_to_ranks(int places, const int *stage_of, int copies, int groups, int ranks,
                            int *rank_of, char *err, size_t errlen);
+/* The place of copy 0 whose devices place p of GEMS copy c shares: p for even
+ * copies, the mirrored stage's place (as above) for odd ones. */
+int hyfi_copy_place(int places, const int *stage_of, int c, int p);
 
 #endif

@@ -120,6 +120,19 @@ int main(void)
                  rr[1] != 0 || rr[2] != 1 || rr[3] != 1 || rr[4] != 1 || rr[5] != 0 ||
                  rr[6] != 2 || rr[8] != 3 || rr[9] != 3 || rr[11] != 2,
              "5 dimensions on 4 ranks: 0 0 1 | 1 1 0 | 2 2 3 | 3 3 2");
+    /* the devices a GEMS copy's places share (plan.c pins them to the same
+     * GPU): even copies their own, odd ones the mirrored stage's place, on the
+     * same rank as hyfi_replicas_to_ranks puts them */
+    const int st4[] = {0, 0, 1, 2}; /* 2 tiles + 2 stages */
+    tu_check(hyfi_copy_place(4, st4, 0, 1) != 1 || hyfi_copy_place(4, st4, 2, 3) != 3,
+             "even copies keep their places");
+    tu_check(hyfi_copy_place(4, st4, 1, 0) != 3 || hyfi_copy_place(4, st4, 1, 1) != 3 ||
+                 hyfi_copy_place(4, st4, 1, 2) != 2 || hyfi_copy_place(4, st4, 1, 3) != 0,
+             "the mirrored copy: tiles of stage 0 -> stage 2, stage 1 -> itself, stage 2 -> tile 0");
+    tu_check(hyfi_replicas_to_ranks(4, st4, 2, 1, 4, rr, err, sizeof err), "4 places on 4 ranks");
+    for (int p = 0; p < 4; p++)
+        tu_check(rr[4 + p] != rr[hyfi_copy_place(4, st4, 1, p)],
+                 "a mirrored place on the rank of the place whose devices it shares");
     /* data parallel 4 on 2 ranks: groups share ranks */
     const int st1[] = {0};
     tu_check(hyfi_replicas_to_ranks(1, st1, 1, 4, 2, rr, err, sizeof err) || rr[0] != 0 ||

@@ -36,3 +36,22 @@ run() { # name, then environment assignments
 run gpus+cpus STARPU_NCUDA=4 STARPU_NCPU=4
 run gpus-only STARPU_NCUDA=4 STARPU_NCPU=0
 run random STARPU_NCUDA=4 STARPU_NCPU=4 STARPU_SCHED=random
+
+# GEMS on one rank of 4 simulated GPUs: the mirrored copy's places share
+# their original's GPUs (2 stages: 2 devices for 4 places), so every task of
+# the step is pinned to a GPU (engine/plan.c), none left to the scheduler.
+env HYFI_SIM_ANALYTIC="$root/perfmodels/analytic-v100.txt" STARPU_HOSTNAME=lassen \
+  STARPU_NCUDA=4 STARPU_NCPU=4 HYFI_DUMP_PROGRAMS="$tmp/gems.dump" \
+  timeout 120 bash "$root/scripts/simulate.sh" -n 1 --platform "$root/platforms/lassen.xml" \
+  --build "$build" --model resnet --depth 8 --batch-size 8 --image-size 32 --split-size 2 \
+  --parts 2 --gems mast --dataset synthetic --num-classes 10 --steps 2 --print-freq 1 \
+  >"$tmp/gems.out" 2>"$tmp/gems.err" ||
+  { echo "gems: the simulation failed"; cat "$tmp/gems.out" "$tmp/gems.err"; exit 1; }
+workers=$(awk '/^program train/{f=1} /^program infer/{f=0}
+  f && /^task/ {for (i = 1; i <= NF; i++) if ($i == "worker") print $(i + 1)}' "$tmp/gems.dump" |
+  sort -u | tr '\n' ' ')
+echo "gems: the training step's tasks on workers: $workers"
+case " $workers" in
+  *" -1 "*|" ") echo "gems: tasks not pinned to a GPU"; exit 1 ;;
+esac
+[ "$(echo $workers | wc -w)" = 2 ] || { echo "gems: want 2 GPUs for 4 places"; exit 1; }
