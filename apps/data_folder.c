@@ -387,3 +387,10 @@ done:
     free(test_dir);
     return rc;
 }
+
+/* A folder of slides (data_slides.c reads them region by region). */
+int hyfi_dataset_load_slides(const char *dir, hyfi_data_split split, hyfi_dataset **out,
+                             char *err, size_t errlen)
+{
+    return hd_load_folder_kind(dir, split, HYFI_DATA_SLIDES, out, err, errlen);
+}

@@ -3,15 +3,18 @@
  * error helper and the functions one file calls in another). Not installed,
  * not for the apps: they use data.h. Every shared name starts with hd_.
  *
- *   data.c           the dataset object, accessors, output geometry, channel
- *                    conversion and resize, images and batches, synthetic
- *                    data, shuffling, hyfi_dataset_open
+ *   data_common.c    the error helper, names, the dataset object, accessors,
+ *                    output geometry, channel conversion and resize (calls
+ *                    no other file of the module)
+ *   data.c           images and batches, synthetic data, shuffling,
+ *                    hyfi_dataset_open (calls the loaders below)
  *   data_idx.c       MNIST / Fashion-MNIST idx files, plain or gzipped
  *   data_cifar.c     CIFAR-10 binary batches
  *   data_image.c     PNG/JPEG decoding, scratch buffers, a folder image at
  *                    the output geometry
  *   data_folder.c    image-folder data sets: directory listing, layout, loader
- *                    (also of slides data sets, which share the layout)
+ *                    (also of slides data sets, which share the layout:
+ *                    hyfi_dataset_load_slides)
  *   data_slides.c    slides data sets: large PNG/TIFF/whole-slide images read
  *                    region by region (data_region.c's readers)
  *   data_region.c    the region readers (data_region.h)

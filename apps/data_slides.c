@@ -29,12 +29,6 @@ int hd_slides_header(const char *path, hd_img_info *ii, char *err, size_t errlen
     return 0;
 }
 
-int hyfi_dataset_load_slides(const char *dir, hyfi_data_split split, hyfi_dataset **out,
-                             char *err, size_t errlen)
-{
-    return hd_load_folder_kind(dir, split, HYFI_DATA_SLIDES, out, err, errlen);
-}
-
 int hd_slides_region(const hyfi_dataset *ds, size_t i, int y0, int x0, int h, int w, float *out,
                      char *err, size_t errlen)
 {
