@@ -676,13 +676,26 @@ hyfi_status hyfi_graph_compile(hyfi_graph *g, hyfi_tensor *loss, const hyfi_trai
         hyfi_compiled_free(g);
         return s;
     }
-    if (build_programs(g)) {
+    if (build_programs(g) || g->cc->htab_oom) {
+        const program *ps[3] = {&g->cc->train_prog, &g->cc->infer_prog, &g->cc->fwd_train_prog};
+        static const char *const pname[3] = {"training", "inference", "forward"};
+        int nomem = -1;
+        for (int k = 2; k >= 0; k--)
+            if (ps[k]->nomem) nomem = k;
         const int overflow =
             g->cc->train_prog.overflow || g->cc->infer_prog.overflow ||
             g->cc->fwd_train_prog.overflow;
         const int missing = g->cc->train_prog.missing || g->cc->infer_prog.missing ||
                             g->cc->fwd_train_prog.missing || g->cc->scoped;
-        if (overflow)
+        if (nomem >= 0)
+            s = hyfi_graph_fail(g, HYFI_ERR_NOMEM,
+                               "out of memory building the %s program (%d tasks, at task %s); "
+                               "use a smaller batch or fewer tiles, micro-batches or replicas",
+                               pname[nomem], ps[nomem]->n, ps[nomem]->nomem_at);
+        else if (g->cc->htab_oom)
+            s = hyfi_graph_fail(g, HYFI_ERR_NOMEM,
+                               "out of memory for the compile-time flags of the task programs");
+        else if (overflow)
             s = hyfi_graph_fail(g, HYFI_ERR_UNSUPPORTED,
                                "a task of this plan needs more than %d buffers; use fewer "
                                "spatial parts or replicas", HYFI_MAX_TASK_BUFFERS);

@@ -326,7 +326,9 @@ static inline const struct starpu_data_descr *prog_cbufs(const prog_task *t)
 typedef struct {
     prog_task *t;
     int n, cap;
-    int overflow; /* a task was given more than HYFI_MAX_TASK_BUFFERS buffers, or out of memory */
+    int overflow; /* a task was given more than HYFI_MAX_TASK_BUFFERS buffers */
+    int nomem;    /* out of memory appending a task or its buffers: at task nomem_at */
+    char nomem_at[48];
     int missing;  /* a kept task names a handle this rank did not register (scope.c) */
     unsigned char *skip; /* MPI: 1 where this rank need not submit task i (share.c), or NULL */
     int built;    /* tasks built before those this rank never submits were dropped (share.c) */

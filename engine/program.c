@@ -24,20 +24,28 @@ const hyfi_handle_info hyfi_handle_infos[HC_COUNT][2] = {
     [HC_ALLREDUCE] = {{"allreduce", HC_ALLREDUCE, 0}, {"allreduce", HC_ALLREDUCE, 1}},
 };
 
+/* Out of memory at task `name` of p: recorded for the compile's message. */
+static int nomem(program *p, const char *name)
+{
+    if (!p->nomem) snprintf(p->nomem_at, sizeof p->nomem_at, "%.47s", name);
+    p->nomem = 1;
+    return -1;
+}
+
 int hyfi_prog_push(program *p, prog_kind kind, struct starpu_codelet *cl, const char *name,
                    const hyfi_task_args *args)
 {
-    if (p->overflow) return -1;
+    if (p->overflow || p->nomem) return -1;
     if (p->n == p->cap) {
         int nc = p->cap ? p->cap * 2 : 64;
         prog_task *t = realloc(p->t, (size_t)nc * sizeof *t);
-        if (!t) return -1;
+        if (!t) return nomem(p, name);
         p->t = t;
         p->cap = nc;
     }
     hyfi_task_args *a = NULL;
     if (kind == PT_TASK) { /* (the others carry none) */
-        if (!(a = malloc(sizeof *a))) return -1;
+        if (!(a = malloc(sizeof *a))) return nomem(p, name);
         if (args) *a = *args;
         else memset(a, 0, sizeof *a);
     }
@@ -52,8 +60,8 @@ int hyfi_prog_push(program *p, prog_kind kind, struct starpu_codelet *cl, const 
     return 0;
 }
 
-/* Append a buffer to task t of p; past HYFI_MAX_TASK_BUFFERS, or out of
- * memory, p->overflow is set (the compile fails, naming the limit). */
+/* Append a buffer to task t of p; past HYFI_MAX_TASK_BUFFERS p->overflow is
+ * set (the compile fails, naming the limit), out of memory p->nomem. */
 void hyfi_prog_task_buf(program *p, prog_task *t, starpu_data_handle_t h,
                         enum starpu_data_access_mode mode)
 {
@@ -65,7 +73,7 @@ void hyfi_prog_task_buf(program *p, prog_task *t, starpu_data_handle_t h,
         /* wide tasks are few: grow straight to the largest size */
         t->xbuf = malloc(HYFI_MAX_TASK_BUFFERS * sizeof *t->xbuf);
         if (!t->xbuf) {
-            p->overflow = 1;
+            nomem(p, t->name);
             return;
         }
         memcpy(t->xbuf, t->ibuf, sizeof t->ibuf);
