@@ -225,7 +225,7 @@ static int parse_run_flag(const char *flag, const char *val, train_options *o)
     } else if (!strcmp(flag, "--print-freq")) {
         rc = parse_int(flag, val, 1, INT_MAX, &o->print_freq);
     } else if (!strcmp(flag, "--print-secs")) {
-        rc = parse_int(flag, val, 0, 1 << 24, &o->print_secs);
+        rc = parse_float(flag, val, 0, false, 1e7, false, &o->print_secs);
     } else if (!strcmp(flag, "--trace-steps")) {
         rc = parse_trace_steps(val, o);
     } else if (!strcmp(flag, "--eval-batches")) {

@@ -31,7 +31,7 @@ typedef struct train_options {
     hyfi_precision precision;  /* --precision fp32|bf16 */
     const char *metrics;       /* NULL: none */
     int print_freq;
-    int print_secs;            /* --print-secs: a line at least every N s; 0: --print-freq only */
+    float print_secs;          /* --print-secs: a line at least every N s; 0: --print-freq only */
     int print_mpi4dl;          /* --print-mpi4dl: MPI4DL's "Epoch: e images per sec:X" lines */
     float divergence;          /* --divergence-ratio: stop when loss > this x the first; 0: never */
     long long eval_batches;    /* 0: the whole test split */

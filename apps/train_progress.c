@@ -87,9 +87,14 @@ static void *progress_thread(void *arg)
     train_progress *p = r->pg;
     pthread_mutex_lock(&p->mu);
     while (!p->quit) {
+        /* (a tick of a second, shorter for a short --print-secs) */
+        double tick = r->o.print_secs < 2 ? r->o.print_secs / 2 : 1;
+        if (tick < 0.05) tick = 0.05;
         struct timespec ts;
         clock_gettime(CLOCK_REALTIME, &ts);
-        ts.tv_sec += 1;
+        const long long ns = ts.tv_nsec + (long long)(tick * 1e9);
+        ts.tv_sec += (time_t)(ns / 1000000000);
+        ts.tv_nsec = (long)(ns % 1000000000);
         pthread_cond_timedwait(&p->cv, &p->mu, &ts);
         const double t = now_s();
         if (p->quit || !p->phase || t - p->t_item < r->o.print_secs ||
@@ -101,7 +106,7 @@ static void *progress_thread(void *arg)
         const double left = p->eta_at_start - (t - p->t_item);
         progress_fmt_secs(left, eta, sizeof eta);
         if (p->phase == 1)
-            fprintf(stderr, "step %lld running for %s (%lld of %lld%s%s)\n", p->item + 1, run_s,
+            fprintf(stderr, "... step %lld running for %s (%lld of %lld%s%s)\n", p->item + 1, run_s,
                     p->item + 1, r->total, left >= 0.5 ? ", ETA " : "", left >= 0.5 ? eta : "");
         else
             fprintf(stderr, "eval: batch %lld of %zu running for %s%s%s\n", p->item + 1,

@@ -6,7 +6,7 @@
  * every --print-freq steps, the first and the last, and whenever
  * --print-secs seconds passed since the last line; a step or an evaluation
  * batch that runs longer than --print-secs gets a line of its own
- *   step S running for 45 s (S of N, ETA 12:30)
+ *   ... step S running for 45 s (S of N, ETA 12:30)
  * from a small thread (not in a simulation build: its clock is simulated).
  * The evaluation prints its batches done, running accuracy and ETA every
  * tenth of the test split or --print-secs seconds. The ETA is the time left
