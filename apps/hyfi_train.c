@@ -15,14 +15,17 @@
  * checkpoints are not counted); batches are prepared by a prefetch thread
  * (apps/data.h) meanwhile.
  *
- * Output: `step S loss L images/s R` every --print-freq steps (and the first
- * and last), then a summary:
- * mean and median images/s over the steps after the first 5 (warm-up: StarPU
- * calibrates its performance models there), and the accuracy on the test split
- * computed in eval mode (hyfi_infer: batch norm with running statistics). The
- * test set is cut into batches of --batch-size; the last one is filled up with
- * images from the start of the set, and those padding rows are not counted.
- * --metrics FILE writes the same as JSON lines (see train_usage()).
+ * Output: the setup on stdout; progress on stderr (apps/train_progress.h:
+ * `step S loss L images/s R (S of N, ETA ...)` every --print-freq steps, the
+ * first and the last, and at least every --print-secs seconds; the
+ * evaluation's batches and running accuracy); then a summary block on
+ * stdout: mean and median images/s over the steps after the first 5 (warm-up:
+ * StarPU calibrates its performance models there), and the accuracy on the
+ * test split computed in eval mode (hyfi_infer: batch norm with running
+ * statistics). The test set is cut into batches of --batch-size; the last one
+ * is filled up with images from the start of the set, and those padding rows
+ * are not counted. --metrics FILE writes the same as JSON lines (see
+ * train_usage()).
  *
  * Exit status: 0 success, 1 a run-time failure (data files, hyfi/StarPU
  * errors; the message says which), 2 a bad command line, model or plan (the
@@ -48,6 +51,7 @@
 #include "data.h"
 #include "models.h"
 #include "train_options.h"
+#include "train_progress.h"
 #include "train_regions.h"
 #include "train_run.h"
 #include "env_config.h"
@@ -83,11 +87,15 @@ static int cmp_double(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
-/* A JSON number, or null when not finite / not applicable. */
-static void json_num(FILE *f, bool have, double v)
+/* --trace-steps: pause (on false) or resume recording the trace on this
+ * rank (every rank at the same step). 0 or 1. */
+static int trace_record(run *r, bool on)
 {
-    if (have && isfinite(v)) fprintf(f, "%.9g", v);
-    else fputs("null", f);
+    if (r->trace_paused == !on) return 0;
+    const hyfi_status st = hyfi_ctx_trace_record(r->ctx, on);
+    if (st != HYFI_OK) return lib_fail("--trace-steps (hyfi_ctx_trace_record)", st, NULL);
+    r->trace_paused = !on;
+    return 0;
 }
 
 /* ------------------------------------------------------------------- run */
@@ -107,6 +115,8 @@ static int start_engine(run *r)
 #endif
     hyfi_ctx_config cc = {.device = o->device, .ncpus = 0, .ncuda = -1, .mpi = -1,
                           .scheduler = NULL, .verbose = o->verbose, .trace_dir = o->trace,
+                          /* --trace-lean: what the summary reads (comms.rec: MPI) */
+                          .trace_events = o->trace && o->trace_lean ? "TASK|USER|MPI" : NULL,
                           .watchdog_s = o->watchdog_s, .mem_limit_mb = o->mem_limit_mb,
                           .swap_dir = o->swap_dir, .swap_mb = o->swap_mb};
     hyfi_env_ctx_config(&cc);
@@ -140,6 +150,7 @@ static int start_engine(run *r)
     }
     /* line-buffered: a killed run leaves whole lines (each written at its '\n') */
     if (r->mf) setvbuf(r->mf, NULL, _IOLBF, 0);
+
     /* SIGTERM / SIGINT: stop after the step (after StarPU's own handlers) */
     stop_signals_install();
     return 0;
@@ -230,12 +241,18 @@ static void print_setup(const run *r)
     if (r->nrep > 1)
         printf("hyfi-train: %d replicas x batch %d per replica = global batch %d\n", r->nrep,
                o->batch_size, r->B);
-    printf("hyfi-train: batch %d, %lld steps (%zu per epoch), lr %g (%s), momentum %g, weight "
-           "decay %g, seed %" PRIu64 ", %s, %d CPU + %d CUDA workers\n",
-           r->B, r->total, r->spe, (double)o->lr, o->cosine ? "cosine" : "constant",
-           (double)o->momentum, (double)o->weight_decay, o->seed,
-           o->precision == HYFI_PRECISION_BF16 ? "bf16 (mixed precision)" : "fp32",
-           hyfi_ctx_ncpu_workers(r->ctx), hyfi_ctx_ncuda_workers(r->ctx));
+    if (o->eval_only)
+        printf("hyfi-train: batch %d, evaluation only (--eval-only): %zu test batches, seed %" PRIu64
+               ", %s, %d CPU + %d CUDA workers\n", r->B, r->eval_nb, o->seed,
+               o->precision == HYFI_PRECISION_BF16 ? "bf16 (mixed precision)" : "fp32",
+               hyfi_ctx_ncpu_workers(r->ctx), hyfi_ctx_ncuda_workers(r->ctx));
+    else
+        printf("hyfi-train: batch %d, %lld steps (%zu per epoch), lr %g (%s), momentum %g, weight "
+               "decay %g, seed %" PRIu64 ", %s, %d CPU + %d CUDA workers\n",
+               r->B, r->total, r->spe, (double)o->lr, o->cosine ? "cosine" : "constant",
+               (double)o->momentum, (double)o->weight_decay, o->seed,
+               o->precision == HYFI_PRECISION_BF16 ? "bf16 (mixed precision)" : "fp32",
+               hyfi_ctx_ncpu_workers(r->ctx), hyfi_ctx_ncuda_workers(r->ctx));
     char *pd = NULL;
     size_t need = hyfi_plan_describe(r->g, NULL, 0);
     if (need && (pd = malloc(need + 1))) {
@@ -274,16 +291,11 @@ static bool diverged(run *r, long long s, float l, double gnorm)
     return false;
 }
 
-/* Step s's line (every --print-freq steps, the first and the last) and its
- * --metrics line. */
-static void log_step(const run *r, long long s, float l, double gnorm, double wnorm)
+/* Step s's progress line (when due: train_progress.c) and its --metrics
+ * line. */
+static void log_step(run *r, long long s, float l, double gnorm, double wnorm)
 {
-    if ((s + 1) % r->o.print_freq == 0 || s == 0 || s + 1 == r->total) {
-        printf("step %lld loss %.4f images/s %.1f\n", s + 1, (double)l, r->rates[s]);
-        /* MPI4DL's line: its rank 0 divides --batch-size (one replica's) by the time */
-        printf("Epoch: %lld images per sec:%f\n", s / (long long)r->spe, r->rates[s] / r->nrep);
-        fflush(stdout);
-    }
+    progress_step_done(r, s, l);
     FILE *mf = r->mf;
     if (mf) {
         fprintf(mf, "{\"step\":%lld,\"loss\":", s + 1);
@@ -492,6 +504,8 @@ static int train_loop(run *r)
         report(false, "%s", err);
         return 1;
     }
+    /* --trace-steps A:B: not recorded before step A (the compile is) */
+    if (o->trace && o->trace_first > r->first + 1 && trace_record(r, false)) return 1;
     double t_prev = now_s();
     /* s == total: the check after the last step (a stop signal, the metrics) */
     for (long long s = r->first;; s++) {
@@ -516,6 +530,8 @@ static int train_loop(run *r)
             break;
         }
         if (s == total) break;
+        if (o->trace && s + 1 == o->trace_first && trace_record(r, true)) return 1;
+        progress_step_start(r, s);
         float l = NAN;
         if (o->cosine && (st = hyfi_set_lr(g, cosine_lr(o->lr, s, total))) != HYFI_OK) {
             lib_fail("hyfi_set_lr", st, g);
@@ -541,6 +557,8 @@ static int train_loop(run *r)
         r->done = s + 1;
         double t = now_s();
         r->rates[s] = B / (t - t_prev);
+        r->train_s += t - t_prev;
+        if (o->trace && s + 1 == o->trace_last && trace_record(r, false)) return 1;
         double gnorm = NAN, wnorm = NAN;
         hyfi_train_norms(g, &gnorm, &wnorm);
         if (diverged(r, s, l, gnorm)) return 1;
@@ -591,6 +609,8 @@ static void throughput(run *r)
 static int evaluate(run *r)
 {
     if (!r->test) return 0;
+    /* --trace-steps: a window of training steps, not the evaluation */
+    if (r->o.trace && r->o.trace_first && trace_record(r, false)) return 1;
     const int B = r->B, K = r->K;
     char err[1024] = "";
     hyfi_status st;
@@ -613,6 +633,7 @@ static int evaluate(run *r)
         return 1;
     }
     double t0 = now_s();
+    progress_eval_start(r, nb);
     for (size_t k = 0; k < nb; k++) {
         hyfi_batch b;
         int prc = r->tr ? train_regions_next(r->tr, k, &b) : hyfi_prefetch_next(r->pf, &b);
@@ -641,6 +662,7 @@ static int evaluate(run *r)
             r->correct += best == b.y[row];
         }
         r->counted += valid;
+        progress_eval_batch(r, k, nb, r->correct, r->counted);
     }
     hyfi_prefetch_stop(r->pf);
     r->pf = NULL;
@@ -648,51 +670,9 @@ static int evaluate(run *r)
     r->tr = NULL;
     r->have_acc = r->counted > 0;
     r->acc = r->have_acc ? (double)r->correct / (double)r->counted : 0;
-    printf("eval: %zu batches, %zu images in %.2f s\n", nb, r->counted, now_s() - t0);
+    r->eval_nb = nb;
+    progress_eval_done(r, nb, now_s() - t0);
     return 0;
-}
-
-/* The summary line, this rank's peak memory and the --metrics summary. */
-static void print_summary(const run *r)
-{
-    printf("summary: %lld steps, images/s mean ", r->done - r->first);
-    if (r->nmeas > 0)
-        printf("%.1f median %.1f (excluding %d warm-up steps)", r->mean, r->median, WARMUP_STEPS);
-    else printf("n/a median n/a (no steps after the %d warm-up steps)", WARMUP_STEPS);
-    if (r->have_acc) printf(", test accuracy %.4f (%zu/%zu)\n", r->acc, r->correct, r->counted);
-    else printf(", test accuracy n/a (%s)\n", r->test ? "no test images" : "no test split");
-    /* peak resident memory of this process (each rank: its places) against the
-     * bound hyfi states for it */
-    hyfi_memory_stats ms;
-    const int have_rss = hyfi_memory_stats_get(r->ctx, r->g, &ms) == HYFI_OK && ms.peak_mb > 0;
-    int d = 1; /* the decimals (1 to 6) that print the peak and the bound apart */
-    for (; d < 6 && ms.peak_mb != ms.bound_mb; d++) {
-        char a[32], b[32];
-        snprintf(a, sizeof a, "%.*f", d, ms.peak_mb);
-        snprintf(b, sizeof b, "%.*f", d, ms.bound_mb);
-        if (strcmp(a, b)) break;
-    }
-    if (have_rss)
-        fprintf(stderr,
-                "hyfi-train: rank %d peak memory %.*f MB, %s the stated bound %.*f MB (%s %.0f "
-                "+ process at start %.0f + graph %.0f + kernel scratch %.0f + allowance %.0f)\n",
-                hyfi_ctx_rank(r->ctx), d, ms.peak_mb,
-                ms.peak_mb <= ms.bound_mb ? "within" : "ABOVE", d, ms.bound_mb,
-                ms.limit_mb > 0 ? "StarPU's limit" : "data estimate",
-                ms.limit_mb > 0 ? ms.limit_mb : ms.data_mb, ms.start_mb, ms.graph_mb,
-                ms.scratch_mb, ms.runtime_mb);
-    FILE *mf = r->mf;
-    if (mf) {
-        fputs("{\"summary\":true,\"peak_memory_mb_rank0\":", mf);
-        json_num(mf, have_rss, have_rss ? ms.peak_mb : 0);
-        fputs(",\"mean_images_per_sec\":", mf);
-        json_num(mf, r->nmeas > 0, r->mean);
-        fputs(",\"median_images_per_sec\":", mf);
-        json_num(mf, r->nmeas > 0, r->median);
-        fputs(",\"test_accuracy\":", mf);
-        json_num(mf, r->have_acc, r->acc);
-        fputs("}\n", mf);
-    }
 }
 
 /* Free everything; after a successful --trace run rank 0 merges the trace.
@@ -701,6 +681,7 @@ static int finish(run *r, int rc)
 {
     const train_options *o = &r->o;
     hyfi_status st;
+    progress_end(r);
     hyfi_prefetch_stop(r->pf);
     train_regions_free(r->tr);
     /* rank 0's metrics complete, or every rank ends with status 1 */
@@ -770,6 +751,7 @@ int main(int argc, char **argv)
     if (rc == 0) rc = compile_model(&r);
     if (rc == 0 && r.o.compile_only) return finish(&r, print_rank_stats(&r));
     if (rc == 0 && r.o.verbose) rc = print_rank_stats(&r); /* -v: every rank's share too */
+    if (rc == 0) rc = progress_begin(&r); /* (the evaluation's size: print_setup) */
     if (rc == 0) {
         print_setup(&r);
         rc = restore(&r);
@@ -781,7 +763,7 @@ int main(int argc, char **argv)
         throughput(&r);
         rc = evaluate(&r);
     }
-    if (rc == 0) print_summary(&r);
+    if (rc == 0) progress_summary(&r);
     if (rc == 0 && r.o.save_path) rc = save_model(&r);
     return finish(&r, rc);
 }

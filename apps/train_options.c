@@ -119,6 +119,39 @@ static int parse_float(const char *flag, const char *s, double lo, bool lo_open,
     return 0;
 }
 
+/* s is a whole integer (no sign check), into *out. */
+static bool whole_ll(const char *s, long long *out)
+{
+    char *end;
+    errno = 0;
+    *out = strtoll(s, &end, 10);
+    return !errno && end != s && !*end;
+}
+
+/* --trace-steps A:B (steps A to B), A: (A to the end), :B or A (that step
+ * alone): 0, or -1 (message set). */
+static int parse_trace_steps(const char *val, train_options *o)
+{
+    const char *colon = strchr(val, ':');
+    const size_t la = colon ? (size_t)(colon - val) : strlen(val);
+    const char *bs = colon ? colon + 1 : val;
+    char a[32] = "";
+    long long first = 1, last = 0;
+    bool ok = la < sizeof a && (la || *bs);
+    if (ok) {
+        memcpy(a, val, la);
+        a[la] = 0;
+        ok = (!*a || whole_ll(a, &first)) && (!*bs || whole_ll(bs, &last)) && first >= 1 &&
+             (!*bs || last >= first);
+    }
+    if (!ok)
+        return bad_usage("--trace-steps '%s' is not valid: expected A:B (steps A to B, from 1), "
+                         "A: (A to the end), :B or A (that step alone)", val);
+    o->trace_first = first;
+    o->trace_last = last;
+    return 0;
+}
+
 /* The value of a model, data or training flag: 0 parsed, -1 bad (message
  * printed), 1 not one of these flags. */
 static int parse_run_flag(const char *flag, const char *val, train_options *o)
@@ -191,6 +224,10 @@ static int parse_run_flag(const char *flag, const char *val, train_options *o)
                              (double)o->divergence);
     } else if (!strcmp(flag, "--print-freq")) {
         rc = parse_int(flag, val, 1, INT_MAX, &o->print_freq);
+    } else if (!strcmp(flag, "--print-secs")) {
+        rc = parse_float(flag, val, 0, false, 1e7, false, &o->print_secs);
+    } else if (!strcmp(flag, "--trace-steps")) {
+        rc = parse_trace_steps(val, o);
     } else if (!strcmp(flag, "--eval-batches")) {
         rc = parse_ll(flag, val, 0, LLONG_MAX / 2, &ll);
         o->eval_batches = ll;
@@ -321,6 +358,7 @@ static const char *const VALUE_FLAGS[] = {
     "--num-classes", "--steps", "--num-epochs", "--lr", "--learning-rate",
     "--lr-schedule", "--momentum", "--weight-decay", "--seed", "--device", "--precision",
     "--print-freq",
+    "--print-secs", "--trace-steps",
     "--eval-batches", "--metrics", "--divergence-ratio", "--depth", "--resnet-version", "--resnet-style",
     "--num-layers", "--num-filters", "--split-size", "--balance", "--parts",
     "--schedule", "--spatial-size", "--num-spatial-parts", "--slice-method",
@@ -331,7 +369,8 @@ static const char *const VALUE_FLAGS[] = {
     "--mem-limit-mb", "--swap-dir", "--swap-mb"};
 static const char *const SWITCHES[] = {"--dry-run", "--compile-only", "--deterministic",
                                        "--eval-only", "--resume", "--halo-d2", "--verbose",
-                                       "--help", "--version"};
+                                       "--help", "--version",
+                                       "--print-mpi4dl", "--trace-lean"};
 #define NVALUE (sizeof VALUE_FLAGS / sizeof *VALUE_FLAGS)
 #define NSWITCH (sizeof SWITCHES / sizeof *SWITCHES)
 
@@ -409,6 +448,9 @@ static int check_options(train_options *o)
     if (o->eval_only && !o->load_path && !o->resume)
         return bad_usage("--eval-only evaluates a saved model: give it with --load FILE (or "
                          "--resume)");
+    if (!o->trace && (train_given(o, "--trace-steps") || o->trace_lean))
+        return bad_usage("%s needs --trace DIR (where to write the trace)",
+                         train_given(o, "--trace-steps") ? "--trace-steps" : "--trace-lean");
     if (o->swap_mb && !o->swap_dir)
         return bad_usage("--swap-mb %d needs --swap-dir DIR (where to swap)", o->swap_mb);
     if (o->replications > 1 && o->gems != HYFI_GEMS_MASTER)
@@ -511,6 +553,7 @@ static int parse_all(int argc, char **argv, train_options *o)
     *o = (train_options){.batch_size = 64, .dataset = HYFI_DATA_SYNTHETIC,
                          .num_epochs = 1, .lr = 0.05f, .momentum = 0.9f, .weight_decay = 5e-4f,
                          .seed = 42, .device = HYFI_DEVICE_AUTO, .print_freq = 50,
+                         .print_secs = 30,
                          .divergence = 1000, .keep = 3,
                          .mc = model_config_default(), .watchdog_s = TRAIN_DEFAULT_WATCHDOG_S};
     for (int i = 1; i < argc; i++)
@@ -556,6 +599,11 @@ static int parse_all(int argc, char **argv, train_options *o)
                 o->resume_path = argv[++i];
             if (o->resume_path && !*o->resume_path)
                 return bad_usage("--resume= needs a folder or a checkpoint file");
+            continue;
+        }
+        if (strcmp(arg, "--print-mpi4dl") == 0 || strcmp(arg, "--trace-lean") == 0) {
+            *(arg[2] == 'p' ? &o->print_mpi4dl : &o->trace_lean) = 1;
+            mark_given(o, arg);
             continue;
         }
         if (strcmp(arg, "--halo-d2") == 0) {
@@ -669,6 +717,8 @@ void train_settings_fill(const train_options *o, train_settings *ts)
     put(ts, "--recompute", 0, "%s", rc[o->recompute % 3]);
     put(ts, "--mem-limit-mb", 0, "%d", o->mem_limit_mb);
     put(ts, "--trace", 0, "%s", str_or_none(o->trace));
+    put(ts, "--trace-steps", 0, "%lld:%lld", o->trace_first, o->trace_last);
+    put(ts, "--trace-lean", 0, "%d", o->trace_lean);
     put(ts, "--checkpoint-dir", 0, "%s", str_or_none(o->checkpoint_dir));
     put(ts, "--checkpoint-every", 0, "%lld", o->checkpoint_every);
     put(ts, "--keep", 0, "%d", o->keep);

@@ -31,6 +31,8 @@ typedef struct train_options {
     hyfi_precision precision;  /* --precision fp32|bf16 */
     const char *metrics;       /* NULL: none */
     int print_freq;
+    float print_secs;          /* --print-secs: a line at least every N s; 0: --print-freq only */
+    int print_mpi4dl;          /* --print-mpi4dl: MPI4DL's "Epoch: e images per sec:X" lines */
     float divergence;          /* --divergence-ratio: stop when loss > this x the first; 0: never */
     long long eval_batches;    /* 0: the whole test split */
     int verbose;
@@ -55,6 +57,9 @@ typedef struct train_options {
     const char *swap_dir;      /* --swap-dir DIR: StarPU's out-of-core disk swap; NULL: none */
     int swap_mb;               /* --swap-mb: its size; 0: 90% of the free space there */
     const char *trace;         /* --trace DIR */
+    long long trace_first;     /* --trace-steps A:B: record steps A..B only (1-based); */
+    long long trace_last;      /*   0: from the start / to the end of the run */
+    int trace_lean;            /* --trace-lean: only the events hyfi's summary reads */
     int watchdog_s;            /* --watchdog, HYFI_WATCHDOG_S; 0: off */
     /* long runs */
     const char *checkpoint_dir; /* --checkpoint-dir DIR: NULL: no checkpoints */
@@ -112,7 +117,7 @@ int train_early_watchdog(int argc, char **argv);
 
 /* The settings every rank must have alike (hyfi_launch_agree): every flag
  * but those a rank may choose alone (--device, --watchdog, -v, --print-freq,
- * --swap-dir, --swap-mb: the node's own). The driver appends what it derives
+ * --print-secs, --print-mpi4dl, --swap-dir, --swap-mb: the node's own). The driver appends what it derives
  * (the data's contents, the checkpoint resumed). */
 #define TRAIN_MAX_SETTINGS 60
 typedef struct train_settings {

@@ -46,6 +46,12 @@ typedef struct run {
     int nwarn;
     int stop_sig;               /* the signal that stopped the run, 0: none */
     bool stopped;               /* by a signal or --stop-at-step */
+    /* progress (apps/train_progress.c) */
+    struct train_progress *pg;  /* rank 0's line timing and thread of long steps */
+    bool trace_paused;          /* --trace-steps: recording paused now */
+    double train_s;             /* wall time of this process's steps (no checkpoints) */
+    size_t eval_nb;             /* test batches of the evaluation (0: none) */
+    double eval_s;              /* its wall time */
     /* results */
     long long nmeas;            /* steps after the warm-up */
     double mean, median;        /* their images/s */

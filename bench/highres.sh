@@ -91,7 +91,7 @@ run_cfg() { # kind model size precision
   # --watchdog 0: the head's rank waits legitimately long for a swapping stage 0
   local args=("${mf[@]}" --dataset slides --datapath "$data" --batch-size 1 --num-classes 2
               --steps "$steps" --print-freq 1 --metrics "$log.metrics" --watchdog 0
-              --precision "$prec")
+              --precision "$prec" -v) # -v: every rank's peak memory line
   local tile=(--split-size 2 --balance "$((layers - 1)),1" --spatial-size 1
               --num-spatial-parts "$tiles" --slice-method square)
   local t0 rc=0 mem_mb

@@ -35,7 +35,7 @@ data=$(bench_slides "$size")
 mf=($model)
 layers=$(bench_layers "$size" "${mf[@]}")
 common=("${mf[@]}" --dataset slides --datapath "$data" --batch-size 1 --num-classes 2
-        --print-freq 1 --watchdog 0 --momentum 0.9 --weight-decay 5e-4)
+        --print-freq 1 --watchdog 0 --momentum 0.9 --weight-decay 5e-4 -v) # -v: peak memory lines
 export HYFI_CPU_THREADS=1 HYFI_LEND_MIN_BYTES=0
 start=$(date +%s)
 # the initial weights: one step at a learning rate too small to move them

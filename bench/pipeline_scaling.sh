@@ -35,7 +35,7 @@ bench_setup bench-pipeline
 
 # shellcheck disable=SC2206
 base=($model --dataset synthetic --batch-size "$batch" --image-size "$image" --num-classes 10
-      --schedule "$schedule" --print-freq 1000000)
+      --schedule "$schedule" --print-freq 1000000 -v) # -v: every rank's peak memory line
 IFS=, read -r -a plist <<<"$parts"
 configs=()
 for m in "${plist[@]}"; do configs+=("1r1s:$m" "1r2s:$m" "2r2s:$m"); done

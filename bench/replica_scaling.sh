@@ -39,7 +39,7 @@ bench_setup bench-replica
 
 # shellcheck disable=SC2206
 base=($model --dataset synthetic --image-size "$image" --num-classes 10 --print-freq 1000000
-      --steps $((steps + 5)))
+      --steps $((steps + 5)) -v) # -v: every rank's peak memory line
 configs=(1r-1core 1r 1r-dp2 2r-dp2 2r-dp2-ring 2r-dp2-tree 2r-lp 2r-gems)
 
 run_cfg() { # name rep -> appends a JSON line to runs.jsonl

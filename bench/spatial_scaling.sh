@@ -38,7 +38,7 @@ run_cfg() { # kind size rep
   # shellcheck disable=SC2206
   local args=($model --dataset synthetic --batch-size "$batch" --image-size "$size"
                --num-classes 10 --split-size 2 --balance "$balance" --print-freq 1000000
-               --steps $((steps + 5)) --metrics "$log.metrics")
+               --steps $((steps + 5)) --metrics "$log.metrics" -v) # -v: peak memory lines
   local tile=(--spatial-size 1 --num-spatial-parts "$parts" --slice-method "$slice")
   case "$kind" in
     untiled) "$train" "${args[@]}" >"$log.log" 2>&1 ;;

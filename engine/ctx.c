@@ -356,6 +356,12 @@ static hyfi_status ctx_create(hyfi_ctx **out, const hyfi_ctx_config *cfg_in)
         ctx->trace_dir = strdup(cfg.trace_dir);
         env_rc |= env_set(&envs, "STARPU_FXT_TRACE", "1", 1);
         env_rc |= env_set(&envs, "STARPU_FXT_PREFIX", raw, 1);
+        /* StarPU applies STARPU_FXT_EVENTS from the start only when told so
+         * before its initialisation */
+        if (cfg.trace_events) {
+            env_rc |= env_set(&envs, "STARPU_FXT_EVENTS", cfg.trace_events, 1);
+            if (!env_rc) starpu_fxt_autostart_profiling(1);
+        }
 #endif
     }
     int rc;

@@ -5,7 +5,9 @@
  * of comms.rec (which name tags) into halo / batch-norm statistics / pipeline
  * / all-reduce, and the tasks of tasks.rec (which name ops) into places.
  *
- * StarPU's FxT records the run itself (engine/ctx.c sets it up); merging and
+ * StarPU's FxT records the run itself (engine/ctx.c sets it up, with the
+ * categories of hyfi_ctx_config.trace_events); hyfi_ctx_trace_record pauses
+ * and resumes it (a window of steps). Merging and
  * summarising a trace is tooling outside the engine (trace/). */
 #include "internal.h"
 
@@ -90,6 +92,18 @@ void hyfi_trace_finish(hyfi_ctx *c)
     snprintf(g_failed_dir, sizeof g_failed_dir, "%s", c->trace_dir);
     snprintf(g_failed_file, sizeof g_failed_file, "%s", c->trace_err_file);
     g_failed_err = c->trace_err;
+}
+
+hyfi_status hyfi_ctx_trace_record(hyfi_ctx *ctx, bool on)
+{
+    if (!ctx || !ctx->trace_dir)
+        return hyfi_fail(HYFI_ERR_ARG, "hyfi_ctx_trace_record: the context is not traced "
+                                       "(hyfi_ctx_config.trace_dir is NULL)");
+#ifdef STARPU_USE_FXT
+    if (on) starpu_fxt_start_profiling();
+    else starpu_fxt_stop_profiling();
+#endif
+    return HYFI_OK;
 }
 
 int hyfi_trace_note_error(const char *dir, const char **file)

@@ -152,6 +152,11 @@ typedef struct hyfi_ctx_config {
                              ops beside it; after hyfi_ctx_destroy, rank 0 merges and
                              summarises it (hyfi_trace_merge, hyfi_trace_summarize).
                              NULL: no tracing and no cost */
+    const char *trace_events;/* with trace_dir: the categories StarPU's FxT records, as in
+                             its STARPU_FXT_EVENTS ("TASK|USER|MPI": what hyfi's summary
+                             reads; "TASK|USER" on one process), set for this context's
+                             initialisation; StarPU keeps the first context's choice for
+                             the process. NULL: all (StarPU's default) */
     int watchdog_s;       /* MPI runs of 2 or more ranks: > 0 ends the whole job when this
                              rank has waited inside a hyfi call for watchdog_s seconds
                              without any task completing on it (a peer rank was stopped or

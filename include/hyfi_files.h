@@ -41,6 +41,13 @@ hyfi_status hyfi_trace_merge(const char *dir, int nranks);
  * lane per worker per rank over the last step, tasks coloured by kind and
  * labelled by op, tile and micro-batch, transfers drawn between lanes. */
 hyfi_status hyfi_trace_summarize(const char *dir, FILE *out);
+/* A traced context (hyfi_ctx_config.trace_dir): pause (on false) or resume (on
+ * true) StarPU's recording on this rank, e.g. around a window of training
+ * steps (between hyfi calls: every task of a step has ended when it returns).
+ * While paused only StarPU's own bookkeeping events are kept; a resume
+ * records hyfi_ctx_config.trace_events (all when NULL). Each rank calls it
+ * for itself, at the same steps. HYFI_ERR_ARG: the context is not traced. */
+hyfi_status hyfi_ctx_trace_record(hyfi_ctx *ctx, bool on);
 
 /* ----------------------------------------------------------- task records */
 /* With records on, every hyfi task this rank runs leaves a record when it

@@ -23,7 +23,7 @@ check() {
     "$train" "${common[@]}" $one --metrics "$dir/$name.one.json" >"$dir/$name.one.log" 2>&1 ||
         { echo "FAILED: one process: $one"; cat "$dir/$name.one.log"; fails=$((fails + 1)); return; }
     # shellcheck disable=SC2086
-    "$mpiexec" -n "$n" "$train" "${common[@]}" $rep --metrics "$dir/$name.rep.json" \
+    "$mpiexec" -n "$n" "$train" "${common[@]}" $rep --print-mpi4dl --metrics "$dir/$name.rep.json" \
         >"$dir/$name.rep.log" 2>&1 ||
         { echo "FAILED: $n ranks: $rep"; cat "$dir/$name.rep.log"; fails=$((fails + 1)); return; }
     grep -E "replicas|replica [0-9]|global batch" "$dir/$name.rep.log"

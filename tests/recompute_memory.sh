@@ -31,7 +31,7 @@ trap 'rm -rf "$dir"' EXIT
 export HYFI_CPU_THREADS=1 HYFI_LEND_MIN_BYTES=0 STARPU_NCPU=2
 unset STARPU_LIMIT_CPU_MEM
 common=(--model resnet --depth 8 --image-size 256 --batch-size 4 --steps 2 --print-freq 1
-        --seed 7)
+        --seed 7 -v) # -v: the peak memory line
 fails=0
 run() { # name, args...: stdout+stderr in $dir/NAME.log, metrics in $dir/NAME.json
     local name=$1
@@ -72,7 +72,7 @@ wait "$pid" || fail "swap run: $(tail -3 "$dir/swap.log")"
 echo "swap run: at most $files files in the swap folder at once"
 [ "$files" -gt 0 ] || fail "nothing was swapped to disk"
 run layer400 --mem-limit-mb 400 --recompute layer || fail "layer400 run: $(tail -3 "$dir/layer400.log")"
-"$train" --model resnet --depth 8 --image-size 32 --batch-size 4 --steps 2 --seed 7 \
+"$train" --model resnet --depth 8 --image-size 32 --batch-size 4 --steps 2 --seed 7 -v \
     >"$dir/small.log" 2>&1 || fail "the 32x32 run"
 
 python3 - "$dir" <<'PY' || fails=$((fails + 1))

@@ -18,7 +18,7 @@ mkdir -p "$dir/data/tissue"
 ln -s "$img" "$dir/data/tissue/ihc.png"
 export STARPU_LIMIT_CPU_MEM=800
 common=(--model resnet --depth 8 --dataset folder --datapath "$dir/data" --num-classes 2
-        --batch-size 1 --image-size 1024 --steps 2 --print-freq 1 --balance 3,2)
+        --batch-size 1 --image-size 1024 --steps 2 --print-freq 1 --balance 3,2 -v) # -v: peaks
 fails=0
 if timeout 300 "$mpiexec" -n 2 "$train" "${common[@]}" >"$dir/untiled.log" 2>&1; then
     echo "FAILED: the untiled run did not stop"; fails=$((fails + 1))

@@ -59,6 +59,12 @@ static void json_summary(tt_writer *o, const trace_data *d, const trace_stats *s
     hyfi_tt_printf(o, "{\n  \"ranks\": %d,\n  \"tasks\": %zu,\n  \"span_ms\": %.3f,\n  \"steps_ms\": [", s->R,
             s->nh, s->span_all);
     for (int k = 0; k < s->nsteps; k++) hyfi_tt_printf(o, "%s%.3f", k ? ", " : "", s->slen[k]);
+    /* each program's number in the run, and whether it trained (else an evaluation batch) */
+    hyfi_tt_printf(o, "],\n  \"step_numbers\": [");
+    for (int k = 0; k < s->nsteps; k++) hyfi_tt_printf(o, "%s%d", k ? ", " : "", s->slabel[k]);
+    hyfi_tt_printf(o, "],\n  \"training\": [");
+    for (int k = 0; k < s->nsteps; k++)
+        hyfi_tt_printf(o, "%s%s", k ? ", " : "", s->strain[k] ? "true" : "false");
     hyfi_tt_printf(o, "],\n  \"per_rank\": [\n");
     json_ranks(o, s);
     hyfi_tt_printf(o, "  ],\n  \"per_place\": [");
@@ -71,7 +77,7 @@ static void json_summary(tt_writer *o, const trace_data *d, const trace_stats *s
             first = 0;
         }
     hyfi_tt_printf(o, "},\n  \"critical_path\": {\"step\": %d, \"step_ms\": %.3f, \"compute_ms\": %.3f, "
-               "\"tasks\": [", s->nsteps, s->step_len, s->path_compute);
+               "\"tasks\": [", s->slabel[s->ls], s->step_len, s->path_compute);
     for (size_t i = 0; i < s->npath; i++) {
         hyfi_tt_puts(o, i ? ", " : "");
         json_str(o, s->cpath[s->npath - 1 - i]->name);

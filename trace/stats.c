@@ -154,7 +154,7 @@ static int rank_steps(trec *t, size_t *ord, size_t m, int marks)
     for (size_t a = 0; a < m; a++) {
         trec *x = &t[ord[a]];
         if (!x->hyfi) { /* a marker */
-            s++;
+            x->step = ++s;
             continue;
         }
         if (!marks && (s < 0 || x->submit > maxend)) s++;
@@ -188,6 +188,26 @@ static hyfi_status assign_steps(trace_data *d, trace_stats *s)
         if (k > s->nsteps) s->nsteps = k;
     }
     free(ord);
+    /* each step's number (its marker's) and kind */
+    s->slabel = malloc((size_t)s->nsteps * sizeof *s->slabel);
+    s->strain = calloc((size_t)s->nsteps, 1);
+    if (!s->slabel || !s->strain) return nomem();
+    for (int k = 0; k < s->nsteps; k++) s->slabel[k] = k + 1;
+    for (size_t i = 0; i < n; i++) {
+        const trec *x = &t[i];
+        if (x->step < 0 || x->step >= s->nsteps) continue;
+        if (!x->hyfi && !strncmp(x->name, "hyfi.program.", 13))
+            s->slabel[x->step] = atoi(x->name + 13) + 1;
+        else if (x->hyfi && (hyfi_tt_kind_of(x) == K_SGD || strstr(x->name, ".bwd")))
+            s->strain[x->step] = 1;
+    }
+    s->ls = s->nsteps - 1;
+    for (int k = 0; k < s->nsteps; k++) s->ntrain += s->strain[k];
+    for (int k = s->nsteps - 1; k >= 0 && s->ntrain; k--)
+        if (s->strain[k]) {
+            s->ls = k;
+            break;
+        }
     return HYFI_OK;
 }
 
@@ -247,7 +267,7 @@ static hyfi_status compute_times(const trace_data *d, trace_stats *s)
     }
     for (int k = 0; k < nsteps * R; k++)
         if (rb[k] > ra[k] && rb[k] - ra[k] > s->slen[k / R]) s->slen[k / R] = rb[k] - ra[k];
-    s->step_len = s->sb[nsteps - 1] - s->sa[nsteps - 1];
+    s->step_len = s->sb[s->ls] - s->sa[s->ls];
     free(ra), free(rb);
     return HYFI_OK;
 }
@@ -344,13 +364,13 @@ static trec *last_ready_pred(const trace_data *d, double *ready, const trec *cur
     return best;
 }
 
-/* Critical path of the last step: from its last task back through the
- * predecessor that was ready last, while within the step. */
+/* Critical path of the last training step: from its last task back through
+ * the predecessor that was ready last, while within the step. */
 static hyfi_status critical_path(const trace_data *d, trace_stats *s)
 {
     trec *t = d->t;
     const size_t n = d->n;
-    const int ls = s->nsteps - 1;
+    const int ls = s->ls;
     double *ready = malloc((n + 1) * sizeof *ready);
     s->cpath = malloc((n + 1) * sizeof *s->cpath);
     if (!ready || !s->cpath) {
@@ -411,5 +431,6 @@ void hyfi_tt_stats_free(trace_stats *s)
 {
     free(s->sa), free(s->sb), free(s->slen), free(s->busy), free(s->bykind);
     free(s->byplace), free(s->placekind), free(s->ov), free(s->cpath);
+    free(s->slabel), free(s->strain);
     memset(s, 0, sizeof *s);
 }

@@ -23,14 +23,40 @@ static void print_ranks(tt_writer *o, const trace_stats *s)
     }
 }
 
+/* The training steps, one line each (the first and last three of many), and
+ * the evaluation batches in one line. */
+static void print_steps(tt_writer *o, const trace_stats *s)
+{
+    int seen = 0, neval = 0;
+    double lo = 1e300, hi = 0;
+    for (int k = 0; k < s->nsteps; k++) {
+        if (!s->strain[k]) {
+            neval++;
+            if (s->slen[k] < lo) lo = s->slen[k];
+            if (s->slen[k] > hi) hi = s->slen[k];
+            continue;
+        }
+        seen++;
+        if (s->ntrain > 8 && seen == 4)
+            hyfi_tt_printf(o, "  ... %d more steps\n", s->ntrain - 6);
+        if (s->ntrain > 8 && seen > 3 && seen <= s->ntrain - 3) continue;
+        hyfi_tt_printf(o, "  step %d: %.1f ms (%.1f .. %.1f)\n", s->slabel[k], s->slen[k],
+                s->sa[k] - s->t0, s->sb[k] - s->t0);
+    }
+    if (neval)
+        hyfi_tt_printf(o, "  evaluation: %d batch%s of %.1f .. %.1f ms\n", neval,
+                neval == 1 ? "" : "es", lo, hi);
+}
+
 static void print_summary(tt_writer *o, const char *dir, const trace_data *d, const trace_stats *s)
 {
     const int R = s->R, nsteps = s->nsteps, tl = s->ntiles, stages = d->pi.stages;
-    hyfi_tt_printf(o, "trace %s: %d rank%s, %zu hyfi tasks, %.1f ms; %d program%s (steps)\n", dir, R,
-            R > 1 ? "s" : "", s->nh, s->span_all, nsteps, nsteps > 1 ? "s" : "");
-    for (int k = 0; k < nsteps; k++)
-        hyfi_tt_printf(o, "  step %d: %.1f ms (%.1f .. %.1f)\n", k + 1, s->slen[k], s->sa[k] - s->t0,
-                s->sb[k] - s->t0);
+    const int neval = nsteps - s->ntrain;
+    hyfi_tt_printf(o, "trace %s: %d rank%s, %zu hyfi tasks, %.1f ms; %d training step%s", dir, R,
+            R > 1 ? "s" : "", s->nh, s->span_all, s->ntrain, s->ntrain == 1 ? "" : "s");
+    if (neval) hyfi_tt_printf(o, ", %d evaluation batch%s", neval, neval == 1 ? "" : "es");
+    hyfi_tt_printf(o, "\n");
+    print_steps(o, s);
     print_ranks(o, s);
     hyfi_tt_printf(o, "  compute per place (replica/stage/tile):");
     for (int q = 0; q < s->nplaces; q++)
@@ -42,8 +68,9 @@ static void print_summary(tt_writer *o, const char *dir, const trace_data *d, co
             hyfi_tt_printf(o, " %s %zu msgs %.2f MB %.1f ms;", hyfi_tt_cat_names[c], s->ccount[c],
                     (double)s->cbytes[c] / 1e6, s->ctime[c]);
     hyfi_tt_printf(o, "%s\n", d->nc ? "" : " none (one process)");
-    hyfi_tt_printf(o, "  critical path of step %d: %zu tasks, %.1f ms computing of %.1f ms\n", nsteps,
-            s->npath, s->path_compute, s->step_len);
+    hyfi_tt_printf(o, "  critical path of %s %d: %zu tasks, %.1f ms computing of %.1f ms\n",
+            s->strain[s->ls] ? "step" : "program", s->slabel[s->ls], s->npath, s->path_compute,
+            s->step_len);
     for (size_t i = 0; i < s->npath && i < 8; i++) {
         const trec *x = s->cpath[s->npath - 1 - i];
         hyfi_tt_printf(o, "    %s (rank %d, %.2f ms)\n", x->name, x->rank, x->end - x->start);

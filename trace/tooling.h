@@ -77,7 +77,14 @@ typedef struct {
     int nsteps;        /* programs found (at least 1) */
     double *sa, *sb;   /* per step: first start and last end over all ranks */
     double *slen;      /* per step: the longest of the ranks' own spans */
-    double step_len;   /* the last step: sb - sa */
+    int *slabel;       /* per step: its program's number in the run (from 1; marker
+                          "hyfi.program.<k>": k + 1), the step's when training
+                          started the run (a window of --trace-steps: those) */
+    unsigned char *strain; /* per step: a training step (it updates parameters), not an
+                              evaluation batch */
+    int ntrain;        /* training steps */
+    int ls;            /* the last training step (the last program without any) */
+    double step_len;   /* step ls: sb - sa */
     double *busy;      /* [rank * W + worker] */
     double *bykind;    /* [rank * NKIND + kind] */
     int nplaces;       /* replicas x stages x tiles; index nplaces: unknown */
@@ -87,7 +94,7 @@ typedef struct {
     size_t ccount[NCAT], cbytes[NCAT];
     double ctime[NCAT];
     double *ov;        /* [2 * rank]: transfer time into the rank; [2 * rank + 1]: of it computing */
-    trec **cpath;      /* critical path of the last step, last task first */
+    trec **cpath;      /* critical path of step ls, last task first */
     size_t npath;
     double path_compute;
 } trace_stats;

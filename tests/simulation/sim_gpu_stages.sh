@@ -27,8 +27,8 @@ run() { # name, then environment assignments
     { echo "$name: no summary of 6 steps"; cat "$tmp/$name.out" "$tmp/$name.err"; exit 1; }
   grep -q "stage 1: .*rank 1" "$tmp/$name.out" ||
     { echo "$name: stage 1 is not on rank 1"; cat "$tmp/$name.out"; exit 1; }
-  [ "$(grep -c "^step [0-9]* loss" "$tmp/$name.out")" = 6 ] ||
-    { echo "$name: not 6 step lines"; cat "$tmp/$name.out"; exit 1; }
+  [ "$(grep -c "^step [0-9]* loss" "$tmp/$name.err")" = 6 ] || # progress: stderr
+    { echo "$name: not 6 step lines"; cat "$tmp/$name.err"; exit 1; }
   grep -q "images/s mean [0-9.]* median [1-9]" "$tmp/$name.out" ||
     { echo "$name: no positive images/s"; grep summary "$tmp/$name.out"; exit 1; }
   echo "$name: $(grep "^summary" "$tmp/$name.out")"

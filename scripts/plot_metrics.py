@@ -1,0 +1,119 @@
+#!/usr/bin/env python3
+"""Draw hyfi-train's --metrics JSON lines: loss, images/s and accuracy against
+the step, one line per file (runs, or ranks' files), in one PNG or SVG.
+
+    hyfi-train ... --metrics run.json
+    python3 scripts/plot_metrics.py run.json -o run.png
+    python3 scripts/plot_metrics.py a.json b.json --label fp32 --label bf16 -o cmp.svg
+
+Panels: the loss of every step; images/s of every step, the first 5 steps
+(warm-up: StarPU calibrates there, the summary leaves them out) shaded, and a
+dashed line at the summary's median; the test accuracy of the summary as a
+point at the last step (hyfi-train evaluates once, at the end). Files with
+the same values draw as one line (say so in the legend). A resumed run
+appends to its file: its steps continue the curve.
+
+Needs matplotlib (Debian: python3-matplotlib; PyPI: matplotlib)."""
+import argparse
+import json
+import sys
+
+WARMUP = 5  # hyfi-train's warm-up steps (train_run.h WARMUP_STEPS)
+
+
+def read(path):
+    steps, summary = {}, None
+    with open(path) as f:
+        for n, line in enumerate(f, 1):
+            line = line.strip()
+            if not line:
+                continue
+            try:
+                row = json.loads(line)
+            except ValueError:
+                sys.exit("plot_metrics: %s line %d is not JSON (a run killed mid-line?): %.60s"
+                         % (path, n, line))
+            if "step" in row:
+                steps[row["step"]] = row  # a resumed run's steps replace the same steps
+            elif row.get("summary"):
+                summary = row
+    return [steps[k] for k in sorted(steps)], summary
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("metrics", nargs="+", help="hyfi-train --metrics files")
+    ap.add_argument("-o", "--output", required=True, help="picture to write (.png or .svg)")
+    ap.add_argument("--label", action="append", default=[],
+                    help="legend name of each file, in order [the file names]")
+    ap.add_argument("--title", default=None, help="title [the files]")
+    a = ap.parse_args()
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        sys.exit("plot_metrics: needs matplotlib (apt-get install python3-matplotlib, or "
+                 "pip install matplotlib)")
+    runs = []
+    for i, path in enumerate(a.metrics):
+        steps, summary = read(path)
+        if not steps and not summary:
+            sys.exit("plot_metrics: %s has no step or summary line" % path)
+        label = a.label[i] if i < len(a.label) else path
+        runs.append((label, steps, summary))
+    # files with the same curves (every rank's of one run): one line
+    groups = []
+    for label, steps, summary in runs:
+        key = json.dumps([(r["step"], r["loss"]) for r in steps])
+        for g in groups:
+            if g[0] == key:
+                g[1].append(label)
+                break
+        else:
+            groups.append((key, [label], steps, summary))
+
+    fig, ax = plt.subplots(3, 1, figsize=(9, 8), sharex=True,
+                           gridspec_kw={"height_ratios": [3, 3, 1.4]})
+    last = 1
+    for _, labels, steps, summary in groups:
+        name = labels[0] if len(labels) == 1 else "%s (and %d alike)" % (labels[0], len(labels) - 1)
+        x = [r["step"] for r in steps]
+        last = max([last] + x)
+        (line,) = ax[0].plot(x, [r["loss"] for r in steps], marker="." if len(x) < 50 else None,
+                             label=name)
+        ax[1].plot(x, [r["images_per_sec"] for r in steps], color=line.get_color(),
+                   marker="." if len(x) < 50 else None, label=name)
+        if summary and summary.get("median_images_per_sec"):
+            ax[1].axhline(summary["median_images_per_sec"], color=line.get_color(), ls="--", lw=1)
+        if summary and summary.get("test_accuracy") is not None:
+            xs = x[-1] if x else 0
+            ax[2].plot([xs], [summary["test_accuracy"]], "o", color=line.get_color(),
+                       label="%s: %.4f" % (name, summary["test_accuracy"]))
+    ax[1].axvspan(0.5, min(WARMUP, last) + 0.5, color="0.9", zorder=0,
+                  label="warm-up (not in the summary)")
+    ax[0].set_ylabel("loss")
+    ax[1].set_ylabel("images/s")
+    ax[2].set_ylabel("test accuracy")
+    ax[2].set_ylim(0, 1)
+    if not ax[2].lines:
+        ax[2].text(0.5, 0.5, "no test accuracy (no test split, or the run stopped early)",
+                   ha="center", va="center", transform=ax[2].transAxes, color="0.4")
+    ax[2].set_xlabel("step")
+    ax[2].set_xlim(0.5, last + 0.5)
+    for k in range(3):
+        ax[k].grid(alpha=0.3)
+    ax[0].legend(loc="upper right", fontsize=8)
+    ax[1].legend(loc="lower right", fontsize=8)
+    if ax[2].lines:
+        ax[2].legend(loc="lower left", fontsize=8)
+    ax[1].set_ylim(bottom=0)
+    fig.suptitle(a.title or "hyfi-train: " + ", ".join(a.metrics))
+    fig.tight_layout()
+    fig.savefig(a.output, dpi=100)
+    print("plot_metrics: wrote %s (%d run%s, %d steps)" % (a.output, len(groups),
+                                                          "s" if len(groups) > 1 else "", last))
+
+
+if __name__ == "__main__":
+    main()
