@@ -237,7 +237,7 @@ static void print_explain(const run *r, const hyfi_machine *m, const hyfi_plan_s
     model_describe(&r->o.mc, what, sizeof what);
     const hyfi_plan_candidate *any = res->n ? &res->c[0] : res->npruned ? &res->pruned[0] : NULL;
     fmt_bytes(any ? any->mem_limit_bytes : 0, mem, sizeof mem);
-    const int G = m->places_per_rank ? m->places_per_rank : 4;
+    const int G = m->places_per_rank ? m->places_per_rank : m->device == HYFI_MACHINE_CPU ? 8 : 4;
     char per[64];
     if (m->device == HYFI_MACHINE_CPU)
         snprintf(per, sizeof per, "%d cores, up to %d places", m->cores_per_rank ? m->cores_per_rank

@@ -171,7 +171,7 @@ hyfi_status hyfi_pmodel_init(hyfi_graph *g, const hyfi_machine *m, hyfi_pmodel *
 #undef BAD
     pm->gpu = m->device != HYFI_MACHINE_CPU;
     pm->ranks = m->ranks;
-    pm->places_per_rank = m->places_per_rank ? m->places_per_rank : 4;
+    pm->places_per_rank = m->places_per_rank ? m->places_per_rank : pm->gpu ? 4 : 8;
     pm->ranks_per_node = m->ranks_per_node ? m->ranks_per_node : pm->gpu ? 1 : m->ranks;
     pm->place_mem = pm->gpu ? (m->place_mem_bytes > 0 ? m->place_mem_bytes
                                : m->device == HYFI_MACHINE_V100 ? 16e9 : 80e9)

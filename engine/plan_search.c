@@ -60,6 +60,8 @@ typedef struct {
     double *cost, *cost2;
     int *counts;
     long invalid;
+    double least;             /* the smallest estimate over the memory, and its plan */
+    hyfi_plan_config least_cfg;
 } search;
 
 static double now_s(void)
@@ -244,10 +246,10 @@ static hyfi_status enumerate(search *s)
     return HYFI_OK;
 }
 
-/* Predicted time in steps of 0.1%, then the fewer places (the simpler plan:
- * fewer tasks and handles than the model counts), then the fewer
- * micro-batches. */
-static long time_key(const cand *c) { return c->t.step > 0 ? lround(log(c->t.step) / log(1.001)) : 0; }
+/* Predicted time in steps of 1% (closer than the model can tell), then the
+ * fewer places (the simpler plan: fewer tasks and handles than the model
+ * counts), then the fewer micro-batches. */
+static long time_key(double step) { return step > 0 ? lround(log(step) / log(1.01)) : 0; }
 
 static int nplaces(const hyfi_plan_config *p)
 {
@@ -261,7 +263,7 @@ static int nplaces(const hyfi_plan_config *p)
 static int by_step(const void *a, const void *b)
 {
     const cand *x = a, *y = b;
-    const long kx = time_key(x), ky = time_key(y);
+    const long kx = time_key(x->t.step), ky = time_key(y->t.step);
     if (kx != ky) return (kx > ky) - (kx < ky);
     const int px = nplaces(&x->cfg), py = nplaces(&y->cfg);
     if (px != py) return (px > py) - (px < py);
@@ -356,6 +358,8 @@ static int own_balance(hyfi_plan_candidate *c)
     return 0;
 }
 
+#define MAX_BUILDS 20000
+
 /* c repeats one of list[0..n) but for its schedule or slicing, at the same
  * predicted time: not listed again. */
 static int repeats(const cand *c, const hyfi_plan_candidate *list, int n)
@@ -366,7 +370,7 @@ static int repeats(const cand *c, const hyfi_plan_candidate *list, int n)
             a->spatial_parts == b->spatial_parts && a->gems == b->gems &&
             a->replications == b->replications && a->data_parallel == b->data_parallel &&
             a->parts == b->parts && a->recompute == b->recompute &&
-            lround(log(c->t.step) / log(1.001)) == lround(log(list[i].step_s) / log(1.001)))
+            time_key(c->t.step) == time_key(list[i].step_s))
             return 1;
     }
     return 0;
@@ -385,7 +389,9 @@ static hyfi_status validate(search *s, hyfi_plan_search_result *res, int top)
         return hyfi_fail(HYFI_ERR_NOMEM, "out of memory searching plans");
     }
     double *dv = rk + (size_t)s->R * 2;
-    for (long i = 0; i < s->nc && res->n < top; i++) {
+    /* (at most MAX_BUILDS plans built: where none of them fits, the rest,
+     * slower, hardly would) */
+    for (long i = 0; i < s->nc && res->n < top && res->built < MAX_BUILDS; i++) {
         cand *k = &s->c[i];
         k->cfg.balance = s->pool + k->bal;
         res->enumerated = s->nc;
@@ -411,6 +417,8 @@ static hyfi_status validate(search *s, hyfi_plan_search_result *res, int top)
         if (fits[rc] && repeats(k, res->c, res->n)) continue;
         if (!fits[rc]) {
             res->over_memory++;
+            const double need = s->pm.gpu ? place[rc] : rank[rc];
+            if (s->least <= 0 || need < s->least) s->least = need, s->least_cfg = k->cfg;
             if (res->npruned >= top || repeats(k, res->pruned, res->npruned)) continue;
             c = &res->pruned[res->npruned];
         }
@@ -527,22 +535,29 @@ hyfi_status hyfi_plan_search(hyfi_graph *g, hyfi_tensor *loss, const hyfi_machin
     res->seconds = now_s() - t0;
     if (st == HYFI_OK && res->n == 0) {
         if (res->npruned > 0) {
-            const hyfi_plan_candidate *c = &res->pruned[0];
-            const double need = s.pm.gpu ? c->place_bytes : c->rank_bytes;
-            const hyfi_size_fmt f = hyfi_sizes_fmt((const double[]){need, c->mem_limit_bytes}, 2, 0);
+            const hyfi_plan_config *p = &s.least_cfg;
+            const double lim = res->pruned[0].mem_limit_bytes;
+            static const char *const rcn[] = {"none", "stage", "layer"};
+            const hyfi_size_fmt f = hyfi_sizes_fmt((const double[]){s.least, lim}, 2, 0);
             st = hyfi_call_fail(g, HYFI_ERR_NOMEM,
-                                "no plan of %ld fits the memory: the fastest needs %.*f %s per "
-                                "%s, above %.*f %s; use more ranks or GPUs, a smaller batch or "
-                                "image, bf16, or fewer fixed flags", res->over_memory,
-                                HYFI_SIZE_ARGS(f, need), s.pm.gpu ? "GPU" : "rank",
-                                HYFI_SIZE_ARGS(f, c->mem_limit_bytes));
+                                "no plan of %ld fits the memory of %.*f %s per %s: the smallest "
+                                "estimate is %.*f %s (%d stages, %d tiles, %d micro-batches, "
+                                "recompute %s); use more ranks or GPUs (--plan-ranks), a "
+                                "smaller batch or image, bf16, or fewer fixed flags",
+                                res->over_memory, HYFI_SIZE_ARGS(f, lim),
+                                s.pm.gpu ? "GPU" : "rank", HYFI_SIZE_ARGS(f, s.least),
+                                p->stages > 1 ? p->stages : 1,
+                                p->spatial_stages ? p->spatial_parts : 1,
+                                p->parts > 1 ? p->parts : 1, rcn[p->recompute % 3]);
             *out = res; /* the closest, for an explanation */
             return st;
         }
         st = hyfi_call_fail(g, HYFI_ERR_ARG,
                             "no plan of %d rank%s x %d place%s matches the fixed settings "
-                            "(%ld refused by the engine%s%s); fix fewer of them or describe "
-                            "another machine", s.R, s.R == 1 ? "" : "s",
+                            "(a plan needs fewer tiled stages than stages, at least one place "
+                            "per rank and at most that many, a batch divisible by replicas x "
+                            "micro-batches; %ld refused by the engine%s%s); fix fewer of them "
+                            "or describe another machine", s.R, s.R == 1 ? "" : "s",
                             s.pm.places_per_rank, s.pm.places_per_rank == 1 ? "" : "s",
                             res->invalid, *last ? ", the last: " : "", last);
     }

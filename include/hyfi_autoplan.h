@@ -29,7 +29,7 @@ typedef struct hyfi_machine {
     hyfi_machine_device device;
     int places_per_rank;      /* GPUs: the GPUs of a rank (each place of a GEMS copy on
                                  one); CPU: the most places the search puts on a rank.
-                                 0: 4 */
+                                 0: 4 GPUs, 8 CPU places */
     int ranks_per_node;       /* ranks of one node (they share its fast links); 0: 1 for
                                  GPUs, every rank for CPUs (one host) */
     int cores_per_rank;       /* CPU: a rank's cores; the CPU fits are of 2 cores and
