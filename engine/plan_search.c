@@ -45,6 +45,7 @@ const char *hyfi_plan_limit_name(hyfi_plan_limit l)
 typedef struct {
     hyfi_plan_config cfg;
     int bal;
+    int sid;                  /* its structure (step 1) */
     pm_step t;
 } cand;
 
@@ -62,6 +63,9 @@ typedef struct {
     long invalid;
     double least;             /* the smallest estimate over the memory, and its plan */
     hyfi_plan_config least_cfg;
+    int nsid;                 /* structures */
+    int *over;                /* per structure, schedule and recompute mode: the most
+                                 micro-batches found over the memory (fewer hold more) */
 } search;
 
 static double now_s(void)
@@ -137,7 +141,7 @@ static int predict(search *s, const hyfi_plan_config *base, long bal)
                 continue;
             for (int rc = 0; rc < 3; rc++) {
                 if (fixed(s, HYFI_FIX_RECOMPUTE) && (int)s->sc->fixed.recompute != rc) continue;
-                cand c = {.cfg = *base, .bal = (int)bal, .t = t[rc]};
+                cand c = {.cfg = *base, .bal = (int)bal, .sid = s->nsid, .t = t[rc]};
                 c.cfg.parts = M;
                 c.cfg.schedule = (hyfi_schedule)sch;
                 c.cfg.recompute = (hyfi_recompute)rc;
@@ -149,6 +153,7 @@ static int predict(search *s, const hyfi_plan_config *base, long bal)
         }
     }
     hyfi_pstruct_free(&ps);
+    s->nsid++;
     return 0;
 }
 
@@ -394,7 +399,14 @@ static hyfi_status validate(search *s, hyfi_plan_search_result *res, int top)
     for (long i = 0; i < s->nc && res->n < top && res->built < MAX_BUILDS; i++) {
         cand *k = &s->c[i];
         k->cfg.balance = s->pool + k->bal;
-        res->enumerated = s->nc;
+        const int sch = (int)k->cfg.schedule, M = k->cfg.parts, rc0 = (int)k->cfg.recompute;
+        /* known over the memory: this structure with as many micro-batches or more, under
+         * this schedule or 1F1B (which holds no more), and this recompute mode */
+        int *ov = s->over + (size_t)k->sid * 6;
+        if (ov[sch * 3 + rc0] >= M || ov[3 + rc0] >= M) {
+            res->over_memory++;
+            continue;
+        }
         if (build(s, &k->cfg) != HYFI_OK) {
             res->invalid++;
             continue;
@@ -402,14 +414,16 @@ static hyfi_status validate(search *s, hyfi_plan_search_result *res, int top)
         res->built++;
         const double lim = s->pm.gpu ? s->pm.place_mem : s->pm.rank_mem;
         double place[3], rank[3];
-        int fits[3];
-        for (int rc = 0; rc <= (int)k->cfg.recompute; rc++) {
+        int fits[3] = {0, 0, 0};
+        for (int rc = 0; rc < 3; rc++) {
             memory(s, rc, &place[rc], &rank[rc], rk, dv);
             fits[rc] = (!s->pm.gpu || place[rc] <= s->pm.place_mem) &&
                        (s->pm.rank_mem <= 0 || rank[rc] <= s->pm.rank_mem);
         }
         hyfi_plan_free(s->g);
-        const int rc = (int)k->cfg.recompute;
+        for (int m = 0; m < 3; m++)
+            if (!fits[m] && ov[sch * 3 + m] < M) ov[sch * 3 + m] = M;
+        const int rc = rc0;
         int dominated = 0;
         for (int m = 0; m < rc && !fixed(s, HYFI_FIX_RECOMPUTE); m++) dominated |= fits[m];
         if (dominated) continue;
@@ -520,7 +534,8 @@ hyfi_status hyfi_plan_search(hyfi_graph *g, hyfi_tensor *loss, const hyfi_machin
     if (st == HYFI_OK) st = enumerate(&s);
     if (st == HYFI_OK) {
         snprintf(last, sizeof last, "%s", hyfi_last_error());
-        st = validate(&s, res, top);
+        s.over = calloc((size_t)(s.nsid ? s.nsid : 1) * 6, sizeof *s.over);
+        st = s.over ? validate(&s, res, top) : hyfi_fail(HYFI_ERR_NOMEM, "out of memory searching plans");
     }
     res->enumerated = s.nc;
     res->invalid += s.invalid;
@@ -531,7 +546,7 @@ hyfi_status hyfi_plan_search(hyfi_graph *g, hyfi_tensor *loss, const hyfi_machin
     g->loss = keep_loss;
     g->train.precision = keep_prec;
     memcpy(g->error, keep_err, sizeof keep_err);
-    free(s.c), free(s.pool), free(s.cost), free(s.cost2);
+    free(s.c), free(s.pool), free(s.cost), free(s.cost2), free(s.over);
     res->seconds = now_s() - t0;
     if (st == HYFI_OK && res->n == 0) {
         if (res->npruned > 0) {
@@ -541,7 +556,7 @@ hyfi_status hyfi_plan_search(hyfi_graph *g, hyfi_tensor *loss, const hyfi_machin
             const hyfi_size_fmt f = hyfi_sizes_fmt((const double[]){s.least, lim}, 2, 0);
             st = hyfi_call_fail(g, HYFI_ERR_NOMEM,
                                 "no plan of %ld fits the memory of %.*f %s per %s: the smallest "
-                                "estimate is %.*f %s (%d stages, %d tiles, %d micro-batches, "
+                                "estimate built is %.*f %s (%d stages, %d tiles, %d micro-batches, "
                                 "recompute %s); use more ranks or GPUs (--plan-ranks), a "
                                 "smaller batch or image, bf16, or fewer fixed flags",
                                 res->over_memory, HYFI_SIZE_ARGS(f, lim),
