@@ -113,7 +113,8 @@ static int start_engine(run *r)
      * at 256x256, docs/results.md). */
     if (o->mem_limit_mb > 0) mallopt(M_MMAP_THRESHOLD, 256 * 1024);
 #endif
-    hyfi_ctx_config cc = {.device = o->device, .ncpus = 0, .ncuda = -1, .mpi = -1,
+    /* --explain: one CPU worker (the search runs on the main thread) */
+    hyfi_ctx_config cc = {.device = o->device, .ncpus = o->explain, .ncuda = -1, .mpi = -1,
                           .scheduler = NULL, .verbose = o->verbose, .trace_dir = o->trace,
                           /* --trace-lean: what the summary reads (comms.rec: MPI) */
                           .trace_events = o->trace && o->trace_lean ? "TASK|USER|MPI" : NULL,
@@ -748,6 +749,8 @@ int main(int argc, char **argv)
     if (r.o.dry_run) return finish(&r, train_dry_run(&r.o, r.C, r.H, r.W, r.K));
     rc = start_engine(&r);
     if (rc == 0) rc = build_model(&r);
+    if (rc == 0 && r.o.plan_auto) rc = train_autoplan(&r); /* --plan auto */
+    if (rc == 0 && r.o.explain) return finish(&r, 0);
     if (rc == 0) rc = compile_model(&r);
     if (rc == 0 && r.o.compile_only) return finish(&r, print_rank_stats(&r));
     if (rc == 0 && r.o.verbose) rc = print_rank_stats(&r); /* -v: every rank's share too */

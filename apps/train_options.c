@@ -366,11 +366,13 @@ static const char *const VALUE_FLAGS[] = {
     "--allreduce", "--bucket-kib", "--trace", "--watchdog", "--checkpoint-dir",
     "--checkpoint-every", "--keep", "--save", "--save-precision", "--load", "--stop-at-step",
     "--recompute",
-    "--mem-limit-mb", "--swap-dir", "--swap-mb"};
+    "--mem-limit-mb", "--swap-dir", "--swap-mb", "--plan", "--plan-ranks",
+    "--plan-gpus-per-rank", "--plan-ranks-per-node", "--plan-cores", "--plan-device",
+    "--plan-mem-gb", "--plan-model", "--plan-link-gbs", "--plan-link-us", "--plan-top"};
 static const char *const SWITCHES[] = {"--dry-run", "--compile-only", "--deterministic",
                                        "--eval-only", "--resume", "--halo-d2", "--verbose",
                                        "--help", "--version",
-                                       "--print-mpi4dl", "--trace-lean"};
+                                       "--print-mpi4dl", "--trace-lean", "--explain"};
 #define NVALUE (sizeof VALUE_FLAGS / sizeof *VALUE_FLAGS)
 #define NSWITCH (sizeof SWITCHES / sizeof *SWITCHES)
 
@@ -425,6 +427,7 @@ static int parse_flag(int argc, char **argv, int *i, train_options *o)
     }
     int rc = parse_run_flag(flag, val, o);
     if (rc == 1) rc = parse_plan_flag(flag, val, o);
+    if (rc == 1) rc = train_autoplan_flag(flag, val, o, g_msg, sizeof g_msg);
     return rc == 1 ? 0 : rc;
 }
 
@@ -474,7 +477,8 @@ static int check_options(train_options *o)
     }
     /* Flags that would change nothing: refused where the run would not be
      * what was asked for, warned about where it is all the same. */
-    if (!o->spatial_size) {
+    if (train_autoplan_check(o, g_msg, sizeof g_msg)) return -1;
+    if (!o->spatial_size && !o->plan_auto) {
         const char *sp = train_given(o, "--num-spatial-parts") ? "--num-spatial-parts"
                          : train_given(o, "--slice-method")    ? "--slice-method"
                          : train_given(o, "--fused-layers")    ? "--fused-layers (--halo-d2)"
@@ -492,7 +496,7 @@ static int check_options(train_options *o)
      * last stage, which needs whole images: at least one stage after the
      * tiled ones. */
     const int stages = o->split_size > 1 ? o->split_size : 1, K = o->spatial_size;
-    if (K >= stages) {
+    if (K >= stages && !o->plan_auto) {
         char tiled[96], first[32] = "first stage", also[64] = "", other[48] = "";
         if (K == stages)
             snprintf(tiled, sizeof tiled, stages == 1 ? "the plan's only stage (--split-size 1)"
@@ -515,9 +519,9 @@ static int check_options(train_options *o)
         return bad_usage("--swap-dir %s has no effect without --mem-limit-mb N: StarPU swaps "
                          "data out only above a memory limit; add --mem-limit-mb (the memory "
                          "this rank may use, in MB), or leave --swap-dir out", o->swap_dir);
-    if (o->schedule == HYFI_SCHEDULE_1F1B && o->parts <= 1)
+    if (o->schedule == HYFI_SCHEDULE_1F1B && o->parts <= 1 && !o->plan_auto)
         warn(o, "--schedule 1f1b has no effect with one micro-batch (--parts 1): add --parts M");
-    if (train_replicas(o) <= 1) {
+    if (train_replicas(o) <= 1 && !o->plan_auto) {
         if (train_given(o, "--allreduce"))
             warn(o, "--allreduce has no effect without model replicas (--gems or "
                     "--data-parallel): there is no all-reduce");
@@ -603,6 +607,11 @@ static int parse_all(int argc, char **argv, train_options *o)
         }
         if (strcmp(arg, "--print-mpi4dl") == 0 || strcmp(arg, "--trace-lean") == 0) {
             *(arg[2] == 'p' ? &o->print_mpi4dl : &o->trace_lean) = 1;
+            mark_given(o, arg);
+            continue;
+        }
+        if (strcmp(arg, "--explain") == 0) {
+            o->explain = 1;
             mark_given(o, arg);
             continue;
         }
@@ -715,6 +724,7 @@ void train_settings_fill(const train_options *o, train_settings *ts)
     put(ts, "--allreduce", 0, "%s", ar[o->allreduce % 3]);
     put(ts, "--bucket-kib", 0, "%d", o->bucket_kib);
     put(ts, "--recompute", 0, "%s", rc[o->recompute % 3]);
+    put(ts, "--plan", 0, "%s%s", o->plan_auto ? "auto" : "manual", o->explain ? " --explain" : "");
     put(ts, "--mem-limit-mb", 0, "%d", o->mem_limit_mb);
     put(ts, "--trace", 0, "%s", str_or_none(o->trace));
     put(ts, "--trace-steps", 0, "%lld:%lld", o->trace_first, o->trace_last);

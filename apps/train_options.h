@@ -74,6 +74,13 @@ typedef struct train_options {
     int eval_only;             /* --eval-only: no training */
     long long stop_at;         /* --stop-at-step K: stop after step K as a preemption would;
                                   0: never */
+    /* automatic plans (apps/train_autoplan.c) */
+    int plan_auto;             /* --plan auto */
+    int explain;               /* --explain: print the best plans, exit 0 */
+    int plan_top;              /* --plan-top: plans printed */
+    hyfi_machine plan_machine; /* --plan-ranks, --plan-gpus-per-rank, ...: a machine to plan */
+    int plan_device_set;       /* --plan-device given */
+    double plan_mem_gb;        /* --plan-mem-gb: per GPU, or per CPU rank */
     int help;                  /* -h, --help */
     char given[1024];          /* the flags on the command line: " --lr --seed " */
     char warnings[1024];       /* flags without effect, one line each ("" if none) */
@@ -126,6 +133,12 @@ typedef struct train_settings {
     char text[TRAIN_MAX_SETTINGS][96];
 } train_settings;
 void train_settings_fill(const train_options *o, train_settings *ts);
+
+/* apps/train_autoplan.c: a --plan* flag's value (0; -1 bad, the message in
+ * msg; 1 not one of them), and the --plan* and --explain flags together. */
+int train_autoplan_flag(const char *flag, const char *val, train_options *o, char *msg,
+                        size_t len);
+int train_autoplan_check(const train_options *o, char *msg, size_t len);
 
 
 #endif

@@ -93,4 +93,10 @@ int train_startup(run *r, int argc, char **argv);
  * print one line per op and the totals; the exit status. */
 int train_dry_run(const train_options *o, int C, int H, int W, int K);
 
+/* --plan auto (apps/train_autoplan.c), after the model is built: the plan
+ * searched for it on this run's machine (or --plan-ranks' ...) set into r->o as
+ * if typed (its line printed), or with --explain the best plans printed. 0 or
+ * the exit status. */
+int train_autoplan(run *r);
+
 #endif

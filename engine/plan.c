@@ -165,7 +165,7 @@ static double node_cost(const hyfi_graph *g, int i)
  * cgroup's limit (v2 memory.max, v1 memory.limit_in_bytes) when lower.
  * hyfi_ctx_config.phys_mem_mb overrides it (tests; a node with memory
  * reserved for others). 0 when unknown. */
-static double host_memory_bytes(const hyfi_ctx *ctx)
+double hyfi_host_memory_bytes(const hyfi_ctx *ctx)
 {
     if (ctx->phys_mem_mb > 0) return ctx->phys_mem_mb * 1e6;
     const long pages = sysconf(_SC_PHYS_PAGES), psize = sysconf(_SC_PAGE_SIZE);
@@ -197,7 +197,7 @@ static double place_bytes_with(const hyfi_plan *pl, int q, const size_t *act)
            (q % pl->nplaces1 == pl->stage_place0[s] ? (double)pl->stage_param_bytes[s] : 0);
 }
 
-static double place_bytes(const hyfi_plan *pl, int q)
+double hyfi_plan_place_bytes(const hyfi_plan *pl, int q)
 {
     return place_bytes_with(pl, q, pl->stage_act_bytes);
 }
@@ -214,7 +214,7 @@ static double rank_need_with(const hyfi_plan *pl, int r, const size_t *act, int 
     return need;
 }
 
-static double rank_need_bytes(const hyfi_plan *pl, int r, int *worst)
+double hyfi_plan_rank_need(const hyfi_plan *pl, int r, int *worst)
 {
     return rank_need_with(pl, r, pl->stage_act_bytes, worst);
 }
@@ -237,14 +237,14 @@ static void warn_gpu_memory(const hyfi_graph *g)
     double spread = 0;
     for (int q = 0; q < pl->nplaces && (g->ctx->ncpu == 0 || HYFI_SIMULATION); q++)
         if (pl->place_rank[q] == g->ctx->rank && pl->place_worker[q] < 0)
-            spread += place_bytes(pl, q);
+            spread += hyfi_plan_place_bytes(pl, q);
     for (int k = 0; k < ncuda; k++) {
         const int w = g->ctx->cuda_worker[k];
         if (w < 0) continue;
         double need = spread / ncuda;
         for (int q = 0; q < pl->nplaces; q++)
             if (pl->place_rank[q] == g->ctx->rank && pl->place_worker[q] == w)
-                need += place_bytes(pl, q);
+                need += hyfi_plan_place_bytes(pl, q);
         const double total = g->ctx->cuda_mem[k];
         const hyfi_size_fmt f = hyfi_sizes_fmt((const double[]){need, total}, 2, 0);
         if (total > 0 && need > total)
@@ -270,7 +270,7 @@ static hyfi_status check_simulated_memory(hyfi_graph *g)
     if (ram <= 0) return HYFI_OK;
     for (int r = 0; r < g->ctx->nranks; r++) {
         int worst;
-        const double need = rank_need_bytes(g->cc->pl, r, &worst);
+        const double need = hyfi_plan_rank_need(g->cc->pl, r, &worst);
         const hyfi_size_fmt f = hyfi_sizes_fmt((const double[]){need, (double)ram}, 2, 0);
         if (need > (double)ram)
             return hyfi_call_fail(g, HYFI_ERR_NOMEM,
@@ -300,7 +300,7 @@ static hyfi_status check_memory_limit(hyfi_graph *g)
     int worst;
     if (limit > 0) {
         for (int r = 0; r < R; r++) {
-            const double need = rank_need_bytes(pl, r, &worst);
+            const double need = hyfi_plan_rank_need(pl, r, &worst);
             const int wstage = worst;
             const double lim = (double)limit * 1e6;
             if (need <= lim) continue;
@@ -326,7 +326,7 @@ static hyfi_status check_memory_limit(hyfi_graph *g)
                 if (m != (int)pl->recompute && x < 0.99 * need) e[m] = x;
             }
             for (int q = 0; q < pl->nplaces; q++) {
-                const double b = place_bytes(pl, q),
+                const double b = hyfi_plan_place_bytes(pl, q),
                              bl = place_bytes_with(pl, q, pl->stage_act_mode +
                                                               2 * (size_t)pl->nstages);
                 if (b > place) place = b;
@@ -365,7 +365,7 @@ static hyfi_status check_memory_limit(hyfi_graph *g)
     }
     warn_gpu_memory(g);
     if (HYFI_SIMULATION) return check_simulated_memory(g);
-    const double phys = host_memory_bytes(g->ctx);
+    const double phys = hyfi_host_memory_bytes(g->ctx);
     if (phys <= 0) return HYFI_OK;
     int per_node = g->ctx->local_ranks > 0 ? g->ctx->local_ranks : R;
     if (per_node > R) per_node = R;
@@ -373,7 +373,7 @@ static hyfi_status check_memory_limit(hyfi_graph *g)
         double need = 0;
         int first = -1;
         for (int r = r0; r < R && r < r0 + per_node; r++) {
-            const double n = rank_need_bytes(pl, r, &worst);
+            const double n = hyfi_plan_rank_need(pl, r, &worst);
             if (n > 0 && first < 0) first = worst;
             need += n;
         }
@@ -563,7 +563,10 @@ static void one_cpu_worker(hyfi_graph *g, hyfi_plan *pl, int MB)
     pl->one_cpu_worker = on;
 }
 
-hyfi_status hyfi_plan_build(hyfi_graph *g)
+/* The plan of g->plan_cfg on R ranks. real: this run's (pins places to
+ * workers, splits the cores, checks the memory); else an estimate only, for
+ * any R and without touching StarPU (hyfi_plan_estimate). */
+static hyfi_status plan_make(hyfi_graph *g, int R, int real)
 {
     hyfi_plan_free(g);
     hyfi_plan *pl = calloc(1, sizeof *pl);
@@ -571,7 +574,7 @@ hyfi_status hyfi_plan_build(hyfi_graph *g)
     g->cc->pl = pl;
     const hyfi_plan_config *cfg = &g->plan_cfg;
     const int nl = hyfi_layer_count(g), S = cfg->stages > 1 ? cfg->stages : 1;
-    const int MB = cfg->parts > 1 ? cfg->parts : 1, R = g->ctx->nranks;
+    const int MB = cfg->parts > 1 ? cfg->parts : 1;
     pl->copies = cfg->gems == HYFI_GEMS_NONE   ? 1
                  : cfg->gems == HYFI_GEMS_MAST ? 2
                                                : 2 * (cfg->replications > 1 ? cfg->replications : 1);
@@ -706,13 +709,15 @@ hyfi_status hyfi_plan_build(hyfi_graph *g)
         }
         for (int q = 0, k = 0; q < pl->nplaces; q++) {
             pl->place_worker[q] = -1;
-            if (pl->place_rank[q] != g->ctx->rank || ndev < 2 || g->ctx->ncuda < ndev) continue;
+            if (!real || pl->place_rank[q] != g->ctx->rank || ndev < 2 ||
+                g->ctx->ncuda < ndev)
+                continue;
             pl->place_worker[q] = home[q] == q ? g->ctx->cuda_worker[k++]
                                                : pl->place_worker[home[q]];
         }
         free(home);
     }
-    one_cpu_worker(g, pl, MB);
+    if (real) one_cpu_worker(g, pl, MB);
     for (int s = 0; s < S; s++) {
         pl->stage_rank[s] = pl->place_rank[pl->stage_place0[s]];
         pl->stage_worker[s] = pl->place_worker[pl->stage_place0[s]];
@@ -775,7 +780,7 @@ hyfi_status hyfi_plan_build(hyfi_graph *g)
 
     /* estimates per stage, under each recompute mode */
     if ((st = estimate_memory(g)) != HYFI_OK) goto out;
-    st = check_memory_limit(g);
+    if (real) st = check_memory_limit(g);
 out:
     free(counts);
     free(cost);
@@ -783,9 +788,13 @@ out:
     return st;
 }
 
+hyfi_status hyfi_plan_build(hyfi_graph *g) { return plan_make(g, g->ctx->nranks, 1); }
+
+hyfi_status hyfi_plan_estimate(hyfi_graph *g, int nranks) { return plan_make(g, nranks, 0); }
+
 double hyfi_plan_rank_bytes(const hyfi_graph *g, int r)
 {
     if (!g || !g->cc || !g->cc->pl) return 0;
     int worst;
-    return rank_need_bytes(g->cc->pl, r, &worst);
+    return hyfi_plan_rank_need(g->cc->pl, r, &worst);
 }

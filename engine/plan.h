@@ -54,6 +54,18 @@ typedef struct hyfi_plan {
                               the tile geometry alone */
 } hyfi_plan;
 hyfi_status hyfi_plan_build(hyfi_graph *g);
+/* The plan of g->plan_cfg on nranks ranks (any count, not this run's) as
+ * hyfi_plan_build makes it, with its estimates, in g->cc->pl: nothing pinned
+ * to workers, the cores not split, the memory not checked (the automatic
+ * plans: plan_search.c). g->cc must be set; hyfi_plan_free frees it. */
+hyfi_status hyfi_plan_estimate(hyfi_graph *g, int nranks);
+/* The memory estimate of place q, and of rank r (all its places; *worst: the
+ * first stage it holds), in bytes. */
+double hyfi_plan_place_bytes(const hyfi_plan *pl, int q);
+double hyfi_plan_rank_need(const hyfi_plan *pl, int r, int *worst);
+/* Host memory the ranks of one node can use (physical, or the cgroup's
+ * limit; hyfi_ctx_config.phys_mem_mb overrides it), 0 when unknown. */
+double hyfi_host_memory_bytes(const hyfi_ctx *ctx);
 
 /* Replica rep's copy of place q of replica 0; the replica of micro-batch m. */
 #define HYFI_PLACE(pl, rep, q) ((rep) * (pl)->nplaces1 + (q))

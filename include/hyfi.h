@@ -652,6 +652,8 @@ hyfi_status hyfi_memory_stats_get(const hyfi_ctx *ctx, const hyfi_graph *g,
                                   hyfi_memory_stats *out);
 /* Traces, task records, inspection, checkpoints and model files. */
 #include "hyfi_files.h"
+/* Automatic plans: the search over plans for a graph and a machine. */
+#include "hyfi_autoplan.h"
 
 #ifdef __cplusplus
 }
