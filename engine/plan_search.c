@@ -384,7 +384,7 @@ static int repeats(const cand *c, const hyfi_plan_candidate *list, int n)
 /* Step 3: validate in predicted order. */
 static hyfi_status validate(search *s, hyfi_plan_search_result *res, int top)
 {
-    qsort(s->c, (size_t)s->nc, sizeof *s->c, by_step);
+    if (s->nc > 1) qsort(s->c, (size_t)s->nc, sizeof *s->c, by_step);
     const int G = s->pm.gpu ? s->pm.places_per_rank : 1;
     double *rk = malloc(((size_t)s->R * (1 + G) + (size_t)s->R) * sizeof *rk);
     res->c = calloc((size_t)top, sizeof *res->c);
