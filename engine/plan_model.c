@@ -28,6 +28,7 @@
  *     on independent tasks, the fusions' exact savings, the tiles' partial
  *     weight gradients crossing ranks, data loading. */
 #include "plan_model.h"
+#include "pipeline.h"
 #include "spatial_impl.h"
 
 #include <math.h>
@@ -404,15 +405,21 @@ void hyfi_pstruct_free(hyfi_pstruct *ps)
     memset(ps, 0, sizeof *ps);
 }
 
-/* The devices of the places: a GPU rank's places take its GPUs in turn (a
- * GEMS copy's places share them), a CPU rank is one device. */
+/* The devices of the places, as the engine pins them (plan.c): a GPU rank's
+ * places of copy 0 of each data-parallel group take its GPUs in turn, and a
+ * GEMS copy's place runs on the GPU of the place whose devices it shares
+ * (hyfi_copy_place: the mirrored stage's); a CPU rank is one device. */
 static void map_devices(const hyfi_plan *pl, const hyfi_pmodel *pm, hyfi_pstruct *ps)
 {
     const int G = pm->gpu ? pm->places_per_rank : 1;
     int *seen = calloc((size_t)pm->ranks, sizeof *seen);
     for (int q = 0; q < pl->nplaces; q++) {
-        const int r = pl->place_rank[q];
-        ps->place_dev[q] = r * G + (seen ? seen[r]++ % G : 0);
+        const int r = pl->place_rank[q], k = q / pl->nplaces1, d = k / pl->copies,
+                  c = k % pl->copies;
+        const int home = d * pl->copies * pl->nplaces1 +
+                         hyfi_copy_place(pl->nplaces1, pl->place_stage, c, q % pl->nplaces1);
+        ps->place_dev[q] = home < q ? ps->place_dev[home]
+                                    : r * G + (seen ? seen[r]++ % G : 0);
     }
     free(seen);
     ps->ndev = pm->ranks * G;
