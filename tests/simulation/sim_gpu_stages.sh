@@ -7,7 +7,7 @@
 # itself and does not time in a simulation; run asynchronously on a simulated
 # GPU they never ended (docs/simulation.md, "Multi-stage plans on simulated
 # GPUs"). Checks that every step runs, with CPU workers beside the GPUs
-# (dmda, hyfi's default with GPUs, and the random scheduler) and without.
+# (dmdas, hyfi's default with GPUs, and the random scheduler) and without.
 # Skips (77) without starpu_smpirun.
 set -euo pipefail
 root="${HYFI_SOURCE_DIR:?}"
