@@ -177,8 +177,7 @@ void hyfi_reg_at(hyfi_graph *g, hyfi_slots *s, size_t i, hyfi_key key, float *pt
 {
     /* a registration this rank skips makes no cell (slots.h) */
     if (!hyfi_reg_wanted(g)) {
-        starpu_data_handle_t *c = hyfi_slot(s, i) ? hyfi_slot_at(s, i) : NULL;
-        if (c) *c = NULL;
+        if (hyfi_slot(s, i)) *hyfi_slot_at(s, i) = NULL; /* (an existing cell) */
         return;
     }
     hyfi_reg(g, hyfi_slot_at(s, i), key, ptr, n, elem, owner, flags, rstage, name, suffix, m, nm);

@@ -695,27 +695,17 @@ static hyfi_status plan_make(hyfi_graph *g, int R, int real)
      * mirrored copy runs on its original's devices (stage s on those of stage
      * S-1-s, as on the ranks), so with GEMS a rank of 8 places needs 4 GPUs. */
     {
-        int *home = malloc((size_t)pl->nplaces * sizeof *home);
-        if (!home) {
-            st = hyfi_call_fail(g, HYFI_ERR_NOMEM, "out of memory building the plan");
-            goto out;
-        }
         int ndev = 0;
-        for (int q = 0; q < pl->nplaces; q++) {
-            const int k = q / pl->nplaces1, d = k / pl->copies, c = k % pl->copies;
-            home[q] = d * pl->copies * pl->nplaces1 +
-                      hyfi_copy_place(pl->nplaces1, pl->place_stage, c, q % pl->nplaces1);
-            ndev += pl->place_rank[q] == g->ctx->rank && home[q] == q;
-        }
+        for (int q = 0; q < pl->nplaces; q++)
+            ndev += pl->place_rank[q] == g->ctx->rank && hyfi_place_home(pl, q) == q;
         for (int q = 0, k = 0; q < pl->nplaces; q++) {
             pl->place_worker[q] = -1;
             if (!real || pl->place_rank[q] != g->ctx->rank || ndev < 2 ||
                 g->ctx->ncuda < ndev)
                 continue;
-            pl->place_worker[q] = home[q] == q ? g->ctx->cuda_worker[k++]
-                                               : pl->place_worker[home[q]];
+            const int home = hyfi_place_home(pl, q);
+            pl->place_worker[q] = home == q ? g->ctx->cuda_worker[k++] : pl->place_worker[home];
         }
-        free(home);
     }
     if (real) one_cpu_worker(g, pl, MB);
     for (int s = 0; s < S; s++) {
@@ -786,6 +776,13 @@ out:
     free(cost);
     if (st != HYFI_OK) hyfi_plan_free(g);
     return st;
+}
+
+int hyfi_place_home(const hyfi_plan *pl, int q)
+{
+    const int k = q / pl->nplaces1, d = k / pl->copies, c = k % pl->copies;
+    return d * pl->copies * pl->nplaces1 +
+           hyfi_copy_place(pl->nplaces1, pl->place_stage, c, q % pl->nplaces1);
 }
 
 hyfi_status hyfi_plan_build(hyfi_graph *g) { return plan_make(g, g->ctx->nranks, 1); }

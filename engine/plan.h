@@ -63,6 +63,11 @@ hyfi_status hyfi_plan_estimate(hyfi_graph *g, int nranks);
  * first stage it holds), in bytes. */
 double hyfi_plan_place_bytes(const hyfi_plan *pl, int q);
 double hyfi_plan_rank_need(const hyfi_plan *pl, int r, int *worst);
+/* The place whose devices place q runs on: q itself for copy 0 of a
+ * data-parallel group (and even GEMS copies' places map back to it), the
+ * mirrored stage's place of copy 0 for an odd GEMS copy (hyfi_copy_place). A
+ * place is its own home exactly when it needs a device of its own. */
+int hyfi_place_home(const hyfi_plan *pl, int q);
 /* Host memory the ranks of one node can use (physical, or the cgroup's
  * limit; hyfi_ctx_config.phys_mem_mb overrides it), 0 when unknown. */
 double hyfi_host_memory_bytes(const hyfi_ctx *ctx);

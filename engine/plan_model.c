@@ -28,7 +28,6 @@
  *     on independent tasks, the fusions' exact savings, the tiles' partial
  *     weight gradients crossing ranks, data loading. */
 #include "plan_model.h"
-#include "pipeline.h"
 #include "spatial_impl.h"
 
 #include <math.h>
@@ -414,10 +413,7 @@ static void map_devices(const hyfi_plan *pl, const hyfi_pmodel *pm, hyfi_pstruct
     const int G = pm->gpu ? pm->places_per_rank : 1;
     int *seen = calloc((size_t)pm->ranks, sizeof *seen);
     for (int q = 0; q < pl->nplaces; q++) {
-        const int r = pl->place_rank[q], k = q / pl->nplaces1, d = k / pl->copies,
-                  c = k % pl->copies;
-        const int home = d * pl->copies * pl->nplaces1 +
-                         hyfi_copy_place(pl->nplaces1, pl->place_stage, c, q % pl->nplaces1);
+        const int r = pl->place_rank[q], home = hyfi_place_home(pl, q);
         ps->place_dev[q] = home < q ? ps->place_dev[home]
                                     : r * G + (seen ? seen[r]++ % G : 0);
     }
