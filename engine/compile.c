@@ -350,7 +350,7 @@ static int build_train(hyfi_graph *g, const int *first)
     for (int k = 0; k < pl->nevents && !rc; k++) {
         const hyfi_pipe_event *ev = &pl->events[k];
         const int s = ev->stage;
-        if (!g->cc->rep_mine[HYFI_REP(pl, ev->mb)]) continue; /* scope.c */
+        if (!g->cc->rep_mine[HYFI_REP(pl, ev->mb)]) continue; /* share.c */
         ec.m = ev->mb;
         ec.rep = HYFI_REP(pl, ev->mb);
         ec.stage = s;
@@ -520,8 +520,7 @@ static int register_recompute(hyfi_graph *g)
         for (int q = 0; q < pl->nplaces; q++) {
             char nm[48];
             snprintf(nm, sizeof nm, "place%d.recompute_fence", q);
-            hyfi_reg_scope(g, q / pl->nplaces1, HYFI_SCOPE_MINE);
-            hyfi_reg(g, &g->cc->rc_fence[q], HYFI_KEY(HK_RC_FENCE, 0, q), g->cc->rc_fence_host + q, 1, sizeof(float),
+            hyfi_reg(g, &g->cc->rc_fence[q], HYFI_KEY_R(HK_RC_FENCE, 0, q, q / pl->nplaces1), g->cc->rc_fence_host + q, 1, sizeof(float),
                      pl->place_rank[q], HC_PIPELINE, HYFI_KEEP, nm, "", 0, 1);
         }
     }
@@ -533,14 +532,12 @@ static int register_recompute(hyfi_graph *g)
             continue;
         for (int r = 0; r < pl->nrep; r++)
             for (int k = 0; k < 4; k++) {
-                hyfi_reg_scope(g, r, HYFI_SCOPE_MINE);
                 hyfi_reg_at(g, g->cc->rc_bn, ((size_t)i * pl->nrep + r) * 4 + k,
-                         HYFI_KEY(HK_RC_BN, i, (size_t)r * 4 + k), NULL,
+                         HYFI_KEY_R(HK_RC_BN, i, (size_t)r * 4 + k, r), NULL,
                          (size_t)nd->out->dims[1], sizeof(float), hyfi_stage_rank(pl, r, nd->stage),
                          HC_BNSTATS, HYFI_KEEP, nd->name, sfx[k], r, pl->nrep);
             }
     }
-    hyfi_reg_scope(g, -1, 0);
     return g->cc->htab_oom ? -1 : 0;
 }
 
@@ -717,7 +714,7 @@ hyfi_status hyfi_graph_compile(hyfi_graph *g, hyfi_tensor *loss, const hyfi_trai
         s = check_task_memory(g);
     }
     /* A scoped rank built its own share: all ranks learn whether every share
-     * was built and fits (scope.c). */
+     * was built and fits (share.c). */
     if (g->cc->scoped) s = hyfi_ctx_agree(g->ctx, s, s != HYFI_OK ? hyfi_last_error() : "");
     if (s != HYFI_OK) {
         hyfi_compiled_free(g);

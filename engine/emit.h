@@ -60,18 +60,15 @@ void hyfi_reg(hyfi_graph *g, starpu_data_handle_t *h, hyfi_key key, float *ptr, 
 void hyfi_reg_at(hyfi_graph *g, hyfi_slots *s, size_t i, hyfi_key key, float *ptr, size_t n,
                  size_t elem, int owner, int cat, int rstage, const char *name,
                  const char *suffix, int m, int nm);
-/* Scoped compile (scope.c). */
-enum { HYFI_SCOPE_MINE, HYFI_SCOPE_WANT, HYFI_SCOPE_MINE0 };
+/* Scoped compile (share.c; hyfi_key_wanted: keyed.c). */
 int hyfi_scope_init(hyfi_graph *g);
 void hyfi_scope_free(hyfi_compiled *cc);
-/* The registrations that follow belong to replica rep (-1: to every rank),
- * registered where it is mine (HYFI_SCOPE_MINE: its tasks run here) or
- * wanted (HYFI_SCOPE_WANT: also a collective partner) or mine or replica 0
- * (HYFI_SCOPE_MINE0: what only its own tasks and the reads of replica 0 touch,
- * a parameter's value, gradient, momentum and norms); elsewhere hyfi_reg
- * leaves the slot NULL and consumes the tag. */
-void hyfi_reg_scope(hyfi_graph *g, int rep, int level);
-int hyfi_reg_wanted(const hyfi_graph *g);
+/* Whether this rank registers the piece named by key: every rank for a key
+ * of no replica (rep -1); for replica k's, where k is mine (its tasks run
+ * here), or wanted (also a collective's partner: running statistics,
+ * buckets), or, for a parameter's value, gradient, momentum and norms, mine
+ * or replica 0. Elsewhere hyfi_reg leaves the slot NULL. */
+int hyfi_key_wanted(const hyfi_graph *g, hyfi_key key);
 /* After a collective's task: drop it where it does not concern this rank;
  * where it does, flush what it reads from another rank (PT_FLUSH). */
 int hyfi_collective_done(hyfi_graph *g, program *P);

@@ -261,7 +261,6 @@ starpu_data_handle_t hyfi_handle_need(hyfi_graph *g, hyfi_tensor *t, int grad, i
     }
     if (!slot) return NULL; /* out of memory (slots.c) */
     if (*slot || !g->ctx->mpi) return *slot;
-    hyfi_reg_scope(g, -1, 0);
     hyfi_reg(g, slot, key, NULL, n, t->is_int ? sizeof(int32_t) : sizeof(float), owner, cat,
              HYFI_KEEP, t->name, sfx, tile ? k / pl->P : k, pl->nmb);
     free(g->cc->howner); /* rebuilt with the new entry when next needed */
@@ -312,8 +311,7 @@ hyfi_status hyfi_register_tensors(hyfi_graph *g)
             }
             for (int m = 0, j = 0; m < M; m++) {
                 const int r = hyfi_handle_owner(g, t, m), mine = t->nhost && r == me;
-                hyfi_reg_scope(g, HYFI_REP(pl, m), HYFI_SCOPE_MINE);
-                hyfi_reg_at(g, t->h, m, HYFI_KEY(HK_VALUE, t->id, m), mine ? t->host + (size_t)j * t->mb_numel : NULL,
+                hyfi_reg_at(g, t->h, m, HYFI_KEY_R(HK_VALUE, t->id, m, HYFI_REP(pl, m)), mine ? t->host + (size_t)j * t->mb_numel : NULL,
                          t->mb_numel, elem, r, hyfi_tensor_hflags(g, t, -1), HYFI_KEEP, t->name,
                          "", m, M);
                 j += mine;
@@ -322,8 +320,7 @@ hyfi_status hyfi_register_tensors(hyfi_graph *g)
                 t->gh = hyfi_slots_new((size_t)M, &g->cc->htab_oom);
                 if (!t->gh) goto oom;
                 for (int m = 0; m < M; m++) {
-                    hyfi_reg_scope(g, HYFI_REP(pl, m), HYFI_SCOPE_MINE);
-                    hyfi_reg_at(g, t->gh, m, HYFI_KEY(HK_GRAD, t->id, m), NULL, t->mb_numel, elem,
+                    hyfi_reg_at(g, t->gh, m, HYFI_KEY_R(HK_GRAD, t->id, m, HYFI_REP(pl, m)), NULL, t->mb_numel, elem,
                              hyfi_handle_owner(g, t, m), hyfi_tensor_hflags(g, t, -1), HYFI_KEEP,
                              t->name, ".grad", m, M);
                 }
@@ -361,14 +358,13 @@ hyfi_status hyfi_register_tensors(hyfi_graph *g)
                  * (hyfi_tensor_read, checkpoints, health) touch these; the
                  * all-reduce's partners read a gradient where it is a bucket
                  * of its own, registered there (reduce.c) */
-                hyfi_reg_scope(g, k, HYFI_SCOPE_MINE0);
-                hyfi_reg_at(g, t->gh, k, HYFI_KEY(HK_GRAD, t->id, k), mine ? t->ghost + o : NULL, t->numel, elem, r, HC_ALLREDUCE,
+                hyfi_reg_at(g, t->gh, k, HYFI_KEY_R(HK_GRAD, t->id, k, k), mine ? t->ghost + o : NULL, t->numel, elem, r, HC_ALLREDUCE,
                          HYFI_KEEP, t->name, ".grad", k, NR);
-                hyfi_reg_at(g, t->h, k, HYFI_KEY(HK_VALUE, t->id, k), mine ? t->host + o : NULL, t->numel, elem, r, HC_ALLREDUCE,
+                hyfi_reg_at(g, t->h, k, HYFI_KEY_R(HK_VALUE, t->id, k, k), mine ? t->host + o : NULL, t->numel, elem, r, HC_ALLREDUCE,
                          HYFI_KEEP, t->name, "", k, NR);
-                hyfi_reg_at(g, t->mh, k, HYFI_KEY(HK_MOMENTUM, t->id, k), mine ? t->mhost + o : NULL, t->numel, elem, r, HC_ALLREDUCE,
+                hyfi_reg_at(g, t->mh, k, HYFI_KEY_R(HK_MOMENTUM, t->id, k, k), mine ? t->mhost + o : NULL, t->numel, elem, r, HC_ALLREDUCE,
                          HYFI_KEEP, t->name, ".momentum", k, NR);
-                hyfi_reg_at(g, t->nmh, k, HYFI_KEY(HK_NORMS, t->id, k), NULL, 2, sizeof(float), r, HC_ALLREDUCE, HYFI_KEEP, t->name,
+                hyfi_reg_at(g, t->nmh, k, HYFI_KEY_R(HK_NORMS, t->id, k, k), NULL, 2, sizeof(float), r, HC_ALLREDUCE, HYFI_KEEP, t->name,
                          ".norms", k, NR);
                 /* Summed over micro-batches by a StarPU reduction. */
                 if (pl->mbr > 1 && !g->plan_cfg.deterministic && hyfi_slot(t->gh, k))
@@ -384,8 +380,7 @@ hyfi_status hyfi_register_tensors(hyfi_graph *g)
             }
             for (int k = 0, j = 0; k < NR; k++) {
                 const int r = hyfi_trank(g, t, k), mine = r == me;
-                hyfi_reg_scope(g, k, HYFI_SCOPE_WANT);
-                hyfi_reg_at(g, t->h, k, HYFI_KEY(HK_VALUE, t->id, k),
+                hyfi_reg_at(g, t->h, k, HYFI_KEY_R(HK_VALUE, t->id, k, k),
                          mine ? t->host + (size_t)j * t->numel : NULL, t->numel, elem,
                          r, HC_ALLREDUCE, HYFI_KEEP, t->name, "", k, NR);
                 j += mine;
@@ -394,8 +389,7 @@ hyfi_status hyfi_register_tensors(hyfi_graph *g)
         case T_ACT:
             /* the loss too: its owner reads it, the ranks sum (loss_value) */
             for (int m = 0; m < M; m++) {
-                hyfi_reg_scope(g, HYFI_REP(pl, m), HYFI_SCOPE_MINE);
-                hyfi_reg_at(g, t->h, m, HYFI_KEY(HK_VALUE, t->id, m), NULL, t->mb_numel, elem,
+                hyfi_reg_at(g, t->h, m, HYFI_KEY_R(HK_VALUE, t->id, m, HYFI_REP(pl, m)), NULL, t->mb_numel, elem,
                          hyfi_handle_owner(g, t, m), hyfi_tensor_hflags(g, t, -1), rs, t->name,
                          "", m, M);
             }
@@ -403,8 +397,7 @@ hyfi_status hyfi_register_tensors(hyfi_graph *g)
                 t->gh = hyfi_slots_new((size_t)M, &g->cc->htab_oom);
                 if (!t->gh) goto oom;
                 for (int m = 0; m < M; m++) {
-                    hyfi_reg_scope(g, HYFI_REP(pl, m), HYFI_SCOPE_MINE);
-                    hyfi_reg_at(g, t->gh, m, HYFI_KEY(HK_GRAD, t->id, m), NULL, t->mb_numel, elem,
+                    hyfi_reg_at(g, t->gh, m, HYFI_KEY_R(HK_GRAD, t->id, m, HYFI_REP(pl, m)), NULL, t->mb_numel, elem,
                              hyfi_handle_owner(g, t, m), hyfi_tensor_hflags(g, t, -1), rs,
                              t->name, ".grad", m, M);
                 }
@@ -412,14 +405,12 @@ hyfi_status hyfi_register_tensors(hyfi_graph *g)
             break;
         case T_SAVED:
             for (int m = 0; m < M; m++) {
-                hyfi_reg_scope(g, HYFI_REP(pl, m), HYFI_SCOPE_MINE);
-                hyfi_reg_at(g, t->h, m, HYFI_KEY(HK_VALUE, t->id, m), NULL, t->mb_numel, elem,
+                hyfi_reg_at(g, t->h, m, HYFI_KEY_R(HK_VALUE, t->id, m, HYFI_REP(pl, m)), NULL, t->mb_numel, elem,
                          hyfi_handle_owner(g, t, m), hyfi_tensor_hcat(g, t), rs, t->name, "", m,
                          M);
             }
             break;
         }
-        hyfi_reg_scope(g, -1, 0);
     }
     /* Partial gradients of activations consumed by other stages. */
     for (int i = 0; i < g->nnodes; i++) {
@@ -439,15 +430,13 @@ hyfi_status hyfi_register_tensors(hyfi_graph *g)
             char sfx[32];
             snprintf(sfx, sizeof sfx, ".grad.stage%d", nd->stage);
             for (int m = 0; m < M; m++) {
-                hyfi_reg_scope(g, HYFI_REP(pl, m), HYFI_SCOPE_MINE);
                 hyfi_reg_at(g, t->gpart, (size_t)nd->stage * M + m,
-                         HYFI_KEY(HK_PARTIAL, t->id, (size_t)nd->stage * M + m), NULL, t->mb_numel,
+                         HYFI_KEY_R(HK_PARTIAL, t->id, (size_t)nd->stage * M + m, HYFI_REP(pl, m)), NULL, t->mb_numel,
                          sizeof(float),
                          hyfi_stage_rank(pl, HYFI_REP(pl, m), nd->stage),
                          hyfi_tensor_hflags(g, t, -1), hyfi_release_stage(g, t), t->name, sfx, m,
                          M);
             }
-            hyfi_reg_scope(g, -1, 0);
         }
     }
     /* Replicas: saved running statistics. */
@@ -456,11 +445,9 @@ hyfi_status hyfi_register_tensors(hyfi_graph *g)
         if (t->kind != T_STATE) continue;
         if (!(t->rsave = hyfi_slots_new((size_t)NR, &g->cc->htab_oom))) goto oom;
         for (int k = 0; k < NR; k++) {
-            hyfi_reg_scope(g, k, HYFI_SCOPE_WANT);
-            hyfi_reg_at(g, t->rsave, k, HYFI_KEY(HK_RSAVE, t->id, k), NULL, t->numel, sizeof(float), hyfi_trank(g, t, k),
+            hyfi_reg_at(g, t->rsave, k, HYFI_KEY_R(HK_RSAVE, t->id, k, k), NULL, t->numel, sizeof(float), hyfi_trank(g, t, k),
                      HC_ALLREDUCE, HYFI_KEEP, t->name, ".start", k, NR);
         }
-        hyfi_reg_scope(g, -1, 0);
     }
     /* The health sums of a step: one per rank that holds a parameter of
      * replica 0 (reduce.c adds up replica 0's norms), on every rank (the
@@ -489,12 +476,10 @@ hyfi_status hyfi_register_tensors(hyfi_graph *g)
     if (!g->cc->dloss || !g->cc->loss_sum) goto oom;
     for (int m = 0; m < M; m++) {
         g->cc->dloss_host[m] = 1.0f / (float)M;
-        hyfi_reg_scope(g, HYFI_REP(pl, m), HYFI_SCOPE_MINE);
-        hyfi_reg_at(g, g->cc->dloss, m, HYFI_KEY(HK_DLOSS, 0, m), g->cc->dloss_host + m, 1, sizeof(float),
+        hyfi_reg_at(g, g->cc->dloss, m, HYFI_KEY_R(HK_DLOSS, 0, m, HYFI_REP(pl, m)), g->cc->dloss_host + m, 1, sizeof(float),
                  hyfi_handle_owner(g, g->loss, m), HC_LOSS, HYFI_KEEP, g->loss->name, ".grad", m,
                  M);
     }
-    hyfi_reg_scope(g, -1, 0);
     g->loss->gh = g->cc->dloss;
     /* 1F1B: per stage, one token per activation slot (see emit_events). */
     if (pl->schedule == HYFI_SCHEDULE_1F1B && pl->mbr > 1) {
@@ -506,11 +491,9 @@ hyfi_status hyfi_register_tensors(hyfi_graph *g)
             for (int j = 0; j < pl->inflight[pl->place_stage[q]]; j++, k++) {
                 char nm[48];
                 snprintf(nm, sizeof nm, "place%d.token", q);
-                hyfi_reg_scope(g, q / pl->nplaces1, HYFI_SCOPE_MINE);
-                hyfi_reg(g, &g->cc->tokens[k], HYFI_KEY(HK_TOKEN, 0, k), g->cc->token_host + k, 1, sizeof(float),
+                hyfi_reg(g, &g->cc->tokens[k], HYFI_KEY_R(HK_TOKEN, 0, k, q / pl->nplaces1), g->cc->token_host + k, 1, sizeof(float),
                          pl->place_rank[q], HC_PIPELINE, HYFI_KEEP, nm, "", j, 2);
             }
-        hyfi_reg_scope(g, -1, 0);
     }
     return HYFI_OK;
 oom:

@@ -140,7 +140,7 @@ struct hyfi_tensor {
     size_t mb_numel;
     float *host;          /* host memory for inputs, labels, params, state (StarPU-allocated,
                              on the owning rank only) */
-    hyfi_slots *h;        /* nh value handles (NULL: not registered on this rank, scope.c) */
+    hyfi_slots *h;        /* nh value handles (NULL: not registered on this rank, share.c) */
     float *ghost;         /* gradient host memory (params) */
     hyfi_slots *gh;       /* nh gradient handles (NULL when none) */
     hyfi_slots *gw;       /* flags, compile-time, per handle: a backward task already wrote the
@@ -329,7 +329,7 @@ typedef struct {
     int overflow; /* a task was given more than HYFI_MAX_TASK_BUFFERS buffers */
     int nomem;    /* out of memory appending a task or its buffers: at task nomem_at */
     char nomem_at[48];
-    int missing;  /* a kept task names a handle this rank did not register (scope.c) */
+    int missing;  /* a kept task names a handle this rank did not register (share.c) */
     unsigned char *skip; /* MPI: 1 where this rank need not submit task i (share.c), or NULL */
     int built;    /* tasks built before those this rank never submits were dropped (share.c) */
 } program;
@@ -461,7 +461,7 @@ typedef struct hyfi_compiled {
      * sent to every rank. */
     hyfi_slots *health;
     int nhealth, health_root;
-    /* Scoped compile (scope.c): in an MPI run, a rank builds the per-replica
+    /* Scoped compile (share.c): in an MPI run, a rank builds the per-replica
      * part of the programs, and registers the handles, only for the replicas
      * that have a place on it (rep_mine), plus the handles of the replicas its
      * replicas exchange with in the collectives (rep_want). */
@@ -469,7 +469,6 @@ typedef struct hyfi_compiled {
     int bn_pack;            /* tiled batch norms combine rank-local packets (spatial_bn.c) */
     unsigned char *rep_mine, *rep_want;
     char missing_task[96]; /* a task that names a handle this rank did not register */
-    int reg_rep, reg_level; /* registrations under way belong to replica reg_rep (-1: to all) */
     double grad_norm, weight_norm; /* of the last train step (L2) */
     int stepped;           /* a train step has run: gradients are readable */
     int last_train;        /* the last program run was the train program */
@@ -712,7 +711,7 @@ hyfi_status hyfi_program_run(hyfi_graph *g, program *p);
  * copies they had received). */
 /* handles.c: a batch tensor's handle k (grad: of its gradient; tile: of its tiles,
  * k = m * P + q), registered now if it was not (a scoped rank's skipped ones,
- * scope.c). */
+ * share.c). */
 starpu_data_handle_t hyfi_handle_need(hyfi_graph *g, hyfi_tensor *t, int grad, int tile, int k);
 
 void hyfi_handle_read(hyfi_graph *g, starpu_data_handle_t h, int root, void *host, size_t bytes);

@@ -337,7 +337,7 @@ static void gather_done(void *arg)
 void hyfi_io_gather(hyfi_graph *g, hyfi_io_batch *b, starpu_data_handle_t h, void *host,
                     size_t bytes)
 {
-    if (!h) return; /* not registered here (scope.c): neither the owner nor rank 0 */
+    if (!h) return; /* not registered here (share.c): neither the owner nor rank 0 */
     gather_item *it = b && host && g->ctx->rank == 0 ? malloc(sizeof *it) : NULL;
     if (!it) { /* another rank's part, rank 0 out of memory, or no batch: one at a time */
         if (host || g->ctx->rank != 0) {

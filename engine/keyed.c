@@ -23,7 +23,7 @@
  * here. hyfi_handles_resolve then registers, as the owner (home node) or as
  * a reader (-1), the handles named by the tasks the rank kept and the ones
  * it owns, with the tags they would have had, and forgets the others: their
- * slots become NULL, as for a registration scope.c skips, and a later read
+ * slots become NULL, as for a registration the rank skips (hyfi_key_wanted), and a later read
  * of one (hyfi_tensor_read of another rank's tile) registers it then
  * (hyfi_handle_need). No StarPU call is needed to decide any of it. */
 #include "emit.h"
@@ -93,6 +93,45 @@ static int tag_enter(hyfi_compiled *cc, int64_t tag)
     return 0;
 }
 
+/* Who registers replica k's pieces of a role: the ranks where k is mine
+ * (its tasks run there: the default); where k is wanted (also a collective's
+ * partner: running statistics, their saved copies, the buckets and ring
+ * chunks); where k is mine or k is replica 0 (a parameter's value, gradient,
+ * momentum and norms: only the replica's own tasks and the reads of replica
+ * 0 touch them). A function of the key and the plan. */
+enum { SCOPE_MINE, SCOPE_WANT, SCOPE_MINE0 };
+
+static int key_scope(const hyfi_graph *g, hyfi_key key)
+{
+    switch (key.role) {
+    case HK_VALUE:
+    case HK_GRAD:
+        if (key.obj >= (uint32_t)g->ntensors) return SCOPE_MINE;
+        switch (g->tensors[key.obj]->kind) {
+        case T_PARAM: return SCOPE_MINE0;
+        case T_STATE: return SCOPE_WANT;
+        default: return SCOPE_MINE;
+        }
+    case HK_MOMENTUM:
+    case HK_NORMS: return SCOPE_MINE0;
+    case HK_RSAVE:
+    case HK_BUCKET:
+    case HK_ARC: return SCOPE_WANT;
+    default: return SCOPE_MINE;
+    }
+}
+
+int hyfi_key_wanted(const hyfi_graph *g, hyfi_key key)
+{
+    const hyfi_compiled *cc = g->cc;
+    if (key.rep < 0 || !cc->rep_mine) return 1;
+    switch (key_scope(g, key)) {
+    case SCOPE_MINE: return cc->rep_mine[key.rep];
+    case SCOPE_MINE0: return cc->rep_mine[key.rep] || key.rep == 0;
+    default: return cc->rep_want[key.rep];
+    }
+}
+
 /* The StarPU side of a registration: the handle in *h, with its home in host
  * memory (ptr) on the owning rank, lazily allocated elsewhere (and everywhere
  * when ptr is NULL); its category and bf16 flag as user data; its name; known
@@ -130,7 +169,7 @@ void hyfi_reg(hyfi_graph *g, starpu_data_handle_t *h, hyfi_key key, float *ptr, 
         g->cc->htab_oom = 1;
         return;
     }
-    if (!hyfi_reg_wanted(g)) { /* scoped compile: not on this rank */
+    if (!hyfi_key_wanted(g, key)) { /* scoped compile: not on this rank */
         *h = NULL;
         return;
     }
@@ -176,7 +215,7 @@ void hyfi_reg_at(hyfi_graph *g, hyfi_slots *s, size_t i, hyfi_key key, float *pt
                  const char *suffix, int m, int nm)
 {
     /* a registration this rank skips makes no cell (slots.h) */
-    if (!hyfi_reg_wanted(g)) {
+    if (!hyfi_key_wanted(g, key)) {
         if (hyfi_slot(s, i)) *hyfi_slot_at(s, i) = NULL; /* (an existing cell) */
         return;
     }

@@ -29,6 +29,7 @@ int hyfi_key_of_tag(int64_t tag, unsigned *graph, int *cat, hyfi_key *k)
     hi >>= HYFI_KEY_OBJ_BITS;
     *graph = (unsigned)hi;
     k->role = (hyfi_role)(lo >> HYFI_KEY_IDX_LO_BITS & MASK(HYFI_KEY_ROLE_BITS));
+    k->rep = -1; /* (not in the tag) */
     *cat = (int)(lo >> (HYFI_KEY_IDX_LO_BITS + HYFI_KEY_ROLE_BITS));
     return hi >> HYFI_KEY_GRAPH_BITS || k->role < HK_VALUE || k->role >= HK_NROLES ? -1 : 0;
 }

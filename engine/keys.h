@@ -58,9 +58,17 @@ typedef struct hyfi_key {
     hyfi_role role;
     uint32_t obj;
     uint64_t idx;
+    /* the replica whose tasks use the piece (-1: none in particular: every
+     * rank that names it). Not part of the tag (the index tells pieces
+     * apart); it decides, with the role, which ranks register the piece
+     * (keyed.c: hyfi_key_wanted). */
+    int32_t rep;
 } hyfi_key;
 
-#define HYFI_KEY(role, obj, idx) ((hyfi_key){(role), (uint32_t)(obj), (uint64_t)(idx)})
+#define HYFI_KEY(role, obj, idx) ((hyfi_key){(role), (uint32_t)(obj), (uint64_t)(idx), -1})
+/* A piece of replica rep's. */
+#define HYFI_KEY_R(role, obj, idx, rep)                                                       \
+    ((hyfi_key){(role), (uint32_t)(obj), (uint64_t)(idx), (int32_t)(rep)})
 
 /* A tag is the packed fields (above 0: a role is at least 1), below 2^60 (the agreement rounds use tags
  * from 2^60). StarPU's FxT traces keep a message's tag in 32 bits, so the low

@@ -21,7 +21,7 @@
  *   - after a task reads a tile's partial sum (weight and bias gradient
  *     parts, batch-norm statistics parts) owned by another rank, the reader
  *     and the owner forget the copy (PT_FLUSH), as after the collectives
- *     (scope.c); mark_skips then leaves these sums out of its rule, so the
+ *     (share.c); mark_skips then leaves these sums out of its rule, so the
  *     reader need not see their writers.
  * The values are the same (a copy is exact); the traffic is the same data,
  * once per rank and write as StarPU-MPI's cache sent it before. */
@@ -145,7 +145,6 @@ static copy_rec *copy_of(lstate *s, int src, int r, int *oom)
     char sfx[32];
     if (k.role == HK_VALUE) snprintf(sfx, sizeof sfx, "[%u].on_rank%d", (unsigned)k.idx, r);
     else snprintf(sfx, sizeof sfx, ".tot[%u].on_rank%d", (unsigned)k.idx, r);
-    hyfi_reg_scope(s->g, -1, 0);
     hyfi_reg(s->g, copy_slot(cc, slot), key, NULL, bytes / sizeof(float), sizeof(float), r,
              (int)cc->htab[src].cat, HYFI_KEEP, name, sfx, 0, 1);
     if (cc->htab_oom || !*copy_slot(cc, slot)) return *oom = 1, NULL;

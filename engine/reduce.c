@@ -70,7 +70,7 @@ int hyfi_emit_state_combine(hyfi_graph *g, program *P)
             char nm[96];
             for (int d = 1; d < R; d *= 2)
                 for (int k = 0; k + d < R; k += 2 * d) {
-                    if (!want[k] && !want[k + d]) continue; /* concerns neither (scope.c) */
+                    if (!want[k] && !want[k + d]) continue; /* concerns neither (share.c) */
                     const int len = R - (k + d) < d ? R - (k + d) : d; /* block k + d */
                     hyfi_task_args c = {.u.rcomb = {.count = t->numel, .nrep = 2,
                                                     .decay = pow(a, (double)pl->mbr * len)}};
@@ -206,7 +206,7 @@ int hyfi_emit_allreduce(hyfi_graph *g, program *P)
     const hyfi_plan *pl = g->cc->pl;
     const int R = pl->nrep, prio = hyfi_clamp_prio(pl->nticks + 1);
     if (R < 2) return 0;
-    const unsigned char *want = g->cc->rep_want; /* scope.c */
+    const unsigned char *want = g->cc->rep_want; /* share.c */
     const int kib = g->plan_cfg.bucket_kib;
     const size_t cap = kib < 0 ? 0 : (size_t)(kib ? kib : HYFI_BUCKET_KIB) * 1024;
     g->cc->buckets = calloc((size_t)g->nparams, sizeof *g->cc->buckets);
@@ -246,21 +246,18 @@ int hyfi_emit_allreduce(hyfi_graph *g, program *P)
                 }
                 continue;
             }
-            hyfi_reg_scope(g, k, HYFI_SCOPE_WANT);
-            hyfi_reg_at(g, b->h, k, HYFI_KEY(HK_BUCKET, bi, k), NULL, b->numel, sizeof(float), hyfi_stage_rank(pl, k, b->stage),
+            hyfi_reg_at(g, b->h, k, HYFI_KEY_R(HK_BUCKET, bi, k, k), NULL, b->numel, sizeof(float), hyfi_stage_rank(pl, k, b->stage),
                      HC_ALLREDUCE, HYFI_KEEP, bname, ".grad", k, R);
         }
         for (int k = 0; ring && k < R; k++)
             for (int c = 0; c < R; c++) {
                 char sfx[48];
-                hyfi_reg_scope(g, k, HYFI_SCOPE_WANT);
                 snprintf(sfx, sizeof sfx, ".grad.r%d.chunk%d", k, c);
-                hyfi_reg_at(g, b->arc, k * R + c, HYFI_KEY(HK_ARC, bi, (size_t)k * R + c), NULL,
+                hyfi_reg_at(g, b->arc, k * R + c, HYFI_KEY_R(HK_ARC, bi, (size_t)k * R + c, k), NULL,
                          hyfi_chunk_lo(b->numel, R, c + 1) - hyfi_chunk_lo(b->numel, R, c),
                          sizeof(float), hyfi_stage_rank(pl, k, b->stage), HC_ALLREDUCE, HYFI_KEEP,
                          bname, sfx, 0, 1);
             }
-        hyfi_reg_scope(g, -1, 0);
         /* pack */
         for (int k = 0; b->nparams > 1 && k < R; k++)
             for (int j = 0, off = 0; want[k] && j < b->nparams;

@@ -144,7 +144,7 @@ static hyfi_status check_tensor(hyfi_graph *g, const hyfi_tensor *t, size_t coun
 void hyfi_handle_read(hyfi_graph *g, starpu_data_handle_t h, int root, void *host, size_t bytes)
 {
     const int me = g->ctx->rank;
-    if (!h) return; /* not registered here (scope.c): neither its owner nor a reader */
+    if (!h) return; /* not registered here (share.c): neither its owner nor a reader */
     if (g->ctx->mpi) {
         if (root < 0) starpu_mpi_get_data_on_all_nodes_detached(MPI_COMM_WORLD, h);
         else starpu_mpi_get_data_on_node_detached(MPI_COMM_WORLD, h, root, NULL, NULL);
@@ -168,7 +168,7 @@ void hyfi_handle_read(hyfi_graph *g, starpu_data_handle_t h, int root, void *hos
 void hyfi_handle_write(hyfi_graph *g, starpu_data_handle_t h, int owner, const void *host,
                        size_t bytes)
 {
-    if (!h) return; /* not registered here (scope.c): another rank's */
+    if (!h) return; /* not registered here (share.c): another rank's */
     if (g->ctx->mpi) starpu_mpi_cache_flush(MPI_COMM_WORLD, h);
     if (g->ctx->mpi && owner != g->ctx->rank) return;
     hyfi_wait_begin(g->ctx, "writing a tensor (hyfi_set_input, hyfi_tensor_write, "
@@ -349,7 +349,7 @@ hyfi_status hyfi_set_input_fn(hyfi_graph *g, hyfi_tensor *t, hyfi_input_fill_fn 
         input_handles(g, t, k, &r, &h, &owner);
         /* every rank flushes every handle (StarPU-MPI's cache is kept alike on all ranks);
          * only the owner fills it, in place */
-        if (g->ctx->mpi && h) starpu_mpi_cache_flush(MPI_COMM_WORLD, h); /* h NULL: scope.c */
+        if (g->ctx->mpi && h) starpu_mpi_cache_flush(MPI_COMM_WORLD, h); /* h NULL: share.c */
         if (s != HYFI_OK || (g->ctx->mpi && owner != g->ctx->rank)) continue;
         hyfi_wait_begin(g->ctx, "writing an input region (hyfi_set_input_fn)");
         starpu_data_acquire(h, STARPU_W);

@@ -15,7 +15,7 @@
  * bitwise the same. A rank then registers its own parts and the packets
  * only. A packet of one tile is the tile's part itself. The combine's
  * packed layout has a CPU implementation only (the CUDA one has not run on
- * a GPU yet), so a run with CUDA workers does not pack (scope.c). */
+ * a GPU yet), so a run with CUDA workers does not pack (share.c). */
 #include "emit.h"
 #include "spatial_impl.h"
 

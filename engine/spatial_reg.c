@@ -67,8 +67,7 @@ static int fused_register(hyfi_graph *g)
                 if (hyfi_host_alloc(&fg->ztot_host[j], fg->ztot_n[j])) return -1;
                 memset(fg->ztot_host[j], 0, fg->ztot_n[j] * sizeof(float));
                 for (int r = 0; r < R; r++) {
-                    hyfi_reg_scope(g, r, HYFI_SCOPE_MINE);
-                    hyfi_reg_at(g, fg->ztot, j * R + r, HYFI_KEY(HK_F_ZTOT, i, (size_t)j * R + r),
+                    hyfi_reg_at(g, fg->ztot, j * R + r, HYFI_KEY_R(HK_F_ZTOT, i, (size_t)j * R + r, r),
                              fg->ztot_host[j] + 2 * (size_t)Co * r,
                              2 * (size_t)Co, sizeof(float), hyfi_stage_rank(pl, r, nd->stage),
                              HC_BNSTATS, HYFI_KEEP, nd->name, ".zero_dstats", r, R);
@@ -77,15 +76,14 @@ static int fused_register(hyfi_graph *g)
             for (int m = 0; m < M; m++)
                 for (int q = 0; q < P; q++) {
                     const size_t k = ((size_t)j * M + m) * P + q;
-                    hyfi_reg_scope(g, HYFI_REP(pl, m), HYFI_SCOPE_MINE);
                     const int rq = hyfi_tile_rank(g, nd->out->tl, q, HYFI_REP(pl, m));
                     const size_t on = (size_t)n * Co * fg_rows(fg, j, q) * fg_cols(fg, j, q);
                     if (j < fg->n - 1) {
                         snprintf(sfx, sizeof sfx, ".ext.tile%d", q);
-                        hyfi_reg_at(g, fg->val, k, HYFI_KEY(HK_F_VAL, i, k), NULL, on, sizeof(float), rq, hyfi_tensor_hflags(g, nd->out, HC_PIPELINE),
+                        hyfi_reg_at(g, fg->val, k, HYFI_KEY_R(HK_F_VAL, i, k, HYFI_REP(pl, m)), NULL, on, sizeof(float), rq, hyfi_tensor_hflags(g, nd->out, HC_PIPELINE),
                                  fg->op[0]->stage, nd->name, sfx, m, M);
                         snprintf(sfx, sizeof sfx, ".ext.tile%d.grad", q);
-                        hyfi_reg_at(g, fg->grad, k, HYFI_KEY(HK_F_GRAD, i, k), NULL, on, sizeof(float), rq, hyfi_tensor_hflags(g, nd->out, HC_PIPELINE),
+                        hyfi_reg_at(g, fg->grad, k, HYFI_KEY_R(HK_F_GRAD, i, k, HYFI_REP(pl, m)), NULL, on, sizeof(float), rq, hyfi_tensor_hflags(g, nd->out, HC_PIPELINE),
                                  fg->op[0]->stage, nd->name, sfx, m, M);
                     }
                     if (fg_padded(fg, j, q)) {
@@ -93,26 +91,25 @@ static int fused_register(hyfi_graph *g)
                                           (fg_rows(fg, j - 1, q) + fg->pt[j][q] + fg->pb[j][q]) *
                                           (fg_cols(fg, j - 1, q) + fg->pl[j][q] + fg->pr[j][q]);
                         snprintf(sfx, sizeof sfx, ".in.tile%d", q);
-                        hyfi_reg_at(g, fg->pbuf, k, HYFI_KEY(HK_F_PBUF, i, k), NULL, pn, sizeof(float), rq, hyfi_tensor_hflags(g, nd->in[0], HC_PIPELINE),
+                        hyfi_reg_at(g, fg->pbuf, k, HYFI_KEY_R(HK_F_PBUF, i, k, HYFI_REP(pl, m)), NULL, pn, sizeof(float), rq, hyfi_tensor_hflags(g, nd->in[0], HC_PIPELINE),
                                  fg->op[0]->stage, nd->name, sfx, m, M);
                         snprintf(sfx, sizeof sfx, ".in.tile%d.grad", q);
-                        hyfi_reg_at(g, fg->dpbuf, k, HYFI_KEY(HK_F_DPBUF, i, k), NULL, pn, sizeof(float), rq, hyfi_tensor_hflags(g, nd->in[0], HC_PIPELINE),
+                        hyfi_reg_at(g, fg->dpbuf, k, HYFI_KEY_R(HK_F_DPBUF, i, k, HYFI_REP(pl, m)), NULL, pn, sizeof(float), rq, hyfi_tensor_hflags(g, nd->in[0], HC_PIPELINE),
                                  fg->op[0]->stage, nd->name, sfx, m, M);
                     }
                     if (hyfi_op_batch_statistics(nd) && fg_bn_extended(fg, j, q)) {
                         const size_t own = hyfi_tile_numel(nd->out, q);
                         snprintf(sfx, sizeof sfx, ".own_x.tile%d", q);
-                        hyfi_reg_at(g, fg->xo, k, HYFI_KEY(HK_F_XO, i, k), NULL, own, sizeof(float), rq, hyfi_tensor_hflags(g, nd->out, HC_PIPELINE),
+                        hyfi_reg_at(g, fg->xo, k, HYFI_KEY_R(HK_F_XO, i, k, HYFI_REP(pl, m)), NULL, own, sizeof(float), rq, hyfi_tensor_hflags(g, nd->out, HC_PIPELINE),
                                  fg->op[0]->stage, nd->name, sfx, m, M);
                         snprintf(sfx, sizeof sfx, ".own_dy.tile%d", q);
-                        hyfi_reg_at(g, fg->dyo, k, HYFI_KEY(HK_F_DYO, i, k), NULL, own, sizeof(float), rq, hyfi_tensor_hflags(g, nd->out, HC_PIPELINE),
+                        hyfi_reg_at(g, fg->dyo, k, HYFI_KEY_R(HK_F_DYO, i, k, HYFI_REP(pl, m)), NULL, own, sizeof(float), rq, hyfi_tensor_hflags(g, nd->out, HC_PIPELINE),
                                  fg->op[0]->stage, nd->name, sfx, m, M);
                         snprintf(sfx, sizeof sfx, ".own_dx.tile%d", q);
-                        hyfi_reg_at(g, fg->dxo, k, HYFI_KEY(HK_F_DXO, i, k), NULL, own, sizeof(float), rq, hyfi_tensor_hflags(g, nd->out, HC_PIPELINE),
+                        hyfi_reg_at(g, fg->dxo, k, HYFI_KEY_R(HK_F_DXO, i, k, HYFI_REP(pl, m)), NULL, own, sizeof(float), rq, hyfi_tensor_hflags(g, nd->out, HC_PIPELINE),
                                  fg->op[0]->stage, nd->name, sfx, m, M);
                     }
                 }
-            hyfi_reg_scope(g, -1, 0);
         }
     }
     return 0;
@@ -138,19 +135,17 @@ int hyfi_spatial_register(hyfi_graph *g)
         for (int m = 0; m < M; m++)
             for (int q = 0; q < P; q++) {
                 const size_t n = hyfi_tile_numel(t, q);
-                hyfi_reg_scope(g, HYFI_REP(pl, m), HYFI_SCOPE_MINE);
                 snprintf(sfx, sizeof sfx, ".tile%d", q);
-                hyfi_reg_at(g, tl->h, m * P + q, HYFI_KEY(HK_TILE, t->id, m * P + q), NULL, n, sizeof(float),
+                hyfi_reg_at(g, tl->h, m * P + q, HYFI_KEY_R(HK_TILE, t->id, m * P + q, HYFI_REP(pl, m)), NULL, n, sizeof(float),
                          hyfi_tile_rank(g, tl, q, HYFI_REP(pl, m)), hyfi_tensor_hflags(g, t, -1),
                          trs, t->name, sfx, m, M);
                 if (t->kind == T_ACT && t->requires_grad) {
                     snprintf(sfx, sizeof sfx, ".tile%d.grad", q);
-                    hyfi_reg_at(g, tl->gh, m * P + q, HYFI_KEY(HK_TILE_GRAD, t->id, m * P + q), NULL, n, sizeof(float),
+                    hyfi_reg_at(g, tl->gh, m * P + q, HYFI_KEY_R(HK_TILE_GRAD, t->id, m * P + q, HYFI_REP(pl, m)), NULL, n, sizeof(float),
                              hyfi_tile_rank(g, tl, q, HYFI_REP(pl, m)), hyfi_tensor_hflags(g, t, -1),
                              trs, t->name, sfx, m, M);
                 }
             }
-        hyfi_reg_scope(g, -1, 0);
     }
     for (int i = 0; i < g->nnodes; i++) {
         node *nd = &g->nodes[i];
@@ -168,14 +163,13 @@ int hyfi_spatial_register(hyfi_graph *g)
                 for (int q = 0; q < P; q++) {
                     const int rq = hyfi_tile_rank(g, x->tl, q, HYFI_REP(pl, m));
                     if (!tn->use_buf[q]) continue;
-                    hyfi_reg_scope(g, HYFI_REP(pl, m), HYFI_SCOPE_MINE);
                     const size_t bn = (size_t)n * C * tn->buf_h[q] * tn->buf_w[q];
                     snprintf(sfx, sizeof sfx, ".in.tile%d", q);
-                    hyfi_reg_at(g, tn->buf, m * P + q, HYFI_KEY(HK_TBUF, i, m * P + q), NULL, bn, sizeof(float), rq, hyfi_tensor_hflags(g, x, HC_PIPELINE),
+                    hyfi_reg_at(g, tn->buf, m * P + q, HYFI_KEY_R(HK_TBUF, i, m * P + q, HYFI_REP(pl, m)), NULL, bn, sizeof(float), rq, hyfi_tensor_hflags(g, x, HC_PIPELINE),
                              nd->stage, nd->name, sfx, m, M);
                     if (x->requires_grad) {
                         snprintf(sfx, sizeof sfx, ".in.tile%d.grad", q);
-                        hyfi_reg_at(g, tn->dbuf, m * P + q, HYFI_KEY(HK_TDBUF, i, m * P + q), NULL, bn, sizeof(float), rq, hyfi_tensor_hflags(g, x, HC_PIPELINE),
+                        hyfi_reg_at(g, tn->dbuf, m * P + q, HYFI_KEY_R(HK_TDBUF, i, m * P + q, HYFI_REP(pl, m)), NULL, bn, sizeof(float), rq, hyfi_tensor_hflags(g, x, HC_PIPELINE),
                                  nd->stage, nd->name, sfx, m, M);
                     }
                     for (int k = 1; k < tn->npieces[q]; k++) {
@@ -184,11 +178,11 @@ int hyfi_spatial_register(hyfi_graph *g)
                         const size_t sn = (size_t)n * C * p->h * p->w;
                         const size_t j = ((size_t)m * P + q) * NP + k;
                         snprintf(sfx, sizeof sfx, ".halo%d_%d", tn->from[q][k], q);
-                        hyfi_reg_at(g, tn->strip, j, HYFI_KEY(HK_STRIP, i, j), NULL, sn, sizeof(float), ru, hyfi_tensor_hflags(g, x, HC_HALO), nd->stage,
+                        hyfi_reg_at(g, tn->strip, j, HYFI_KEY_R(HK_STRIP, i, j, HYFI_REP(pl, m)), NULL, sn, sizeof(float), ru, hyfi_tensor_hflags(g, x, HC_HALO), nd->stage,
                                  nd->name, sfx, m, M);
                         if (x->requires_grad) {
                             snprintf(sfx, sizeof sfx, ".halo%d_%d.grad", tn->from[q][k], q);
-                            hyfi_reg_at(g, tn->dstrip, j, HYFI_KEY(HK_DSTRIP, i, j), NULL, sn, sizeof(float), rq, hyfi_tensor_hflags(g, x, HC_HALO),
+                            hyfi_reg_at(g, tn->dstrip, j, HYFI_KEY_R(HK_DSTRIP, i, j, HYFI_REP(pl, m)), NULL, sn, sizeof(float), rq, hyfi_tensor_hflags(g, x, HC_HALO),
                                      nd->stage, nd->name, sfx, m, M);
                         }
                     }
@@ -202,13 +196,12 @@ int hyfi_spatial_register(hyfi_graph *g)
                 if (!tn->wpart || (nd->p[1] && !tn->bpart) || !tn->wpw || !tn->bpw) return -1;
                 for (int k = 0; k < P * NR; k++) {
                     const int q = k % P, rq = hyfi_tile_rank(g, nd->out->tl, q, k / P);
-                    hyfi_reg_scope(g, k / P, HYFI_SCOPE_MINE);
                     if (NR > 1) snprintf(sfx, sizeof sfx, ".grad.r%d.tile%d", k / P, q);
                     else snprintf(sfx, sizeof sfx, ".grad.tile%d", q);
-                    hyfi_reg_at(g, tn->wpart, k, HYFI_KEY(HK_WPART, i, k), NULL, nd->p[0]->numel, sizeof(float), rq,
+                    hyfi_reg_at(g, tn->wpart, k, HYFI_KEY_R(HK_WPART, i, k, k / P), NULL, nd->p[0]->numel, sizeof(float), rq,
                              HC_ALLREDUCE, HYFI_KEEP, nd->p[0]->name, sfx, 0, 1);
                     if (nd->p[1])
-                        hyfi_reg_at(g, tn->bpart, k, HYFI_KEY(HK_BPART, i, k), NULL, nd->p[1]->numel, sizeof(float), rq,
+                        hyfi_reg_at(g, tn->bpart, k, HYFI_KEY_R(HK_BPART, i, k, k / P), NULL, nd->p[1]->numel, sizeof(float), rq,
                                  HC_ALLREDUCE, HYFI_KEEP, nd->p[1]->name, sfx, 0, 1);
                     if (pl->mbr > 1 && !g->plan_cfg.deterministic && hyfi_slot(tn->wpart, k)) {
                         hyfi_handle_set_redux(g, hyfi_slot(tn->wpart, k));
@@ -227,7 +220,6 @@ int hyfi_spatial_register(hyfi_graph *g)
             tn->tot = hyfi_slots_new((size_t)M, &g->cc->htab_oom);
             if (!tn->part || !tn->bwpart || !tn->tot) return -1;
             for (int m = 0; m < M; m++) {
-                hyfi_reg_scope(g, HYFI_REP(pl, m), HYFI_SCOPE_MINE);
                 int len[HYFI_MAX_TILES];
                 hyfi_sp_bn_packets(g, x, HYFI_REP(pl, m), len);
                 for (int q = 0; q < P; q++) {
@@ -235,29 +227,28 @@ int hyfi_spatial_register(hyfi_graph *g)
                         const int rq = hyfi_tile_rank(g, x->tl, q, HYFI_REP(pl, m));
                         const size_t pn = 4 * (size_t)C * (size_t)len[q];
                         snprintf(sfx, sizeof sfx, ".stats.pack%d", q);
-                        hyfi_reg_at(g, tn->pack, m * P + q, HYFI_KEY(HK_BN_PACK, i, m * P + q),
+                        hyfi_reg_at(g, tn->pack, m * P + q, HYFI_KEY_R(HK_BN_PACK, i, m * P + q, HYFI_REP(pl, m)),
                                  NULL, pn, sizeof(float), rq, HC_BNSTATS, nd->stage, nd->name,
                                  sfx, m, M);
                         snprintf(sfx, sizeof sfx, ".dstats.pack%d", q);
-                        hyfi_reg_at(g, tn->bwpack, m * P + q, HYFI_KEY(HK_BN_BWPACK, i, m * P + q),
+                        hyfi_reg_at(g, tn->bwpack, m * P + q, HYFI_KEY_R(HK_BN_BWPACK, i, m * P + q, HYFI_REP(pl, m)),
                                  NULL, pn, sizeof(float), rq, HC_BNSTATS, nd->stage, nd->name,
                                  sfx, m, M);
                     }
                     const int rq = hyfi_tile_rank(g, x->tl, q, HYFI_REP(pl, m));
                     snprintf(sfx, sizeof sfx, ".stats.tile%d", q);
                     /* 2C doubles */
-                    hyfi_reg_at(g, tn->part, m * P + q, HYFI_KEY(HK_BN_PART, i, m * P + q), NULL, 4 * (size_t)C, sizeof(float), rq,
+                    hyfi_reg_at(g, tn->part, m * P + q, HYFI_KEY_R(HK_BN_PART, i, m * P + q, HYFI_REP(pl, m)), NULL, 4 * (size_t)C, sizeof(float), rq,
                              HC_BNSTATS, nd->stage, nd->name, sfx, m, M);
                     snprintf(sfx, sizeof sfx, ".dstats.tile%d", q);
-                    hyfi_reg_at(g, tn->bwpart, m * P + q, HYFI_KEY(HK_BN_BWPART, i, m * P + q), NULL, 4 * (size_t)C, sizeof(float), rq,
+                    hyfi_reg_at(g, tn->bwpart, m * P + q, HYFI_KEY_R(HK_BN_BWPART, i, m * P + q, HYFI_REP(pl, m)), NULL, 4 * (size_t)C, sizeof(float), rq,
                              HC_BNSTATS, nd->stage, nd->name, sfx, m, M);
                 }
-                hyfi_reg_at(g, tn->tot, m, HYFI_KEY(HK_BN_TOT, i, m), NULL, 2 * (size_t)C, sizeof(float),
+                hyfi_reg_at(g, tn->tot, m, HYFI_KEY_R(HK_BN_TOT, i, m, HYFI_REP(pl, m)), NULL, 2 * (size_t)C, sizeof(float),
                          hyfi_stage_rank(pl, HYFI_REP(pl, m), nd->stage), HC_BNSTATS, nd->stage,
                          nd->name, ".dstats", m, M);
             }
         }
     }
-    hyfi_reg_scope(g, -1, 0);
     return fused_register(g);
 }

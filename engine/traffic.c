@@ -40,7 +40,7 @@ static void share_totals(hyfi_graph *g)
  * health sums) sends to every rank; a flush (PT_FLUSH) drops the copies too.
  * After the program the ranks sum the micro-batches' losses (loss_value):
  * one message of M floats each way on every edge of a binomial tree. In a
- * scoped compile (scope.c) a rank's program holds the tasks that send to it
+ * scoped compile (share.c) a rank's program holds the tasks that send to it
  * or from it, so its own row and column are exact: they are what it keeps
  * (pred_out, pred_in); the totals over all ranks are shared (share_totals). */
 void hyfi_plan_predict_comm(hyfi_graph *g)

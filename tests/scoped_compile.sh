@@ -1,7 +1,7 @@
 #!/bin/bash
 # 'scoped_compile': a rank's own share of a tiled plan trains exactly what the
 # whole plan does. Each rank of an MPI run builds and registers only its share
-# (engine/scope.c, keyed.c: deferred registration; localise.c: local copies of
+# (engine/share.c, keyed.c: deferred registration; localise.c: local copies of
 # what every tile reads, flushed partial sums); HYFI_SUBMIT_ALL=1 builds,
 # registers and submits the whole step on every rank, as before any of that.
 # Both runs of each plan (16 tiles of stage 0 spread over 4 ranks, stage 1 on
