@@ -459,8 +459,9 @@ int hyfi_layer_count(const hyfi_graph *g);
  * (pipeline parallelism). Places are spread over the MPI ranks in contiguous
  * blocks (place s on rank s * ranks / stages), so any plan runs in one process
  * as well as on 2 or more ranks (at most one rank per stage); a rank with a
- * CUDA worker per place it holds runs each of its stages on its own GPU (a
- * GEMS copy's mirrored place runs on its original's GPU and needs none).
+ * CUDA worker per place it holds runs each of its stages on its own GPU (with
+ * GEMS, per place of copy 0: the other copies' places run on the GPUs of copy
+ * 0's places they sit like).
  *
  * Semantics: a micro-batch is a batch of its own for batch normalisation
  * (statistics per micro-batch, as in GPipe and MPI4DL); the loss is the mean
