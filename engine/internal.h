@@ -647,7 +647,8 @@ static inline void hyfi_bf16_narrow(uint16_t *out, const float *in, size_t n)
 int hyfi_launched_by_mpiexec(void);
 /* launch.c: MPI_Finalize, after a barrier of every rank: past limit_s seconds
  * (> 0, at most HYFI_FINALIZE_MAX_S; 2 or more ranks) a line on stderr and
- * _exit(0) (MPI's own shutdown hangs; the work is done). */
+ * _exit with hyfi_launch_exit_status's status, 0 by default (MPI's own
+ * shutdown hangs; the work is done). */
 #define HYFI_FINALIZE_MAX_S 30
 void hyfi_mpi_finalize_timed(int limit_s, int rank, int nranks, hyfi_log_fn log, void *log_user);
 /* launch.c: 1 once, when hyfi_launch_begin started MPI and no context has
@@ -705,15 +706,15 @@ void hyfi_records_free(hyfi_ctx *ctx);
 
 /* run.c */
 hyfi_status hyfi_program_run(hyfi_graph *g, program *p);
-/* Collective in MPI runs (every rank calls them). read: copy a handle out to
- * host memory on rank `root` (-1: on every rank; host is only touched there);
- * write: copy host memory into a handle on its owner (other ranks drop the
- * copies they had received). */
 /* handles.c: a batch tensor's handle k (grad: of its gradient; tile: of its tiles,
  * k = m * P + q), registered now if it was not (a scoped rank's skipped ones,
  * share.c). */
 starpu_data_handle_t hyfi_handle_need(hyfi_graph *g, hyfi_tensor *t, int grad, int tile, int k);
 
+/* run.c, collective in MPI runs (every rank calls them). read: copy a handle
+ * out to host memory on rank `root` (-1: on every rank; host is only touched
+ * there); write: copy host memory into a handle on its owner (other ranks drop
+ * the copies they had received). */
 void hyfi_handle_read(hyfi_graph *g, starpu_data_handle_t h, int root, void *host, size_t bytes);
 void hyfi_handle_write(hyfi_graph *g, starpu_data_handle_t h, int owner, const void *host,
                        size_t bytes);

@@ -4,8 +4,8 @@
  * strings to strings, every other key is a tensor name mapping to
  * {"dtype": "F32", "shape": [d0, ...], "data_offsets": [begin, end]}, byte
  * offsets into the data section. The header is padded with spaces so that the
- * data starts at a multiple of 8. engine/io.c builds checkpoints and exported
- * models on it; tests/test_safetensors.c checks it (round trips, malformed
+ * data starts at a multiple of 8. engine/checkpoint.c builds checkpoints and
+ * exported models on it; tests/test_safetensors.c checks it (round trips, malformed
  * files). */
 #ifndef HYFI_SAFETENSORS_H
 #define HYFI_SAFETENSORS_H

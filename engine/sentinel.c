@@ -20,7 +20,8 @@
  * die too.
  *
  * Cost: one idle process and one UDP socket per rank; nothing per step.
- * HYFI_DEATH_NOTICE=0 turns it off. */
+ * It starts only where hyfi_ctx_config.death_notice or
+ * hyfi_launch_config.death_notice asks (hyfi-train: unless HYFI_DEATH_NOTICE=0). */
 #include "internal.h"
 #include "sentinel.h"
 

@@ -162,15 +162,17 @@ typedef struct hyfi_ctx_config {
                              without any task completing on it (a peer rank was stopped or
                              died, or the run hangs): one line on stderr names the rank,
                              the seconds and the likely cause, then MPI_Abort (error code 1)
-                             makes mpiexec end every rank. The only place the library ends
-                             the process: it is a fault, not a user error, and a blocked
+                             makes mpiexec end every rank. One of the three places the
+                             library ends the process (top of this file): it is a fault,
+                             not a user error, and a blocked
                              StarPU-MPI wait cannot be cancelled to return one. Set it
                              above the longest time a rank can wait for the others' work
                              (about one stage's share of a step). It also bounds
                              hyfi_ctx_destroy's MPI_Finalize, which starts once every rank
                              has finished (a barrier): past watchdog_s seconds (30 at
-                             most) there, a line on stderr and exit status 0 (MPI's own
-                             shutdown hangs with UCX over TCP at times; the work is done).
+                             most) there, a line on stderr and the exit status of
+                             hyfi_launch_exit_status, 0 by default (MPI's own shutdown
+                             hangs with UCX over TCP at times; the work is done).
                              0: off (the default);
                              hyfi-train: --watchdog, 120 s by default */
     /* Memory of this process (each MPI rank: all its places together). */
@@ -457,7 +459,9 @@ int hyfi_layer_count(const hyfi_graph *g);
  * (pipeline parallelism). Places are spread over the MPI ranks in contiguous
  * blocks (place s on rank s * ranks / stages), so any plan runs in one process
  * as well as on 2 or more ranks (at most one rank per stage); a rank with a
- * CUDA worker per place it holds runs each of its stages on its own GPU.
+ * CUDA worker per place it holds runs each of its stages on its own GPU (with
+ * GEMS, per place of copy 0: the other copies' places run on the GPUs of copy
+ * 0's places they sit like).
  *
  * Semantics: a micro-batch is a batch of its own for batch normalisation
  * (statistics per micro-batch, as in GPipe and MPI4DL); the loss is the mean
@@ -514,7 +518,8 @@ typedef enum hyfi_recompute {
 typedef struct hyfi_plan_config {
     int stages;             /* layer partitions (MPI4DL's --split-size); <= 1: one */
     const int *balance;     /* layers per stage (`stages` entries, summing to the layer
-                               count), or NULL: balanced by forward FLOPs */
+                               count), or NULL: balanced by forward FLOPs plus output
+                               bytes */
     int parts;              /* micro-batches per step (--parts); <= 1: one; must divide
                                the batch */
     hyfi_schedule schedule;
@@ -522,7 +527,8 @@ typedef struct hyfi_plan_config {
                                order (a chain of accumulating tasks) instead of a StarPU
                                reduction (per-worker copies added in run-time order):
                                the same floats for every plan and run, given kernels
-                               with fixed thread counts (HYFI_CPU_THREADS) */
+                               with fixed thread counts (hyfi_ctx_config.cpu_threads;
+                               hyfi-train: HYFI_CPU_THREADS) */
     /* Spatial parallelism: the first `spatial_stages` stages (MPI4DL's
      * --spatial-size) work on `spatial_parts` tiles of each image
      * (--num-spatial-parts), cut by `slice` (--slice-method), each tile on its

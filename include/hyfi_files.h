@@ -37,9 +37,10 @@ hyfi_status hyfi_trace_merge(const char *dir, int nranks);
  * statistics of tiles, pipeline (activations and gradients between stages
  * and places), all-reduce (gradients, running statistics) and other, and how
  * much of their time the receiving rank computed meanwhile; the steps (task
- * programs) found and the critical path of the last one. The picture: one
- * lane per worker per rank over the last step, tasks coloured by kind and
- * labelled by op, tile and micro-batch, transfers drawn between lanes. */
+ * programs) found and the critical path of the last one. The picture: the
+ * last steps (up to 4), one lane per worker per rank, tasks coloured by kind
+ * and labelled by op, tile and micro-batch; under each rank's workers a row
+ * per traffic category marks when transfers into the rank were in flight. */
 hyfi_status hyfi_trace_summarize(const char *dir, FILE *out);
 /* A traced context (hyfi_ctx_config.trace_dir): pause (on false) or resume (on
  * true) StarPU's recording on this rank, e.g. around a window of training

@@ -46,7 +46,8 @@ typedef struct hyfi_setting {
  * rank) across the ranks, by a 64-bit hash of each. HYFI_OK on every rank when
  * they agree; otherwise HYFI_ERR_MISMATCH on every rank, with the message "the
  * ranks were started with different <what>: rank k differs from rank 0 in
- * NAME (rank k: VALUE, rank 0: VALUE)...". hyfi_graph_compile makes the same
+ * NAME (rank k: VALUE; rank 0: VALUE)...; start every rank with the same
+ * <what>". hyfi_graph_compile makes the same
  * check by itself for the graph, the plan and the training settings. */
 hyfi_status hyfi_ctx_check_same(hyfi_ctx *ctx, const char *what, const hyfi_setting *settings,
                                 int n);
@@ -82,8 +83,8 @@ typedef struct hyfi_launch_config {
                               job ends (MPI_Abort; before MPI runs, exit status 1, after
                               which mpiexec ends the others). It also bounds
                               hyfi_launch_end's MPI_Finalize, after a barrier of every rank:
-                              past it (30 s at most), a line on stderr and exit status 0 (the
-                              work is done).
+                              past it (30 s at most), a line on stderr and the exit status of
+                              hyfi_launch_exit_status, 0 by default (the work is done).
                               0: wait forever */
     int end_with_launcher; /* 1: the kernel kills this process when the process that started
                               it (mpiexec's proxy) ends, so that no rank, not even a stopped

@@ -205,12 +205,13 @@ int hyfi_ops_cores_busy(void);
         (void)cl_arg;                                                            \
     }
 void hyfi_ops_sim_nop(void *buffers[], void *cl_arg);
-/* Before starpu_init, in a simulation: HYFI_SIM_ANALYTIC=FILE gives every
+/* Before starpu_init, in a simulation: the file `analytic`
+ * (hyfi_ctx_config.sim_analytic; hyfi-train: HYFI_SIM_ANALYTIC) gives every
  * codelet an analytic model for the footprints its calibrated history lacks:
- * microseconds = A + B * flops + C * bytes with the coefficients of FILE's
+ * microseconds = A + B * flops + C * bytes with the coefficients of its
  * lines 'SYMBOL cpu|cuda A B C' (bench/fit_perfmodels.py fits them);
- * HYFI_SIM_TASK_US=X adds X microseconds to every task (the runtime's own
- * cost per task, which history models of kernels leave out). Either makes
+ * task_us X (sim_task_us; HYFI_SIM_TASK_US) adds X microseconds to every task
+ * (the runtime's own cost per task, which history models of kernels leave out). Either makes
  * the models per-arch cost functions (history first). 0, or -1 with the
  * reason in err. */
 int hyfi_ops_sim_models(const char *analytic, double task_us, char *err, size_t len);

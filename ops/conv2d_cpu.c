@@ -141,8 +141,9 @@ static int conv_desc_init(conv_desc *d, const hyfi_conv2d_args *a)
  * the same way. Its round-off differs from the direct algorithm's (the
  * transforms add and subtract before the products): the op tests bound it
  * against the double-precision reference (tests/test_op_conv2d.c).
- * HYFI_CONV_ALGO=direct turns it off, =winograd takes it wherever oneDNN has
- * it (tests), =auto is the default rule. A shape oneDNN declines runs direct. */
+ * hyfi_kernel_config.conv_algo 1 (hyfi-train: HYFI_CONV_ALGO=direct) turns it
+ * off, 2 (=winograd) takes it wherever oneDNN has it (tests), 0 is the default
+ * rule. A shape oneDNN declines runs direct. */
 enum { DIR_FWD, DIR_BWD_DATA, DIR_BWD_WEIGHTS };
 
 /* 0 direct, 1 Winograd wherever possible, 2 auto, 3 auto with the GEMM weight
@@ -311,8 +312,9 @@ static int conv_prim(const hyfi_dnnl_prim **out, const conv_desc *d, const hyfi_
  * 0.4-0.6x oneDNN's time, at K = 128 1.1-1.6x, hence the bound; backward data
  * of the 3x3 at K = 32 0.7x (no weight reorder), of 1x1 alike; the forward
  * alike or slower (one narrow GEMM per output block), so the default rule
- * takes the two backward directions only. HYFI_CONV_ALGO=gemm takes all three
- * wherever the layouts allow (tests), =direct and =winograd never. */
+ * takes the two backward directions only. conv_algo 3 (HYFI_CONV_ALGO=gemm)
+ * takes all three wherever the layouts allow (tests), 1 and 2 (=direct,
+ * =winograd) never. */
 #define GEMM_MAX_K 64
 
 int hyfi_conv2d_cpu_gemm(const hyfi_conv2d_args *a, int dir)

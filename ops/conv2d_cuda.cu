@@ -8,7 +8,8 @@
 //                    cudnnConvolutionBackwardBias for the bias gradient, beta = acc
 //
 // Algorithms: per shape, the fastest that cudnnFind*Algorithm measures (once,
-// cached; HYFI_CUDNN_FIND=0: the cudnnGet*Algorithm_v7 heuristics' order) that
+// cached; hyfi_kernel_config.cudnn_find -1, hyfi-train's HYFI_CUDNN_FIND=0: the
+// cudnnGet*Algorithm_v7 heuristics' order) that
 // is supported, is not a tensor-core (TF32) one, and whose workspace the
 // worker can get from hyfi_cuda_workspace (at most CONV_WS_CAP bytes). The
 // convolution descriptor uses CUDNN_FMA_MATH: on Ampere and later
@@ -107,7 +108,7 @@ const int NO_ALGO = -2000 - (int)CUDNN_STATUS_NOT_SUPPORTED;
 // call of a shape benchmarks cuDNN's algorithms (cudnnFind*Algorithm, on
 // memory cuDNN allocates itself, so the task's buffers are not touched) and
 // keeps the fastest that is not a tensor-core one and whose workspace the
-// worker can get; HYFI_CUDNN_FIND=0, or a Find that fails (e.g. out of
+// worker can get; cudnn_find -1 (HYFI_CUDNN_FIND=0), or a Find that fails (e.g. out of
 // memory), falls back to the heuristics' order. Measured on an H100: asking the
 // heuristics at every task (the former code) kept the GPU waiting for the host,
 // 3-6x slower training; cached, Find's choice beats the heuristics' first by 4%

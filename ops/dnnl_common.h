@@ -61,7 +61,8 @@ int hyfi_dnnl_arg_out(hyfi_dnnl_arg *t, const dnnl_memory_desc_t *user_md, void 
  * arguments) plus the thread's OpenMP thread count, which oneDNN's kernels
  * are made for. A kernel calls hyfi_dnnl_cache_trim first, which empties
  * the cache when it is full; the entries it then finds or adds stay valid until
- * its next call. HYFI_DNNL_CACHE=0: emptied at every trim (measurements). */
+ * its next call. hyfi_kernel_config.dnnl_cache -1 (hyfi-train:
+ * HYFI_DNNL_CACHE=0): emptied at every trim (measurements). */
 typedef struct {
     dnnl_primitive_desc_t pd, hint; /* hint: a backward one's forward descriptor, or NULL */
     dnnl_primitive_t prim;

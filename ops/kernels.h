@@ -91,7 +91,8 @@ int hyfi_conv_out_size(int in, int k, int s, int p);
  * oneDNN has a fast (not reference) bf16 kernel for it and beats its float32
  * one on this CPU (hyfi_conv2d_cpu_bf16_faster: by CPU, from measurements
  * recorded per CPU, the same in every process on it, or
- * HYFI_BF16_CONV=native|staged; given both pointers, it also times a 3x3
+ * hyfi_kernel_config.bf16_conv, hyfi-train's HYFI_BF16_CONV=native|staged;
+ * given both pointers, it also times a 3x3
  * 64->64 convolution both ways, for the record). */
 int hyfi_conv2d_cpu_bf16(const hyfi_conv2d_args *a, int dir, int acc);
 int hyfi_conv2d_cpu_bf16_faster(double *t_bf16, double *t_f32);
