@@ -101,7 +101,7 @@ void train_usage(FILE *f)
         "                        (layer parallelism); places are spread over the MPI ranks,\n"
         "                        at most one rank per stage [1]\n"
         "  --balance a,b,...     layers per stage (S numbers summing to the model's layer\n"
-        "                        count: --dry-run lists the layers) [balanced by FLOPs]\n"
+        "                        count: --dry-run lists the layers) [balanced by FLOPs + output bytes]\n"
         "  --parts M             micro-batches per step (pipeline parallelism); M divides\n"
         "                        the batch; batch norm works per micro-batch [1]\n"
         "  --schedule S          gpipe | 1f1b: all forwards then all backwards, or one\n"

@@ -11,9 +11,11 @@
  * The infer program is the forward with batch norm on running statistics;
  * fwd_train is the train program's forward alone.
  *
- * Handles are registered by handles.c and spatial_reg.c through keyed.c (a
- * scoped rank's tile-family ones deferred until its programs are cut to its
- * share; localise.c rewrites their tiles' reads first); the step's collectives (replicas'
+ * Handles are registered through keyed.c by handles.c and spatial_reg.c,
+ * by this file (re-materialisation's fences and statistics), by reduce.c
+ * (buckets, ring chunks) and by localise.c (local copies); a scoped rank's
+ * tile-family ones are deferred until its programs are cut to its share
+ * (localise.c rewrites their tiles' reads first); the step's collectives (replicas'
  * all-reduce and running statistics, health sums) are emitted by reduce.c.
  */
 #include "opdef.h"

@@ -1,5 +1,8 @@
-/* Emitting tasks into programs: shared by compile.c (whole tensors) and
- * spatial.c (tiles). */
+/* Emitting tasks into programs and registering their data: shared by the
+ * lowerings (through opdef.h and spatial_impl.h), the compile driver, the
+ * registrar and the files that register or rewrite handles (handles.c,
+ * keyed.c, reduce.c, localise.c, share.c, program.c, traffic.c,
+ * grad_forward.c). */
 #ifndef HYFI_ENGINE_EMIT_H
 #define HYFI_ENGINE_EMIT_H
 

@@ -4,7 +4,7 @@
  * release; the task programs' storage.
  *
  * Memory: inputs, labels, parameters, state and momentum live in host memory
- * that StarPU manages (starpu_malloc, pinned when there are GPUs); activations,
+ * that StarPU manages (starpu_malloc_flags, pinned when there are GPUs); activations,
  * gradients and saved tensors are registered without a home and allocated by
  * StarPU wherever a task needs them.
  */
@@ -481,7 +481,7 @@ hyfi_status hyfi_register_tensors(hyfi_graph *g)
                  M);
     }
     g->loss->gh = g->cc->dloss;
-    /* 1F1B: per stage, one token per activation slot (see emit_events). */
+    /* 1F1B: per stage, one token per activation slot (compile.c: the event loop of build_train and its token buffers). */
     if (pl->schedule == HYFI_SCHEDULE_1F1B && pl->mbr > 1) {
         for (int q = 0; q < pl->nplaces; q++) g->cc->ntokens += pl->inflight[pl->place_stage[q]];
         g->cc->tokens = calloc((size_t)g->cc->ntokens, sizeof *g->cc->tokens);

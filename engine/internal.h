@@ -424,7 +424,7 @@ static inline size_t hyfi_tensor_elem(const hyfi_graph *g, const hyfi_tensor *t)
 typedef struct hyfi_compiled {
     struct hyfi_plan *pl;
     program train_prog, infer_prog, fwd_train_prog;
-    hyfi_hentry *htab;     /* the handle table (handles.c) */
+    hyfi_hentry *htab;     /* the handle table (filled by keyed.c's hyfi_reg; handles.c releases, unregisters) */
     int nhtab, caphtab, htab_oom;
     int64_t *tagset;       /* the tags registered (open addressing, 0: free): none twice */
     size_t tagcap, ntags;
