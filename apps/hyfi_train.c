@@ -119,7 +119,8 @@ static int start_engine(run *r)
                           /* --trace-lean: what the summary reads (comms.rec: MPI) */
                           .trace_events = o->trace && o->trace_lean ? "TASK|USER|MPI" : NULL,
                           .watchdog_s = o->watchdog_s, .mem_limit_mb = o->mem_limit_mb,
-                          .swap_dir = o->swap_dir, .swap_mb = o->swap_mb};
+                          .swap_dir = o->swap_dir, .swap_mb = o->swap_mb,
+                          .submit_window = o->submit_window};
     hyfi_env_ctx_config(&cc);
     cc.death_notice = hyfi_env_death_notice();
     if ((st = hyfi_ctx_create(&cc, &r->ctx)) != HYFI_OK) {

@@ -327,6 +327,10 @@ static int parse_plan_flag(const char *flag, const char *val, train_options *o)
         rc = parse_int(flag, val, 1, 1 << 30, &o->mem_limit_mb);
     } else if (!strcmp(flag, "--swap-mb")) {
         rc = parse_int(flag, val, 16, 1 << 30, &o->swap_mb);
+    } else if (!strcmp(flag, "--submit-window")) {
+        rc = parse_int(flag, val, 0, 1 << 30, &o->submit_window);
+        if (rc == 0 && o->submit_window == 1)
+            return bad_usage("--submit-window 1: give 0 (a whole step at once) or at least 2");
     } else if (!strcmp(flag, "--swap-dir")) {
         if (!*val) return bad_usage("--swap-dir needs a folder");
         o->swap_dir = val;
@@ -366,7 +370,7 @@ static const char *const VALUE_FLAGS[] = {
     "--allreduce", "--bucket-kib", "--trace", "--watchdog", "--checkpoint-dir",
     "--checkpoint-every", "--keep", "--save", "--save-precision", "--load", "--stop-at-step",
     "--recompute",
-    "--mem-limit-mb", "--swap-dir", "--swap-mb", "--plan", "--plan-ranks",
+    "--mem-limit-mb", "--swap-dir", "--swap-mb", "--submit-window", "--plan", "--plan-ranks",
     "--plan-gpus-per-rank", "--plan-ranks-per-node", "--plan-cores", "--plan-device",
     "--plan-mem-gb", "--plan-model", "--plan-link-gbs", "--plan-link-us", "--plan-top"};
 static const char *const SWITCHES[] = {"--dry-run", "--compile-only", "--deterministic",

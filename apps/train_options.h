@@ -56,6 +56,7 @@ typedef struct train_options {
     int mem_limit_mb;          /* --mem-limit-mb: StarPU's memory per rank; 0: none */
     const char *swap_dir;      /* --swap-dir DIR: StarPU's out-of-core disk swap; NULL: none */
     int swap_mb;               /* --swap-mb: its size; 0: 90% of the free space there */
+    int submit_window;         /* --submit-window N: tasks in flight per rank; 0: a step */
     const char *trace;         /* --trace DIR */
     long long trace_first;     /* --trace-steps A:B: record steps A..B only (1-based); */
     long long trace_last;      /*   0: from the start / to the end of the run */

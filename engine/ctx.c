@@ -239,6 +239,10 @@ static hyfi_status config_check(const hyfi_ctx_config *cfg, long *swap_mb)
     if (cfg->mem_limit_mb < 0)
         return hyfi_fail(HYFI_ERR_ARG, "hyfi_ctx_create: mem_limit_mb %d must be >= 0 (0: none)",
                          cfg->mem_limit_mb);
+    if (cfg->submit_window < 0 || cfg->submit_window == 1)
+        return hyfi_fail(HYFI_ERR_ARG, "hyfi_ctx_create: submit_window %d must be 0 (a whole "
+                                       "program at once) or at least 2 tasks",
+                         cfg->submit_window);
     if (cfg->swap_dir) {
         hyfi_status ss = swap_check(cfg, swap_mb);
         if (ss != HYFI_OK) return ss;
@@ -304,6 +308,7 @@ static hyfi_status ctx_create(hyfi_ctx **out, const hyfi_ctx_config *cfg_in)
                                                 .cudnn_find = cfg.no_cudnn_find ? -1 : 0});
     ctx->log = cfg.log;
     ctx->phys_mem_mb = cfg.phys_mem_mb;
+    ctx->submit_window = cfg.submit_window;
     ctx->log_user = cfg.log_user;
     if (ctx->mpi) {
         /* A previous MPI context's hyfi_ctx_destroy (or the program) finalised

@@ -350,6 +350,7 @@ struct hyfi_ctx {
     int cpu_threads_set;  /* cpu_threads from the config */
     size_t lend_min_bytes;/* core lending (hyfi_ctx_config.lend_min_bytes), 0: off */
     int submit_cap;       /* kernels run a thread fewer while a program is submitted (run.c) */
+    int submit_window;    /* hyfi_ctx_config.submit_window (run.c) */
     int verbose;
     int phys_mem_mb;      /* hyfi_ctx_config.phys_mem_mb */
     hyfi_log_fn log;      /* hyfi_ctx_config.log (NULL: stderr) and its argument */

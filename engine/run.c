@@ -55,6 +55,18 @@ static hyfi_status program_run(hyfi_graph *g, program *p)
     /* kernels run a thread fewer while this thread submits (ctx.c, submit_cap) */
     const int share = g->ctx->submit_cap;
     if (share) hyfi_ops_cores_submitting(1);
+    /* A submission window (hyfi_ctx_config.submit_window, W): after every W/2
+     * tasks this rank runs, wait until at most W/2 of its tasks are left, so
+     * at most W are submitted and unfinished at a time. It cannot deadlock:
+     * every rank's program is the same step in the same order, cut to its
+     * share, and a task waits only on tasks before it in that order. When a
+     * rank waits, the earliest unfinished task of the step is in some rank's
+     * window (a rank whose window is full submitted everything before its
+     * window's tasks), its inputs are done or on their way (their senders
+     * reached it in their own order, or their windows would not be full), so
+     * it runs. */
+    const unsigned half = (unsigned)g->ctx->submit_window / 2;
+    unsigned local = 0;
     for (int i = 0; i < p->n; i++) {
         prog_task *t = &p->t[i];
         if (p->skip && p->skip[i]) continue;
@@ -113,6 +125,12 @@ static hyfi_status program_run(hyfi_graph *g, program *p)
                                   t->cl->name);
         }
         submitted++;
+        if (half && (!mpi || t->rank == me) && ++local == half) {
+            local = 0;
+            if (share) hyfi_ops_cores_submitting(0); /* (kernels take every core meanwhile) */
+            starpu_task_wait_for_n_submitted(half);
+            if (share) hyfi_ops_cores_submitting(1);
+        }
     }
     if (share) hyfi_ops_cores_submitting(0);
     if (timed)

@@ -196,6 +196,13 @@ typedef struct hyfi_ctx_config {
                              (HYFI_LEND_MIN_BYTES=0) */
     bool no_submit_cap;   /* kernels that start while a step is being submitted keep all
                              their threads (HYFI_SUBMIT_CAP=0; for measurements) */
+    int submit_window;    /* > 0: a program's tasks are submitted at most this many ahead of
+                             those this rank has finished (the submitting thread waits for
+                             half of them before going on), so StarPU holds that many task
+                             records at a time instead of a whole step's (about 3 KB each:
+                             tens of thousands per step and rank with many tiles). The
+                             scheduler then sees fewer ready tasks. 0: a whole program at
+                             once (the default; hyfi-train: --submit-window) */
     int phys_mem_mb;      /* > 0: the memory of this node the plan's checks assume,
                              instead of the physical memory or the cgroup's limit
                              (HYFI_PHYS_MEM_MB; a node with memory reserved for others) */
