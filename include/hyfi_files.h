@@ -82,7 +82,9 @@ bool hyfi_tensor_is_param(const hyfi_tensor *t);
 /* Copy a tensor's current values out (parameters, running statistics,
  * activations after hyfi_forward / hyfi_infer, and after hyfi_train_step when
  * the plan is one stage and one micro-batch: other plans release activations as
- * soon as their backward is done). count must equal its number of elements.
+ * soon as their backward is done). The logits the loss reads are kept in every
+ * plan: after hyfi_train_step they are that step's (its batch's accuracy
+ * without another forward). count must equal its number of elements.
  * On CPU-only contexts a batch norm whose output only a ReLU reads runs with
  * that ReLU as one task, and its own output (and gradient) is not made:
  * HYFI_ERR_STATE; read the ReLU's output, or set hyfi_plan_config.no_fuse_bn_relu
