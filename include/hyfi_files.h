@@ -49,6 +49,13 @@ hyfi_status hyfi_trace_summarize(const char *dir, FILE *out);
  * records hyfi_ctx_config.trace_events (all when NULL). Each rank calls it
  * for itself, at the same steps. HYFI_ERR_ARG: the context is not traced. */
 hyfi_status hyfi_ctx_trace_record(hyfi_ctx *ctx, bool on);
+/* A traced context: the programs run from now on are numbered on from
+ * `steps` (the next is step steps + 1 in the summary, the picture and
+ * summary.json's step_numbers), as if `steps` training steps had run in it:
+ * a run resumed from a checkpoint after `steps` steps calls it before its
+ * first step, so that its steps keep their numbers. Each rank calls it alike.
+ * HYFI_ERR_ARG: the context is not traced, or steps < 0. */
+hyfi_status hyfi_ctx_trace_steps_done(hyfi_ctx *ctx, long long steps);
 
 /* ----------------------------------------------------------- task records */
 /* With records on, every hyfi task this rank runs leaves a record when it
