@@ -4,6 +4,7 @@
 #define _POSIX_C_SOURCE 200809L /* clock_gettime */
 #endif
 #include "train_progress.h"
+#include "train_metrics.h"
 
 #include <math.h>
 #include <pthread.h>
@@ -171,7 +172,7 @@ void progress_step_start(run *r, long long s)
     pthread_mutex_unlock(&p->mu);
 }
 
-void progress_step_done(run *r, long long s, float l)
+void progress_step_done(run *r, long long s, float l, double acc)
 {
     train_progress *p = r->pg;
     if (!p) return;
@@ -187,8 +188,10 @@ void progress_step_done(run *r, long long s, float l)
             snprintf(eta, sizeof eta, ", ETA ");
             progress_fmt_secs(left, eta + 6, sizeof eta - 6);
         }
-        fprintf(stderr, "step %lld loss %.4f images/s %.1f (%lld of %lld%s)\n", s + 1, (double)l,
-                r->rates[s], s + 1, r->total, eta);
+        char accs[32] = ""; /* the batch's accuracy (none in a simulation) */
+        if (isfinite(acc)) snprintf(accs, sizeof accs, " accuracy %.4f", acc);
+        fprintf(stderr, "step %lld loss %.4f images/s %.1f%s (%lld of %lld%s)\n", s + 1, (double)l,
+                r->rates[s], accs, s + 1, r->total, eta);
         fflush(stderr);
         /* MPI4DL's line: its rank 0 divides --batch-size (one replica's) by the time */
         if (r->o.print_mpi4dl) {
@@ -264,7 +267,7 @@ static void steps_range(long long a, long long b, char *buf, size_t len)
     else snprintf(buf, len, "steps %lld-%lld", a, b);
 }
 
-void progress_summary(const run *r)
+void progress_summary(run *r)
 {
     char a[64], b[64], t[32];
     const long long n = r->done - r->first;
@@ -327,16 +330,5 @@ void progress_summary(const run *r)
                 ms.limit_mb > 0 ? "StarPU's limit" : "data estimate",
                 ms.limit_mb > 0 ? ms.limit_mb : ms.data_mb, ms.start_mb, ms.graph_mb,
                 ms.scratch_mb, ms.runtime_mb);
-    FILE *mf = r->mf;
-    if (mf) {
-        fputs("{\"summary\":true,\"peak_memory_mb_rank0\":", mf);
-        json_num(mf, have_rss, have_rss ? ms.peak_mb : 0);
-        fputs(",\"mean_images_per_sec\":", mf);
-        json_num(mf, r->nmeas > 0, r->mean);
-        fputs(",\"median_images_per_sec\":", mf);
-        json_num(mf, r->nmeas > 0, r->median);
-        fputs(",\"test_accuracy\":", mf);
-        json_num(mf, r->have_acc, r->acc);
-        fputs("}\n", mf);
-    }
+    metrics_summary(r, have_rss, have_rss ? ms.peak_mb : 0);
 }
