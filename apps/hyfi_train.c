@@ -474,8 +474,15 @@ static int train_loop(run *r)
         report(false, "%s", err);
         return 1;
     }
-    /* --trace-steps A:B: not recorded before step A (the compile is) */
-    if (o->trace && o->trace_first > r->first + 1 && trace_record(r, false)) return 1;
+    if (o->trace && r->first > 0) { /* resumed: the trace numbers the steps on */
+        if ((st = hyfi_ctx_trace_steps_done(r->ctx, r->first)) != HYFI_OK)
+            return lib_fail("--trace (hyfi_ctx_trace_steps_done)", st, NULL);
+    }
+    /* --trace-steps A:B: not recorded before step A (the compile is), nor at
+     * all when a resumed run starts after B */
+    if (o->trace && (o->trace_first > r->first + 1 || (o->trace_last && o->trace_last <= r->first)) &&
+        trace_record(r, false))
+        return 1;
     double t_prev = now_s();
     /* s == total: the check after the last step (a stop signal, the metrics) */
     for (long long s = r->first;; s++) {
