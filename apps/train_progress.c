@@ -18,6 +18,13 @@
 #define PROGRESS_THREAD 1
 #endif
 
+/* The evaluation's ETA: a test batch's own time, measured over the last
+ * EVAL_WINDOW batches (the first left out: it fills the prefetch), once
+ * EVAL_MEASURED batches are done; until then the estimate of a third of a
+ * step. */
+#define EVAL_WINDOW 10
+#define EVAL_MEASURED 3
+
 /* Rank 0's state: when the last line was printed, what is running. */
 typedef struct train_progress {
     pthread_mutex_t mu;
@@ -32,6 +39,8 @@ typedef struct train_progress {
     double eta_at_start; /* the ETA when it started (s) */
     size_t eval_nb;      /* batches of the evaluation running */
     double eval_t0;
+    double eval_est;     /* a test batch's time as estimated before any ran (s), 0: none */
+    double eval_end[EVAL_WINDOW + 1]; /* the last batches' ends (now_s), by batch % size */
     size_t eval_next;    /* the next batch count (1-based) with a line of its own */
 } train_progress;
 
@@ -215,8 +224,21 @@ void progress_eval_start(run *r, size_t nb)
     p->phase = 2;
     p->item = 0;
     p->t_item = p->eval_t0;
-    p->eta_at_start = r->done > r->first ? step_time(r, r->done - 1) / 3 * (double)nb : 0;
+    p->eval_est = r->done > r->first ? step_time(r, r->done - 1) / 3 : 0;
+    p->eta_at_start = p->eval_est * (double)nb;
     pthread_mutex_unlock(&p->mu);
+}
+
+/* A test batch's time (s) once batch k (0-based) is done at t: measured
+ * (the mean of the last batches after the first), or before EVAL_MEASURED
+ * batches the estimate (without one, the mean so far). */
+static double eval_batch_time(train_progress *p, size_t k, double t)
+{
+    p->eval_end[k % (EVAL_WINDOW + 1)] = t;
+    if (k + 1 < EVAL_MEASURED && p->eval_est > 0) return p->eval_est;
+    if (k == 0) return t - p->eval_t0;
+    const size_t w = k < EVAL_WINDOW ? k : EVAL_WINDOW; /* batches k-w+1 .. k */
+    return (t - p->eval_end[(k - w) % (EVAL_WINDOW + 1)]) / (double)w;
 }
 
 void progress_eval_batch(run *r, size_t k, size_t nb, size_t correct, size_t counted)
@@ -224,7 +246,7 @@ void progress_eval_batch(run *r, size_t k, size_t nb, size_t correct, size_t cou
     train_progress *p = r->pg;
     if (!p) return;
     pthread_mutex_lock(&p->mu);
-    const double t = now_s(), per = (t - p->eval_t0) / (double)(k + 1);
+    const double t = now_s(), per = eval_batch_time(p, k, t);
     const bool last = k + 1 == nb;
     /* every tenth, unless the evaluation is short; every --print-secs */
     if (!last && ((k + 1 >= p->eval_next && t - p->t_line >= 2) ||
