@@ -300,9 +300,11 @@ void progress_summary(run *r)
         progress_fmt_secs(r->train_s, t, sizeof t);
         if (r->train_s < 60) snprintf(t, sizeof t, "%.2f s", r->train_s);
         printf("summary: %lld steps in %s", n, t);
-        if (r->first > 0) {
+        if (r->first > 0 && n > 0) {
             steps_range(r->first + 1, r->done, a, sizeof a);
             printf(" (%s; %lld before --resume)", a, r->first);
+        } else if (r->first > 0) {
+            printf(" (all %lld done before --resume)", r->first);
         }
         printf("\n");
     }
