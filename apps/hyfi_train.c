@@ -24,7 +24,7 @@
  * test split computed in eval mode (hyfi_infer: batch norm with running
  * statistics). The test set is cut into batches of --batch-size; the last one
  * is filled up with images from the start of the set, and those padding rows
- * are not counted. --metrics FILE writes the same as JSON lines (see
+ * are not counted. --metrics FILE writes the same as JSON lines (apps/train_metrics.h; see
  * train_usage()).
  *
  * Exit status: 0 success, 1 a run-time failure (data files, hyfi/StarPU
