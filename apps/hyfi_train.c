@@ -24,7 +24,7 @@
  * test split computed in eval mode (hyfi_infer: batch norm with running
  * statistics). The test set is cut into batches of --batch-size; the last one
  * is filled up with images from the start of the set, and those padding rows
- * are not counted. --metrics FILE writes the same as JSON lines (see
+ * are not counted. --metrics FILE writes the same as JSON lines (apps/train_metrics.h; see
  * train_usage()).
  *
  * Exit status: 0 success, 1 a run-time failure (data files, hyfi/StarPU
@@ -50,6 +50,7 @@
 #include "checkpoints.h"
 #include "data.h"
 #include "models.h"
+#include "train_metrics.h"
 #include "train_options.h"
 #include "train_progress.h"
 #include "train_regions.h"
@@ -293,25 +294,6 @@ static bool diverged(run *r, long long s, float l, double gnorm)
     return false;
 }
 
-/* Step s's progress line (when due: train_progress.c) and its --metrics
- * line. */
-static void log_step(run *r, long long s, float l, double gnorm, double wnorm)
-{
-    progress_step_done(r, s, l);
-    FILE *mf = r->mf;
-    if (mf) {
-        fprintf(mf, "{\"step\":%lld,\"loss\":", s + 1);
-        json_num(mf, true, l);
-        fputs(",\"images_per_sec\":", mf);
-        json_num(mf, true, r->rates[s]);
-        fputs(",\"grad_norm\":", mf);
-        json_num(mf, true, gnorm);
-        fputs(",\"weight_norm\":", mf);
-        json_num(mf, true, wnorm);
-        fputs("}\n", mf);
-    }
-}
-
 /* ------------------------------------------------------------ long runs */
 static double file_mb(const char *path)
 {
@@ -423,19 +405,6 @@ static int go_on(run *r, hyfi_status st, const char *msg, bool flag, bool *any)
     return 1;
 }
 
-/* Rank 0's metrics file: whether every write so far reached it (a full file
- * system, /dev/full); the message names the file and the error. */
-static hyfi_status metrics_status(run *r, char *msg, size_t len)
-{
-    if (!r->mf) return HYFI_OK;
-    if (!r->metrics_errno && (fflush(r->mf) != 0 || ferror(r->mf)))
-        r->metrics_errno = errno ? errno : EIO;
-    if (!r->metrics_errno) return HYFI_OK;
-    snprintf(msg, len, "--metrics %s: write failed: %s; the file is incomplete (free some space "
-                       "or give another path)", r->o.metrics, strerror(r->metrics_errno));
-    return HYFI_ERR_IO;
-}
-
 /* The batch's images into the input: prefetched whole images, or (slides)
  * each rank's own regions read from the files now (apps/train_regions.c). */
 static hyfi_status set_batch(run *r, const hyfi_batch *b)
@@ -506,8 +475,15 @@ static int train_loop(run *r)
         report(false, "%s", err);
         return 1;
     }
-    /* --trace-steps A:B: not recorded before step A (the compile is) */
-    if (o->trace && o->trace_first > r->first + 1 && trace_record(r, false)) return 1;
+    if (o->trace && r->first > 0) { /* resumed: the trace numbers the steps on */
+        if ((st = hyfi_ctx_trace_steps_done(r->ctx, r->first)) != HYFI_OK)
+            return lib_fail("--trace (hyfi_ctx_trace_steps_done)", st, NULL);
+    }
+    /* --trace-steps A:B: not recorded before step A (the compile is), nor at
+     * all when a resumed run starts after B */
+    if (o->trace && (o->trace_first > r->first + 1 || (o->trace_last && o->trace_last <= r->first)) &&
+        trace_record(r, false))
+        return 1;
     double t_prev = now_s();
     /* s == total: the check after the last step (a stop signal, the metrics) */
     for (long long s = r->first;; s++) {
@@ -563,8 +539,10 @@ static int train_loop(run *r)
         if (o->trace && s + 1 == o->trace_last && trace_record(r, false)) return 1;
         double gnorm = NAN, wnorm = NAN;
         hyfi_train_norms(g, &gnorm, &wnorm);
+        const double acc = step_accuracy(r, b.y); /* (the step's own logits) */
         if (diverged(r, s, l, gnorm)) return 1;
-        log_step(r, s, l, gnorm, wnorm);
+        progress_step_done(r, s, l, acc);
+        if (metrics_step(r, s, l, gnorm, wnorm, acc)) return 1;
         if (o->checkpoint_every && (s + 1) % o->checkpoint_every == 0 && s + 1 < total &&
             write_checkpoint(r, s + 1))
             return 1;
@@ -619,7 +597,7 @@ static int evaluate(run *r)
     const size_t ntest = hyfi_dataset_size(r->test);
     size_t nb = hyfi_data_steps_per_epoch(ntest, B);
     if (r->o.eval_batches > 0 && (size_t)r->o.eval_batches < nb) nb = (size_t)r->o.eval_batches;
-    r->logits_buf = malloc((size_t)B * (size_t)K * sizeof *r->logits_buf);
+    if (!r->logits_buf) r->logits_buf = malloc((size_t)B * (size_t)K * sizeof *r->logits_buf);
     if (!r->logits_buf) {
         report(false, "out of memory for the logits");
         return 1;

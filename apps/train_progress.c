@@ -4,6 +4,7 @@
 #define _POSIX_C_SOURCE 200809L /* clock_gettime */
 #endif
 #include "train_progress.h"
+#include "train_metrics.h"
 
 #include <math.h>
 #include <pthread.h>
@@ -16,6 +17,13 @@
 #ifndef HYFI_APPS_SIM_SHIMS_H
 #define PROGRESS_THREAD 1
 #endif
+
+/* The evaluation's ETA: a test batch's own time, measured over the last
+ * EVAL_WINDOW batches (the first left out: it fills the prefetch), once
+ * EVAL_MEASURED batches are done; until then the estimate of a third of a
+ * step. */
+#define EVAL_WINDOW 10
+#define EVAL_MEASURED 3
 
 /* Rank 0's state: when the last line was printed, what is running. */
 typedef struct train_progress {
@@ -31,6 +39,8 @@ typedef struct train_progress {
     double eta_at_start; /* the ETA when it started (s) */
     size_t eval_nb;      /* batches of the evaluation running */
     double eval_t0;
+    double eval_est;     /* a test batch's time as estimated before any ran (s), 0: none */
+    double eval_end[EVAL_WINDOW + 1]; /* the last batches' ends (now_s), by batch % size */
     size_t eval_next;    /* the next batch count (1-based) with a line of its own */
 } train_progress;
 
@@ -171,7 +181,7 @@ void progress_step_start(run *r, long long s)
     pthread_mutex_unlock(&p->mu);
 }
 
-void progress_step_done(run *r, long long s, float l)
+void progress_step_done(run *r, long long s, float l, double acc)
 {
     train_progress *p = r->pg;
     if (!p) return;
@@ -187,8 +197,10 @@ void progress_step_done(run *r, long long s, float l)
             snprintf(eta, sizeof eta, ", ETA ");
             progress_fmt_secs(left, eta + 6, sizeof eta - 6);
         }
-        fprintf(stderr, "step %lld loss %.4f images/s %.1f (%lld of %lld%s)\n", s + 1, (double)l,
-                r->rates[s], s + 1, r->total, eta);
+        char accs[32] = ""; /* the batch's accuracy (none in a simulation) */
+        if (isfinite(acc)) snprintf(accs, sizeof accs, " accuracy %.4f", acc);
+        fprintf(stderr, "step %lld loss %.4f images/s %.1f%s (%lld of %lld%s)\n", s + 1, (double)l,
+                r->rates[s], accs, s + 1, r->total, eta);
         fflush(stderr);
         /* MPI4DL's line: its rank 0 divides --batch-size (one replica's) by the time */
         if (r->o.print_mpi4dl) {
@@ -212,8 +224,21 @@ void progress_eval_start(run *r, size_t nb)
     p->phase = 2;
     p->item = 0;
     p->t_item = p->eval_t0;
-    p->eta_at_start = r->done > r->first ? step_time(r, r->done - 1) / 3 * (double)nb : 0;
+    p->eval_est = r->done > r->first ? step_time(r, r->done - 1) / 3 : 0;
+    p->eta_at_start = p->eval_est * (double)nb;
     pthread_mutex_unlock(&p->mu);
+}
+
+/* A test batch's time (s) once batch k (0-based) is done at t: measured
+ * (the mean of the last batches after the first), or before EVAL_MEASURED
+ * batches the estimate (without one, the mean so far). */
+static double eval_batch_time(train_progress *p, size_t k, double t)
+{
+    p->eval_end[k % (EVAL_WINDOW + 1)] = t;
+    if (k + 1 < EVAL_MEASURED && p->eval_est > 0) return p->eval_est;
+    if (k == 0) return t - p->eval_t0;
+    const size_t w = k < EVAL_WINDOW ? k : EVAL_WINDOW; /* batches k-w+1 .. k */
+    return (t - p->eval_end[(k - w) % (EVAL_WINDOW + 1)]) / (double)w;
 }
 
 void progress_eval_batch(run *r, size_t k, size_t nb, size_t correct, size_t counted)
@@ -221,7 +246,7 @@ void progress_eval_batch(run *r, size_t k, size_t nb, size_t correct, size_t cou
     train_progress *p = r->pg;
     if (!p) return;
     pthread_mutex_lock(&p->mu);
-    const double t = now_s(), per = (t - p->eval_t0) / (double)(k + 1);
+    const double t = now_s(), per = eval_batch_time(p, k, t);
     const bool last = k + 1 == nb;
     /* every tenth, unless the evaluation is short; every --print-secs */
     if (!last && ((k + 1 >= p->eval_next && t - p->t_line >= 2) ||
@@ -264,7 +289,7 @@ static void steps_range(long long a, long long b, char *buf, size_t len)
     else snprintf(buf, len, "steps %lld-%lld", a, b);
 }
 
-void progress_summary(const run *r)
+void progress_summary(run *r)
 {
     char a[64], b[64], t[32];
     const long long n = r->done - r->first;
@@ -275,9 +300,11 @@ void progress_summary(const run *r)
         progress_fmt_secs(r->train_s, t, sizeof t);
         if (r->train_s < 60) snprintf(t, sizeof t, "%.2f s", r->train_s);
         printf("summary: %lld steps in %s", n, t);
-        if (r->first > 0) {
+        if (r->first > 0 && n > 0) {
             steps_range(r->first + 1, r->done, a, sizeof a);
             printf(" (%s; %lld before --resume)", a, r->first);
+        } else if (r->first > 0) {
+            printf(" (all %lld done before --resume)", r->first);
         }
         printf("\n");
     }
@@ -327,16 +354,5 @@ void progress_summary(const run *r)
                 ms.limit_mb > 0 ? "StarPU's limit" : "data estimate",
                 ms.limit_mb > 0 ? ms.limit_mb : ms.data_mb, ms.start_mb, ms.graph_mb,
                 ms.scratch_mb, ms.runtime_mb);
-    FILE *mf = r->mf;
-    if (mf) {
-        fputs("{\"summary\":true,\"peak_memory_mb_rank0\":", mf);
-        json_num(mf, have_rss, have_rss ? ms.peak_mb : 0);
-        fputs(",\"mean_images_per_sec\":", mf);
-        json_num(mf, r->nmeas > 0, r->mean);
-        fputs(",\"median_images_per_sec\":", mf);
-        json_num(mf, r->nmeas > 0, r->median);
-        fputs(",\"test_accuracy\":", mf);
-        json_num(mf, r->have_acc, r->acc);
-        fputs("}\n", mf);
-    }
+    metrics_summary(r, have_rss, have_rss ? ms.peak_mb : 0);
 }

@@ -2,20 +2,24 @@
  *
  * Progress goes to stderr, from rank 0 only, as plain lines (no carriage
  * returns: the same in a terminal and in a CI log):
- *   step S loss L images/s R (S of N, ETA 1:02)
+ *   step S loss L images/s R accuracy A (S of N, ETA 1:02)
  * every --print-freq steps, the first and the last, and whenever
  * --print-secs seconds passed since the last line; a step or an evaluation
  * batch that runs longer than --print-secs gets a line of its own
  *   ... step S running for 45 s (S of N, ETA 12:30)
  * from a small thread (not in a simulation build: its clock is simulated).
- * The evaluation prints its batches done, running accuracy and ETA every
- * tenth of the test split or --print-secs seconds. The ETA is the time left
- * for the training steps (the mean of the last steps) plus, when a test
- * split follows, its batches at a third of a step each (one forward instead
- * of forward, backward and update).
+ * (A: the top-1 accuracy of the step's own batch, from the logits its forward
+ * made; not in a simulation). The evaluation prints its batches done,
+ * running accuracy and ETA every tenth of the test split or --print-secs
+ * seconds. The ETA is the time left for the training steps (the mean of the
+ * last steps) plus, when a test split follows, its batches at a third of a
+ * step each (one forward instead of forward, backward and update), an
+ * estimate until the evaluation runs: from its third batch on, the
+ * evaluation's ETA is its own batches' time, measured over the last 10 (the
+ * first left out), so that it follows the machine's load.
  *
  * The summary is a block on stdout at the end; each rank's peak memory line
- * (stderr) only with -v. */
+ * (stderr) only with -v. The --metrics lines are apps/train_metrics.h's. */
 #ifndef HYFI_APPS_TRAIN_PROGRESS_H
 #define HYFI_APPS_TRAIN_PROGRESS_H
 
@@ -31,10 +35,11 @@ int progress_begin(run *r);
 /* Stops the thread; frees. Safe without progress_begin. */
 void progress_end(run *r);
 
-/* Step s (0-based) starts; step s is done with loss l (r->rates[s] set):
- * its line when due, and MPI4DL's line with --print-mpi4dl. */
+/* Step s (0-based) starts; step s is done with loss l and its batch's
+ * accuracy acc (NAN: none; r->rates[s] set): its line when due, and MPI4DL's
+ * line with --print-mpi4dl. */
 void progress_step_start(run *r, long long s);
-void progress_step_done(run *r, long long s, float l);
+void progress_step_done(run *r, long long s, float l, double acc);
 
 /* The evaluation of nb batches starts; batch k (0-based) is done with
  * `correct` of `counted` images right so far; it ended (secs: its time). */
@@ -44,7 +49,7 @@ void progress_eval_done(run *r, size_t nb, double secs);
 
 /* The summary block (stdout), with -v this rank's peak memory (stderr), and
  * the --metrics summary line. */
-void progress_summary(const run *r);
+void progress_summary(run *r);
 
 /* A duration as "42 s", "4:05" or "1:02:03". */
 void progress_fmt_secs(double s, char *buf, size_t len);

@@ -245,6 +245,33 @@ void hyfi_ctx_sum_floats(hyfi_ctx *ctx, float *v, float *in, int n)
     hyfi_wait_end(ctx);
 }
 
+hyfi_status hyfi_ctx_gather_floats(hyfi_ctx *ctx, const float *mine, int n, float *all)
+{
+    if (!ctx || n < 0 || (n > 0 && (!mine || !all)))
+        return hyfi_fail(HYFI_ERR_ARG, "hyfi_ctx_gather_floats: ctx, mine or all is NULL, or "
+                                       "n < 0");
+    const int me = ctx->rank, R = ctx->nranks > 0 ? ctx->nranks : 1;
+    const size_t row = (size_t)n * sizeof *all;
+    if (!ctx->mpi || R < 2 || ctx->fake_ranks) {
+        for (int r = 0; r < R; r++) memset(all + (size_t)r * (size_t)n, 0, row);
+        if (n > 0) memmove(all + (size_t)me * (size_t)n, mine, row);
+        return HYFI_OK;
+    }
+    if (n == 0) return HYFI_OK;
+    const int64_t tag = AGREE_TAG_BASE + 2 * ctx->agree_seq++;
+    memmove(all + (size_t)me * (size_t)n, mine, row);
+    hyfi_wait_begin(ctx, "gathering the ranks' figures (hyfi_ctx_gather_floats)");
+    if (me == 0) {
+        for (int r = 1; r < R; r++) coll_recv(all + (size_t)r * (size_t)n, row, r, tag);
+        for (int r = 1; r < R; r++) coll_send(all, row * (size_t)R, r, tag + 1);
+    } else {
+        coll_send(all + (size_t)me * (size_t)n, row, 0, tag);
+        coll_recv(all, row * (size_t)R, 0, tag + 1);
+    }
+    hyfi_wait_end(ctx);
+    return HYFI_OK;
+}
+
 hyfi_status hyfi_ctx_agree(hyfi_ctx *ctx, hyfi_status local, const char *msg)
 {
     if (!ctx) return hyfi_fail(HYFI_ERR_ARG, "hyfi_ctx_agree: ctx is NULL");

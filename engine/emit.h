@@ -78,8 +78,8 @@ int hyfi_collective_done(hyfi_graph *g, program *P);
 /* -1 (and a message) if a task of P names an unregistered handle. */
 int hyfi_scope_check(hyfi_graph *g, const program *P);
 /* The stage after whose backward a micro-batch's handles of t (and of its
- * partial gradients) are released; HYFI_KEEP for inputs, the loss,
- * parameters and state. */
+ * partial gradients) are released; HYFI_KEEP for inputs, the loss and its
+ * logits, parameters and state. */
 int hyfi_release_stage(const hyfi_graph *g, const hyfi_tensor *t);
 /* The same for the tiles of a tiled tensor t: its tiled stage, but the
  * input's tiles are kept (written before each step). */

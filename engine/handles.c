@@ -174,7 +174,8 @@ void hyfi_handles_unregister(hyfi_graph *g)
 
 int hyfi_release_stage(const hyfi_graph *g, const hyfi_tensor *t)
 {
-    if (t == g->loss || (t->kind != T_ACT && t->kind != T_SAVED)) return HYFI_KEEP;
+    if (t == g->loss || t == hyfi_loss_logits(g) || (t->kind != T_ACT && t->kind != T_SAVED))
+        return HYFI_KEEP;
     return t->stage;
 }
 

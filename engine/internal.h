@@ -403,6 +403,16 @@ struct hyfi_graph {
     struct hyfi_compiled *cc;
 };
 
+/* The logits the loss reads (its softmax cross-entropy's first input), NULL
+ * before the compile. Kept through a train step (B x K floats: what a caller
+ * reads for the batch's accuracy): never released nor dropped by recompute. */
+static inline const hyfi_tensor *hyfi_loss_logits(const hyfi_graph *g)
+{
+    const hyfi_tensor *l = g->loss;
+    return l && l->producer >= 0 && g->nodes[l->producer].nin > 0 ? g->nodes[l->producer].in[0]
+                                                                  : NULL;
+}
+
 /* Whether t's values (and its gradient, and the buffers between its tiles)
  * are bf16: a bf16 run's activations and input images, not the loss, the
  * batch-norm statistics or the probabilities (T_SAVED), nor parameters. */

@@ -409,7 +409,7 @@ static void recompute_classify(const hyfi_graph *g, hyfi_recompute mode, int *se
     for (int i = 0; i < g->ntensors; i++) {
         const hyfi_tensor *t = g->tensors[i];
         drop[i] = mode != HYFI_RECOMPUTE_NONE && t->kind == T_ACT && t != g->loss &&
-                  t->producer >= 0 && !(t->tl && t->tl->full);
+                  t != hyfi_loss_logits(g) && t->producer >= 0 && !(t->tl && t->tl->full);
     }
     for (int i = 0; i < g->nnodes; i++) {
         const node *nd = &g->nodes[i];

@@ -7,11 +7,13 @@
  *
  * StarPU's FxT records the run itself (engine/ctx.c sets it up, with the
  * categories of hyfi_ctx_config.trace_events); hyfi_ctx_trace_record pauses
- * and resumes it (a window of steps). Merging and
- * summarising a trace is tooling outside the engine (trace/). */
+ * and resumes it (a window of steps), and hyfi_ctx_trace_steps_done numbers
+ * a resumed run's programs on from its checkpoint. Merging and summarising a
+ * trace is tooling outside the engine (trace/). */
 #include "internal.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -103,6 +105,17 @@ hyfi_status hyfi_ctx_trace_record(hyfi_ctx *ctx, bool on)
     if (on) starpu_fxt_start_profiling();
     else starpu_fxt_stop_profiling();
 #endif
+    return HYFI_OK;
+}
+
+hyfi_status hyfi_ctx_trace_steps_done(hyfi_ctx *ctx, long long steps)
+{
+    if (!ctx || !ctx->trace_dir)
+        return hyfi_fail(HYFI_ERR_ARG, "hyfi_ctx_trace_steps_done: the context is not traced "
+                                       "(hyfi_ctx_config.trace_dir is NULL)");
+    if (steps < 0 || steps > LONG_MAX - 1)
+        return hyfi_fail(HYFI_ERR_ARG, "hyfi_ctx_trace_steps_done: %lld steps", steps);
+    ctx->programs_run = (long)steps;
     return HYFI_OK;
 }
 

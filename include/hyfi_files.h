@@ -49,6 +49,13 @@ hyfi_status hyfi_trace_summarize(const char *dir, FILE *out);
  * records hyfi_ctx_config.trace_events (all when NULL). Each rank calls it
  * for itself, at the same steps. HYFI_ERR_ARG: the context is not traced. */
 hyfi_status hyfi_ctx_trace_record(hyfi_ctx *ctx, bool on);
+/* A traced context: the programs run from now on are numbered on from
+ * `steps` (the next is step steps + 1 in the summary, the picture and
+ * summary.json's step_numbers), as if `steps` training steps had run in it:
+ * a run resumed from a checkpoint after `steps` steps calls it before its
+ * first step, so that its steps keep their numbers. Each rank calls it alike.
+ * HYFI_ERR_ARG: the context is not traced, or steps < 0. */
+hyfi_status hyfi_ctx_trace_steps_done(hyfi_ctx *ctx, long long steps);
 
 /* ----------------------------------------------------------- task records */
 /* With records on, every hyfi task this rank runs leaves a record when it
@@ -82,7 +89,9 @@ bool hyfi_tensor_is_param(const hyfi_tensor *t);
 /* Copy a tensor's current values out (parameters, running statistics,
  * activations after hyfi_forward / hyfi_infer, and after hyfi_train_step when
  * the plan is one stage and one micro-batch: other plans release activations as
- * soon as their backward is done). count must equal its number of elements.
+ * soon as their backward is done). The logits the loss reads are kept in every
+ * plan: after hyfi_train_step they are that step's (its batch's accuracy
+ * without another forward). count must equal its number of elements.
  * On CPU-only contexts a batch norm whose output only a ReLU reads runs with
  * that ReLU as one task, and its own output (and gradient) is not made:
  * HYFI_ERR_STATE; read the ReLU's output, or set hyfi_plan_config.no_fuse_bn_relu

@@ -33,6 +33,12 @@ hyfi_status hyfi_ctx_any(hyfi_ctx *ctx, bool local, bool *any);
 hyfi_status hyfi_ctx_agree_any(hyfi_ctx *ctx, hyfi_status local, const char *msg, bool flag,
                                bool *any);
 
+/* Each rank's n floats (mine) to every rank: all (hyfi_ctx_nranks() * n
+ * floats) holds rank r's at all[r * n], bit for bit; e.g. each rank's own
+ * step time or peak memory, which differ between ranks. Without MPI, or on
+ * one rank: mine copied. */
+hyfi_status hyfi_ctx_gather_floats(hyfi_ctx *ctx, const float *mine, int n, float *all);
+
 /* A setting that every rank must have alike: a name ("--steps") and its value
  * as text ("100"). hash: 0, or a hash of everything the setting stands for
  * (e.g. a data set's contents), compared instead of the text, which is then
