@@ -229,7 +229,7 @@ void hyfi_dataset_free(hyfi_dataset *ds); /* NULL is fine */
 /* Ask for images of `channels` x `height` x `width` from now on (see the file
  * comment for the conversions). Fails with HYFI_DATA_ERR_UNSUPPORTED for a
  * channel conversion other than C->C, 1->N, 3->1, and HYFI_DATA_ERR_ARG for
- * sizes outside 1..16384. */
+ * sizes outside 1..32768. */
 int hyfi_dataset_set_output(hyfi_dataset *ds, int channels, int height, int width, char *err,
                             size_t errlen);
 

@@ -32,7 +32,7 @@
 
 #include <jpeglib.h> /* after stdio.h: it uses FILE */
 
-#define HD_MAX_SIDE 16384        /* largest accepted image height/width */
+#define HD_MAX_SIDE 32768        /* largest accepted image height/width */
 #define HD_MAX_CHANNELS 4096     /* largest accepted channel count */
 
 /* ----------------------------------------------------------------- dataset */

@@ -15,7 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define MAX_IMAGE_SIDE 16384
+#define MAX_IMAGE_SIDE 32768
 #define MIN_IMAGE_SIDE 1 /* each model checks its own minimum (models.h) */
 #define MAX_STAGES 4096
 

@@ -281,11 +281,21 @@ hyfi_status hyfi_register_tensors(hyfi_graph *g)
                            t->kind == T_SAVED;
         t->nh = per_mb ? M : NR;
         t->mb_numel = per_mb && t->batched ? t->numel / (size_t)M : t->numel;
-        if (t->mb_numel > UINT32_MAX)
+        /* A StarPU vector holds at most 2^32-1 elements. A tensor that lives in its
+         * tiles only (no untiled op reads it) is used through its tiles' handles; one
+         * whose whole micro-batch is above that (ResNet-50's conv1 at 32,768²: 2^34)
+         * gets no whole-tensor handles, and its tiles are held to the limit instead. */
+        const int tiles_only = t->tl && !t->tl->full;
+        const int no_whole = tiles_only && t->mb_numel > UINT32_MAX;
+        size_t too_big = no_whole ? 0 : t->mb_numel;
+        for (int q = 0; no_whole && q < pl->P; q++)
+            if (hyfi_tile_numel(t, q) > too_big) too_big = hyfi_tile_numel(t, q);
+        if (too_big > UINT32_MAX)
             return hyfi_graph_fail(g, HYFI_ERR_SHAPE, "tensor \"%s\" has %zu elements per "
-                                                      "micro-batch; at most 2^32-1 per tensor "
+                                                      "micro-batch%s; at most 2^32-1 per tensor "
                                                       "(use more --parts, spatial parallelism or "
-                                                      "a smaller batch)", t->name, t->mb_numel);
+                                                      "a smaller batch)", t->name, too_big,
+                                   no_whole ? " in a tile" : "");
         t->h = hyfi_slots_new((size_t)t->nh, &g->cc->htab_oom);
         t->gw = hyfi_slots_new((size_t)t->nh, &g->cc->htab_oom);
         if (!t->h || !t->gw) goto oom;
@@ -310,7 +320,7 @@ hyfi_status hyfi_register_tensors(hyfi_graph *g)
                 if (hyfi_host_alloc(&t->host, n)) goto oom;
                 memset(t->host, 0, n * 4);
             }
-            for (int m = 0, j = 0; m < M; m++) {
+            for (int m = 0, j = 0; m < M && !no_whole; m++) {
                 const int r = hyfi_handle_owner(g, t, m), mine = t->nhost && r == me;
                 hyfi_reg_at(g, t->h, m, HYFI_KEY_R(HK_VALUE, t->id, m, HYFI_REP(pl, m)), mine ? t->host + (size_t)j * t->mb_numel : NULL,
                          t->mb_numel, elem, r, hyfi_tensor_hflags(g, t, -1), HYFI_KEEP, t->name,
@@ -320,7 +330,7 @@ hyfi_status hyfi_register_tensors(hyfi_graph *g)
             if (!t->is_int) {
                 t->gh = hyfi_slots_new((size_t)M, &g->cc->htab_oom);
                 if (!t->gh) goto oom;
-                for (int m = 0; m < M; m++) {
+                for (int m = 0; m < M && !no_whole; m++) {
                     hyfi_reg_at(g, t->gh, m, HYFI_KEY_R(HK_GRAD, t->id, m, HYFI_REP(pl, m)), NULL, t->mb_numel, elem,
                              hyfi_handle_owner(g, t, m), hyfi_tensor_hflags(g, t, -1), HYFI_KEEP,
                              t->name, ".grad", m, M);
@@ -389,7 +399,7 @@ hyfi_status hyfi_register_tensors(hyfi_graph *g)
             break;
         case T_ACT:
             /* the loss too: its owner reads it, the ranks sum (loss_value) */
-            for (int m = 0; m < M; m++) {
+            for (int m = 0; m < M && !no_whole; m++) {
                 hyfi_reg_at(g, t->h, m, HYFI_KEY_R(HK_VALUE, t->id, m, HYFI_REP(pl, m)), NULL, t->mb_numel, elem,
                          hyfi_handle_owner(g, t, m), hyfi_tensor_hflags(g, t, -1), rs, t->name,
                          "", m, M);
@@ -397,7 +407,7 @@ hyfi_status hyfi_register_tensors(hyfi_graph *g)
             if (t != g->loss) {
                 t->gh = hyfi_slots_new((size_t)M, &g->cc->htab_oom);
                 if (!t->gh) goto oom;
-                for (int m = 0; m < M; m++) {
+                for (int m = 0; m < M && !no_whole; m++) {
                     hyfi_reg_at(g, t->gh, m, HYFI_KEY_R(HK_GRAD, t->id, m, HYFI_REP(pl, m)), NULL, t->mb_numel, elem,
                              hyfi_handle_owner(g, t, m), hyfi_tensor_hflags(g, t, -1), rs,
                              t->name, ".grad", m, M);
@@ -405,7 +415,7 @@ hyfi_status hyfi_register_tensors(hyfi_graph *g)
             }
             break;
         case T_SAVED:
-            for (int m = 0; m < M; m++) {
+            for (int m = 0; m < M && !no_whole; m++) {
                 hyfi_reg_at(g, t->h, m, HYFI_KEY_R(HK_VALUE, t->id, m, HYFI_REP(pl, m)), NULL, t->mb_numel, elem,
                          hyfi_handle_owner(g, t, m), hyfi_tensor_hcat(g, t), rs, t->name, "", m,
                          M);
