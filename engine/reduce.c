@@ -39,6 +39,14 @@
  * replicas, 6 levels, 6 merges on replica 0 instead of 684), for 3 copies
  * per statistic and replica (the save, as before, the pack, the unpack). Every float is merged as before, in the same
  * order: the same results. */
+/* Statistics per packed group: a group's merges start once its last batch
+ * norm's forward is done, so a stage's statistics go in groups of batch norms
+ * in forward order, the first merging while the later layers still run (one
+ * group per stage kept ResNet-56's 64-replica tree, 6 levels, from starting
+ * before the stage's whole forward, and made its steps slower than merging
+ * each statistic) */
+#define STATS_GROUP 16
+
 int hyfi_stats_register(hyfi_graph *g)
 {
     if (!hyfi_stats_packed(g)) return 0;
@@ -50,9 +58,13 @@ int hyfi_stats_register(hyfi_graph *g)
         const node *nd = &g->nodes[i];
         if (!hyfi_op_batch_statistics(nd)) continue;
         const double a = 1.0 - (double)nd->a.bn.momentum;
+        /* the stage's open group of this momentum, while it has fewer than
+         * STATS_GROUP statistics (the batch norms in forward order) */
         hyfi_sgroup *sg = NULL;
         for (int j = 0; j < cc->nsgroups && !sg; j++)
-            if (cc->sgroups[j].stage == nd->stage && cc->sgroups[j].a == a) sg = &cc->sgroups[j];
+            if (cc->sgroups[j].stage == nd->stage && cc->sgroups[j].a == a &&
+                cc->sgroups[j].n < STATS_GROUP)
+                sg = &cc->sgroups[j];
         if (!sg) {
             sg = &cc->sgroups[cc->nsgroups++];
             sg->stage = nd->stage;
