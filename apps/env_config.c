@@ -26,6 +26,8 @@ void hyfi_env_plan_config(hyfi_plan_config *p)
     flag("HYFI_FUSE_CONV_ADD", &p->no_fuse_conv_add, true);
     flag("HYFI_GRAD_ALIAS", &p->no_grad_forwarding, true);
     flag("HYFI_SUBMIT_ALL", &p->submit_all, false);      /* =1: every rank everything */
+    const char *ps = getenv("HYFI_PACK_STATS");           /* 1 packed, 0 one by one */
+    if (ps && *ps) p->pack_stats = atoi(ps) ? 1 : -1;
     const char *v = getenv("HYFI_ONE_CPU_WORKER");
     if (v && *v) p->one_cpu_worker = atoi(v) ? 1 : -1;
     v = getenv("HYFI_DUMP_PROGRAMS");

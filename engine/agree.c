@@ -403,6 +403,7 @@ static void plan_text(const hyfi_plan_config *p, char *buf, size_t len)
     if (p->allreduce > HYFI_ALLREDUCE_AUTO && p->allreduce <= HYFI_ALLREDUCE_TREE)
         cat(buf, len, ", all-reduce %s", ar[p->allreduce]);
     if (p->bucket_kib) cat(buf, len, ", buckets %d KiB", p->bucket_kib);
+    if (p->pack_stats) cat(buf, len, ", statistics %s", p->pack_stats > 0 ? "packed" : "each");
     if (p->recompute) cat(buf, len, ", recompute %d", (int)p->recompute);
     if (p->plain_layouts || p->plain_weights || p->no_fuse_bn_relu || p->no_fuse_conv_add ||
         p->no_grad_forwarding || p->submit_all)
@@ -455,7 +456,7 @@ hyfi_status hyfi_graph_agree(hyfi_graph *g, hyfi_status local, const char *local
                                     p->recompute,      p->plain_layouts,
                                     p->plain_weights,  p->no_fuse_bn_relu,
                                     p->no_fuse_conv_add, p->no_grad_forwarding,
-                                    p->submit_all};
+                                    p->submit_all,     p->pack_stats};
         ph = hyfi_hash_bytes(ph, fields, sizeof fields);
         if (p->balance && p->stages > 0)
             ph = hyfi_hash_bytes(ph, p->balance, (size_t)p->stages * sizeof *p->balance);

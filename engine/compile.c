@@ -669,7 +669,8 @@ hyfi_status hyfi_graph_compile(hyfi_graph *g, hyfi_tensor *loss, const hyfi_trai
     g->cc->defer_on = g->cc->scoped; /* keyed.c */
     s = hyfi_register_tensors(g);
     if (s == HYFI_OK && (g->cc->htab_oom || hyfi_spatial_register(g) || g->cc->htab_oom ||
-                         register_recompute(g) || hyfi_release_index(g)))
+                         register_recompute(g) || hyfi_stats_register(g) ||
+                         hyfi_release_index(g)))
         s = key_failure(g);
     if (s != HYFI_OK) {
         hyfi_compiled_free(g);

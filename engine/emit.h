@@ -63,6 +63,17 @@ void hyfi_reg(hyfi_graph *g, starpu_data_handle_t *h, hyfi_key key, float *ptr, 
 void hyfi_reg_at(hyfi_graph *g, hyfi_slots *s, size_t i, hyfi_key key, float *ptr, size_t n,
                  size_t elem, int owner, int cat, int rstage, const char *name,
                  const char *suffix, int m, int nm);
+/* Whether the replicas' running statistics are combined packed per stage
+ * (reduce.c; hyfi_plan_config.pack_stats): with more than 4 replicas unless
+ * the configuration says. */
+static inline int hyfi_stats_packed(const hyfi_graph *g)
+{
+    const int R = g->cc->pl->nrep, p = g->plan_cfg.pack_stats;
+    return R > 1 && (p > 0 || (p == 0 && R > 4));
+}
+/* reduce.c: the packed running statistics' groups and their handles (none
+ * unless hyfi_stats_packed). 0, or -1 out of memory. */
+int hyfi_stats_register(hyfi_graph *g);
 /* Scoped compile (share.c; hyfi_key_wanted: keyed.c). */
 int hyfi_scope_init(hyfi_graph *g);
 void hyfi_scope_free(hyfi_compiled *cc);

@@ -70,6 +70,16 @@ void hyfi_handles_free(hyfi_graph *g)
     free(g->cc->buckets);
     g->cc->buckets = NULL;
     g->cc->nbuckets = 0;
+    for (int i = 0; i < g->cc->nsgroups; i++) {
+        hyfi_sgroup *sg = &g->cc->sgroups[i];
+        hyfi_slots_free(sg->val);
+        hyfi_slots_free(sg->save);
+        free(sg->t);
+        free(sg->off);
+    }
+    free(g->cc->sgroups);
+    g->cc->sgroups = NULL;
+    g->cc->nsgroups = 0;
     hyfi_slots_free(g->cc->dloss);
     g->cc->dloss = NULL;
     hyfi_host_free(g->cc->dloss_host, (size_t)M);
@@ -450,8 +460,9 @@ hyfi_status hyfi_register_tensors(hyfi_graph *g)
             }
         }
     }
-    /* Replicas: saved running statistics. */
-    for (int i = 0; NR > 1 && i < g->ntensors; i++) {
+    /* Replicas: saved running statistics (packed instead: reduce.c,
+     * hyfi_stats_register). */
+    for (int i = 0; NR > 1 && !hyfi_stats_packed(g) && i < g->ntensors; i++) {
         hyfi_tensor *t = g->tensors[i];
         if (t->kind != T_STATE) continue;
         if (!(t->rsave = hyfi_slots_new((size_t)NR, &g->cc->htab_oom))) goto oom;

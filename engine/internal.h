@@ -89,6 +89,19 @@ typedef struct hyfi_bucket {
     hyfi_slots *h;     /* nrep packed gradients (one parameter: its own gh) */
     hyfi_slots *arc;   /* ring: nrep x nrep chunks [k * nrep + c]; NULL: tree */
 } hyfi_bucket;
+/* Replicas' running statistics combined packed (reduce.c): a stage's
+ * batch norms of one momentum, their running means and variances side by
+ * side in one buffer per replica. */
+typedef struct hyfi_sgroup {
+    int stage;
+    double a;          /* 1 - momentum */
+    int n;             /* state tensors */
+    struct hyfi_tensor **t; /* in node order: a batch norm's mean, then its variance */
+    size_t *off;       /* their offsets in the packed buffers */
+    size_t numel;
+    hyfi_slots *val;   /* nrep packed values */
+    hyfi_slots *save;  /* nrep packed values at the step's start */
+} hyfi_sgroup;
 #define HYFI_NAME_MAX 128
 
 typedef enum {
@@ -466,6 +479,8 @@ typedef struct hyfi_compiled {
     float *token_host;
     int ntokens;
     hyfi_bucket *buckets;  /* replicas: the all-reduce buckets */
+    hyfi_sgroup *sgroups;  /* replicas: running statistics packed (NULL: tensor by tensor) */
+    int nsgroups;
     int nbuckets;
     /* The health of a train step: per rank, the sums of its parameters'
      * (replica 0) SGD norms; health[health_root] ends with the total and is

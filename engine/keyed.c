@@ -115,6 +115,8 @@ static int key_scope(const hyfi_graph *g, hyfi_key key)
     case HK_MOMENTUM:
     case HK_NORMS: return SCOPE_MINE0;
     case HK_RSAVE:
+    case HK_SVAL:
+    case HK_SSAVE:
     case HK_BUCKET:
     case HK_ARC: return SCOPE_WANT;
     default: return SCOPE_MINE;

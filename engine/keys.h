@@ -51,6 +51,8 @@ typedef enum hyfi_role {
     HK_LCOPY,      /* a copy on a tile's rank (localise.c): obj and idx from the original */
     HK_BN_PACK,    /* a rank's packet of HK_BN_PART (spatial_bn.c): m P + first tile */
     HK_BN_BWPACK,  /* the same of HK_BN_BWPART */
+    HK_SVAL,       /* a stage's running statistics packed (reduce.c), per replica */
+    HK_SSAVE,      /* the same saved at the step's start, per replica */
     HK_NROLES
 } hyfi_role;
 

@@ -30,10 +30,162 @@
  * 2 log2 R, and replica k's copy is read only by replicas k - d; linear, so
  * equal up to round-off (R = 2: the operations of the sequential recurrence;
  * larger R rounds each merge to float). */
+/* Packed, when hyfi_stats_packed (more than 4 replicas): the running
+ * statistics of a stage's batch norms of one momentum are copied side by side
+ * into one buffer per replica (at the step's start, the saved r0, and at its
+ * end, the values), the tree merges and copies those buffers, and each
+ * replica copies the merged values back: 2 tasks per tree level and stage
+ * instead of 2 per level and statistic (ResNet-56: 114 statistics, so at 64
+ * replicas, 6 levels, 6 merges on replica 0 instead of 684), for 3 copies
+ * per statistic and replica (the save, as before, the pack, the unpack). Every float is merged as before, in the same
+ * order: the same results. */
+/* Statistics per packed group: a group's merges start once its last batch
+ * norm's forward is done, so a stage's statistics go in groups of batch norms
+ * in forward order, the first merging while the later layers still run (one
+ * group per stage kept ResNet-56's 64-replica tree, 6 levels, from starting
+ * before the stage's whole forward, and made its steps slower than merging
+ * each statistic) */
+#define STATS_GROUP 16
+
+int hyfi_stats_register(hyfi_graph *g)
+{
+    if (!hyfi_stats_packed(g)) return 0;
+    hyfi_compiled *cc = g->cc;
+    const hyfi_plan *pl = cc->pl;
+    const int R = pl->nrep;
+    if (!(cc->sgroups = calloc((size_t)g->nnodes + 1, sizeof *cc->sgroups))) return -1;
+    for (int i = 0; i < g->nnodes; i++) {
+        const node *nd = &g->nodes[i];
+        if (!hyfi_op_batch_statistics(nd)) continue;
+        const double a = 1.0 - (double)nd->a.bn.momentum;
+        /* the stage's open group of this momentum, while it has fewer than
+         * STATS_GROUP statistics (the batch norms in forward order) */
+        hyfi_sgroup *sg = NULL;
+        for (int j = 0; j < cc->nsgroups && !sg; j++)
+            if (cc->sgroups[j].stage == nd->stage && cc->sgroups[j].a == a &&
+                cc->sgroups[j].n < STATS_GROUP)
+                sg = &cc->sgroups[j];
+        if (!sg) {
+            sg = &cc->sgroups[cc->nsgroups++];
+            sg->stage = nd->stage;
+            sg->a = a;
+            sg->t = calloc(2 * (size_t)g->nnodes, sizeof *sg->t);
+            sg->off = calloc(2 * (size_t)g->nnodes, sizeof *sg->off);
+            if (!sg->t || !sg->off) return -1;
+        }
+        for (int j = 2; j < 4; j++) {
+            sg->t[sg->n] = nd->p[j];
+            sg->off[sg->n++] = sg->numel;
+            sg->numel += nd->p[j]->numel;
+        }
+    }
+    for (int gi = 0; gi < cc->nsgroups; gi++) {
+        hyfi_sgroup *sg = &cc->sgroups[gi];
+        sg->val = hyfi_slots_new((size_t)R, &cc->htab_oom);
+        sg->save = hyfi_slots_new((size_t)R, &cc->htab_oom);
+        if (!sg->val || !sg->save) return -1;
+        char sfx[48];
+        for (int k = 0; k < R; k++) {
+            const int owner = hyfi_stage_rank(pl, k, sg->stage);
+            snprintf(sfx, sizeof sfx, ".stage%d.group%d", sg->stage, gi);
+            hyfi_reg_at(g, sg->val, k, HYFI_KEY_R(HK_SVAL, gi, k, k), NULL, sg->numel,
+                        sizeof(float), owner, HC_ALLREDUCE, HYFI_KEEP, "running_stats", sfx, k,
+                        R);
+            snprintf(sfx, sizeof sfx, ".stage%d.group%d.start", sg->stage, gi);
+            hyfi_reg_at(g, sg->save, k, HYFI_KEY_R(HK_SSAVE, gi, k, k), NULL, sg->numel,
+                        sizeof(float), owner, HC_ALLREDUCE, HYFI_KEEP, "running_stats", sfx, k,
+                        R);
+        }
+    }
+    return cc->htab_oom ? -1 : 0;
+}
+
+/* Copies between each statistic of sg and replica k's packed buffer buf:
+ * into it (pack, W then RW) or out of it (unpack). */
+static int stats_copy(hyfi_graph *g, program *P, const hyfi_sgroup *sg, int k,
+                      starpu_data_handle_t buf, int unpack, const char *what)
+{
+    const hyfi_plan *pl = g->cc->pl;
+    const int place = HYFI_PLACE(pl, k, pl->stage_place0[sg->stage]);
+    const int prio = hyfi_clamp_prio(pl->nticks + 1);
+    for (int j = 0; j < sg->n; j++) {
+        const hyfi_tensor *t = sg->t[j];
+        hyfi_task_args a = {.u.slice = {.count = t->numel}};
+        if (unpack) a.u.slice.src_off = sg->off[j];
+        else a.u.slice.dst_off = sg->off[j];
+        char nm[96];
+        snprintf(nm, sizeof nm, "%.40s.%s.r%d", t->name, what, k);
+        TASK(&hyfi_cl_copy_slice, nm, &a);
+        if (unpack) {
+            W(hyfi_slot(t->h, k)), R(buf);
+        } else {
+            hyfi_prog_buf(P, buf, j ? STARPU_RW : STARPU_W);
+            R(hyfi_slot(t->h, k));
+        }
+        hyfi_on_place(g, P, place, prio);
+        if (hyfi_collective_done(g, P)) return -1;
+    }
+    return 0;
+}
+
+static int emit_stats_save_packed(hyfi_graph *g, program *P)
+{
+    const int R = g->cc->pl->nrep;
+    for (int gi = 0; gi < g->cc->nsgroups; gi++) {
+        const hyfi_sgroup *sg = &g->cc->sgroups[gi];
+        for (int k = 0; k < R; k++)
+            if (g->cc->rep_want[k] && stats_copy(g, P, sg, k, hyfi_slot(sg->save, k), 0, "save"))
+                return -1;
+    }
+    return 0;
+}
+
+static int emit_stats_combine_packed(hyfi_graph *g, program *P)
+{
+    const hyfi_plan *pl = g->cc->pl;
+    const unsigned char *want = g->cc->rep_want;
+    const int R = pl->nrep, prio = hyfi_clamp_prio(pl->nticks + 1);
+    int top = 1;
+    while (top * 2 < R) top *= 2;
+    char nm[96];
+    for (int gi = 0; gi < g->cc->nsgroups; gi++) {
+        const hyfi_sgroup *sg = &g->cc->sgroups[gi];
+        for (int k = 0; k < R; k++)
+            if (want[k] && stats_copy(g, P, sg, k, hyfi_slot(sg->val, k), 0, "pack")) return -1;
+        for (int d = 1; d < R; d *= 2)
+            for (int k = 0; k + d < R; k += 2 * d) {
+                if (!want[k] && !want[k + d]) continue;
+                const int len = R - (k + d) < d ? R - (k + d) : d;
+                hyfi_task_args c = {.u.rcomb = {.count = sg->numel, .nrep = 2,
+                                                .decay = pow(sg->a, (double)pl->mbr * len)}};
+                snprintf(nm, sizeof nm, "running_stats.stage%d.combine.r%d.r%d", sg->stage, k,
+                         k + d);
+                TASK(&hyfi_cl_running_combine, nm, &c);
+                RW(hyfi_slot(sg->val, k)), R(hyfi_slot(sg->save, k)), R(hyfi_slot(sg->val, k + d));
+                hyfi_on_place(g, P, HYFI_PLACE(pl, k, pl->stage_place0[sg->stage]), prio);
+                if (hyfi_collective_done(g, P)) return -1;
+            }
+        for (int d = top; d >= 1; d /= 2)
+            for (int k = 0; k + d < R; k += 2 * d) {
+                if (!want[k] && !want[k + d]) continue;
+                hyfi_task_args c = {.acc = 0, .u.elt.count = sg->numel};
+                snprintf(nm, sizeof nm, "running_stats.stage%d.copy.r%d.r%d", sg->stage, k + d, k);
+                TASK(&hyfi_cl_accumulate, nm, &c);
+                W(hyfi_slot(sg->val, k + d)), R(hyfi_slot(sg->val, k));
+                hyfi_on_place(g, P, HYFI_PLACE(pl, k + d, pl->stage_place0[sg->stage]), prio);
+                if (hyfi_collective_done(g, P)) return -1;
+            }
+        for (int k = 0; k < R; k++)
+            if (want[k] && stats_copy(g, P, sg, k, hyfi_slot(sg->val, k), 1, "unpack")) return -1;
+    }
+    return 0;
+}
+
 int hyfi_emit_state_save(hyfi_graph *g, program *P)
 {
     const hyfi_plan *pl = g->cc->pl;
     if (pl->nrep < 2) return 0;
+    if (g->cc->sgroups) return emit_stats_save_packed(g, P);
     for (int i = 0; i < g->ntensors; i++) {
         hyfi_tensor *t = g->tensors[i];
         if (t->kind != T_STATE || !t->rsave) continue;
@@ -58,6 +210,7 @@ int hyfi_emit_state_combine(hyfi_graph *g, program *P)
     const unsigned char *want = g->cc->rep_want;
     const int R = pl->nrep, prio = hyfi_clamp_prio(pl->nticks + 1);
     if (R < 2) return 0;
+    if (g->cc->sgroups) return emit_stats_combine_packed(g, P);
     int top = 1;
     while (top * 2 < R) top *= 2;
     for (int i = 0; i < g->nnodes; i++) {

@@ -186,13 +186,22 @@ static const struct {
      {.data_parallel = 24, .allreduce = HYFI_ALLREDUCE_TREE}},
     {"GEMS MAST x 12 data-parallel (24 replicas, 2 stages)",
      {.stages = 2, .gems = HYFI_GEMS_MAST, .data_parallel = 12}},
+    /* the running statistics merged one by one, not packed (engine/reduce.c):
+     * the same floats as the packed plan above it (PACKED_PAIR) */
+    {"24 data-parallel replicas, tree, statistics one by one",
+     {.data_parallel = 24, .allreduce = HYFI_ALLREDUCE_TREE, .pack_stats = -1}},
 };
+/* plans that must agree bitwise: packed (the default at 24 replicas) and not */
+#define PACKED_PAIR_A 1
+#define PACKED_PAIR_B 3
 #define NPLANS ((int)(sizeof PLANS / sizeof *PLANS))
 
 static int check_plans(hyfi_ctx *ctx, const run_result *want)
 {
     const int rank = hyfi_ctx_rank(ctx), R = hyfi_ctx_nranks(ctx);
     int failed = 0;
+    run_result keep[2];
+    memset(keep, 0, sizeof keep);
     for (int k = 0; k < NPLANS; k++) {
         char what[160];
         snprintf(what, sizeof what, "%s on %d rank%s: the single-place step", PLANS[k].name, R,
@@ -220,8 +229,24 @@ static int check_plans(hyfi_ctx *ctx, const run_result *want)
                    wl, wg, ww, ws, bad ? " MISMATCH" : "");
         tu_check(bad, what);
         failed += bad != 0;
-        free_result(&got);
+        if (k == PACKED_PAIR_A || k == PACKED_PAIR_B) keep[k == PACKED_PAIR_B] = got;
+        else free_result(&got);
     }
+    /* packed and one-by-one running statistics: bit for bit */
+    if (keep[0].weight && keep[1].weight) {
+        const run_result *a = &keep[0], *b = &keep[1];
+        const int same = a->ngrad == b->ngrad && a->nweight == b->nweight &&
+                         !memcmp(a->loss, b->loss, sizeof a->loss) &&
+                         !memcmp(a->grad, b->grad, a->ngrad * sizeof(float)) &&
+                         !memcmp(a->weight, b->weight, a->nweight * sizeof(float));
+        if (rank == 0)
+            printf("running statistics packed and one by one (24 replicas, tree): %s\n",
+                   same ? "bitwise equal" : "DIFFERENT");
+        tu_check(!same, "running statistics packed and one by one: bitwise equal");
+        failed += !same;
+    }
+    free_result(&keep[0]);
+    free_result(&keep[1]);
     return failed;
 }
 
