@@ -31,14 +31,15 @@
  * equal up to round-off (R = 2: the operations of the sequential recurrence;
  * larger R rounds each merge to float). */
 /* Packed, when hyfi_stats_packed (more than 4 replicas): the running
- * statistics of a stage's batch norms of one momentum are copied side by side
- * into one buffer per replica (at the step's start, the saved r0, and at its
- * end, the values), the tree merges and copies those buffers, and each
- * replica copies the merged values back: 2 tasks per tree level and stage
- * instead of 2 per level and statistic (ResNet-56: 114 statistics, so at 64
- * replicas, 6 levels, 6 merges on replica 0 instead of 684), for 3 copies
- * per statistic and replica (the save, as before, the pack, the unpack). Every float is merged as before, in the same
- * order: the same results. */
+ * statistics of a stage's batch norms of one momentum, in groups of
+ * STATS_GROUP, are copied side by side into one buffer per group and replica
+ * (at the step's start, the saved r0, and at its end, the values), the tree
+ * merges and copies those buffers, and each replica copies the merged values
+ * back: 2 tasks per tree level and group instead of 2 per level and
+ * statistic (ResNet-56: 114 statistics, so at 64 replicas, 6 levels, 6
+ * merges per group of 16 instead of 6 per statistic), for 3 copies per statistic
+ * and replica (the save, as before, the pack, the unpack). Every float is
+ * merged as before, in the same order: the same results. */
 /* Statistics per packed group: a group's merges start once its last batch
  * norm's forward is done, so a stage's statistics go in groups of batch norms
  * in forward order, the first merging while the later layers still run (one

@@ -568,11 +568,12 @@ typedef struct hyfi_plan_config {
     int bucket_kib;         /* gradients of a stage travel packed in buckets of up to this
                                many KiB (in the order the backward completes them); 0: 256;
                                < 0: one all-reduce per parameter */
-    int pack_stats;         /* replicas' batch-norm running statistics: combined per stage
-                               packed in one buffer (1) or tensor by tensor (-1); 0: packed
-                               with more than 4 replicas, where the tree has 3 levels or
-                               more (fewer tasks: 2 per level and stage instead of 2 per
-                               level and statistic). The same floats either way */
+    int pack_stats;         /* replicas' batch-norm running statistics: combined packed,
+                               16 to a buffer (1), or one by one (-1); 0: packed with more
+                               than 4 replicas, where the tree has 3 levels or more (fewer
+                               tasks: 2 per level and buffer instead of 2 per level and
+                               statistic). The same floats either way (hyfi-train:
+                               HYFI_PACK_STATS=1 / 0) */
     hyfi_recompute recompute; /* re-materialisation (--recompute), with every form above */
     /* Graph rewrites, each on by default (false) where it applies (CPU-only runs;
      * docs/architecture.md); none changes a result bit. Every rank must pass the
