@@ -39,13 +39,9 @@
  *     differs there by up to 4.9e-6, deeper by up to 9e-5) flips its ReLU,
  *     and every gradient upstream of it (the stems) moves by ~4e-4 relative:
  *     1.4% of the entries, 3.6e-4 norm-wise; the norm bound stays 1e-2.
- *     A flip deeper in the network moves more: on an AVX2-only AMD EPYC (no
- *     AVX-512: other kernels, other round-off), ResNet-8 32x32 S=4 M=4 1F1B
- *     deterministic K=2 P=4 square after 3 steps moves 10.7% of the gradient
- *     entries (all in the first layers, each by about 1%), 3.2e-3 norm-wise,
- *     with the same losses to 7 digits and the weights within bounds; so the
- *     gradients may have up to 15% of their entries outside (the weights
- *     0.5%, AmoebaNet's 5%), and the norm bounds stay.
+ *     A deeper flip moves more (AVX2-only EPYC, ResNet-8 32x32 S=4 M=4 1F1B
+ *     K=2 P=4: 10.7% of the gradients, all upstream, 3.2e-3 norm-wise): the
+ *     gradients may have 15% of their entries outside; the norm bounds stay.
  * On R > 1 ranks it also checks the traffic: the bytes each rank sends to each
  * other rank in steps 2 and 3 (StarPU-MPI's counts) equal twice the plan's
  * prediction per step, and for the ResNet (a chain of blocks) the prediction
@@ -705,11 +701,9 @@ static int do_check(const char *dir, int use_mpi)
                 bad += compare_kinks("weight", got.weight, want.weight, got.nweight, 1e-4, 1e-3,
                                      frac, nrtol, &worst_frac, &worst_norm);
             } else if (!bad && pd->K) {
-                /* tiles: a few entries may sit at a kink (see the header); in bf16 at
-                 * a rounding boundary too: two bf16 units per entry, norm-wise 3e-2.
-                 * A flipped kink moves every gradient upstream of it a little: the
-                 * gradients' count of entries out may be large (gfrac), their norm
-                 * bound and the weights' bounds are what a missing halo breaks */
+                /* tiles: a few entries may sit at a kink (see the header; a flip moves
+                 * every gradient upstream of it: gfrac); in bf16 at a rounding
+                 * boundary too: two bf16 units per entry, norm-wise 3e-2 */
                 const double frac = pd->model == 1 ? 5e-2 : 5e-3;
                 const double gfrac = 0.15;
                 const double eatol = bft ? 1e-4 : 1e-5, ertol = bft ? 8e-3 : 1e-4;
