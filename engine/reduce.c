@@ -129,6 +129,46 @@ static int stats_copy(hyfi_graph *g, program *P, const hyfi_sgroup *sg, int k,
     return 0;
 }
 
+/* The merge tree of one running statistic (or a packed group of them) over
+ * the replicas: val[0 .. R) the replicas' values (n floats each), save their
+ * values at the step's start, a = 1 - momentum, on stage `stage`'s first place
+ * of each replica; tasks named name.combine.rA.rB and name.copy.rB.rA. Up:
+ * replica k merges block [k + d, k + 2d) into its own; down: the value copied
+ * back along the same tree. */
+static int emit_stats_tree(hyfi_graph *g, program *P, const char *name, const hyfi_slots *val,
+                           const hyfi_slots *save, size_t n, double a, int stage)
+{
+    const hyfi_plan *pl = g->cc->pl;
+    const unsigned char *want = g->cc->rep_want;
+    const int R = pl->nrep, prio = hyfi_clamp_prio(pl->nticks + 1);
+    int top = 1;
+    while (top * 2 < R) top *= 2;
+    char nm[96];
+    for (int d = 1; d < R; d *= 2)
+        for (int k = 0; k + d < R; k += 2 * d) {
+            if (!want[k] && !want[k + d]) continue; /* concerns neither (share.c) */
+            const int len = R - (k + d) < d ? R - (k + d) : d; /* block k + d */
+            hyfi_task_args c = {.u.rcomb = {.count = n, .nrep = 2,
+                                            .decay = pow(a, (double)pl->mbr * len)}};
+            snprintf(nm, sizeof nm, "%.40s.combine.r%d.r%d", name, k, k + d);
+            TASK(&hyfi_cl_running_combine, nm, &c);
+            RW(hyfi_slot(val, k)), R(hyfi_slot(save, k)), R(hyfi_slot(val, k + d));
+            hyfi_on_place(g, P, HYFI_PLACE(pl, k, pl->stage_place0[stage]), prio);
+            if (hyfi_collective_done(g, P)) return -1;
+        }
+    for (int d = top; d >= 1; d /= 2)
+        for (int k = 0; k + d < R; k += 2 * d) {
+            if (!want[k] && !want[k + d]) continue;
+            hyfi_task_args c = {.acc = 0, .u.elt.count = n};
+            snprintf(nm, sizeof nm, "%.40s.copy.r%d.r%d", name, k + d, k);
+            TASK(&hyfi_cl_accumulate, nm, &c);
+            W(hyfi_slot(val, k + d)), R(hyfi_slot(val, k));
+            hyfi_on_place(g, P, HYFI_PLACE(pl, k + d, pl->stage_place0[stage]), prio);
+            if (hyfi_collective_done(g, P)) return -1;
+        }
+    return 0;
+}
+
 static int emit_stats_save_packed(hyfi_graph *g, program *P)
 {
     const int R = g->cc->pl->nrep;
@@ -143,39 +183,16 @@ static int emit_stats_save_packed(hyfi_graph *g, program *P)
 
 static int emit_stats_combine_packed(hyfi_graph *g, program *P)
 {
-    const hyfi_plan *pl = g->cc->pl;
     const unsigned char *want = g->cc->rep_want;
-    const int R = pl->nrep, prio = hyfi_clamp_prio(pl->nticks + 1);
-    int top = 1;
-    while (top * 2 < R) top *= 2;
-    char nm[96];
+    const int R = g->cc->pl->nrep;
     for (int gi = 0; gi < g->cc->nsgroups; gi++) {
         const hyfi_sgroup *sg = &g->cc->sgroups[gi];
+        char name[48];
+        snprintf(name, sizeof name, "running_stats.stage%d", sg->stage);
         for (int k = 0; k < R; k++)
             if (want[k] && stats_copy(g, P, sg, k, hyfi_slot(sg->val, k), 0, "pack")) return -1;
-        for (int d = 1; d < R; d *= 2)
-            for (int k = 0; k + d < R; k += 2 * d) {
-                if (!want[k] && !want[k + d]) continue;
-                const int len = R - (k + d) < d ? R - (k + d) : d;
-                hyfi_task_args c = {.u.rcomb = {.count = sg->numel, .nrep = 2,
-                                                .decay = pow(sg->a, (double)pl->mbr * len)}};
-                snprintf(nm, sizeof nm, "running_stats.stage%d.combine.r%d.r%d", sg->stage, k,
-                         k + d);
-                TASK(&hyfi_cl_running_combine, nm, &c);
-                RW(hyfi_slot(sg->val, k)), R(hyfi_slot(sg->save, k)), R(hyfi_slot(sg->val, k + d));
-                hyfi_on_place(g, P, HYFI_PLACE(pl, k, pl->stage_place0[sg->stage]), prio);
-                if (hyfi_collective_done(g, P)) return -1;
-            }
-        for (int d = top; d >= 1; d /= 2)
-            for (int k = 0; k + d < R; k += 2 * d) {
-                if (!want[k] && !want[k + d]) continue;
-                hyfi_task_args c = {.acc = 0, .u.elt.count = sg->numel};
-                snprintf(nm, sizeof nm, "running_stats.stage%d.copy.r%d.r%d", sg->stage, k + d, k);
-                TASK(&hyfi_cl_accumulate, nm, &c);
-                W(hyfi_slot(sg->val, k + d)), R(hyfi_slot(sg->val, k));
-                hyfi_on_place(g, P, HYFI_PLACE(pl, k + d, pl->stage_place0[sg->stage]), prio);
-                if (hyfi_collective_done(g, P)) return -1;
-            }
+        if (emit_stats_tree(g, P, name, sg->val, sg->save, sg->numel, sg->a, sg->stage))
+            return -1;
         for (int k = 0; k < R; k++)
             if (want[k] && stats_copy(g, P, sg, k, hyfi_slot(sg->val, k), 1, "unpack")) return -1;
     }
@@ -207,43 +224,16 @@ int hyfi_emit_state_save(hyfi_graph *g, program *P)
 
 int hyfi_emit_state_combine(hyfi_graph *g, program *P)
 {
-    const hyfi_plan *pl = g->cc->pl;
-    const unsigned char *want = g->cc->rep_want;
-    const int R = pl->nrep, prio = hyfi_clamp_prio(pl->nticks + 1);
-    if (R < 2) return 0;
+    if (g->cc->pl->nrep < 2) return 0;
     if (g->cc->sgroups) return emit_stats_combine_packed(g, P);
-    int top = 1;
-    while (top * 2 < R) top *= 2;
     for (int i = 0; i < g->nnodes; i++) {
         const node *nd = &g->nodes[i];
         if (!hyfi_op_batch_statistics(nd)) continue;
-        const double a = 1.0 - (double)nd->a.bn.momentum;
         for (int j = 2; j < 4; j++) {
-            hyfi_tensor *t = nd->p[j];
-            if (!t->rsave) continue;
-            char nm[96];
-            for (int d = 1; d < R; d *= 2)
-                for (int k = 0; k + d < R; k += 2 * d) {
-                    if (!want[k] && !want[k + d]) continue; /* concerns neither (share.c) */
-                    const int len = R - (k + d) < d ? R - (k + d) : d; /* block k + d */
-                    hyfi_task_args c = {.u.rcomb = {.count = t->numel, .nrep = 2,
-                                                    .decay = pow(a, (double)pl->mbr * len)}};
-                    snprintf(nm, sizeof nm, "%.40s.combine.r%d.r%d", t->name, k, k + d);
-                    TASK(&hyfi_cl_running_combine, nm, &c);
-                    RW(hyfi_slot(t->h, k)), R(hyfi_slot(t->rsave, k)), R(hyfi_slot(t->h, k + d));
-                    hyfi_on_place(g, P, HYFI_PLACE(pl, k, pl->stage_place0[t->stage]), prio);
-                    if (hyfi_collective_done(g, P)) return -1;
-                }
-            for (int d = top; d >= 1; d /= 2)
-                for (int k = 0; k + d < R; k += 2 * d) {
-                    if (!want[k] && !want[k + d]) continue;
-                    hyfi_task_args c = {.acc = 0, .u.elt.count = t->numel};
-                    snprintf(nm, sizeof nm, "%.40s.copy.r%d.r%d", t->name, k + d, k);
-                    TASK(&hyfi_cl_accumulate, nm, &c);
-                    W(hyfi_slot(t->h, k + d)), R(hyfi_slot(t->h, k));
-                    hyfi_on_place(g, P, HYFI_PLACE(pl, k + d, pl->stage_place0[t->stage]), prio);
-                    if (hyfi_collective_done(g, P)) return -1;
-                }
+            const hyfi_tensor *t = nd->p[j];
+            if (t->rsave && emit_stats_tree(g, P, t->name, t->h, t->rsave, t->numel,
+                                            1.0 - (double)nd->a.bn.momentum, t->stage))
+                return -1;
         }
     }
     return 0;
