@@ -42,6 +42,10 @@ typedef struct emit_ctx_s {
 int hyfi_prog_push(program *p, prog_kind kind, struct starpu_codelet *cl, const char *name,
                    const hyfi_task_args *args);
 void hyfi_prog_buf(program *p, starpu_data_handle_t h, enum starpu_data_access_mode mode);
+/* a's bytes for a task of codelet cl in p's pool (NULL a: zeros); NULL when
+ * out of memory */
+hyfi_task_args *hyfi_args_intern(program *p, const struct starpu_codelet *cl,
+                                 const hyfi_task_args *a);
 void hyfi_prog_task_buf(program *p, prog_task *t, starpu_data_handle_t h,
                         enum starpu_data_access_mode mode);
 void hyfi_unreg(starpu_data_handle_t *h);

@@ -308,17 +308,18 @@ typedef enum {
                       reader received (StarPU-MPI's cache; see hyfi_collective_done) */
 } prog_kind;
 
-/* A task's buffers: up to HYFI_TASK_INLINE_BUFFERS in the task itself (almost
- * every task), the wider ones (the tiled batch-norm combines: one partial sum
- * per tile) in an array of their own, xbuf. Read them with prog_bufs(). */
-#define HYFI_TASK_INLINE_BUFFERS 16
+/* A task's buffers: up to HYFI_TASK_INLINE_BUFFERS in the task itself (96% of
+ * tasks), the wider ones (a tiled batch-norm combine: a partial sum per tile)
+ * in an array of their own, xbuf, grown by doubling. Read them with prog_bufs(). */
+#define HYFI_TASK_INLINE_BUFFERS 8
 typedef struct {
     prog_kind kind;
     struct starpu_codelet *cl;
     int nbuf;
     struct starpu_data_descr ibuf[HYFI_TASK_INLINE_BUFFERS];
     struct starpu_data_descr *xbuf; /* all nbuf buffers once they outgrow ibuf, else NULL */
-    hyfi_task_args *args; /* PT_TASK: its arguments (owned: freed with the task), else NULL */
+    hyfi_task_args *args; /* PT_TASK: its arguments, shared with every task of the same codelet
+                             and bytes (the program's pool owns them), else NULL */
     int place;            /* the place that runs it (-1: the event's) */
     int rank;             /* MPI rank that runs it (the rank of its place) */
     int worker;           /* a worker to pin the task to, -1: any */
@@ -345,6 +346,7 @@ typedef struct {
     int missing;  /* a kept task names a handle this rank did not register (share.c) */
     unsigned char *skip; /* MPI: 1 where this rank need not submit task i (share.c), or NULL */
     int built;    /* tasks built before those this rank never submits were dropped (share.c) */
+    struct hyfi_args_pool *pool; /* the tasks' arguments, each (codelet, bytes) once (program.c) */
 } program;
 
 struct hyfi_ctx {

@@ -329,7 +329,6 @@ int hyfi_handles_resolve(hyfi_graph *g)
                 }
             if (gone) {
                 free(t->xbuf);
-                free(t->args);
                 continue;
             }
             if (n != i) p->t[n] = *t;

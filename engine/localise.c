@@ -189,7 +189,12 @@ static int localise(lstate *s, program *p)
     hyfi_compiled *cc = s->g->cc;
     memset(s->version, 0, (size_t)s->nversion * sizeof *s->version);
     for (size_t i = 0; i <= s->cmask; i++) s->c[i].version = UINT32_MAX;
-    tlist out = {0};
+    /* p's slack first, then room for p's tasks and about one copy or flush in
+     * eight: the two lists are the compile's peak for a tiled stage */
+    prog_task *fit = realloc(p->t, (size_t)(p->n ? p->n : 1) * sizeof *p->t);
+    if (fit) p->t = fit, p->cap = p->n ? p->n : 1;
+    tlist out = {.cap = p->n + p->n / 8 + 256};
+    if (!(out.t = malloc((size_t)out.cap * sizeof *out.t))) return -1;
     int oom = 0;
     for (int i = 0; i < p->n && !oom; i++) {
         prog_task *t = &p->t[i];
@@ -214,12 +219,12 @@ static int localise(lstate *s, program *p)
                     }
                     k->kind = PT_TASK;
                     k->cl = &hyfi_cl_accumulate;
-                    if (!(k->args = calloc(1, sizeof *k->args))) {
+                    const hyfi_task_args ca = {
+                        .u.elt.count = hyfi_handle_bytes(s->g, b[j].handle) / sizeof(float)};
+                    if (!(k->args = hyfi_args_intern(p, k->cl, &ca))) {
                         oom = 1;
                         break;
                     }
-                    k->args->acc = 0;
-                    k->args->u.elt.count = hyfi_handle_bytes(s->g, b[j].handle) / sizeof(float);
                     k->place = t->place, k->rank = t->rank, k->worker = t->worker;
                     k->prio = t->prio;
                     snprintf(k->name, sizeof k->name, "copy.rank%d", t->rank);
@@ -241,7 +246,6 @@ static int localise(lstate *s, program *p)
         }
         *k = *t;
         t->xbuf = NULL; /* moved */
-        t->args = NULL;
         b = prog_bufs(k);
         starpu_data_handle_t fl[HYFI_MAX_TASK_BUFFERS];
         int nfl = 0;
@@ -264,7 +268,7 @@ static int localise(lstate *s, program *p)
             if (!flush_after(&out, fl[j], rank)) oom = 1;
     }
     if (oom) {
-        for (int i = 0; i < out.n; i++) free(out.t[i].xbuf), free(out.t[i].args);
+        for (int i = 0; i < out.n; i++) free(out.t[i].xbuf);
         free(out.t);
         return -1;
     }

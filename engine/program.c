@@ -32,6 +32,91 @@ static int nomem(program *p, const char *name)
     return -1;
 }
 
+/* The arguments of a program's tasks, each (codelet, bytes) stored once: the
+ * tasks of a tiled stage repeat a few hundred argument blocks over a hundred
+ * thousand tasks (AmoebaNet-D at 8,192² in 64 tiles: 891 distinct blocks of
+ * 552 bytes for 89,547 tasks kept on a rank). The blocks live until the
+ * program is freed; StarPU reads them in place (STARPU_CL_ARGS_NFREE), so
+ * no task may change its block, with one exception: hyfi_set_lr writes the
+ * same rate into every SGD update's (blocks are shared only between tasks of
+ * the same codelet). */
+typedef struct {
+    const struct starpu_codelet *cl;
+    hyfi_task_args a;
+} pooled_args;
+
+struct hyfi_args_pool {
+    pooled_args **slot; /* open addressing on (codelet, bytes) */
+    size_t mask, n;
+    pooled_args **block; /* allocation blocks of ARGS_BLOCK entries */
+    size_t nblock, used; /* entries used in the last block */
+};
+#define ARGS_BLOCK 256
+
+static uint64_t args_hash(const struct starpu_codelet *cl, const hyfi_task_args *a)
+{
+    return hyfi_hash_bytes((uint64_t)(uintptr_t)cl * UINT64_C(0x9E3779B97F4A7C15), a, sizeof *a);
+}
+
+static pooled_args **pool_at(struct hyfi_args_pool *s, const struct starpu_codelet *cl,
+                             const hyfi_task_args *a, uint64_t hash)
+{
+    size_t i = (size_t)hash & s->mask;
+    while (s->slot[i] && (s->slot[i]->cl != cl || memcmp(&s->slot[i]->a, a, sizeof *a)))
+        i = (i + 1) & s->mask;
+    return &s->slot[i];
+}
+
+static int pool_grow(struct hyfi_args_pool *s)
+{
+    const size_t nc = s->slot ? 2 * (s->mask + 1) : 1024;
+    pooled_args **t = calloc(nc, sizeof *t);
+    if (!t) return -1;
+    struct hyfi_args_pool g = {.slot = t, .mask = nc - 1};
+    for (size_t i = 0; s->slot && i <= s->mask; i++)
+        if (s->slot[i]) *pool_at(&g, s->slot[i]->cl, &s->slot[i]->a,
+                                 args_hash(s->slot[i]->cl, &s->slot[i]->a)) = s->slot[i];
+    free(s->slot);
+    s->slot = t;
+    s->mask = nc - 1;
+    return 0;
+}
+
+hyfi_task_args *hyfi_args_intern(program *p, const struct starpu_codelet *cl,
+                                 const hyfi_task_args *a)
+{
+    static const hyfi_task_args zero;
+    if (!a) a = &zero;
+    if (!p->pool && !(p->pool = calloc(1, sizeof *p->pool))) return NULL;
+    struct hyfi_args_pool *s = p->pool;
+    if (2 * (s->n + 1) > (s->slot ? s->mask + 1 : 0) && pool_grow(s)) return NULL;
+    pooled_args **e = pool_at(s, cl, a, args_hash(cl, a));
+    if (*e) return &(*e)->a;
+    if (!s->nblock || s->used == ARGS_BLOCK) {
+        pooled_args **b = realloc(s->block, (s->nblock + 1) * sizeof *b);
+        if (!b) return NULL;
+        s->block = b;
+        if (!(b[s->nblock] = malloc(ARGS_BLOCK * sizeof **b))) return NULL;
+        s->nblock++;
+        s->used = 0;
+    }
+    pooled_args *n = &s->block[s->nblock - 1][s->used++];
+    n->cl = cl;
+    n->a = *a;
+    *e = n;
+    s->n++;
+    return &n->a;
+}
+
+static void pool_free(struct hyfi_args_pool *s)
+{
+    if (!s) return;
+    for (size_t i = 0; i < s->nblock; i++) free(s->block[i]);
+    free(s->block);
+    free(s->slot);
+    free(s);
+}
+
 int hyfi_prog_push(program *p, prog_kind kind, struct starpu_codelet *cl, const char *name,
                    const hyfi_task_args *args)
 {
@@ -43,12 +128,8 @@ int hyfi_prog_push(program *p, prog_kind kind, struct starpu_codelet *cl, const 
         p->t = t;
         p->cap = nc;
     }
-    hyfi_task_args *a = NULL;
-    if (kind == PT_TASK) { /* (the others carry none) */
-        if (!(a = malloc(sizeof *a))) return nomem(p, name);
-        if (args) *a = *args;
-        else memset(a, 0, sizeof *a);
-    }
+    hyfi_task_args *a = NULL; /* (only tasks carry arguments) */
+    if (kind == PT_TASK && !(a = hyfi_args_intern(p, cl, args))) return nomem(p, name);
     prog_task *t = &p->t[p->n++];
     memset(t, 0, sizeof *t);
     t->place = -1;
@@ -69,14 +150,17 @@ void hyfi_prog_task_buf(program *p, prog_task *t, starpu_data_handle_t h,
         p->overflow = 1;
         return;
     }
-    if (t->nbuf == HYFI_TASK_INLINE_BUFFERS && !t->xbuf) {
-        /* wide tasks are few: grow straight to the largest size */
-        t->xbuf = malloc(HYFI_MAX_TASK_BUFFERS * sizeof *t->xbuf);
-        if (!t->xbuf) {
+    /* full at HYFI_TASK_INLINE_BUFFERS and at every power of two above it */
+    const int n = t->nbuf;
+    if (n >= HYFI_TASK_INLINE_BUFFERS && !(n & (n - 1))) {
+        const int nc = 2 * n < HYFI_MAX_TASK_BUFFERS ? 2 * n : HYFI_MAX_TASK_BUFFERS;
+        struct starpu_data_descr *x = realloc(t->xbuf, (size_t)nc * sizeof *x);
+        if (!x) {
             nomem(p, t->name);
             return;
         }
-        memcpy(t->xbuf, t->ibuf, sizeof t->ibuf);
+        if (!t->xbuf) memcpy(x, t->ibuf, sizeof t->ibuf);
+        t->xbuf = x;
     }
     struct starpu_data_descr *b = prog_bufs(t);
     b[t->nbuf].handle = h;
@@ -91,8 +175,9 @@ void hyfi_prog_buf(program *p, starpu_data_handle_t h, enum starpu_data_access_m
 
 static void program_free(program *p)
 {
-    for (int k = 0; k < p->n; k++) free(p->t[k].xbuf), free(p->t[k].args);
+    for (int k = 0; k < p->n; k++) free(p->t[k].xbuf);
     free(p->t);
+    pool_free(p->pool);
     free(p->skip);
     memset(p, 0, sizeof *p);
 }

@@ -111,7 +111,6 @@ int hyfi_collective_done(hyfi_graph *g, program *P)
     for (int b = 0; b < t->nbuf && !mine; b++) mine = owner_of(g, prog_cbufs(t)[b].handle) == me;
     if (!mine) {
         free(t->xbuf);
-        free(t->args);
         P->n--;
         return 0;
     }
@@ -250,7 +249,6 @@ static void drop_skipped(program *p)
         tasks += p->t[i].kind == PT_TASK;
         if (p->skip && p->skip[i]) {
             free(p->t[i].xbuf);
-            free(p->t[i].args);
             continue;
         }
         if (j != i) p->t[j] = p->t[i];
