@@ -479,8 +479,9 @@ static int train_loop(run *r)
         if ((st = hyfi_ctx_trace_steps_done(r->ctx, r->first)) != HYFI_OK)
             return lib_fail("--trace (hyfi_ctx_trace_steps_done)", st, NULL);
     }
-    /* --trace-steps A:B: not recorded before step A (the compile is), nor at
-     * all when a resumed run starts after B */
+    /* --trace-steps A:B: not recorded before step A (the compile is); a
+     * resumed run that starts after B is refused at start-up (the pause here
+     * stays, should one get this far) */
     if (o->trace && (o->trace_first > r->first + 1 || (o->trace_last && o->trace_last <= r->first)) &&
         trace_record(r, false))
         return 1;

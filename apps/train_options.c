@@ -458,6 +458,9 @@ static int check_options(train_options *o)
     if (!o->trace && (train_given(o, "--trace-steps") || o->trace_lean))
         return bad_usage("%s needs --trace DIR (where to write the trace)",
                          train_given(o, "--trace-steps") ? "--trace-steps" : "--trace-lean");
+    if (o->eval_only && train_given(o, "--trace-steps"))
+        return bad_usage("--trace-steps picks training steps, and --eval-only makes none; leave "
+                         "--trace-steps out to trace the evaluation");
     if (o->swap_mb && !o->swap_dir)
         return bad_usage("--swap-mb %d needs --swap-dir DIR (where to swap)", o->swap_mb);
     if (o->replications > 1 && o->gems != HYFI_GEMS_MASTER)
