@@ -358,6 +358,7 @@ static int restore(run *r)
         if ((st = hyfi_load_safetensors(r->g, o->load_path, &eo)) != HYFI_OK)
             return lib_fail("--load (hyfi_load_safetensors)", st, r->g);
         printf("hyfi-train: parameters loaded from %s\n", o->load_path);
+        fflush(stdout); /* (before the progress lines on stderr, also in a log of both) */
     }
     if (!o->resume) return 0;
     const char *file = r->resume_file;
