@@ -358,6 +358,7 @@ static int restore(run *r)
         if ((st = hyfi_load_safetensors(r->g, o->load_path, &eo)) != HYFI_OK)
             return lib_fail("--load (hyfi_load_safetensors)", st, r->g);
         printf("hyfi-train: parameters loaded from %s\n", o->load_path);
+        fflush(stdout); /* (before the progress lines on stderr, also in a log of both) */
     }
     if (!o->resume) return 0;
     const char *file = r->resume_file;
@@ -479,8 +480,9 @@ static int train_loop(run *r)
         if ((st = hyfi_ctx_trace_steps_done(r->ctx, r->first)) != HYFI_OK)
             return lib_fail("--trace (hyfi_ctx_trace_steps_done)", st, NULL);
     }
-    /* --trace-steps A:B: not recorded before step A (the compile is), nor at
-     * all when a resumed run starts after B */
+    /* --trace-steps A:B: not recorded before step A (the compile is); a
+     * resumed run that starts after B is refused at start-up (the pause here
+     * stays, should one get this far) */
     if (o->trace && (o->trace_first > r->first + 1 || (o->trace_last && o->trace_last <= r->first)) &&
         trace_record(r, false))
         return 1;

@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #define MAX_IMAGE_SIDE 32768
 #define MIN_IMAGE_SIDE 1 /* each model checks its own minimum (models.h) */
@@ -84,14 +85,36 @@ bool train_given(const train_options *o, const char *flag)
     return strstr(o->given, key) != NULL;
 }
 
+/* A value not among `valid` ("a, b, c"): named with the closest ones. */
+static int unknown_value(const char *flag, const char *val, const char *valid)
+{
+    char names[8][24], hint[128];
+    const char *known[8];
+    size_t n = 0;
+    for (const char *v = valid; *v && n < 8; n++) {
+        const size_t len = strcspn(v, ",");
+        snprintf(names[n], sizeof names[n], "%.*s", (int)len, v);
+        known[n] = names[n];
+        v += len;
+        v += strspn(v, ", ");
+    }
+    flag_suggest(val, known, n, hint, sizeof hint);
+    if (!strcmp(flag, "--device") && !strcasecmp(val, "gpu")) /* (not "cpu", one letter off) */
+        snprintf(hint, sizeof hint, " (did you mean cuda?)");
+    return bad_usage("%s '%s' is not known%s; valid: %s", flag, val, hint, valid);
+}
+
 static int parse_ll(const char *flag, const char *s, long long lo, long long hi, long long *out)
 {
     char *end;
     errno = 0;
     long long v = strtoll(s, &end, 10);
     if (errno || end == s || *end || v < lo || v > hi)
-        return bad_usage("%s '%s' is not valid: expected an integer in %lld..%lld", flag, s, lo,
-                         hi);
+        return hi >= INT_MAX /* (a bound no one means: "1 or more") */
+                   ? bad_usage("%s '%s' is not valid: expected a whole number, %lld or more", flag,
+                               s, lo)
+                   : bad_usage("%s '%s' is not valid: expected an integer in %lld..%lld", flag, s,
+                               lo, hi);
     *out = v;
     return 0;
 }
@@ -160,23 +183,22 @@ static int parse_run_flag(const char *flag, const char *val, train_options *o)
     int rc = 0;
     if (!strcmp(flag, "--model")) {
         if (model_kind_from_name(val, &o->mc.kind) != 0)
-            return bad_usage("--model '%s' is not known; valid: cnn, resnet, amoebanet", val);
+            return unknown_value("--model", val, "cnn, resnet, amoebanet");
     } else if (!strcmp(flag, "--depth")) {
         rc = parse_int(flag, val, 1, MODEL_MAX_DEPTH, &o->mc.depth);
     } else if (!strcmp(flag, "--resnet-version")) {
         rc = parse_int(flag, val, 1, 2, &o->mc.resnet_version);
     } else if (!strcmp(flag, "--resnet-style")) {
         if (resnet_style_from_name(val, &o->mc.style) != 0)
-            return bad_usage("--resnet-style '%s' is not known; valid: auto, cifar, imagenet",
-                             val);
+            return unknown_value("--resnet-style", val, "auto, cifar, imagenet");
     } else if (!strcmp(flag, "--num-layers")) {
         rc = parse_int(flag, val, 1, MODEL_MAX_NUM_LAYERS, &o->mc.num_layers);
     } else if (!strcmp(flag, "--num-filters")) {
         rc = parse_int(flag, val, 1, MODEL_MAX_NUM_FILTERS, &o->mc.num_filters);
     } else if (!strcmp(flag, "--dataset")) {
         if (hyfi_data_kind_from_name(val, &o->dataset) != 0)
-            return bad_usage("--dataset '%s' is not known; valid: synthetic, fashion-mnist, "
-                             "mnist, cifar10, folder, slides", val);
+            return unknown_value("--dataset", val,
+                                 "synthetic, fashion-mnist, mnist, cifar10, folder, slides");
     } else if (!strcmp(flag, "--datapath")) {
         if (!*val) return bad_usage("--datapath needs a directory");
         o->datapath = val;
@@ -195,7 +217,7 @@ static int parse_run_flag(const char *flag, const char *val, train_options *o)
     } else if (!strcmp(flag, "--lr-schedule")) {
         if (!strcmp(val, "constant")) o->cosine = 0;
         else if (!strcmp(val, "cosine")) o->cosine = 1;
-        else return bad_usage("--lr-schedule '%s' is not known; valid: constant, cosine", val);
+        else return unknown_value("--lr-schedule", val, "constant, cosine");
     } else if (!strcmp(flag, "--momentum")) {
         rc = parse_float(flag, val, 0, false, 1, true, &o->momentum);
     } else if (!strcmp(flag, "--weight-decay")) {
@@ -212,11 +234,11 @@ static int parse_run_flag(const char *flag, const char *val, train_options *o)
         if (!strcmp(val, "auto")) o->device = HYFI_DEVICE_AUTO;
         else if (!strcmp(val, "cpu")) o->device = HYFI_DEVICE_CPU;
         else if (!strcmp(val, "cuda")) o->device = HYFI_DEVICE_CUDA;
-        else return bad_usage("--device '%s' is not known; valid: auto, cpu, cuda", val);
+        else return unknown_value("--device", val, "auto, cpu, cuda");
     } else if (!strcmp(flag, "--precision")) {
         if (!strcmp(val, "fp32")) o->precision = HYFI_PRECISION_FP32;
         else if (!strcmp(val, "bf16")) o->precision = HYFI_PRECISION_BF16;
-        else return bad_usage("--precision '%s' is not known; valid: fp32, bf16", val);
+        else return unknown_value("--precision", val, "fp32, bf16");
     } else if (!strcmp(flag, "--divergence-ratio")) {
         rc = parse_float(flag, val, 0, false, 1e30f, false, &o->divergence);
         if (!rc && o->divergence > 0 && o->divergence <= 1)
@@ -248,7 +270,7 @@ static int parse_run_flag(const char *flag, const char *val, train_options *o)
         o->save_path = val;
     } else if (!strcmp(flag, "--save-precision")) {
         if (strcmp(val, "fp32") && strcmp(val, "bf16"))
-            return bad_usage("--save-precision '%s' is not known; valid: fp32, bf16", val);
+            return unknown_value("--save-precision", val, "fp32, bf16");
         o->save_bf16 = !strcmp(val, "bf16");
     } else if (!strcmp(flag, "--load")) {
         if (!*val) return bad_usage("--load needs a file name");
@@ -302,13 +324,12 @@ static int parse_plan_flag(const char *flag, const char *val, train_options *o)
         if (!strcmp(val, "square")) o->slice = HYFI_SLICE_SQUARE;
         else if (!strcmp(val, "vertical")) o->slice = HYFI_SLICE_VERTICAL;
         else if (!strcmp(val, "horizontal")) o->slice = HYFI_SLICE_HORIZONTAL;
-        else return bad_usage("--slice-method '%s' is not known; valid: square, vertical, "
-                              "horizontal", val);
+        else return unknown_value("--slice-method", val, "square, vertical, horizontal");
     } else if (!strcmp(flag, "--gems")) {
         if (!strcmp(val, "mast")) o->gems = HYFI_GEMS_MAST;
         else if (!strcmp(val, "master")) o->gems = HYFI_GEMS_MASTER;
         else if (!strcmp(val, "none")) o->gems = HYFI_GEMS_NONE;
-        else return bad_usage("--gems '%s' is not known; valid: mast, master, none", val);
+        else return unknown_value("--gems", val, "mast, master, none");
     } else if (!strcmp(flag, "--replications") || !strcmp(flag, "--times")) {
         rc = parse_int(flag, val, 1, 2048, &o->replications);
     } else if (!strcmp(flag, "--data-parallel")) {
@@ -322,7 +343,7 @@ static int parse_plan_flag(const char *flag, const char *val, train_options *o)
         if (!strcmp(val, "none")) o->recompute = HYFI_RECOMPUTE_NONE;
         else if (!strcmp(val, "stage")) o->recompute = HYFI_RECOMPUTE_STAGE;
         else if (!strcmp(val, "layer")) o->recompute = HYFI_RECOMPUTE_LAYER;
-        else return bad_usage("--recompute '%s' is not known; valid: none, stage, layer", val);
+        else return unknown_value("--recompute", val, "none, stage, layer");
     } else if (!strcmp(flag, "--mem-limit-mb")) {
         rc = parse_int(flag, val, 1, 1 << 30, &o->mem_limit_mb);
     } else if (!strcmp(flag, "--swap-mb")) {
@@ -340,13 +361,13 @@ static int parse_plan_flag(const char *flag, const char *val, train_options *o)
         if (!strcmp(val, "auto")) o->allreduce = HYFI_ALLREDUCE_AUTO;
         else if (!strcmp(val, "ring")) o->allreduce = HYFI_ALLREDUCE_RING;
         else if (!strcmp(val, "tree")) o->allreduce = HYFI_ALLREDUCE_TREE;
-        else return bad_usage("--allreduce '%s' is not known; valid: auto, ring, tree", val);
+        else return unknown_value("--allreduce", val, "auto, ring, tree");
     } else if (!strcmp(flag, "--parts")) {
         rc = parse_int(flag, val, 1, 1 << 20, &o->parts);
     } else if (!strcmp(flag, "--schedule")) {
         if (!strcmp(val, "gpipe")) o->schedule = HYFI_SCHEDULE_GPIPE;
         else if (!strcmp(val, "1f1b")) o->schedule = HYFI_SCHEDULE_1F1B;
-        else return bad_usage("--schedule '%s' is not known; valid: gpipe, 1f1b", val);
+        else return unknown_value("--schedule", val, "gpipe, 1f1b");
     } else if (!strcmp(flag, "--balance")) {
         rc = parse_balance(val, o);
     } else {
@@ -458,6 +479,9 @@ static int check_options(train_options *o)
     if (!o->trace && (train_given(o, "--trace-steps") || o->trace_lean))
         return bad_usage("%s needs --trace DIR (where to write the trace)",
                          train_given(o, "--trace-steps") ? "--trace-steps" : "--trace-lean");
+    if (o->eval_only && train_given(o, "--trace-steps"))
+        return bad_usage("--trace-steps picks training steps, and --eval-only makes none; leave "
+                         "--trace-steps out to trace the evaluation");
     if (o->swap_mb && !o->swap_dir)
         return bad_usage("--swap-mb %d needs --swap-dir DIR (where to swap)", o->swap_mb);
     if (o->replications > 1 && o->gems != HYFI_GEMS_MASTER)

@@ -4,6 +4,7 @@
 #define _POSIX_C_SOURCE 200809L /* clock_gettime */
 #endif
 #include "train_progress.h"
+#include "train_eta.h"
 #include "train_metrics.h"
 
 #include <math.h>
@@ -18,13 +19,6 @@
 #define PROGRESS_THREAD 1
 #endif
 
-/* The evaluation's ETA: a test batch's own time, measured over the last
- * EVAL_WINDOW batches (the first left out: it fills the prefetch), once
- * EVAL_MEASURED batches are done; until then the estimate of a third of a
- * step. */
-#define EVAL_WINDOW 10
-#define EVAL_MEASURED 3
-
 /* Rank 0's state: when the last line was printed, what is running. */
 typedef struct train_progress {
     pthread_mutex_t mu;
@@ -38,9 +32,7 @@ typedef struct train_progress {
     double t_item;       /* when it started */
     double eta_at_start; /* the ETA when it started (s) */
     size_t eval_nb;      /* batches of the evaluation running */
-    double eval_t0;
-    double eval_est;     /* a test batch's time as estimated before any ran (s), 0: none */
-    double eval_end[EVAL_WINDOW + 1]; /* the last batches' ends (now_s), by batch % size */
+    eta_eval eval;       /* the evaluation's clock */
     size_t eval_next;    /* the next batch count (1-based) with a line of its own */
 } train_progress;
 
@@ -60,27 +52,16 @@ void progress_fmt_secs(double s, char *buf, size_t len)
     else snprintf(buf, len, "%lld:%02lld:%02lld", t / 3600, t / 60 % 60, t % 60);
 }
 
-/* A step's time (s) from now on: the mean of this process's last steps up
- * to s (0-based, done), its first step left out once there are others (it
- * includes StarPU's start). 0: none yet. */
+/* A step's time (s) from now on, after step s (0-based) is done. */
 static double step_time(const run *r, long long s)
 {
-    const long long first = r->first;
-    long long from = s - 9 > first + 1 ? s - 9 : first + 1;
-    if (from > s) from = first;
-    double sum = 0;
-    long long n = 0;
-    for (long long k = from; k <= s; k++)
-        if (r->rates[k] > 0) sum += r->B / r->rates[k], n++;
-    return n ? sum / (double)n : 0;
+    return eta_step_time(r->rates, r->B, r->first, s);
 }
 
-/* Seconds left after step s (0-based) is done: the steps after it and the
- * evaluation, at a third of a step per batch (one forward). */
+/* Seconds left after step s (0-based) is done. */
 static double eta_after(const run *r, long long s)
 {
-    const double st = step_time(r, s);
-    return st * (double)(r->total - s - 1) + st / 3 * (double)r->eval_nb;
+    return eta_after_step(r->rates, r->B, r->first, s, r->total, r->eval_nb);
 }
 
 static void line_done(train_progress *p)
@@ -219,26 +200,13 @@ void progress_eval_start(run *r, size_t nb)
     if (!p) return;
     pthread_mutex_lock(&p->mu);
     p->eval_nb = nb;
-    p->eval_t0 = now_s();
+    eta_eval_start(&p->eval, now_s(), r->done > r->first ? step_time(r, r->done - 1) / 3 : 0);
     p->eval_next = nb >= 10 ? (nb + 9) / 10 : nb;
     p->phase = 2;
     p->item = 0;
-    p->t_item = p->eval_t0;
-    p->eval_est = r->done > r->first ? step_time(r, r->done - 1) / 3 : 0;
-    p->eta_at_start = p->eval_est * (double)nb;
+    p->t_item = p->eval.t0;
+    p->eta_at_start = p->eval.est * (double)nb;
     pthread_mutex_unlock(&p->mu);
-}
-
-/* A test batch's time (s) once batch k (0-based) is done at t: measured
- * (the mean of the last batches after the first), or before EVAL_MEASURED
- * batches the estimate (without one, the mean so far). */
-static double eval_batch_time(train_progress *p, size_t k, double t)
-{
-    p->eval_end[k % (EVAL_WINDOW + 1)] = t;
-    if (k + 1 < EVAL_MEASURED && p->eval_est > 0) return p->eval_est;
-    if (k == 0) return t - p->eval_t0;
-    const size_t w = k < EVAL_WINDOW ? k : EVAL_WINDOW; /* batches k-w+1 .. k */
-    return (t - p->eval_end[(k - w) % (EVAL_WINDOW + 1)]) / (double)w;
 }
 
 void progress_eval_batch(run *r, size_t k, size_t nb, size_t correct, size_t counted)
@@ -246,7 +214,7 @@ void progress_eval_batch(run *r, size_t k, size_t nb, size_t correct, size_t cou
     train_progress *p = r->pg;
     if (!p) return;
     pthread_mutex_lock(&p->mu);
-    const double t = now_s(), per = eval_batch_time(p, k, t);
+    const double t = now_s(), per = eta_eval_batch(&p->eval, k, t);
     const bool last = k + 1 == nb;
     /* every tenth, unless the evaluation is short; every --print-secs */
     if (!last && ((k + 1 >= p->eval_next && t - p->t_line >= 2) ||

@@ -12,11 +12,12 @@
  * made; not in a simulation). The evaluation prints its batches done,
  * running accuracy and ETA every tenth of the test split or --print-secs
  * seconds. The ETA is the time left for the training steps (the mean of the
- * last steps) plus, when a test split follows, its batches at a third of a
- * step each (one forward instead of forward, backward and update), an
- * estimate until the evaluation runs: from its third batch on, the
- * evaluation's ETA is its own batches' time, measured over the last 10 (the
- * first left out), so that it follows the machine's load.
+ * last steps, from a change of speed on: apps/train_eta.h) plus, when a test
+ * split follows, its batches at a third of a step each (one forward instead
+ * of forward, backward and update), an estimate until the evaluation runs:
+ * from its third batch on, the evaluation's ETA is its own batches' time,
+ * measured the same way over the last ones (the first left out), so that it
+ * follows the machine's load.
  *
  * The summary is a block on stdout at the end; each rank's peak memory line
  * (stderr) only with -v. The --metrics lines are apps/train_metrics.h's. */

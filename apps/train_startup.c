@@ -340,6 +340,57 @@ static hyfi_status check_resume(run *r, const hyfi_checkpoint_meta *m, char *msg
     return HYFI_OK;
 }
 
+/* --trace (--trace-steps A:B) against what this run does: its steps (from a
+ * resumed checkpoint's step + 1 to the end) and its evaluation. A trace that
+ * would hold nothing (a window none of the steps falls in, a resumed run
+ * with no step left and no test split) is refused (exit status 2), saying
+ * what to give instead. (A window with --eval-only: refused with the flags.) */
+static hyfi_status check_trace_window(run *r, const hyfi_checkpoint_meta *m, char *msg, size_t len)
+{
+    const train_options *o = &r->o;
+    if (!o->trace) return HYFI_OK;
+    const bool window = train_given(o, "--trace-steps");
+    long long done = 0; /* steps done before --resume */
+    if (o->resume && (!meta_ll(m, "step", &done) || done < 0)) done = 0;
+    const long long total = r->total, a = o->trace_first, b = o->trace_last ? o->trace_last : total;
+    char win[64], before[64]; /* the window as given, quoted */
+    if (o->trace_last == a) snprintf(win, sizeof win, "'%lld'", a);
+    else if (o->trace_last) snprintf(win, sizeof win, "'%lld:%lld'", a, o->trace_last);
+    else snprintf(win, sizeof win, "'%lld:'", a);
+    if (a == done) snprintf(before, sizeof before, "step %lld was", a);
+    else snprintf(before, sizeof before, "steps %lld-%lld were", a, done);
+    if (o->eval_only) {
+        return HYFI_OK; /* (the evaluation is traced) */
+    } else if (done >= total && !window) {
+        if (r->test) return HYFI_OK; /* (the evaluation is traced) */
+        failf(msg, len, "--trace %s: nothing to trace: the checkpoint %.300s has all %lld steps "
+                        "done and the data has no test split to evaluate (raise --steps, or "
+                        "leave --trace out)", o->trace, r->resume_file, total);
+    } else if (!window) {
+        return HYFI_OK;
+    } else if (done >= total) {
+        failf(msg, len, "--trace-steps %s: no step is left to trace: the checkpoint %.300s has "
+                        "all %lld steps done (raise --steps, or leave --trace-steps out)",
+              win, r->resume_file, total);
+    } else if (done > 0 && b <= done) {
+        failf(msg, len, "--trace-steps %s: this run resumes from %.300s after step %lld, so its "
+                        "first step is %lld, after the window, which would trace no step; give "
+                        "a window from step %lld on (e.g. --trace-steps %lld:%lld), or trace a "
+                        "run from the start", win, r->resume_file, done, done + 1, done + 1,
+              done + 1, done + 2 <= total ? done + 2 : done + 1);
+    } else if (a > total) {
+        failf(msg, len, "--trace-steps %s: the run ends after step %lld, before the window, "
+                        "which would trace no step; give a window within steps %lld-%lld (or "
+                        "more --steps)", win, total, done + 1, total);
+    } else {
+        if (done > 0 && a <= done)
+            note(r, "--trace-steps %s: %s done before --resume; the trace begins at step "
+                    "%lld", win, before, done + 1);
+        return HYFI_OK;
+    }
+    return HYFI_ERR_ARG;
+}
+
 /* ---------------------------------------------------------- output probes */
 /* Whether files can be created in folder dir: a temporary file made and
  * removed (access() says yes to root on read-only exports). 0 or errno. */
@@ -464,6 +515,7 @@ int train_startup(run *r, int argc, char **argv)
     if (st == HYFI_OK && pr == 0) st = load_data(r, msg, sizeof msg);
     if (st == HYFI_OK && pr == 0) st = fit_geometry(r, msg, sizeof msg);
     if (st == HYFI_OK && pr == 0 && r->o.resume) st = check_resume(r, &meta, msg, sizeof msg);
+    if (st == HYFI_OK && pr == 0) st = check_trace_window(r, &meta, msg, sizeof msg);
     if (st == HYFI_OK && pr == 0 && r->lead && !r->o.dry_run) st = probe_outputs(r, msg, sizeof msg);
     if (st == HYFI_OK && pr == 0 && !r->o.dry_run) {
         const hyfi_ctx_config cc = {.device = r->o.device, .ncuda = -1, .mpi = -1,

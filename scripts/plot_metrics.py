@@ -18,7 +18,8 @@ the others dashed), and a fourth panel draws each rank's peak memory. Files
 with the same values draw as one line (say so in the legend). A resumed run
 appends to its file: its steps continue the curve.
 
-Needs matplotlib (Debian: python3-matplotlib; PyPI: matplotlib)."""
+Needs matplotlib (Debian: python3-matplotlib; PyPI: matplotlib); run by a
+Python without it, it runs again under /usr/bin/python3 when that one has it."""
 import argparse
 import json
 import sys
@@ -57,8 +58,28 @@ def ranks(steps, key):
     return out
 
 
+def system_python(a):
+    """This Python lacks matplotlib: run again under Debian's /usr/bin/python3
+    when it has it (python3-matplotlib serves that one alone; a python3 first
+    on PATH, e.g. pyenv's or a virtualenv's, does not see it), else say how
+    to get it for this Python."""
+    import os
+    import subprocess
+    sysp = "/usr/bin/python3"
+    here = os.path.realpath(sys.executable or "")
+    if (os.path.exists(sysp) and os.path.realpath(sysp) != here
+            and not os.environ.get("HYFI_PLOT_REEXEC")
+            and subprocess.run([sysp, "-c", "import matplotlib"],
+                               stderr=subprocess.DEVNULL).returncode == 0):
+        os.environ["HYFI_PLOT_REEXEC"] = "1"
+        os.execv(sysp, [sysp, os.path.abspath(__file__)] + sys.argv[1:])
+    sys.exit("plot_metrics: needs matplotlib, which this Python (%s) lacks: %s -m pip install "
+             "matplotlib, or apt-get install python3-matplotlib and run it with %s"
+             % (sys.executable, sys.executable, sysp))
+
+
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(description=" ".join(__doc__.split("\n\n")[0].split()))
     ap.add_argument("metrics", nargs="+", help="hyfi-train --metrics files")
     ap.add_argument("-o", "--output", required=True, help="picture to write (.png or .svg)")
     ap.add_argument("--label", action="append", default=[],
@@ -70,8 +91,7 @@ def main():
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
-        sys.exit("plot_metrics: needs matplotlib (apt-get install python3-matplotlib, or "
-                 "pip install matplotlib)")
+        system_python(a)
     runs = []
     for i, path in enumerate(a.metrics):
         steps, summary = read(path)
@@ -109,7 +129,8 @@ def main():
         else:
             ax[1].plot(x, [r["images_per_sec"] for r in steps], color=c, marker=mark, label=name)
         if summary and summary.get("median_images_per_sec"):
-            ax[1].axhline(summary["median_images_per_sec"], color=c, ls="--", lw=1)
+            ax[1].axhline(summary["median_images_per_sec"], color=c, ls="--", lw=1,
+                          label="%s: median %.1f (summary)" % (name, summary["median_images_per_sec"]))
         acc = [(r["step"], r["train_accuracy"]) for r in steps
                if r.get("train_accuracy") is not None]
         if acc:
@@ -141,14 +162,14 @@ def main():
     ax[0].legend(loc="upper right", fontsize=8)
     ax[1].legend(loc="lower right", fontsize=8)
     if ax[2].lines:
-        ax[2].legend(loc="lower left", fontsize=8)
+        ax[2].legend(loc="best", fontsize=8)  # (the curve rises: lower left is often taken)
     ax[1].set_ylim(bottom=0)
     fig.suptitle(a.title or "hyfi-train: " + ", ".join(a.metrics))
     fig.tight_layout()
     fig.savefig(a.output, dpi=100)
     nr = max([len(ranks(st, "rank_images_per_sec")) for _, _, st, _ in groups] + [1])
-    print("plot_metrics: wrote %s (%d run%s, %d steps%s)" % (
-        a.output, len(groups), "s" if len(groups) > 1 else "", last,
+    print("plot_metrics: wrote %s (%d run%s, %d step%s%s)" % (
+        a.output, len(groups), "s" if len(groups) > 1 else "", last, "s" if last != 1 else "",
         ", %d ranks each drawn" % nr if nr > 1 else ""))
 
 

@@ -9,7 +9,9 @@
 #     that works;
 #   - memory messages print the sizes they compare differently, and name only
 #     the fixes that lower the estimate;
-#   - a misspelt flag is named with the closest known ones ("did you mean");
+#   - a misspelt flag is named with the closest known ones ("did you mean"),
+#     a misspelt value with the closest valid ones; a count's message has no
+#     bound no one means;
 #   - --version prints hyfi's, StarPU's, oneDNN's and CUDA's (or that the build
 #     has none) versions on stdout and exits 0 at once, MPI and StarPU not
 #     started (under mpiexec: once, by the first rank).
@@ -102,6 +104,17 @@ expect "no flag close" 2 "^hyfi-train: unknown flag '--bogus'$" 1 -- "$train" --
 expect "a switch with a value" 2 "^hyfi-train: --dry-run takes no value" 1 -- \
     "$train" "${small[@]}" --dry-run=1
 expect "one dash" 2 "flags start with -- (did you mean --batch-size?)$" 1 -- "$train" -batch-size 4
+# a misspelt value: the closest valid ones, then all of them; "gpu" is cuda
+expect "misspelt value" 2 \
+    "^hyfi-train: --dataset 'fasion-mnist' is not known (did you mean fashion-mnist?); valid: " \
+    1 -- "$train" "${small[@]}" --dataset fasion-mnist
+expect "--device gpu" 2 "^hyfi-train: --device 'gpu' is not known (did you mean cuda?); valid: " \
+    1 -- "$train" "${small[@]}" --device gpu
+expect "no value close" 2 "^hyfi-train: --model 'xyzzy' is not known; valid: cnn, resnet," 1 -- \
+    "$train" "${small[@]}" --model xyzzy
+# a count without a useful upper bound says so, not "in 0..4611686018427387903"
+expect "bad count" 2 "^hyfi-train: --steps '1e3' is not valid: expected a whole number, 0 or more$" \
+    1 -- "$train" "${small[@]}" --steps 1e3
 # (f) --version, also among other flags (even bad ones: nothing else is read)
 versions "--version" 1 -- "$train" --version
 versions "--version with other flags" 1 -- "$train" "${small[@]}" --bogus --version

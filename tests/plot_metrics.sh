@@ -2,7 +2,8 @@
 # 'plot_metrics': scripts/plot_metrics.py draws a hyfi-train --metrics file
 # (loss, images/s, training and test accuracy against the step) as a PNG and
 # an SVG, two files with the same curves as one line, a 2-rank run's per-rank
-# figures one line per rank, and an older file without them.
+# figures one line per rank, and an older file without them; run by a python3
+# without matplotlib, it runs again under /usr/bin/python3 when that has it.
 # Skips (77) where no Python has matplotlib.
 # usage: plot_metrics.sh HYFI_TRAIN PLOT_METRICS_PY
 set -u
@@ -63,4 +64,13 @@ PY
 printf '{"step":1,"loss":2.3' >"$dir/cut.json"
 "$py" "$script" "$dir/cut.json" -o "$dir/cut.png" 2>"$dir/cut.err" && { echo "FAILED: a cut line accepted"; exit 1; }
 grep -q "line 1 is not JSON" "$dir/cut.err" || { echo "FAILED: $(cat "$dir/cut.err")"; exit 1; }
+# a python3 without matplotlib (pyenv's, a virtualenv's) first on PATH while
+# Debian's /usr/bin/python3 has it: the script runs again under that one
+nompl=$(command -v python3)
+if [ -n "$nompl" ] && ! "$nompl" -c "import matplotlib" 2>/dev/null &&
+    /usr/bin/python3 -c "import matplotlib" 2>/dev/null; then
+    "$nompl" "$script" "$dir/m.json" -o "$dir/re.png" >/dev/null 2>"$dir/re.err" &&
+        [ -s "$dir/re.png" ] || { echo "FAILED: under $nompl: $(cat "$dir/re.err")"; exit 1; }
+    echo "plot_metrics: run by $nompl (no matplotlib), drawn by /usr/bin/python3"
+fi
 echo "plot_metrics: ok"

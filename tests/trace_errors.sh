@@ -18,6 +18,13 @@
 #   5. a tasks.rec that cannot be read: "reading DIR/tasks.rec failed".
 #   6. (tmpfs) hyfi-train --trace into a full file system: "No space left on
 #      device".
+#   7. a trace that would hold nothing is refused before the run (exit 2),
+#      not summarised into "no hyfi task": a --trace-steps window after the
+#      last step; on a run resumed after step 2, a window that ends before
+#      its first step 3 (the message names both and the window to give), while
+#      a window across it traces step 3 and says steps 1-2 were done before;
+#      --trace-steps with --eval-only; --trace on a resumed run with no step
+#      left and no test split.
 # usage: trace_errors.sh HYFI_TRAIN HYFI_TRACE
 set -u
 train=${1:?usage: trace_errors.sh HYFI_TRAIN HYFI_TRACE}
@@ -119,6 +126,32 @@ if unshare -rm true 2>/dev/null; then
 else
     echo "skipped: full file system (no unprivileged mount namespace)"
 fi
+
+# 7. traces that would hold nothing
+"$train" "${flags[@]}" --trace "$dir/w1" --trace-steps 3:4 >"$dir/w1.log" 2>&1
+expect "window after the last step" 2 $? "$dir/w1.log" \
+    "hyfi-train: --trace-steps '3:4': the run ends after step 1, before the window" \
+    "within steps 1-1"
+"$train" "${flags[@]}" --steps 3 --stop-at-step 2 --checkpoint-dir "$dir/ck" >"$dir/ck.log" 2>&1 ||
+    { fail "checkpoint at step 2"; cat "$dir/ck.log"; }
+"$train" "${flags[@]}" --steps 3 --resume "$dir/ck" --trace "$dir/w2" --trace-steps 1:2 \
+    >"$dir/w2.log" 2>&1
+expect "window before a resumed run's first step" 2 $? "$dir/w2.log" \
+    "hyfi-train: --trace-steps '1:2': this run resumes from $dir/ck/step-00000002.safetensors after step 2" \
+    "its first step is 3, after the window" "--trace-steps 3:3"
+[ -e "$dir/w2/paje.trace" ] && fail "the refused window left a trace"
+"$train" "${flags[@]}" --steps 3 --resume "$dir/ck" --trace "$dir/w3" --trace-steps 2:3 \
+    >"$dir/w3.log" 2>&1
+expect "window across a resumed run's first step" 0 $? "$dir/w3.log" \
+    "hyfi-train: --trace-steps '2:3': step 2 was done before --resume; the trace begins at step 3" \
+    "; 1 training step"
+"$train" "${flags[@]}" --resume "$dir/ck" --eval-only --trace "$dir/w4" --trace-steps 1 \
+    >"$dir/w4.log" 2>&1
+expect "window with --eval-only" 2 $? "$dir/w4.log" \
+    "hyfi-train: --trace-steps picks training steps, and --eval-only makes none"
+"$train" "${flags[@]}" --steps 2 --resume "$dir/ck" --trace "$dir/w5" >"$dir/w5.log" 2>&1
+expect "resumed with no step left" 2 $? "$dir/w5.log" \
+    "hyfi-train: --trace $dir/w5: nothing to trace: the checkpoint" "has all 2 steps done"
 
 [ "$fails" = 0 ] && echo "trace_errors: ok"
 exit $((fails > 0))
