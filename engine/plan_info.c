@@ -111,8 +111,9 @@ size_t hyfi_plan_describe(const hyfi_graph *g, char *buf, size_t len)
         : pl->recompute == HYFI_RECOMPUTE_LAYER ? ", recompute per layer"
                                                 : "");
     if (pl->one_cpu_worker)
-        OUT("  a chain: one CPU worker runs every task on all %d cores (one_cpu_worker -1, "
-            "HYFI_ONE_CPU_WORKER=0: a worker per core)\n", g->ctx->ncpu * g->ctx->cpu_threads);
+        OUT("  a chain: one CPU worker runs every task on all %d cores (a worker per core "
+            "instead: hyfi_plan_config.one_cpu_worker = -1, in hyfi-train "
+            "HYFI_ONE_CPU_WORKER=0)\n", g->ctx->ncpu * g->ctx->cpu_threads);
     if (g->ctx->mem_limit_mb > 0)
         OUT("  memory limit %ld MB per rank%s\n", g->ctx->mem_limit_mb,
             g->ctx->swap_node >= 0 ? ", disk swap" : "");
