@@ -152,28 +152,34 @@ static copy_rec *copy_of(lstate *s, int src, int r, int *oom)
     return c;
 }
 
+/* The entries localising adds to a program (copies, flushes), each with its
+ * place: before (2 i) or after (2 i + 1) the program's entry i, in order. */
 typedef struct {
     prog_task *t;
+    int *at;
     int n, cap;
 } tlist;
 
-static prog_task *tpush(tlist *l)
+static prog_task *tpush(tlist *l, int at)
 {
     if (l->n == l->cap) {
         const int nc = l->cap ? 2 * l->cap : 256;
         prog_task *t = realloc(l->t, (size_t)nc * sizeof *t);
-        if (!t) return NULL;
-        l->t = t;
+        if (t) l->t = t;
+        int *a = realloc(l->at, (size_t)nc * sizeof *a);
+        if (a) l->at = a;
+        if (!t || !a) return NULL;
         l->cap = nc;
     }
+    l->at[l->n] = at;
     prog_task *t = &l->t[l->n++];
     memset(t, 0, sizeof *t);
     return t;
 }
 
-static prog_task *flush_after(tlist *l, starpu_data_handle_t h, int rank)
+static prog_task *flush_after(tlist *l, int at, starpu_data_handle_t h, int rank)
 {
-    prog_task *f = tpush(l);
+    prog_task *f = tpush(l, at);
     if (!f) return NULL;
     f->kind = PT_FLUSH;
     f->place = f->worker = -1;
@@ -184,17 +190,16 @@ static prog_task *flush_after(tlist *l, starpu_data_handle_t h, int rank)
     return f;
 }
 
+/* Localise p in place: its tasks' reads are redirected where they stand, and
+ * the entries added are kept aside (a few percent of p) and merged in at the
+ * end, from the back, so that a tiled stage's program exists once (not as a
+ * list and its copy) at the compile's peak. */
 static int localise(lstate *s, program *p)
 {
     hyfi_compiled *cc = s->g->cc;
     memset(s->version, 0, (size_t)s->nversion * sizeof *s->version);
     for (size_t i = 0; i <= s->cmask; i++) s->c[i].version = UINT32_MAX;
-    /* p's slack first, then room for p's tasks and about one copy or flush in
-     * eight: the two lists are the compile's peak for a tiled stage */
-    prog_task *fit = realloc(p->t, (size_t)(p->n ? p->n : 1) * sizeof *p->t);
-    if (fit) p->t = fit, p->cap = p->n ? p->n : 1;
-    tlist out = {.cap = p->n + p->n / 8 + 256};
-    if (!(out.t = malloc((size_t)out.cap * sizeof *out.t))) return -1;
+    tlist add = {0};
     int oom = 0;
     for (int i = 0; i < p->n && !oom; i++) {
         prog_task *t = &p->t[i];
@@ -212,7 +217,7 @@ static int localise(lstate *s, program *p)
                 if (!c) continue;
                 starpu_data_handle_t ch = *copy_slot(cc, c->slot);
                 if (c->version != s->version[src]) {
-                    prog_task *k = tpush(&out);
+                    prog_task *k = tpush(&add, 2 * i);
                     if (!k) {
                         oom = 1;
                         break;
@@ -234,29 +239,21 @@ static int localise(lstate *s, program *p)
                     k->nbuf = 2;
                     c->version = s->version[src];
                     s->seen[src] |= 1;
-                    if (!flush_after(&out, b[j].handle, t->rank)) oom = 1;
+                    if (!flush_after(&add, 2 * i, b[j].handle, t->rank)) oom = 1;
                 }
                 b[j].handle = ch;
             }
         }
-        prog_task *k = tpush(&out);
-        if (!k) {
-            oom = 1;
-            break;
-        }
-        *k = *t;
-        t->xbuf = NULL; /* moved */
-        b = prog_bufs(k);
         starpu_data_handle_t fl[HYFI_MAX_TASK_BUFFERS];
         int nfl = 0;
-        const int rank = k->rank;
-        for (int j = 0; j < k->nbuf; j++) {
+        const int rank = t->rank;
+        for (int j = 0; j < t->nbuf; j++) {
             const int src = hyfi_hindex_of(&s->m, b[j].handle);
             if (src < 0 || src >= s->nversion) continue;
-            if (k->kind == PT_RELEASE ||
-                (k->kind == PT_TASK && (b[j].mode & (STARPU_W | STARPU_REDUX))))
+            if (t->kind == PT_RELEASE ||
+                (t->kind == PT_TASK && (b[j].mode & (STARPU_W | STARPU_REDUX))))
                 s->version[src]++;
-            if (k->kind != PT_TASK || cc->htab[src].owner == rank) continue;
+            if (t->kind != PT_TASK || cc->htab[src].owner == rank) continue;
             if (b[j].mode == STARPU_R && source_kind(s->g, src) == SRC_FLUSH) {
                 s->seen[src] |= 1;
                 fl[nfl++] = b[j].handle;
@@ -265,18 +262,27 @@ static int localise(lstate *s, program *p)
             }
         }
         for (int j = 0; j < nfl && !oom; j++)
-            if (!flush_after(&out, fl[j], rank)) oom = 1;
+            if (!flush_after(&add, 2 * i + 1, fl[j], rank)) oom = 1;
     }
-    if (oom) {
-        for (int i = 0; i < out.n; i++) free(out.t[i].xbuf);
-        free(out.t);
+    const int n = p->n + add.n;
+    prog_task *all = oom ? NULL : realloc(p->t, (size_t)(n ? n : 1) * sizeof *p->t);
+    if (!all) {
+        free(add.t);
+        free(add.at);
         return -1;
     }
-    free(p->t);
-    prog_task *shrunk = realloc(out.t, (size_t)(out.n ? out.n : 1) * sizeof *out.t);
-    p->t = shrunk ? shrunk : out.t;
-    p->n = out.n;
-    p->cap = shrunk ? (out.n ? out.n : 1) : out.cap;
+    /* merge from the back: entry i, with what goes after it and before it */
+    int k = add.n - 1, j = n - 1;
+    for (int i = p->n - 1; i >= 0; i--) {
+        while (k >= 0 && add.at[k] == 2 * i + 1) all[j--] = add.t[k--];
+        all[j--] = all[i];
+        while (k >= 0 && add.at[k] == 2 * i) all[j--] = add.t[k--];
+    }
+    p->t = all;
+    p->cap = n ? n : 1;
+    p->n = n;
+    free(add.t);
+    free(add.at);
     return 0;
 }
 
