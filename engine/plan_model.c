@@ -16,6 +16,10 @@
  *     work; then each stage's all-reduce, started with its last micro-batch's
  *     backward and sent bucket by bucket (ring or tree formulas), and the
  *     update;
+ *   - on each replica's devices, the small tasks of the step's end across
+ *     replicas (reduce_tasks: the buckets' packing, chunks and merges, the
+ *     running statistics' saves, packs and merges), which at batch 1 per
+ *     replica on 32 H100 take as long as the kernels;
  *   - on the critical path: halo strips (latency + bytes / bandwidth, per tile,
  *     forward and back), the batch-norm statistics of tiled stages (two
  *     messages each way), activations between stages and tiles gathered for
@@ -401,7 +405,67 @@ void hyfi_pstruct_free(hyfi_pstruct *ps)
     free(ps->ar);
     free(ps->ar_bucket);
     free(ps->acc);
+    free(ps->red);
+    free(ps->red_tasks);
     memset(ps, 0, sizeof *ps);
+}
+
+/* The tasks of the step's end across R replicas that one replica's first
+ * place of each stage runs, as reduce.c emits them (the busiest replica's:
+ * replica 0 merges at every level of a tree): each bucket of a stage's
+ * gradients (parameters from the last, up to the bucket size) packed and
+ * unpacked a parameter at a time, then split into R chunks, R - 1 reduce and
+ * R - 1 gather steps and joined (ring), or one add per level (tree); each
+ * running statistic saved (and, packed in groups of 16 beyond 4 replicas,
+ * packed and unpacked), merged per level and group or statistic. Each is a
+ * small task: on GPUs their fixed costs, thousands a step at 32 replicas,
+ * are what a replica's device spends beyond its kernels. */
+static void reduce_tasks(const hyfi_graph *g, const hyfi_pmodel *pm, const hyfi_plan *pl,
+                         hyfi_pstruct *ps)
+{
+    const int R = pl->nrep;
+    int lv = 0;
+    while ((1 << lv) < R) lv++;
+    const double cs = pm->a[PM_COPY_SLICE] + pm->task_s, ca = pm->a[PM_ACC] + pm->task_s;
+    const int kib = g->plan_cfg.bucket_kib;
+    const double cap = kib < 0 ? 0 : (double)(kib ? kib : HYFI_BUCKET_KIB) * 1024;
+    const hyfi_allreduce how = g->plan_cfg.allreduce;
+    int bs = -1, bnp = 0;
+    double bn = 0;
+    for (int i = g->nparams - 1; i >= -1; i--) {
+        const hyfi_tensor *p = i >= 0 ? g->params[i] : NULL;
+        if (p && bs == p->stage && (bn + (double)p->numel) * 4 <= cap) {
+            bn += (double)p->numel, bnp++;
+            continue;
+        }
+        if (bs >= 0) { /* the bucket so far */
+            const int ring = how == HYFI_ALLREDUCE_RING ? bn >= R
+                             : how == HYFI_ALLREDUCE_TREE ? 0
+                             : bn * 4 >= HYFI_RING_MIN_BYTES && bn >= R;
+            if (bnp > 1) {
+                ps->red[bs] += 2 * bnp * cs + pm->c[PM_COPY_SLICE] * 16 * bn;
+                ps->red_tasks[bs] += 2 * bnp;
+            }
+            if (ring) {
+                ps->red[bs] += 2 * R * cs + 2 * (R - 1) * ca + pm->c[PM_COPY_SLICE] * 16 * bn +
+                               pm->c[PM_ACC] * 16 * bn * (R - 1) / R;
+                ps->red_tasks[bs] += 2 * R + 2 * (R - 1);
+            } else {
+                ps->red[bs] += lv * (ca + pm->c[PM_ACC] * 8 * bn);
+                ps->red_tasks[bs] += lv;
+            }
+        }
+        if (p) bs = p->stage, bn = (double)p->numel, bnp = 1;
+    }
+    const int packed = g->plan_cfg.pack_stats > 0 || (g->plan_cfg.pack_stats == 0 && R > 4);
+    for (int s = 0; s < pl->nstages; s++) {
+        int nst = 0;
+        for (int i = 0; i < g->nnodes; i++)
+            nst += g->nodes[i].stage == s && hyfi_op_batch_statistics(&g->nodes[i]) ? 2 : 0;
+        const int merged = packed ? (nst + 15) / 16 : nst; /* merge trees */
+        ps->red[s] += (packed ? 3 : 1) * nst * cs + merged * lv * ca;
+        ps->red_tasks[s] += (packed ? 3 : 1) * nst + merged * lv;
+    }
 }
 
 /* The devices of the places, as the engine pins them (plan.c): a GPU rank's
@@ -469,11 +533,14 @@ int hyfi_pstruct_make(const hyfi_graph *g, const hyfi_pmodel *pm, hyfi_pstruct *
     ps->upd = calloc((size_t)S, sizeof *ps->upd);
     ps->ar = calloc((size_t)S, sizeof *ps->ar);
     ps->ar_bucket = calloc((size_t)S, sizeof *ps->ar_bucket);
+    ps->red = calloc((size_t)S, sizeof *ps->red);
+    ps->red_tasks = calloc((size_t)S, sizeof *ps->red_tasks);
     int *nc = consumers(g), *last = malloc((size_t)(g->ntensors + 1) * sizeof *last);
     double *gbytes = calloc((size_t)S, sizeof *gbytes);
     int *nparams = calloc((size_t)S, sizeof *nparams);
     if (!ps->place_dev || !ps->fwd || !ps->bwd || !ps->ntasks || !ps->acc || !ps->xf ||
-        !ps->xb || !ps->upd || !ps->ar || !ps->ar_bucket || !nc || !last || !gbytes ||
+        !ps->xb || !ps->upd || !ps->ar || !ps->ar_bucket || !ps->red || !ps->red_tasks || !nc ||
+        !last || !gbytes ||
         !nparams) {
         free(nc), free(last), free(gbytes), free(nparams);
         hyfi_pstruct_free(ps);
@@ -549,6 +616,7 @@ int hyfi_pstruct_make(const hyfi_graph *g, const hyfi_pmodel *pm, hyfi_pstruct *
     }
     for (int s = 0; s < S && pl->nrep > 1; s++)
         allreduce(g, pm, pl, s, gbytes[s], nparams[s], &ps->ar[s], &ps->ar_bucket[s]);
+    if (pl->nrep > 1) reduce_tasks(g, pm, pl, ps);
     free(nc), free(last), free(gbytes), free(nparams);
     return 0;
 }
@@ -572,6 +640,13 @@ void hyfi_pmodel_step(const hyfi_pstruct *ps, const hyfi_pmodel *pm, int M, int 
         devt[ps->place_dev[q]] += M * ps->ntasks[q1] * (recompute ? 1.5 : 1);
         work += M * w;
     }
+    /* the step's end across replicas: each replica's stage on its first place's device */
+    for (int k = 0; k < ps->nrep && dev && devt; k++)
+        for (int s = 0, q = 0; s < S; q += s < ps->K ? ps->P : 1, s++) {
+            dev[ps->place_dev[k * n1 + q]] += ps->red[s];
+            devt[ps->place_dev[k * n1 + q]] += ps->red_tasks[s];
+            work += ps->red[s];
+        }
     /* the updates: each replica's stage on its first place's device */
     double *upd = calloc((size_t)ps->ndev, sizeof *upd);
     for (int k = 0; k < ps->nrep && upd; k++)

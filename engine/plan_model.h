@@ -55,6 +55,10 @@ typedef struct hyfi_pstruct {
                                  seconds, and of one bucket */
     double *acc;              /* per place of replica 0: summing its parameter gradients of
                                  one more micro-batch, seconds */
+    double *red, *red_tasks;  /* per stage: the step's end across replicas on a replica's
+                                 first place of the stage (reduce.c): the buckets' packing,
+                                 ring or tree tasks, the running statistics' saves, packs
+                                 and merges; seconds and tasks */
 } hyfi_pstruct;
 
 /* The structure of the plan in g->cc->pl (built with one micro-batch). 0, -1

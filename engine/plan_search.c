@@ -11,7 +11,10 @@
  *      at most one per GPU and copy, and more than half of the GPUs used (each
  *      unless a stage or tile count is fixed); on CPUs at most places_per_rank
  *      per rank. The balance: hyfi_balance_by_cost over the layers' predicted
- *      times, a tiled stage's layers at 1/P of theirs (twice re-balanced).
+ *      times, a tiled stage's layers at 1/P of theirs (twice re-balanced);
+ *      for tiles, where that one is over the memory without recompute, also a
+ *      balance for memory: the tiled stages hold every layer that can be tiled
+ *      but one per untiled stage (balance_tiled).
  *      Each structure is built once (one micro-batch) for its places on the
  *      ranks and its tiles' geometry; one the engine refuses (tiles too small,
  *      an untileable op in a tiled stage, too few places) is dropped;
@@ -63,7 +66,10 @@ typedef struct {
     long invalid;
     double least;             /* the smallest estimate over the memory, and its plan */
     hyfi_plan_config least_cfg;
+    int tmax;                 /* layers before the first one an op of which needs whole
+                                 images (the most a tiled stage can start with) */
     int nsid;                 /* structures */
+    double *scratch;          /* memory()'s: R x (2 + places per rank) */
     int *over;                /* per structure, schedule and recompute mode: the most
                                  micro-batches found over the memory (fewer hold more) */
 } search;
@@ -108,6 +114,36 @@ static long balance(search *s, int S, int K, int P)
             if (hyfi_balance_by_cost(s->cost2, s->nl, S, out)) return -1;
         }
     }
+    const long at = s->npool;
+    s->npool += S;
+    return at;
+}
+
+/* The other balance of a tiled structure, for memory: its K tiled stages
+ * take the longest prefix of layers that can be tiled (leaving one layer to
+ * each untiled stage), each part balanced by cost. A tiled stage holds 1/P of
+ * its layers' activations a place; the balance by time leaves the first
+ * untiled stage the large activations of the layers that tiling made cheap.
+ * Returns an offset into the pool, -2 where it is the balance at `bal`, -1
+ * out of memory. */
+static long balance_tiled(search *s, int S, int K, long bal)
+{
+    const int T = s->tmax < s->nl - (S - K) ? s->tmax : s->nl - (S - K);
+    if (K < 1 || T < K || fixed(s, HYFI_FIX_BALANCE)) return -2;
+    int tiled = 0;
+    for (int k = 0; k < K; k++) tiled += s->pool[bal + k];
+    if (tiled >= T) return -2;
+    if (s->npool + S > s->cappool) {
+        long nc = s->cappool ? 2 * s->cappool : 4096;
+        while (nc < s->npool + S) nc *= 2;
+        int *p = realloc(s->pool, (size_t)nc * sizeof *p);
+        if (!p) return -1;
+        s->pool = p, s->cappool = nc;
+    }
+    int *out = s->pool + s->npool;
+    if (hyfi_balance_by_cost(s->cost, T, K, out) ||
+        hyfi_balance_by_cost(s->cost + T, s->nl - T, S - K, out + K))
+        return -2;
     const long at = s->npool;
     s->npool += S;
     return at;
@@ -177,6 +213,15 @@ static int square(int p)
     return r * r == p;
 }
 
+static void memory(const search *s, int rc, double *place, double *rank);
+
+/* Whether a place's (GPU's) and a rank's estimates fit the machine. */
+static int fits_mem(const search *s, double place, double rank)
+{
+    return (!s->pm.gpu || place <= s->pm.place_mem) &&
+           (s->pm.rank_mem <= 0 || rank <= s->pm.rank_mem);
+}
+
 /* Step 1: every structure, each predicted (step 2). */
 static hyfi_status enumerate(search *s)
 {
@@ -219,10 +264,18 @@ static hyfi_status enumerate(search *s)
                         if ((fixed(s, HYFI_FIX_STAGES) && S != (fx->stages > 1 ? fx->stages : 1)) ||
                             !places_fit(s, D, copies, K * P + S - K, free_shape))
                             continue;
-                        const long bal = balance(s, S, K, P);
-                        if (bal < 0) return hyfi_fail(HYFI_ERR_NOMEM, "out of memory searching plans");
-                        int built = 0;
-                        for (int sl = 0; sl < (P > 1 ? 3 : 1); sl++) {
+                        const long bal0 = balance(s, S, K, P);
+                        if (bal0 < 0) return hyfi_fail(HYFI_ERR_NOMEM, "out of memory searching plans");
+                        const long bal1 = P > 1 ? balance_tiled(s, S, K, bal0) : -2;
+                        if (bal1 == -1) return hyfi_fail(HYFI_ERR_NOMEM, "out of memory searching plans");
+                        int built = 0, over = 0;
+                        /* each balance x slicing; the one for memory only where the
+                         * balance by time is over the memory without recompute */
+                        const int nsl = P > 1 ? 3 : 1;
+                        for (int v = 0; v < (bal1 >= 0 ? 2 : 1) * nsl; v++) {
+                            const int sl = v % nsl;
+                            const long bal = v >= nsl ? bal1 : bal0;
+                            if (v >= nsl && built && !over) break;
                             if (P > 1 && ((fixed(s, HYFI_FIX_SLICE) && sl != (int)fx->slice) ||
                                           (sl == HYFI_SLICE_SQUARE && !square(P))))
                                 continue;
@@ -238,11 +291,16 @@ static hyfi_status enumerate(search *s)
                                 continue;
                             }
                             built = 1;
+                            if (v < nsl) {
+                                double place, rank;
+                                memory(s, HYFI_RECOMPUTE_NONE, &place, &rank);
+                                over |= !fits_mem(s, place, rank);
+                            }
                             if (predict(s, &c, bal))
                                 return hyfi_fail(HYFI_ERR_NOMEM, "out of memory searching plans");
                             hyfi_plan_free(s->g);
                         }
-                        if (!built) s->npool -= S;
+                        if (!built) s->npool = bal0;
                     }
                 }
             }
@@ -277,9 +335,10 @@ static int by_step(const void *a, const void *b)
 }
 
 /* The largest place's (GPU's) and rank's estimates under recompute mode rc. */
-static void memory(const search *s, int rc, double *place, double *rank, double *rk, double *dv)
+static void memory(const search *s, int rc, double *place, double *rank)
 {
     hyfi_plan *pl = s->g->cc->pl;
+    double *rk = s->scratch, *dv = rk + (size_t)s->R * 2;
     size_t *own = pl->stage_act_bytes;
     pl->stage_act_bytes = pl->stage_act_mode + (size_t)rc * pl->nstages;
     const int G = s->pm.gpu ? s->pm.places_per_rank : 1;
@@ -385,15 +444,9 @@ static int repeats(const cand *c, const hyfi_plan_candidate *list, int n)
 static hyfi_status validate(search *s, hyfi_plan_search_result *res, int top)
 {
     if (s->nc > 1) qsort(s->c, (size_t)s->nc, sizeof *s->c, by_step);
-    const int G = s->pm.gpu ? s->pm.places_per_rank : 1;
-    double *rk = malloc(((size_t)s->R * (1 + G) + (size_t)s->R) * sizeof *rk);
     res->c = calloc((size_t)top, sizeof *res->c);
     res->pruned = calloc((size_t)top, sizeof *res->pruned);
-    if (!rk || !res->c || !res->pruned) {
-        free(rk);
-        return hyfi_fail(HYFI_ERR_NOMEM, "out of memory searching plans");
-    }
-    double *dv = rk + (size_t)s->R * 2;
+    if (!res->c || !res->pruned) return hyfi_fail(HYFI_ERR_NOMEM, "out of memory searching plans");
     /* (at most MAX_BUILDS plans built: where none of them fits, the rest,
      * slower, hardly would) */
     for (long i = 0; i < s->nc && res->n < top && res->built < MAX_BUILDS; i++) {
@@ -416,9 +469,8 @@ static hyfi_status validate(search *s, hyfi_plan_search_result *res, int top)
         double place[3], rank[3];
         int fits[3] = {0, 0, 0};
         for (int rc = 0; rc < 3; rc++) {
-            memory(s, rc, &place[rc], &rank[rc], rk, dv);
-            fits[rc] = (!s->pm.gpu || place[rc] <= s->pm.place_mem) &&
-                       (s->pm.rank_mem <= 0 || rank[rc] <= s->pm.rank_mem);
+            memory(s, rc, &place[rc], &rank[rc]);
+            fits[rc] = fits_mem(s, place[rc], rank[rc]);
         }
         hyfi_plan_free(s->g);
         for (int m = 0; m < 3; m++)
@@ -438,14 +490,10 @@ static hyfi_status validate(search *s, hyfi_plan_search_result *res, int top)
         }
         fill(s, k, c, place[rc], rank[rc], lim);
         if (!fits[rc]) c->limit = HYFI_LIMIT_MEMORY;
-        if (own_balance(c)) {
-            free(rk);
-            return hyfi_fail(HYFI_ERR_NOMEM, "out of memory searching plans");
-        }
+        if (own_balance(c)) return hyfi_fail(HYFI_ERR_NOMEM, "out of memory searching plans");
         if (fits[rc]) res->n++;
         else res->npruned++;
     }
-    free(rk);
     return HYFI_OK;
 }
 
@@ -511,12 +559,19 @@ hyfi_status hyfi_plan_search(hyfi_graph *g, hyfi_tensor *loss, const hyfi_machin
     hyfi_status st = hyfi_pmodel_init(g, m, &s.pm);
     if (st != HYFI_OK) return st;
     s.R = s.pm.ranks;
+    s.tmax = s.nl;
+    for (int i = 0; i < g->nnodes; i++) {
+        const int l = g->nlayers ? (g->nodes[i].layer < 0 ? 0 : g->nodes[i].layer) : i;
+        if (!hyfi_op_tileable(&g->nodes[i]) && l < s.tmax) s.tmax = l;
+    }
     const int top = cfg->top > 0 ? cfg->top : 10;
     hyfi_plan_search_result *res = calloc(1, sizeof *res);
     s.cost = malloc((size_t)s.nl * sizeof *s.cost);
     s.cost2 = malloc((size_t)s.nl * sizeof *s.cost2);
-    if (!res || !s.cost || !s.cost2) {
-        free(res), free(s.cost), free(s.cost2);
+    const int G = s.pm.gpu ? s.pm.places_per_rank : 1;
+    s.scratch = malloc((size_t)s.R * (2 + G) * sizeof *s.scratch);
+    if (!res || !s.cost || !s.cost2 || !s.scratch) {
+        free(res), free(s.cost), free(s.cost2), free(s.scratch);
         return hyfi_fail(HYFI_ERR_NOMEM, "out of memory searching plans");
     }
     /* the graph as it came, restored at the end */
@@ -546,7 +601,7 @@ hyfi_status hyfi_plan_search(hyfi_graph *g, hyfi_tensor *loss, const hyfi_machin
     g->loss = keep_loss;
     g->train.precision = keep_prec;
     memcpy(g->error, keep_err, sizeof keep_err);
-    free(s.c), free(s.pool), free(s.cost), free(s.cost2), free(s.over);
+    free(s.c), free(s.pool), free(s.cost), free(s.cost2), free(s.over), free(s.scratch);
     res->seconds = now_s() - t0;
     if (st == HYFI_OK && res->n == 0) {
         if (res->npruned > 0) {

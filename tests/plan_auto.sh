@@ -6,7 +6,8 @@
 #   - plan flags given constrain the search (every plan listed has them);
 #   - plans over the memory are pruned: under --mem-limit-mb every plan listed
 #     fits it, faster ones over it are listed as such, and the pick compiles
-#     under that limit;
+#     under that limit; where only recomputing fits (ResNet-50 at 32,768² on
+#     128 H100), a recompute plan is listed;
 #   - --plan auto trains ResNet-8 at 32x32 in one process and on 2 ranks,
 #     printing the chosen flags on one line;
 #   - bad machine descriptions and flags are refused (exit 2; 1 for a missing
@@ -91,6 +92,18 @@ pick=($(plans "$dir/mem" | head -1))
 timeout 120 "$train" "${big[@]:0:6}" "${pick[@]}" --mem-limit-mb 300 --compile-only \
   >"$dir/c.out" 2>&1 && ok "memory: the pick compiles under the limit" ||
   { fail "memory: the pick ${pick[*]} is refused"; tail -3 "$dir/c.out"; }
+
+# a machine where only recompute fits: ResNet-50 at 32,768² on 16 ranks of 8 H100 (80 GB)
+# fits in 64 tiles holding every layer but the head, recomputed (29.3 GB a GPU;
+# 100.5 GB without); the search must tile that deep and list a recompute plan
+timeout 120 "$train" --model resnet --depth 50 --image-size 32768 --batch-size 1 \
+  --num-classes 10 --plan auto --explain --plan-ranks 16 --plan-gpus-per-rank 8 \
+  --plan-device h100 --plan-top 2 >"$dir/rc" 2>&1 || fail "--explain at 32,768²: status $?"
+pick=$(plans "$dir/rc" | head -1)
+case "$pick" in
+  *"--recompute stage"* | *"--recompute layer"*) ok "memory: recompute where nothing else fits: ${pick:0:90}" ;;
+  *) fail "memory: no recompute plan at 32,768² on 128 H100"; tail -4 "$dir/rc" ;;
+esac
 
 # 4. real runs
 timeout 300 "$train" "${model[@]}" --steps 3 --plan auto >"$dir/run1" 2>&1 &&
