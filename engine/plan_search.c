@@ -90,18 +90,24 @@ static hyfi_status build(search *s, const hyfi_plan_config *cfg)
     return hyfi_plan_estimate(s->g, s->R);
 }
 
+/* Room for S more entries in the pool: 0, or -1 out of memory. */
+static int pool_room(search *s, int S)
+{
+    if (s->npool + S <= s->cappool) return 0;
+    long nc = s->cappool ? 2 * s->cappool : 4096;
+    while (nc < s->npool + S) nc *= 2;
+    int *p = realloc(s->pool, (size_t)nc * sizeof *p);
+    if (!p) return -1;
+    s->pool = p, s->cappool = nc;
+    return 0;
+}
+
 /* Layers per stage: fixed, or balanced by predicted time (tiled stages'
  * layers at 1/P, with a tenth for their halos). Returns an offset into the
  * pool, -1 out of memory. */
 static long balance(search *s, int S, int K, int P)
 {
-    if (s->npool + S > s->cappool) {
-        long nc = s->cappool ? 2 * s->cappool : 4096;
-        while (nc < s->npool + S) nc *= 2;
-        int *p = realloc(s->pool, (size_t)nc * sizeof *p);
-        if (!p) return -1;
-        s->pool = p, s->cappool = nc;
-    }
+    if (pool_room(s, S)) return -1;
     int *out = s->pool + s->npool;
     if (fixed(s, HYFI_FIX_BALANCE) && s->sc->fixed.balance) {
         memcpy(out, s->sc->fixed.balance, (size_t)S * sizeof *out);
@@ -133,13 +139,7 @@ static long balance_tiled(search *s, int S, int K, long bal)
     int tiled = 0;
     for (int k = 0; k < K; k++) tiled += s->pool[bal + k];
     if (tiled >= T) return -2;
-    if (s->npool + S > s->cappool) {
-        long nc = s->cappool ? 2 * s->cappool : 4096;
-        while (nc < s->npool + S) nc *= 2;
-        int *p = realloc(s->pool, (size_t)nc * sizeof *p);
-        if (!p) return -1;
-        s->pool = p, s->cappool = nc;
-    }
+    if (pool_room(s, S)) return -1;
     int *out = s->pool + s->npool;
     if (hyfi_balance_by_cost(s->cost, T, K, out) ||
         hyfi_balance_by_cost(s->cost + T, s->nl - T, S - K, out + K))
