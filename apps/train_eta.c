@@ -53,6 +53,7 @@ double eta_step_time(const double *rates, double batch, long long first, long lo
 double eta_after_step(const double *rates, double batch, long long first, long long s,
                       long long total, size_t eval_nb)
 {
+    if (s >= total) return 0; /* (rates holds the run's total steps) */
     const double st = eta_step_time(rates, batch, first, s);
     const long long left = total - s - 1 > 0 ? total - s - 1 : 0;
     const double eta = st * (double)left + st / 3 * (double)eval_nb;

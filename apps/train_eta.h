@@ -32,7 +32,8 @@ double eta_step_time(const double *rates, double batch, long long first, long lo
 
 /* Seconds left after step s (0-based) of total is done: the steps after it
  * at eta_step_time, then eval_nb test batches at a third of a step each
- * (one forward instead of forward, backward and update). Never negative. */
+ * (one forward instead of forward, backward and update). Never negative;
+ * 0 for s >= total (rates holds total entries). */
 double eta_after_step(const double *rates, double batch, long long first, long long s,
                       long long total, size_t eval_nb);
 
