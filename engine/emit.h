@@ -70,6 +70,7 @@ void hyfi_reg_at(hyfi_graph *g, hyfi_slots *s, size_t i, hyfi_key key, float *pt
 /* Whether the replicas' running statistics are combined packed per stage
  * (reduce.c; hyfi_plan_config.pack_stats): with more than 4 replicas unless
  * the configuration says. */
+#define HYFI_STATS_GROUP 16 /* statistics per packed group */
 static inline int hyfi_stats_packed(const hyfi_graph *g)
 {
     const int R = g->cc->pl->nrep, p = g->plan_cfg.pack_stats;

@@ -429,7 +429,6 @@ static void reduce_tasks(const hyfi_graph *g, const hyfi_pmodel *pm, const hyfi_
     const double cs = pm->a[PM_COPY_SLICE] + pm->task_s, ca = pm->a[PM_ACC] + pm->task_s;
     const int kib = g->plan_cfg.bucket_kib;
     const double cap = kib < 0 ? 0 : (double)(kib ? kib : HYFI_BUCKET_KIB) * 1024;
-    const hyfi_allreduce how = g->plan_cfg.allreduce;
     int bs = -1, bnp = 0;
     double bn = 0;
     for (int i = g->nparams - 1; i >= -1; i--) {
@@ -439,9 +438,7 @@ static void reduce_tasks(const hyfi_graph *g, const hyfi_pmodel *pm, const hyfi_
             continue;
         }
         if (bs >= 0) { /* the bucket so far */
-            const int ring = how == HYFI_ALLREDUCE_RING ? bn >= R
-                             : how == HYFI_ALLREDUCE_TREE ? 0
-                             : bn * 4 >= HYFI_RING_MIN_BYTES && bn >= R;
+            const int ring = hyfi_use_ring(g, (size_t)bn);
             if (bnp > 1) {
                 ps->red[bs] += 2 * bnp * cs + pm->c[PM_COPY_SLICE] * 16 * bn;
                 ps->red_tasks[bs] += 2 * bnp;
@@ -457,12 +454,12 @@ static void reduce_tasks(const hyfi_graph *g, const hyfi_pmodel *pm, const hyfi_
         }
         if (p) bs = p->stage, bn = (double)p->numel, bnp = 1;
     }
-    const int packed = g->plan_cfg.pack_stats > 0 || (g->plan_cfg.pack_stats == 0 && R > 4);
+    const int packed = hyfi_stats_packed(g);
     for (int s = 0; s < pl->nstages; s++) {
         int nst = 0;
         for (int i = 0; i < g->nnodes; i++)
             nst += g->nodes[i].stage == s && hyfi_op_batch_statistics(&g->nodes[i]) ? 2 : 0;
-        const int merged = packed ? (nst + 15) / 16 : nst; /* merge trees */
+        const int merged = packed ? (nst + HYFI_STATS_GROUP - 1) / HYFI_STATS_GROUP : nst;
         ps->red[s] += (packed ? 3 : 1) * nst * cs + merged * lv * ca;
         ps->red_tasks[s] += (packed ? 3 : 1) * nst + merged * lv;
     }

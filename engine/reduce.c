@@ -32,7 +32,7 @@
  * larger R rounds each merge to float). */
 /* Packed, when hyfi_stats_packed (more than 4 replicas): the running
  * statistics of a stage's batch norms of one momentum, in groups of
- * STATS_GROUP, are copied side by side into one buffer per group and replica
+ * HYFI_STATS_GROUP, are copied side by side into one buffer per group and replica
  * (at the step's start, the saved r0, and at its end, the values), the tree
  * merges and copies those buffers, and each replica copies the merged values
  * back: 2 tasks per tree level and group instead of 2 per level and
@@ -46,7 +46,6 @@
  * group per stage kept ResNet-56's 64-replica tree, 6 levels, from starting
  * before the stage's whole forward, and made its steps slower than merging
  * each statistic) */
-#define STATS_GROUP 16
 
 int hyfi_stats_register(hyfi_graph *g)
 {
@@ -60,11 +59,11 @@ int hyfi_stats_register(hyfi_graph *g)
         if (!hyfi_op_batch_statistics(nd)) continue;
         const double a = 1.0 - (double)nd->a.bn.momentum;
         /* the stage's open group of this momentum, while it has fewer than
-         * STATS_GROUP statistics (the batch norms in forward order) */
+         * HYFI_STATS_GROUP statistics (the batch norms in forward order) */
         hyfi_sgroup *sg = NULL;
         for (int j = 0; j < cc->nsgroups && !sg; j++)
             if (cc->sgroups[j].stage == nd->stage && cc->sgroups[j].a == a &&
-                cc->sgroups[j].n < STATS_GROUP)
+                cc->sgroups[j].n < HYFI_STATS_GROUP)
                 sg = &cc->sgroups[j];
         if (!sg) {
             sg = &cc->sgroups[cc->nsgroups++];
