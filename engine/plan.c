@@ -693,15 +693,17 @@ static hyfi_status plan_make(hyfi_graph *g, int R, int real)
     /* A rank with a CUDA worker for each of its devices pins each place to
      * one. A device is a place of copy 0 of a data-parallel group: GEMS's
      * mirrored copy runs on its original's devices (stage s on those of stage
-     * S-1-s, as on the ranks), so with GEMS a rank of 8 places needs 4 GPUs. */
+     * S-1-s, as on the ranks), so with GEMS a rank of 8 places needs 4 GPUs.
+     * One device is pinned too: left to the scheduler, its small tasks (SGD,
+     * ReLU) went to CPU workers, and their parameters and activations crossed
+     * the host link every step (docs/results.md, "One GPU per rank: pinned"). */
     {
         int ndev = 0;
         for (int q = 0; q < pl->nplaces; q++)
             ndev += pl->place_rank[q] == g->ctx->rank && hyfi_place_home(pl, q) == q;
         for (int q = 0, k = 0; q < pl->nplaces; q++) {
             pl->place_worker[q] = -1;
-            if (!real || pl->place_rank[q] != g->ctx->rank || ndev < 2 ||
-                g->ctx->ncuda < ndev)
+            if (!real || pl->place_rank[q] != g->ctx->rank || g->ctx->ncuda < ndev)
                 continue;
             const int home = hyfi_place_home(pl, q);
             pl->place_worker[q] = home == q ? g->ctx->cuda_worker[k++] : pl->place_worker[home];

@@ -55,3 +55,20 @@ case " $workers" in
   *" -1 "*|" ") echo "gems: tasks not pinned to a GPU"; exit 1 ;;
 esac
 [ "$(echo $workers | wc -w)" = 2 ] || { echo "gems: want 2 GPUs for 4 places"; exit 1; }
+
+# One place on a rank of 4 simulated GPUs: pinned to one GPU as well (left to
+# the scheduler, its small tasks went to CPU workers and their data crossed the
+# host link every step).
+env HYFI_SIM_ANALYTIC="$root/perfmodels/analytic-v100.txt" STARPU_HOSTNAME=lassen \
+  STARPU_NCUDA=4 STARPU_NCPU=4 HYFI_DUMP_PROGRAMS="$tmp/one.dump" \
+  timeout 120 bash "$root/scripts/simulate.sh" -n 1 --platform "$root/platforms/lassen.xml" \
+  --build "$build" --model resnet --depth 8 --batch-size 4 --image-size 32 \
+  --dataset synthetic --num-classes 10 --steps 2 --print-freq 1 \
+  >"$tmp/one.out" 2>"$tmp/one.err" ||
+  { echo "one place: the simulation failed"; cat "$tmp/one.out" "$tmp/one.err"; exit 1; }
+workers=$(awk '/^program train/{f=1} /^program infer/{f=0}
+  f && /^task/ {for (i = 1; i <= NF; i++) if ($i == "worker") print $(i + 1)}' "$tmp/one.dump" |
+  sort -u | tr '\n' ' ')
+echo "one place: the training step's tasks on workers: $workers"
+[ "$(echo $workers | wc -w)" = 1 ] && [ "${workers% }" != -1 ] ||
+  { echo "one place: want every task on one GPU"; exit 1; }
