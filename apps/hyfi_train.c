@@ -223,10 +223,10 @@ static int print_rank_stats(run *r)
     }
     /* every rank (stdout is the first rank's alone) */
     fprintf(stderr,
-            "hyfi-train: compiled rank %d of %d: %ld handles, %ld tasks built, %ld submitted per "
-            "step, compile %.1f MB, largest task %.1f MB\n",
-            st.rank, st.nranks, st.handles, st.tasks_built, st.tasks_submitted, st.graph_mb,
-            st.largest_task_mb);
+            "hyfi-train: compiled rank %d of %d: %ld handles, %ld tasks built (%ld of far tiles "
+            "not), %ld submitted per step, compile %.1f MB, largest task %.1f MB\n",
+            st.rank, st.nranks, st.handles, st.tasks_built, st.tasks_far, st.tasks_submitted,
+            st.graph_mb, st.largest_task_mb);
     return 0;
 }
 

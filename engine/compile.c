@@ -19,6 +19,7 @@
  * all-reduce and running statistics, health sums) are emitted by reduce.c.
  */
 #include "opdef.h"
+#include "keyed.h"
 #include "pipeline.h"
 
 #include <starpu_mpi.h>
@@ -316,6 +317,64 @@ static void add_fences(emit_ctx *e, int from, const int *at, int n)
     }
 }
 
+/* Whether far task t (hyfi_sp_tile) stays. share.c keeps a task of another
+ * rank that touches what this rank owns (it sends it, or receives it back),
+ * or what this rank's own tasks touch (a write elsewhere must drop the copy
+ * this rank may hold). A far tile's task touches its tile's and neighbours'
+ * data, the stage's parameters and statistics (read: read from copies on its
+ * rank after localise.c) and its tiles' partial sums (read once, then
+ * flushed), its place's token and fence; so it stays where it touches what
+ * this rank owns, writes anything else but a tile's own data, or touches a tile of a tensor gathered
+ * whole for an untiled stage (the gather reads every tile on one place, and
+ * its backward writes their gradients). What stays here, share.c's rule
+ * may still drop after localise.c. Dropped: tasks that touch nothing of this
+ * rank's and only read what its tasks also read, which it never submits or
+ * need not (the same programs but for those reads). */
+static int far_kept(const hyfi_graph *g, const prog_task *t)
+{
+    const int me = g->ctx->rank;
+    for (int b = 0; b < t->nbuf; b++) {
+        const struct starpu_data_descr *d = &prog_cbufs(t)[b];
+        if (!d->handle || hyfi_handle_rank(g, d->handle) == me) return 1;
+        /* (written in commuting mode: its place's 1F1B token or recompute fence) */
+        const int writes = (d->mode & STARPU_W) && !(d->mode & STARPU_COMMUTE);
+        if (!HYFI_HDEFERRED(d->handle)) {
+            if (writes) return 1;
+            continue;
+        }
+        unsigned gs;
+        int cat;
+        hyfi_key k;
+        if (hyfi_key_of_tag(g->cc->htab[HYFI_HDEFER_INDEX(d->handle)].tag, &gs, &cat, &k))
+            return 1;
+        if (writes && (k.role == HK_BN_TOT || k.role == HK_LCOPY || k.role == HK_BN_PACK ||
+                       k.role == HK_BN_BWPACK))
+            return 1;
+        if ((k.role == HK_TILE || k.role == HK_TILE_GRAD) && k.obj < (uint32_t)g->ntensors &&
+            g->tensors[k.obj]->tl && g->tensors[k.obj]->tl->full)
+            return 1;
+    }
+    return 0;
+}
+
+void hyfi_trim_far(emit_ctx *e, int from)
+{
+    program *P = e->P;
+    if (!e->g->cc->scoped || P->overflow || P->nomem) return;
+    int j = from;
+    for (int k = from; k < P->n; k++) {
+        prog_task *t = &P->t[k];
+        if (t->kind == PT_TASK && t->far && t->rank != e->g->ctx->rank && !far_kept(e->g, t)) {
+            free(t->xbuf);
+            P->trimmed++;
+            continue;
+        }
+        if (j != k) P->t[j] = *t;
+        j++;
+    }
+    P->n = j;
+}
+
 /* Nodes of stage s: [first[s], first[s + 1]). */
 static int *stage_nodes(hyfi_graph *g)
 {
@@ -365,6 +424,7 @@ static int build_train(hyfi_graph *g, const int *first)
         if (!ev->backward) {
             rc = emit_stage_forward(e, first, 1);
             finish_tasks(e, from);
+            hyfi_trim_far(e, from);
             continue;
         }
         /* Add the partial gradients that later stages summed for the stage's
@@ -416,6 +476,7 @@ static int build_train(hyfi_graph *g, const int *first)
         }
         finish_tasks(e, from);
         if (!rc && g->cc->rc_fence) add_fences(e, from, rerun_at, nre);
+        hyfi_trim_far(e, from);
         if (rc || pl->trivial) continue;
         /* Micro-batch m is done on stage s: release what the stage made for it. */
         rc = hyfi_emit_releases(g, ec.P, s, ev->mb);
@@ -486,6 +547,7 @@ static int build_forward(hyfi_graph *g, program *P, const int *first, int traini
         const int from = P->n;
         if (emit_stage_forward(&ec, first, training)) return -1;
         finish_tasks(&ec, from);
+        hyfi_trim_far(&ec, from);
     }
     if (training && hyfi_emit_state_combine(g, P)) return -1;
     return 0;

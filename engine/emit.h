@@ -23,6 +23,10 @@ typedef struct emit_ctx_s {
      * backward (batch norm normalises with the saved batch statistics and
      * computes no statistics, running ones untouched) */
     int recompute;
+    /* A scoped rank's tiles far from its own (hyfi_sp_tile), of replica
+     * far_key - 1 (0: not worked out yet). */
+    int far_key;
+    unsigned char far[HYFI_MAX_TILES];
 } emit_ctx;
 
 #define TASK(cl, nm, args)                                                                  \
@@ -127,6 +131,17 @@ int hyfi_emit_drop(emit_ctx *e, starpu_data_handle_t h);
  * output's tiles, its assembled buffers and halo strips; a fused-halo group's
  * buffers with its last op), with their gradients when `grads`. */
 int hyfi_spatial_drop(emit_ctx *e, const node *nd, int grads);
+
+/* spatial_halo.c: tile q's tasks are emitted next when `more` (returned), none
+ * of a tile otherwise; on a scoped rank they are marked far (prog_task.far)
+ * when q is more than twice the halo's reach, in tiles, from every tile of
+ * this rank: they touch only their tile's and its neighbours' data, which no
+ * task of this rank touches. */
+int hyfi_sp_tile(emit_ctx *e, int q, int more);
+/* compile.c: drop the far tasks among P's from `from` on that this rank would
+ * never submit (share.c's rule): so that it builds its own tiles' share of a
+ * tiled stage, not the whole stage. */
+void hyfi_trim_far(emit_ctx *e, int from);
 
 /* spatial.c: tasks of tiled stages (see there). */
 int hyfi_spatial_forward(emit_ctx *e, const node *nd, int training);

@@ -79,7 +79,6 @@ typedef struct {
                       be seen by its readers (share.c, mark_skips) */
 } hyfi_hentry;
 
-
 /* An all-reduce bucket: gradients of one stage packed per replica. */
 typedef struct hyfi_bucket {
     int stage;
@@ -219,7 +218,6 @@ typedef enum {
     OP_COUNT
 } op_kind;
 
-
 typedef struct {
     op_kind op;
     char *name;
@@ -316,6 +314,7 @@ typedef struct {
     prog_kind kind;
     struct starpu_codelet *cl;
     int nbuf;
+    unsigned char far; /* emitted for a tile far from this rank's own (compile.c trims it) */
     struct starpu_data_descr ibuf[HYFI_TASK_INLINE_BUFFERS];
     struct starpu_data_descr *xbuf; /* all nbuf buffers once they outgrow ibuf, else NULL */
     hyfi_task_args *args; /* PT_TASK: its arguments, shared with every task of the same codelet
@@ -346,6 +345,7 @@ typedef struct {
     int missing;  /* a kept task names a handle this rank did not register (share.c) */
     unsigned char *skip; /* MPI: 1 where this rank need not submit task i (share.c), or NULL */
     int built;    /* tasks built before those this rank never submits were dropped (share.c) */
+    int far_now, trimmed; /* pushing a far tile's tasks (hyfi_sp_tile); those dropped */
     struct hyfi_args_pool *pool; /* the tasks' arguments, each (codelet, bytes) once (program.c) */
 } program;
 

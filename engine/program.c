@@ -137,6 +137,7 @@ int hyfi_prog_push(program *p, prog_kind kind, struct starpu_codelet *cl, const 
     t->cl = cl;
     t->worker = -1;
     t->args = a;
+    t->far = (unsigned char)(kind == PT_TASK && p->far_now);
     snprintf(t->name, sizeof t->name, "%s", name);
     return 0;
 }

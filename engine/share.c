@@ -304,6 +304,7 @@ hyfi_status hyfi_graph_rank_stats(hyfi_graph *g, hyfi_rank_stats *out)
         if (b > most) most = b;
     }
     if (P->built) out->tasks_built = P->built; /* before the others' were dropped */
+    out->tasks_far = P->trimmed;
     out->largest_task_mb = (double)most / 1e6;
     out->graph_mb = g->ctx->graph_rss_mb;
     return HYFI_OK;

@@ -72,7 +72,7 @@ static int bn_tiles_forward(emit_ctx *e, const node *nd)
     double count[HYFI_MAX_TILES] = {0};
     hyfi_opview v = {0};
     /* re-materialising: the saved statistics are the step's */
-    for (int q = 0; q < Pt && !e->recompute; q++) {
+    for (int q = 0; hyfi_sp_tile(e, q, q < Pt && !e->recompute); q++) {
         tile_view(e, nd, q, NULL, 1, &v);
         count[q] = (double)v.a.u.bn.n * v.a.u.bn.h * v.a.u.bn.w;
         if (hyfi_bn_part_stats(e, &v, hyfi_slot(tn->part, e->m * Pt + q))) return -1;
@@ -83,7 +83,7 @@ static int bn_tiles_forward(emit_ctx *e, const node *nd)
         if (nb < 0 || hyfi_bn_combine(e, nd, count, Pt, v.s[0], v.s[1], v.p[2], v.p[3], bufs, nb))
             return -1;
     }
-    for (int q = 0; q < Pt; q++) {
+    for (int q = 0; hyfi_sp_tile(e, q, q < Pt); q++) {
         tile_view(e, nd, q, NULL, 1, &v);
         if (hyfi_op_forward(e, &v)) return -1;
     }
@@ -95,7 +95,7 @@ int hyfi_spatial_forward(emit_ctx *e, const node *nd, int training)
     if (nd->tn && nd->tn->fg) /* the group is emitted with its first op */
         return nd->tn->fg_pos == 0 ? hyfi_sp_fused_forward(e, nd->tn->fg, training) : 0;
     if (hyfi_op_batch_statistics(nd) && training) return bn_tiles_forward(e, nd);
-    for (int q = 0; q < e->g->cc->pl->P; q++) {
+    for (int q = 0; hyfi_sp_tile(e, q, q < e->g->cc->pl->P); q++) {
         starpu_data_handle_t in = NULL;
         if (hyfi_op_windowed(nd) && hyfi_sp_assemble(e, nd, q, &in)) return -1;
         hyfi_opview v;
@@ -115,7 +115,7 @@ static int bn_tiles_backward(emit_ctx *e, const node *nd)
     const int Pt = e->g->cc->pl->P;
     double count[HYFI_MAX_TILES] = {0}, total = 0;
     hyfi_opview v = {0};
-    for (int q = 0; q < Pt; q++) {
+    for (int q = 0; hyfi_sp_tile(e, q, q < Pt); q++) {
         tile_view(e, nd, q, NULL, 1, &v);
         count[q] = (double)v.a.u.bn.n * v.a.u.bn.h * v.a.u.bn.w;
         total += count[q];
@@ -124,7 +124,7 @@ static int bn_tiles_backward(emit_ctx *e, const node *nd)
     starpu_data_handle_t bufs[HYFI_MAX_TILES];
     const int nb = hyfi_sp_bn_pack(e, nd, 1, bufs);
     if (nb < 0 || hyfi_bn_bwd_combine(e, &v, count, Pt, hyfi_slot(tn->tot, e->m), bufs, nb)) return -1;
-    for (int q = 0; q < Pt && nd->in[0]->requires_grad; q++) {
+    for (int q = 0; hyfi_sp_tile(e, q, q < Pt && nd->in[0]->requires_grad); q++) {
         tile_view(e, nd, q, NULL, 1, &v);
         if (hyfi_bn_part_bwd_apply(e, &v, total, hyfi_slot(tn->tot, e->m), "bwd")) return -1;
     }
@@ -142,7 +142,7 @@ int hyfi_spatial_backward(emit_ctx *e, const node *nd)
     if (!hyfi_op_windowed(nd)) {
         /* input by input, tile by tile */
         for (int i = 0; i < nd->nin; i++)
-            for (int q = 0; q < Pt && nd->in[i]->requires_grad; q++) {
+            for (int q = 0; hyfi_sp_tile(e, q, q < Pt && nd->in[i]->requires_grad); q++) {
                 tile_view(e, nd, q, NULL, 1, &v);
                 for (int k = 0; k < nd->nin; k++)
                     if (k != i) v.dx[k].h = NULL;
@@ -153,14 +153,14 @@ int hyfi_spatial_backward(emit_ctx *e, const node *nd)
     /* windowed: the buffer's gradient, scattered to the tile and the strips;
      * the strips added into the neighbours' tiles; the weight gradients */
     const int data = nd->in[0]->requires_grad;
-    for (int q = 0; q < Pt && data; q++) {
+    for (int q = 0; hyfi_sp_tile(e, q, q < Pt && data); q++) {
         tile_view(e, nd, q, tn->use_buf[q] ? hyfi_slot(tn->buf, e->m * Pt + q) : NULL, 1, &v);
         if (hyfi_op_backward_data(e, &v)) return -1;
         if (tn->use_buf[q] && hyfi_sp_unassemble(e, nd, q)) return -1;
     }
-    for (int q = 0; q < Pt && data; q++)
+    for (int q = 0; hyfi_sp_tile(e, q, q < Pt && data); q++)
         if (tn->use_buf[q] && hyfi_sp_halo_return(e, nd, q)) return -1;
-    for (int q = 0; q < Pt; q++) {
+    for (int q = 0; hyfi_sp_tile(e, q, q < Pt); q++) {
         tile_view(e, nd, q, tn->use_buf[q] ? hyfi_slot(tn->buf, e->m * Pt + q) : NULL, 1, &v);
         if (hyfi_op_backward_params(e, &v)) return -1;
     }

@@ -97,7 +97,7 @@ static int fused_bn_stats(emit_ctx *e, const hyfi_fgroup *fg, int j)
     const int Pt = e->g->cc->pl->P, n = nd->out->dims[0] / e->M, C = nd->out->dims[1];
     double count[HYFI_MAX_TILES] = {0};
     hyfi_opview v = {0};
-    for (int q = 0; q < Pt; q++) {
+    for (int q = 0; hyfi_sp_tile(e, q, q < Pt); q++) {
         const int oh = tile_h(tl, q), ow = tile_w(tl, q);
         fused_view(e, fg, j, q, 1, &v);
         hyfi_op_view_args(&v, e->M, oh, ow, oh, ow, 0, 0);
@@ -128,7 +128,7 @@ int hyfi_sp_fused_forward(emit_ctx *e, const hyfi_fgroup *fg, int training)
         /* re-materialising: the saved statistics are the step's */
         if (hyfi_op_batch_statistics(nd) && training && !e->recompute && fused_bn_stats(e, fg, j))
             return -1;
-        for (int q = 0; q < Pt; q++) {
+        for (int q = 0; hyfi_sp_tile(e, q, q < Pt); q++) {
             if (j == 0) {
                 starpu_data_handle_t in;
                 if (hyfi_sp_assemble(e, nd, q, &in)) return -1;
@@ -161,7 +161,7 @@ static int fused_bn_backward(emit_ctx *e, const hyfi_fgroup *fg, int j)
     const int Pt = e->g->cc->pl->P, n = nd->out->dims[0] / e->M, C = nd->out->dims[1];
     double count[HYFI_MAX_TILES] = {0}, total = 0;
     hyfi_opview v = {0};
-    for (int q = 0; q < Pt; q++) {
+    for (int q = 0; hyfi_sp_tile(e, q, q < Pt); q++) {
         fused_view(e, fg, j, q, 1, &v);
         count[q] = (double)n * tile_h(tl, q) * tile_w(tl, q);
         total += count[q];
@@ -170,7 +170,7 @@ static int fused_bn_backward(emit_ctx *e, const hyfi_fgroup *fg, int j)
     starpu_data_handle_t bufs[HYFI_MAX_TILES];
     const int nb = hyfi_sp_bn_pack(e, nd, 1, bufs);
     if (nb < 0 || hyfi_bn_bwd_combine(e, &v, count, Pt, hyfi_slot(tn->tot, e->m), bufs, nb)) return -1;
-    for (int q = 0; q < Pt; q++) {
+    for (int q = 0; hyfi_sp_tile(e, q, q < Pt); q++) {
         const int ext = fg_bn_extended(fg, j, q);
         fused_view(e, fg, j, q, 1, &v);
         starpu_data_handle_t tot = ext ? hyfi_slot(fg->ztot, j * e->g->cc->pl->nrep + e->rep) : hyfi_slot(tn->tot, e->m);
@@ -210,7 +210,7 @@ int hyfi_sp_fused_backward(emit_ctx *e, const hyfi_fgroup *fg)
             continue;
         }
         hyfi_opview v;
-        for (int q = 0; q < Pt && data; q++) {
+        for (int q = 0; hyfi_sp_tile(e, q, q < Pt && data); q++) {
             fused_view(e, fg, j, q, 1, &v);
             if (hyfi_op_backward_data(e, &v)) return -1;
             if (j > 0 && fg_padded(fg, j, q)) {
@@ -225,9 +225,9 @@ int hyfi_sp_fused_backward(emit_ctx *e, const hyfi_fgroup *fg)
             }
             if (j == 0 && hyfi_sp_unassemble(e, nd, q)) return -1;
         }
-        for (int q = 0; q < Pt && j == 0 && data; q++)
+        for (int q = 0; hyfi_sp_tile(e, q, q < Pt && j == 0 && data); q++)
             if (hyfi_sp_halo_return(e, nd, q)) return -1;
-        for (int q = 0; q < Pt; q++) {
+        for (int q = 0; hyfi_sp_tile(e, q, q < Pt); q++) {
             fused_view(e, fg, j, q, 1, &v);
             if (hyfi_op_backward_params(e, &v)) return -1;
         }

@@ -23,6 +23,56 @@ void hyfi_sp_grad_done(emit_ctx *e, hyfi_tensor *x, int q)
     x->gwritten = 1;
 }
 
+/* How far, in tiles (rows or columns), a tiled op of the graph reads another
+ * tile's data: its halo pieces' tiles (fused groups read with their first
+ * op's geometry). */
+static int halo_reach(const hyfi_graph *g)
+{
+    int reach = 0;
+    for (int i = 0; i < g->nnodes; i++) {
+        const hyfi_tnode *tn = g->nodes[i].tn;
+        const hyfi_tiles *tl = g->nodes[i].out->tl;
+        if (!tn || !tl) continue;
+        for (int q = 0; q < g->cc->pl->P; q++)
+            for (int k = 1; k < tn->npieces[q]; k++) {
+                const int u = tn->from[q][k], dr = abs(u / tl->cols - q / tl->cols),
+                          dc = abs(u % tl->cols - q % tl->cols);
+                if (dr > reach) reach = dr;
+                if (dc > reach) reach = dc;
+            }
+    }
+    return reach;
+}
+
+int hyfi_sp_tile(emit_ctx *e, int q, int more)
+{
+    program *P = e->P;
+    P->far_now = 0;
+    if (!more || !e->g->cc->scoped) return more;
+    const hyfi_graph *g = e->g;
+    const hyfi_plan *pl = g->cc->pl;
+    const int key = e->rep + 1, Pt = pl->P, cols = pl->grid_cols;
+    if (e->far_key != key) {
+        /* a tiled stage's ops read the tiles of the stage before it too: tile t
+         * is far when it is far in every tiled stage */
+        const int reach = 2 * halo_reach(g), me = g->ctx->rank;
+        for (int t = 0; t < Pt; t++) {
+            int d = Pt; /* no tile of this rank: every tile is far */
+            for (int s = 0; s < pl->K; s++)
+                for (int u = 0; u < Pt; u++) {
+                    if (pl->place_rank[place_of(pl, e->rep, s, u)] != me) continue;
+                    const int dr = abs(u / cols - t / cols), dc = abs(u % cols - t % cols);
+                    const int du = dr > dc ? dr : dc;
+                    if (du < d) d = du;
+                }
+            e->far[t] = d > reach;
+        }
+        e->far_key = key;
+    }
+    P->far_now = e->far[q];
+    return 1;
+}
+
 int hyfi_sp_place(const emit_ctx *e, const hyfi_tensor *x, int q)
 {
     return place_of(e->g->cc->pl, e->rep, x->tl->stage, q);

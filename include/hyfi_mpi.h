@@ -137,6 +137,8 @@ typedef struct hyfi_rank_stats {
     int rank, nranks;
     long handles;         /* StarPU data handles registered on this rank */
     long tasks_built;     /* tasks of this rank's training-step program */
+    long tasks_far;       /* tasks of tiles far from its own that it never built (their
+                             lowering ran; the records were dropped at once) */
     long tasks_submitted; /* of those, the ones it submits each step */
     double graph_mb;      /* what the compile grew the process by, less StarPU's data */
     double largest_task_mb; /* the most data one task of this rank's step holds at once

@@ -12,7 +12,7 @@ mpiexec=${2:?usage: compile_fake_ranks.sh HYFI_TRAIN MPIEXEC}
 export HYFI_CPU_THREADS=1
 fail=0
 counts() { # the counts of each "compiled rank" line, sorted by rank
-  grep -o 'compiled rank [0-9]* of [0-9]*: [0-9]* handles, [0-9]* tasks built, [0-9]* submitted' |
+  grep -o 'compiled rank [0-9]* of [0-9]*: [0-9]* handles, [0-9]* tasks built ([0-9]* of far tiles not), [0-9]* submitted' |
     sort -t' ' -k3,3n
 }
 check() { # N ARGS...: the real N-rank compile against N fake ones
