@@ -1,14 +1,18 @@
 #!/usr/bin/env bash
 # End-to-end test: hyfi-train (path in $1) trains the small CNN for one epoch
 # on the real Fashion-MNIST and must reach a test accuracy of at least 0.85
-# (HYFI_E2E_MIN_ACC overrides). Exit 77 (meson's "skip") when the data set of
-# Debian's dataset-fashion-mnist is not installed. Extra arguments go to
-# hyfi-train (e.g. --device cpu).
+# (--min-acc X right after the path, or HYFI_E2E_MIN_ACC, overrides). Exit 77
+# (meson's "skip") when the data set of Debian's dataset-fashion-mnist is not
+# installed. Extra arguments go to hyfi-train (e.g. --precision bf16).
 set -u
-train=${1:?usage: e2e_fashion.sh PATH/TO/hyfi-train [hyfi-train flags...]}
+train=${1:?usage: e2e_fashion.sh PATH/TO/hyfi-train [--min-acc X] [hyfi-train flags...]}
 shift
 datadir=${HYFI_FASHION_MNIST_DIR:-/usr/share/datasets/fashion-mnist}
 min_acc=${HYFI_E2E_MIN_ACC:-0.85}
+if [ "${1:-}" = --min-acc ]; then
+    min_acc=${2:?--min-acc needs a value}
+    shift 2
+fi
 
 if [ ! -d "$datadir" ]; then
     echo "skip: $datadir not found (install Debian's dataset-fashion-mnist)"
