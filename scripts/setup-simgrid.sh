@@ -12,6 +12,10 @@
 #
 # Environment: HYFI_DEPS (default /opt/hyfi-deps), HYFI_SKIP_APT=1 (no apt).
 #
+# Every simulation build takes scripts/simgrid-patches/*.patch (SimGrid-only
+# changes that leave the simulated times alone and save host time; each
+# patch's header says what it changes).
+#
 # --patched: the same with scripts/patches/*.patch applied (SimGrid-only
 # changes that halve a simulation's CPU time; each patch's header says what
 # it changes), into $HYFI_DEPS/starpu-simgrid-patched. Use it with
@@ -56,8 +60,9 @@ prefix="$deps/starpu-simgrid"
 # Bump when the configure options below change: an older build is then rebuilt.
 # shellcheck source=starpu-source.sh
 source "$(dirname "${BASH_SOURCE[0]}")/starpu-source.sh"
-recipe="simgrid-recipe-3-$(starpu_patches_sum)"
-patches=()
+simgrid_patches_dir="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/simgrid-patches"
+recipe="simgrid-recipe-3-$(starpu_patches_sum)-$(cat "$simgrid_patches_dir"/*.patch | md5sum | cut -c1-8)"
+patches=("$simgrid_patches_dir"/*.patch)
 if [ "$patched" = 1 ]; then
   prefix="$deps/starpu-simgrid-patched"
   for p in "$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"/patches/*.patch; do patches+=("$p"); done
