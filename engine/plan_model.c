@@ -19,7 +19,9 @@
  *   - on each replica's devices, the small tasks of the step's end across
  *     replicas (reduce_tasks: the buckets' packing, chunks and merges, the
  *     running statistics' saves, packs and merges), which at batch 1 per
- *     replica on 32 H100 take as long as the kernels;
+ *     replica on 32 H100 take as long as the kernels; they wait for their
+ *     stage's last backward, so each stage's come after it on its device
+ *     (not hidden in the pipeline's bubble by the busiest device's sum);
  *   - on the critical path: halo strips (latency + bytes / bandwidth, per tile,
  *     forward and back), the batch-norm statistics of tiled stages (two
  *     messages each way), activations between stages and tiles gathered for
@@ -649,12 +651,19 @@ void hyfi_pmodel_step(const hyfi_pstruct *ps, const hyfi_pmodel *pm, int M, int 
     for (int k = 0; k < ps->nrep && upd; k++)
         for (int s = 0, q = 0; s < S; q += s < ps->K ? ps->P : 1, s++)
             upd[ps->place_dev[k * n1 + q]] += ps->upd[s];
-    double busiest = 0, tasks = 0, busiest_upd = 0;
+    double busiest = 0, tasks = 0, busiest_upd = 0, busiest_k = 0;
     for (int d = 0; d < ps->ndev && dev; d++) {
         if (dev[d] > busiest) busiest = dev[d], tasks = devt[d];
         if (upd && dev[d] + upd[d] > busiest_upd) busiest_upd = dev[d] + upd[d];
         used += dev[d] > 0;
     }
+    /* the devices' kernels alone, and the step end's small tasks per device */
+    double *redd = calloc((size_t)ps->ndev, sizeof *redd);
+    for (int k = 0; k < ps->nrep && redd; k++)
+        for (int s = 0, q = 0; s < S; q += s < ps->K ? ps->P : 1, s++)
+            redd[ps->place_dev[k * n1 + q]] += ps->red[s];
+    for (int d = 0; d < ps->ndev && dev && redd; d++)
+        if (dev[d] - redd[d] > busiest_k) busiest_k = dev[d] - redd[d];
     free(upd);
     /* the pipeline of one replica: stage s per micro-batch, its slowest tile */
     double *B = S > 0 ? calloc((size_t)S, sizeof *B) : NULL;
@@ -678,21 +687,25 @@ void hyfi_pmodel_step(const hyfi_pstruct *ps, const hyfi_pmodel *pm, int M, int 
         if (X + c > maxX) maxX = X + c, maxXc = c;
     }
     const double pipe = sumX + (M - 1) * maxX;
-    const double end = pipe > busiest ? pipe : busiest;
+    const double end = pipe > busiest_k ? pipe : busiest_k;
     double step = end, upd_max = 0;
-    for (int s = 0; s < S && B; s++) {
+    for (int s = 0, q = 0; s < S && B; q += s < ps->K ? ps->P : 1, s++) {
         const double e = end - sumB_before;
         sumB_before += B[s];
-        double fin = e;
+        /* the stage's step-end tasks on its device, after its last backward */
+        const double r = redd ? redd[ps->place_dev[q]] : 0;
+        double fin = e + r;
         if (ps->nrep > 1) {
-            const double a = e + ps->ar_bucket[s], b2 = e - B[s] + ps->ar[s];
+            const double a = e + r + ps->ar_bucket[s], b2 = e - B[s] + ps->ar[s];
             fin = a > b2 ? a : b2;
-            if (fin < e) fin = e;
+            if (fin < e + r) fin = e + r;
         }
         if (fin + ps->upd[s] > step) step = fin + ps->upd[s];
         if (ps->upd[s] > upd_max) upd_max = ps->upd[s];
     }
     if (step < end + upd_max) step = end + upd_max;
+    if (step < busiest + upd_max) step = busiest + upd_max;
+    free(redd);
     if (step < busiest_upd) step = busiest_upd; /* the updates of one device's places */
     out->step = step;
     out->compute = busiest;
