@@ -37,38 +37,31 @@ run gpus+cpus STARPU_NCUDA=4 STARPU_NCPU=4
 run gpus-only STARPU_NCUDA=4 STARPU_NCPU=0
 run random STARPU_NCUDA=4 STARPU_NCPU=4 STARPU_SCHED=random
 
-# GEMS on one rank of 4 simulated GPUs: the mirrored copy's places share
-# their original's GPUs (2 stages: 2 devices for 4 places), so every task of
-# the step is pinned to a GPU (engine/plan.c), none left to the scheduler.
-env HYFI_SIM_ANALYTIC="$root/perfmodels/analytic-v100.txt" STARPU_HOSTNAME=lassen \
-  STARPU_NCUDA=4 STARPU_NCPU=4 HYFI_DUMP_PROGRAMS="$tmp/gems.dump" \
-  timeout 120 bash "$root/scripts/simulate.sh" -n 1 --platform "$root/platforms/lassen.xml" \
-  --build "$build" --model resnet --depth 8 --batch-size 8 --image-size 32 --split-size 2 \
-  --parts 2 --gems mast --dataset synthetic --num-classes 10 --steps 2 --print-freq 1 \
-  >"$tmp/gems.out" 2>"$tmp/gems.err" ||
-  { echo "gems: the simulation failed"; cat "$tmp/gems.out" "$tmp/gems.err"; exit 1; }
-workers=$(awk '/^program train/{f=1} /^program infer/{f=0}
-  f && /^task/ {for (i = 1; i <= NF; i++) if ($i == "worker") print $(i + 1)}' "$tmp/gems.dump" |
-  sort -u | tr '\n' ' ')
-echo "gems: the training step's tasks on workers: $workers"
-case " $workers" in
-  *" -1 "*|" ") echo "gems: tasks not pinned to a GPU"; exit 1 ;;
-esac
-[ "$(echo $workers | wc -w)" = 2 ] || { echo "gems: want 2 GPUs for 4 places"; exit 1; }
-
-# One place on a rank of 4 simulated GPUs: pinned to one GPU as well (left to
-# the scheduler, its small tasks went to CPU workers and their data crossed the
-# host link every step).
-env HYFI_SIM_ANALYTIC="$root/perfmodels/analytic-v100.txt" STARPU_HOSTNAME=lassen \
-  STARPU_NCUDA=4 STARPU_NCPU=4 HYFI_DUMP_PROGRAMS="$tmp/one.dump" \
-  timeout 120 bash "$root/scripts/simulate.sh" -n 1 --platform "$root/platforms/lassen.xml" \
-  --build "$build" --model resnet --depth 8 --batch-size 4 --image-size 32 \
-  --dataset synthetic --num-classes 10 --steps 2 --print-freq 1 \
-  >"$tmp/one.out" 2>"$tmp/one.err" ||
-  { echo "one place: the simulation failed"; cat "$tmp/one.out" "$tmp/one.err"; exit 1; }
-workers=$(awk '/^program train/{f=1} /^program infer/{f=0}
-  f && /^task/ {for (i = 1; i <= NF; i++) if ($i == "worker") print $(i + 1)}' "$tmp/one.dump" |
-  sort -u | tr '\n' ' ')
-echo "one place: the training step's tasks on workers: $workers"
-[ "$(echo $workers | wc -w)" = 1 ] && [ "${workers% }" != -1 ] ||
-  { echo "one place: want every task on one GPU"; exit 1; }
+# pinned NAME NGPUS ARGS...: one rank of 4 simulated GPUs runs the plan of
+# ARGS for 2 steps; every task of its training step must be pinned to a GPU
+# (engine/plan.c), none left to the scheduler, on NGPUS GPUs in all.
+pinned() {
+  local name=$1 want=$2 workers
+  shift 2
+  env HYFI_SIM_ANALYTIC="$root/perfmodels/analytic-v100.txt" STARPU_HOSTNAME=lassen \
+    STARPU_NCUDA=4 STARPU_NCPU=4 HYFI_DUMP_PROGRAMS="$tmp/$name.dump" \
+    timeout 120 bash "$root/scripts/simulate.sh" -n 1 --platform "$root/platforms/lassen.xml" \
+    --build "$build" --model resnet --depth 8 --image-size 32 "$@" \
+    --dataset synthetic --num-classes 10 --steps 2 --print-freq 1 \
+    >"$tmp/$name.out" 2>"$tmp/$name.err" ||
+    { echo "$name: the simulation failed"; cat "$tmp/$name.out" "$tmp/$name.err"; exit 1; }
+  workers=$(awk '/^program train/{f=1} /^program infer/{f=0}
+    f && /^task/ {for (i = 1; i <= NF; i++) if ($i == "worker") print $(i + 1)}' \
+    "$tmp/$name.dump" | sort -u | tr '\n' ' ')
+  echo "$name: the training step's tasks on workers: $workers"
+  case " $workers" in
+    *" -1 "*|" ") echo "$name: tasks not pinned to a GPU"; exit 1 ;;
+  esac
+  [ "$(echo $workers | wc -w)" = "$want" ] || { echo "$name: want $want GPU(s)"; exit 1; }
+}
+# GEMS: the mirrored copy's places share their original's GPUs (2 stages: 2
+# devices for 4 places).
+pinned gems 2 --batch-size 8 --split-size 2 --parts 2 --gems mast
+# One place: pinned to one GPU as well (left to the scheduler, its small tasks
+# went to CPU workers and their data crossed the host link every step).
+pinned one-place 1 --batch-size 4
