@@ -24,8 +24,9 @@ typedef struct emit_ctx_s {
      * computes no statistics, running ones untouched) */
     int recompute;
     /* A scoped rank's tiles far from its own (hyfi_sp_tile), of replica
-     * far_key - 1 (0: not worked out yet). */
-    int far_key;
+     * far_key - 1 (0: not worked out yet), and their distance: twice the
+     * halo's reach, plus 1 (0: not worked out yet). */
+    int far_key, far_dist;
     unsigned char far[HYFI_MAX_TILES];
 } emit_ctx;
 

@@ -639,11 +639,15 @@ void hyfi_pmodel_step(const hyfi_pstruct *ps, const hyfi_pmodel *pm, int M, int 
         devt[ps->place_dev[q]] += M * ps->ntasks[q1] * (recompute ? 1.5 : 1);
         work += M * w;
     }
-    /* the step's end across replicas: each replica's stage on its first place's device */
+    /* the step's end across replicas: each replica's stage on its first place's
+     * device, also kept apart per device (redd) */
+    double *redd = calloc((size_t)ps->ndev, sizeof *redd);
     for (int k = 0; k < ps->nrep && dev && devt; k++)
         for (int s = 0, q = 0; s < S; q += s < ps->K ? ps->P : 1, s++) {
-            dev[ps->place_dev[k * n1 + q]] += ps->red[s];
-            devt[ps->place_dev[k * n1 + q]] += ps->red_tasks[s];
+            const int d = ps->place_dev[k * n1 + q];
+            dev[d] += ps->red[s];
+            devt[d] += ps->red_tasks[s];
+            if (redd) redd[d] += ps->red[s];
             work += ps->red[s];
         }
     /* the updates: each replica's stage on its first place's device */
@@ -657,11 +661,7 @@ void hyfi_pmodel_step(const hyfi_pstruct *ps, const hyfi_pmodel *pm, int M, int 
         if (upd && dev[d] + upd[d] > busiest_upd) busiest_upd = dev[d] + upd[d];
         used += dev[d] > 0;
     }
-    /* the devices' kernels alone, and the step end's small tasks per device */
-    double *redd = calloc((size_t)ps->ndev, sizeof *redd);
-    for (int k = 0; k < ps->nrep && redd; k++)
-        for (int s = 0, q = 0; s < S; q += s < ps->K ? ps->P : 1, s++)
-            redd[ps->place_dev[k * n1 + q]] += ps->red[s];
+    /* the devices' kernels alone */
     for (int d = 0; d < ps->ndev && dev && redd; d++)
         if (dev[d] - redd[d] > busiest_k) busiest_k = dev[d] - redd[d];
     free(upd);

@@ -55,7 +55,8 @@ int hyfi_sp_tile(emit_ctx *e, int q, int more)
     if (e->far_key != key) {
         /* a tiled stage's ops read the tiles of the stage before it too: tile t
          * is far when it is far in every tiled stage */
-        const int reach = 2 * halo_reach(g), me = g->ctx->rank;
+        if (!e->far_dist) e->far_dist = 2 * halo_reach(g) + 1;
+        const int reach = e->far_dist - 1, me = g->ctx->rank;
         for (int t = 0; t < Pt; t++) {
             int d = Pt; /* no tile of this rank: every tile is far */
             for (int s = 0; s < pl->K; s++)
