@@ -479,8 +479,10 @@ static hyfi_status ctx_create(hyfi_ctx **out, const hyfi_ctx_config *cfg_in)
         starpu_mpi_comm_rank(MPI_COMM_WORLD, &ctx->rank);
         starpu_mpi_comm_size(MPI_COMM_WORLD, &ctx->nranks);
         /* StarPU-MPI's STARPU_MPI_FAKE_SIZE / _RANK: one process stands for
-         * one rank of a larger run; nothing runs, so nothing is exchanged. Not
-         * in a simulation, whose ranks are SimGrid's actors. */
+         * one rank of a larger run; StarPU-MPI makes no transfer, hyfi no
+         * collective, and what the rank would receive is zeros (keyed.c,
+         * hyfi_fake_fill): its steps run its own share, on values that mean
+         * nothing. Not in a simulation, whose ranks are SimGrid's actors. */
 #ifndef STARPU_SIMGRID
         int inited = 0, real = 0;
         if (MPI_Initialized(&inited) == MPI_SUCCESS && inited &&

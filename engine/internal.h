@@ -354,7 +354,7 @@ struct hyfi_ctx {
     int local_ranks;      /* ranks mpiexec started on this node (MPI_LOCALNRANKS), 0: unknown */
     unsigned ngraphs;     /* graphs created: the next one's serial (keys.h) */
     int fake_ranks;       /* StarPU-MPI's fake size: this process alone stands for rank
-                           * `rank` of `nranks` (compile only, no collectives) */
+                           * `rank` of `nranks` (no collectives; keyed.c: hyfi_fake_fill) */
     int comm_stats;       /* StarPU-MPI counts the bytes sent */
     int mpi;
     int ncpu, ncuda;

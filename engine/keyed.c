@@ -353,3 +353,30 @@ int hyfi_handles_resolve(hyfi_graph *g)
     cc->howner = NULL;
     return 0;
 }
+
+/* Whether h has memory on some node: whether a task or a copy ever touched it
+ * (its own host memory, when registered with it, counts). */
+static int touched(starpu_data_handle_t h)
+{
+    const unsigned nn = starpu_memory_nodes_get_count();
+    for (unsigned n = 0; n < nn; n++)
+        if (starpu_data_test_if_allocated_on_node(h, n)) return 1;
+    return 0;
+}
+
+/* (the rank's own handles too, where a task of another rank writes one and
+ * nothing here ever touched it) */
+void hyfi_fake_fill(hyfi_graph *g)
+{
+    hyfi_compiled *cc = g->cc;
+    if (!g->ctx->fake_ranks) return;
+    for (int i = 0; i < cc->nhtab; i++) {
+        const hyfi_hentry *e = &cc->htab[i];
+        starpu_data_handle_t h = e->slot ? *e->slot : NULL;
+        if (!h || HYFI_HDEFERRED(h) || (e->owner == g->ctx->rank && touched(h))) continue;
+        if (starpu_data_acquire(h, STARPU_W)) continue;
+        void *p = starpu_data_get_local_ptr(h);
+        if (p) memset(p, 0, (size_t)starpu_vector_get_nx(h) * starpu_vector_get_elemsize(h));
+        starpu_data_release(h);
+    }
+}

@@ -38,6 +38,7 @@ static hyfi_status program_run(hyfi_graph *g, program *p)
 {
     const int mpi = g->ctx->mpi, me = g->ctx->rank;
     if (g->ctx->trace_dir) hyfi_trace_mark_program(g->ctx);
+    hyfi_fake_fill(g);
     if (hyfi_skips_ready(g) < 0)
         return hyfi_call_fail(g, HYFI_ERR_NOMEM, "out of memory preparing a program");
     /* The submission's cost on this rank (-v, training steps): the CPU time
@@ -163,6 +164,10 @@ void hyfi_handle_read(hyfi_graph *g, starpu_data_handle_t h, int root, void *hos
 {
     const int me = g->ctx->rank;
     if (!h) return; /* not registered here (share.c): neither its owner nor a reader */
+    if (g->ctx->fake_ranks) { /* the other ranks' values were never sent (keyed.h, hyfi_fake_fill) */
+        memset(host, 0, bytes);
+        return;
+    }
     if (g->ctx->mpi) {
         if (root < 0) starpu_mpi_get_data_on_all_nodes_detached(MPI_COMM_WORLD, h);
         else starpu_mpi_get_data_on_node_detached(MPI_COMM_WORLD, h, root, NULL, NULL);

@@ -5,6 +5,9 @@
 # built and tasks submitted per step, rank by rank, for a pipeline with two
 # data-parallel replicas and for tiles over stages with GEMS (2 and 4 ranks).
 # The compile memory is not compared (it varies a little between processes).
+# And a fake rank runs: for 2 steps, each of N fake ranks submits per step
+# exactly the tasks the same rank of the real run submits (what
+# bench/submit_cost.sh --fake times; the values it receives are zeros).
 # usage: compile_fake_ranks.sh HYFI_TRAIN MPIEXEC
 set -u
 train=${1:?usage: compile_fake_ranks.sh HYFI_TRAIN MPIEXEC}
@@ -36,6 +39,32 @@ check() { # N ARGS...: the real N-rank compile against N fake ones
   fi
 }
 check 4 --model resnet --depth 20 --image-size 32 --batch-size 8 --split-size 2 --data-parallel 2
+submitted() { # the "rank R submitted K tasks" of each step, sorted by rank
+  grep -o 'rank [0-9]* submitted [0-9]* tasks of a training step' | sort -t' ' -k2,2n
+}
+run_check() { # N ARGS...: the real N-rank run's submissions against N fake ranks'
+  local n=$1
+  shift
+  local real fake="" r
+  real=$(timeout 300 "$mpiexec" -n "$n" "$train" "$@" --dataset synthetic --steps 2 -v 2>&1 |
+    submitted)
+  for ((r = 0; r < n; r++)); do
+    fake+=$(STARPU_MPI_FAKE_SIZE=$n STARPU_MPI_FAKE_RANK=$r timeout 300 "$mpiexec" -n 1 \
+      "$train" "$@" --dataset synthetic --steps 2 -v 2>&1 | submitted)$'\n'
+  done
+  fake=$(printf '%s' "$fake" | sed '/^$/d')
+  if [ "$(printf '%s\n' "$real" | wc -l)" -ne $((2 * n)) ] || [ "$real" != "$fake" ]; then
+    echo "FAIL: runs of $n fake ranks, $*:"
+    echo "  real: $real"
+    echo "  fake: $fake"
+    fail=1
+  else
+    echo "ok   runs of $n fake ranks, $*"
+  fi
+}
+run_check 4 --model resnet --depth 20 --image-size 64 --batch-size 4 --parts 2 --split-size 3 \
+  --spatial-size 1 --num-spatial-parts 2 --slice-method vertical --gems mast --data-parallel 2 \
+  --allreduce tree
 check 2 --model resnet --depth 20 --image-size 64 --batch-size 4 --parts 2 --split-size 3 \
   --spatial-size 1 --num-spatial-parts 2 --slice-method vertical --gems mast
 check 4 --model resnet --depth 20 --image-size 64 --batch-size 4 --parts 2 --split-size 3 \
