@@ -76,10 +76,25 @@ void hyfi_reg_at(hyfi_graph *g, hyfi_slots *s, size_t i, hyfi_key key, float *pt
  * (reduce.c; hyfi_plan_config.pack_stats): with more than 4 replicas unless
  * the configuration says. */
 #define HYFI_STATS_GROUP 16 /* statistics per packed group */
-static inline int hyfi_stats_packed(const hyfi_graph *g)
+#define HYFI_SLICES_GROUP 32 /* parts per grouped copy task (reduce.c; within the 72 buffers bf16 staging takes) */
+/* Whether copies between a packed buffer and its parts share tasks
+ * (reduce.c, pack_slices / unpack_slices): without CUDA workers, and not in a
+ * simulation (whose models know copy_slice). */
+static inline int hyfi_slices_grouped(const hyfi_graph *g)
+{
+    return g->ctx->ncuda == 0 && !HYFI_SIMULATION;
+}
+/* Whether the running statistics are packed (hyfi_plan_config.pack_stats; by
+ * default with more than 4 replicas, or with 2 or more where the copies into
+ * the packed buffers are grouped: 3 tasks per group and replica then). */
+static inline int hyfi_stats_packed_on(const hyfi_graph *g, int grouped)
 {
     const int R = g->cc->pl->nrep, p = g->plan_cfg.pack_stats;
-    return R > 1 && (p > 0 || (p == 0 && R > 4));
+    return R > 1 && (p > 0 || (p == 0 && (grouped || R > 4)));
+}
+static inline int hyfi_stats_packed(const hyfi_graph *g)
+{
+    return hyfi_stats_packed_on(g, hyfi_slices_grouped(g));
 }
 /* reduce.c: the packed running statistics' groups and their handles (none
  * unless hyfi_stats_packed). 0, or -1 out of memory. */

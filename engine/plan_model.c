@@ -416,16 +416,18 @@ void hyfi_pstruct_free(hyfi_pstruct *ps)
  * place of each stage runs, as reduce.c emits them (the busiest replica's:
  * replica 0 merges at every level of a tree): each bucket of a stage's
  * gradients (parameters from the last, up to the bucket size) packed and
- * unpacked a parameter at a time, then split into R chunks, R - 1 reduce and
+ * unpacked a parameter at a time (on CPUs 32 at a time), then split into R chunks, R - 1 reduce and
  * R - 1 gather steps and joined (ring), or one add per level (tree); each
- * running statistic saved (and, packed in groups of 16 beyond 4 replicas,
- * packed and unpacked), merged per level and group or statistic. Each is a
+ * running statistic saved (and, packed in groups of 16 beyond 4 replicas or
+ * on CPUs, packed and unpacked: on CPUs a task per group), merged per level and group or statistic. Each is a
  * small task: on GPUs their fixed costs, thousands a step at 32 replicas,
  * are what a replica's device spends beyond its kernels. */
 static void reduce_tasks(const hyfi_graph *g, const hyfi_pmodel *pm, const hyfi_plan *pl,
                          hyfi_pstruct *ps)
 {
     const int R = pl->nrep;
+    /* copies into and out of packed buffers share tasks on CPUs (reduce.c) */
+    const int grouped = !pm->gpu;
     int lv = 0;
     while ((1 << lv) < R) lv++;
     const double cs = pm->a[PM_COPY_SLICE] + pm->task_s, ca = pm->a[PM_ACC] + pm->task_s;
@@ -442,8 +444,9 @@ static void reduce_tasks(const hyfi_graph *g, const hyfi_pmodel *pm, const hyfi_
         if (bs >= 0) { /* the bucket so far */
             const int ring = hyfi_use_ring(g, (size_t)bn);
             if (bnp > 1) {
-                ps->red[bs] += 2 * bnp * cs + pm->c[PM_COPY_SLICE] * 16 * bn;
-                ps->red_tasks[bs] += 2 * bnp;
+                const int nt = grouped ? (bnp + HYFI_SLICES_GROUP - 1) / HYFI_SLICES_GROUP : bnp;
+                ps->red[bs] += 2 * nt * cs + pm->c[PM_COPY_SLICE] * 16 * bn;
+                ps->red_tasks[bs] += 2 * nt;
             }
             if (ring) {
                 ps->red[bs] += 2 * R * cs + 2 * (R - 1) * ca + pm->c[PM_COPY_SLICE] * 16 * bn +
@@ -456,14 +459,15 @@ static void reduce_tasks(const hyfi_graph *g, const hyfi_pmodel *pm, const hyfi_
         }
         if (p) bs = p->stage, bn = (double)p->numel, bnp = 1;
     }
-    const int packed = hyfi_stats_packed(g);
+    const int packed = hyfi_stats_packed_on(g, grouped);
     for (int s = 0; s < pl->nstages; s++) {
         int nst = 0;
         for (int i = 0; i < g->nnodes; i++)
             nst += g->nodes[i].stage == s && hyfi_op_batch_statistics(&g->nodes[i]) ? 2 : 0;
         const int merged = packed ? (nst + HYFI_STATS_GROUP - 1) / HYFI_STATS_GROUP : nst;
-        ps->red[s] += (packed ? 3 : 1) * nst * cs + merged * lv * ca;
-        ps->red_tasks[s] += (packed ? 3 : 1) * nst + merged * lv;
+        const int copies = !packed ? nst : 3 * (grouped ? merged : nst);
+        ps->red[s] += copies * cs + merged * lv * ca;
+        ps->red_tasks[s] += copies + merged * lv;
     }
 }
 

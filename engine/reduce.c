@@ -30,7 +30,8 @@
  * 2 log2 R, and replica k's copy is read only by replicas k - d; linear, so
  * equal up to round-off (R = 2: the operations of the sequential recurrence;
  * larger R rounds each merge to float). */
-/* Packed, when hyfi_stats_packed (more than 4 replicas): the running
+/* Packed, when hyfi_stats_packed (more than 4 replicas; 2 or more where the
+ * copies are grouped, emit_slices): the running
  * statistics of a stage's batch norms of one momentum, in groups of
  * HYFI_STATS_GROUP, are copied side by side into one buffer per group and replica
  * (at the step's start, the saved r0, and at its end, the values), the tree
@@ -100,32 +101,65 @@ int hyfi_stats_register(hyfi_graph *g)
     return cc->htab_oom ? -1 : 0;
 }
 
+/* Copies between replica k's packed buffer buf and n consecutive parts of it
+ * (part j: handle h[j], count[j] floats, named name[j]), into it (pack: the
+ * first copy writes it whole, W, then RW) or out of it (unpack), on place
+ * `place`. Without CUDA workers, one pack_slices / unpack_slices task per
+ * HYFI_SLICES_GROUP parts (the same copies: ResNet-56 had 346 pack and 346 unpack
+ * tasks a step for 2 replicas, each a task's cost for a few floats); with
+ * them, or in a simulation (whose models know copy_slice), one copy_slice
+ * task per part. Task names: the part's (the first of a group's), `what`
+ * (".allreduce.pack", ".unpack", ...), the replica. */
+static int emit_slices(hyfi_graph *g, program *P, starpu_data_handle_t buf, int n,
+                       const starpu_data_handle_t *h, const size_t *count,
+                       const char *const *name, int unpack, const char *what, int k, int place)
+{
+    const int prio = hyfi_clamp_prio(g->cc->pl->nticks + 1);
+    const int group = hyfi_slices_grouped(g) ? HYFI_SLICES_GROUP : 1;
+    char nm[128];
+    size_t off = 0;
+    for (int j = 0; j < n;) {
+        const int m = n - j < group ? n - j : group;
+        hyfi_task_args a = {.u.slice = {.count = count[j]}};
+        if (unpack) a.u.slice.src_off = off;
+        else a.u.slice.dst_off = off;
+        snprintf(nm, sizeof nm, "%.40s%s%s.r%d", name[j], what, m > 1 ? "_n" : "", k);
+        if (m == 1) {
+            TASK(&hyfi_cl_copy_slice, nm, &a);
+            if (unpack) W(h[j]), R(buf);
+            else hyfi_prog_buf(P, buf, j ? STARPU_RW : STARPU_W), R(h[j]);
+        } else {
+            a.u.slice.count = 0; /* (each part's own) */
+            TASK(unpack ? &hyfi_cl_unpack_slices : &hyfi_cl_pack_slices, nm, &a);
+            if (!unpack) hyfi_prog_buf(P, buf, j ? STARPU_RW : STARPU_W);
+            for (int i = j; i < j + m; i++) hyfi_prog_buf(P, h[i], unpack ? STARPU_W : STARPU_R);
+            if (unpack) R(buf);
+        }
+        hyfi_on_place(g, P, place, prio);
+        if (hyfi_collective_done(g, P)) return -1;
+        for (int i = j; i < j + m; i++) off += count[i];
+        j += m;
+    }
+    return 0;
+}
+
 /* Copies between each statistic of sg and replica k's packed buffer buf:
- * into it (pack, W then RW) or out of it (unpack). */
+ * into it (pack) or out of it (unpack). */
 static int stats_copy(hyfi_graph *g, program *P, const hyfi_sgroup *sg, int k,
                       starpu_data_handle_t buf, int unpack, const char *what)
 {
     const hyfi_plan *pl = g->cc->pl;
-    const int place = HYFI_PLACE(pl, k, pl->stage_place0[sg->stage]);
-    const int prio = hyfi_clamp_prio(pl->nticks + 1);
+    starpu_data_handle_t h[2 * HYFI_STATS_GROUP];
+    size_t count[2 * HYFI_STATS_GROUP];
+    const char *name[2 * HYFI_STATS_GROUP];
+    if (sg->n > 2 * HYFI_STATS_GROUP) return -1;
     for (int j = 0; j < sg->n; j++) {
         const hyfi_tensor *t = sg->t[j];
-        hyfi_task_args a = {.u.slice = {.count = t->numel}};
-        if (unpack) a.u.slice.src_off = sg->off[j];
-        else a.u.slice.dst_off = sg->off[j];
-        char nm[96];
-        snprintf(nm, sizeof nm, "%.40s.%s.r%d", t->name, what, k);
-        TASK(&hyfi_cl_copy_slice, nm, &a);
-        if (unpack) {
-            W(hyfi_slot(t->h, k)), R(buf);
-        } else {
-            hyfi_prog_buf(P, buf, j ? STARPU_RW : STARPU_W);
-            R(hyfi_slot(t->h, k));
-        }
-        hyfi_on_place(g, P, place, prio);
-        if (hyfi_collective_done(g, P)) return -1;
+        h[j] = hyfi_slot(t->h, k), count[j] = t->numel, name[j] = t->name;
+        if (sg->off[j] != (j ? sg->off[j - 1] + sg->t[j - 1]->numel : 0)) return -1;
     }
-    return 0;
+    return emit_slices(g, P, buf, sg->n, h, count, name, unpack, what, k,
+                       HYFI_PLACE(pl, k, pl->stage_place0[sg->stage]));
 }
 
 /* The merge tree of one running statistic (or a packed group of them) over
@@ -174,7 +208,7 @@ static int emit_stats_save_packed(hyfi_graph *g, program *P)
     for (int gi = 0; gi < g->cc->nsgroups; gi++) {
         const hyfi_sgroup *sg = &g->cc->sgroups[gi];
         for (int k = 0; k < R; k++)
-            if (g->cc->rep_want[k] && stats_copy(g, P, sg, k, hyfi_slot(sg->save, k), 0, "save"))
+            if (g->cc->rep_want[k] && stats_copy(g, P, sg, k, hyfi_slot(sg->save, k), 0, ".save"))
                 return -1;
     }
     return 0;
@@ -189,11 +223,11 @@ static int emit_stats_combine_packed(hyfi_graph *g, program *P)
         char name[48];
         snprintf(name, sizeof name, "running_stats.stage%d", sg->stage);
         for (int k = 0; k < R; k++)
-            if (want[k] && stats_copy(g, P, sg, k, hyfi_slot(sg->val, k), 0, "pack")) return -1;
+            if (want[k] && stats_copy(g, P, sg, k, hyfi_slot(sg->val, k), 0, ".pack")) return -1;
         if (emit_stats_tree(g, P, name, sg->val, sg->save, sg->numel, sg->a, sg->stage))
             return -1;
         for (int k = 0; k < R; k++)
-            if (want[k] && stats_copy(g, P, sg, k, hyfi_slot(sg->val, k), 1, "unpack")) return -1;
+            if (want[k] && stats_copy(g, P, sg, k, hyfi_slot(sg->val, k), 1, ".unpack")) return -1;
     }
     return 0;
 }
@@ -347,14 +381,13 @@ static int emit_allreduce_one(hyfi_graph *g, program *P, const char *name,
 int hyfi_emit_allreduce(hyfi_graph *g, program *P)
 {
     const hyfi_plan *pl = g->cc->pl;
-    const int R = pl->nrep, prio = hyfi_clamp_prio(pl->nticks + 1);
+    const int R = pl->nrep;
     if (R < 2) return 0;
     const unsigned char *want = g->cc->rep_want; /* share.c */
     const int kib = g->plan_cfg.bucket_kib;
     const size_t cap = kib < 0 ? 0 : (size_t)(kib ? kib : HYFI_BUCKET_KIB) * 1024;
     g->cc->buckets = calloc((size_t)g->nparams, sizeof *g->cc->buckets);
     if (!g->cc->buckets) return -1;
-    char nm[128];
     for (int i = g->nparams - 1; i >= 0; i--) {
         hyfi_tensor *p = g->params[i];
         if (!p->gwritten) continue;
@@ -401,32 +434,39 @@ int hyfi_emit_allreduce(hyfi_graph *g, program *P)
                          sizeof(float), hyfi_stage_rank(pl, k, b->stage), HC_ALLREDUCE, HYFI_KEEP,
                          bname, sfx, 0, 1);
             }
-        /* pack */
-        for (int k = 0; b->nparams > 1 && k < R; k++)
-            for (int j = 0, off = 0; want[k] && j < b->nparams;
-                 off += (int)b->params[j]->numel, j++) {
-                hyfi_tensor *p = b->params[j];
-                hyfi_task_args a = {.u.slice = {.count = p->numel, .dst_off = (size_t)off}};
-                snprintf(nm, sizeof nm, "%.30s.allreduce.pack.r%d", p->name, k);
-                TASK(&hyfi_cl_copy_slice, nm, &a);
-                hyfi_prog_buf(P, hyfi_slot(b->h, k), j ? STARPU_RW : STARPU_W);
-                R(hyfi_slot(p->gh, k));
-                hyfi_on_place(g, P, HYFI_PLACE(pl, k, pl->stage_place0[b->stage]), prio);
-                if (hyfi_collective_done(g, P)) return -1;
+        /* pack (and, after the all-reduce, unpack) */
+        starpu_data_handle_t *ph = NULL;
+        size_t *pc = NULL;
+        const char **pn = NULL;
+        if (b->nparams > 1) {
+            ph = malloc((size_t)b->nparams * sizeof *ph);
+            pc = malloc((size_t)b->nparams * sizeof *pc);
+            pn = malloc((size_t)b->nparams * sizeof *pn);
+            if (!ph || !pc || !pn) {
+                free(ph), free(pc), free(pn);
+                return -1;
             }
-        if (emit_allreduce_one(g, P, bname, b->h, b->arc, b->numel, b->stage)) return -1;
-        /* unpack */
-        for (int k = 0; b->nparams > 1 && k < R; k++)
-            for (int j = 0, off = 0; want[k] && j < b->nparams;
-                 off += (int)b->params[j]->numel, j++) {
-                hyfi_tensor *p = b->params[j];
-                hyfi_task_args a = {.u.slice = {.count = p->numel, .src_off = (size_t)off}};
-                snprintf(nm, sizeof nm, "%.30s.allreduce.unpack.r%d", p->name, k);
-                TASK(&hyfi_cl_copy_slice, nm, &a);
-                W(hyfi_slot(p->gh, k)), R(hyfi_slot(b->h, k));
-                hyfi_on_place(g, P, HYFI_PLACE(pl, k, pl->stage_place0[b->stage]), prio);
-                if (hyfi_collective_done(g, P)) return -1;
+        }
+        int bad = 0;
+        for (int k = 0; b->nparams > 1 && k < R && !bad; k++) {
+            if (!want[k]) continue;
+            for (int j = 0; j < b->nparams; j++) {
+                ph[j] = hyfi_slot(b->params[j]->gh, k);
+                pc[j] = b->params[j]->numel, pn[j] = b->params[j]->name;
             }
+            bad = emit_slices(g, P, hyfi_slot(b->h, k), b->nparams, ph, pc, pn, 0,
+                              ".allreduce.pack", k, HYFI_PLACE(pl, k, pl->stage_place0[b->stage]));
+        }
+        bad = bad || emit_allreduce_one(g, P, bname, b->h, b->arc, b->numel, b->stage);
+        for (int k = 0; b->nparams > 1 && k < R && !bad; k++) {
+            if (!want[k]) continue;
+            for (int j = 0; j < b->nparams; j++) ph[j] = hyfi_slot(b->params[j]->gh, k);
+            bad = emit_slices(g, P, hyfi_slot(b->h, k), b->nparams, ph, pc, pn, 1,
+                              ".allreduce.unpack", k,
+                              HYFI_PLACE(pl, k, pl->stage_place0[b->stage]));
+        }
+        free(ph), free(pc), free(pn);
+        if (bad) return -1;
     }
     return 0;
 }

@@ -321,6 +321,7 @@ static struct starpu_codelet *const g_sim_codelets[] = {
     &hyfi_cl_concat_backward, &hyfi_cl_fc_forward, &hyfi_cl_fc_backward_data,
     &hyfi_cl_fc_backward_weight, &hyfi_cl_xent_forward, &hyfi_cl_xent_backward,
     &hyfi_cl_sgd_update, &hyfi_cl_sgd_update_n, &hyfi_cl_copy_slice, &hyfi_cl_running_combine, &hyfi_cl_accumulate_n,
+    &hyfi_cl_pack_slices, &hyfi_cl_unpack_slices,
     &hyfi_cl_tile_assemble, &hyfi_cl_tile_scatter, &hyfi_cl_bn_stats, &hyfi_cl_bn_combine,
     &hyfi_cl_bn_bwd_stats, &hyfi_cl_bn_bwd_combine, &hyfi_cl_bn_bwd_apply,
     &hyfi_cl_redux_zero, &hyfi_cl_redux_add,

@@ -323,6 +323,9 @@ extern struct starpu_codelet hyfi_cl_sgd_update;
 extern struct starpu_codelet hyfi_cl_sgd_update_n; /* CPU only: groups of parameters */
 /* Replicas: copy_slice (dst, src); running_combine (x, r0, r_1 .. r_(R-1)). */
 extern struct starpu_codelet hyfi_cl_copy_slice, hyfi_cl_running_combine;
+/* CPU only: a packed buffer and its consecutive parts (replica_codelet.c):
+ * pack_slices (buf, part...), unpack_slices (part..., buf) */
+extern struct starpu_codelet hyfi_cl_pack_slices, hyfi_cl_unpack_slices;
 /* Spatial tiles: assemble (dst, src...), scatter (dst..., src); batch norm over
  * tiles: stats (part, x), combine (mean, var, run_mean, run_var, parts...),
  * bwd_stats (part, dy, x, mean), bwd_combine (tot, dgamma, dbeta, var,

@@ -8,7 +8,7 @@
  *   - in the compiled train program (its listing, hyfi_plan_config.dump_programs), with
  *     the dependencies StarPU derives from the submission order (read after
  *     write, write after read or write), no all-reduce task of the
- *     classifier's weight gradient (the first gradient the backward
+ *     classifier's bias gradient (the first gradient the backward
  *     completes) and some all-reduce task that adds or copies the other
  *     replica's gradient depend on the backward of the stem convolution (the
  *     last one): communication of late layers may run during the backward of
@@ -158,7 +158,9 @@ static int run(hyfi_ctx *ctx, const hyfi_plan_config *plan, const char *label)
     hyfi_op_info first;
     hyfi_graph_op_info(g, 0, &first);
     char fcw[128];
-    snprintf(fcw, sizeof fcw, "%s.allreduce", hyfi_tensor_name(hyfi_param(g, hyfi_param_count(g) - 2)));
+    /* the classifier's bias: the first parameter of the first bucket, whose
+     * name a grouped pack names (engine/reduce.c, emit_slices) */
+    snprintf(fcw, sizeof fcw, "%s.allreduce", hyfi_tensor_name(hyfi_param(g, hyfi_param_count(g) - 1)));
     double bwd0 = 1e300, bwd1 = -1, stem_end = -1, fc_ar = 1e300, ar_in = 0, ar_all = 0;
     int nar = 0, nar_in = 0, nremote_in = 0;
     for (size_t i = 0; i < n; i++) {
