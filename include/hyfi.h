@@ -573,8 +573,8 @@ typedef struct hyfi_plan_config {
                                than 4 replicas, where the tree has 3 levels or more (fewer
                                tasks: 2 per level and buffer instead of 2 per level and
                                statistic), and with 2 or more without CUDA workers (where a
-                               task copies a whole group into or out of its buffer). The same floats either way (hyfi-train:
-                               HYFI_PACK_STATS=1 / 0) */
+                               task copies a whole group into or out of its buffer). The
+                               same floats either way (hyfi-train: HYFI_PACK_STATS=1 / 0) */
     hyfi_recompute recompute; /* re-materialisation (--recompute), with every form above */
     /* Graph rewrites, each on by default (false) where it applies (CPU-only runs;
      * docs/architecture.md); none changes a result bit. Every rank must pass the
