@@ -364,19 +364,37 @@ static int touched(starpu_data_handle_t h)
     return 0;
 }
 
-/* (the rank's own handles too, where a task of another rank writes one and
- * nothing here ever touched it) */
-void hyfi_fake_fill(hyfi_graph *g)
+/* The handles that p's tasks on this rank read: those another rank owns, and
+ * the rank's own that nothing here ever touched (another rank's task writes
+ * them), each once. */
+void hyfi_fake_fill(hyfi_graph *g, const program *p)
 {
     hyfi_compiled *cc = g->cc;
+    const int me = g->ctx->rank;
     if (!g->ctx->fake_ranks) return;
-    for (int i = 0; i < cc->nhtab; i++) {
-        const hyfi_hentry *e = &cc->htab[i];
-        starpu_data_handle_t h = e->slot ? *e->slot : NULL;
-        if (!h || HYFI_HDEFERRED(h) || (e->owner == g->ctx->rank && touched(h))) continue;
-        if (starpu_data_acquire(h, STARPU_W)) continue;
-        void *p = starpu_data_get_local_ptr(h);
-        if (p) memset(p, 0, (size_t)starpu_vector_get_nx(h) * starpu_vector_get_elemsize(h));
-        starpu_data_release(h);
+    hyfi_hindex ids = {0};
+    unsigned char *seen = calloc((size_t)cc->nhtab + 1, 1);
+    if (!seen || hyfi_hindex_build(&ids, cc)) {
+        free(seen);
+        hyfi_hindex_free(&ids);
+        return;
     }
+    for (int i = 0; i < p->n; i++) {
+        const prog_task *t = &p->t[i];
+        if (t->kind != PT_TASK || t->rank != me || (p->skip && p->skip[i])) continue;
+        const struct starpu_data_descr *bufs = prog_cbufs(t);
+        for (int b = 0; b < t->nbuf; b++) {
+            starpu_data_handle_t h = bufs[b].handle;
+            const int k = (bufs[b].mode & STARPU_R) ? hyfi_hindex_of(&ids, h) : -1;
+            if (k < 0 || seen[k]) continue;
+            seen[k] = 1;
+            if (cc->htab[k].owner == me && touched(h)) continue;
+            if (starpu_data_acquire(h, STARPU_W)) continue;
+            void *ptr = starpu_data_get_local_ptr(h);
+            if (ptr) memset(ptr, 0, (size_t)starpu_vector_get_nx(h) * starpu_vector_get_elemsize(h));
+            starpu_data_release(h);
+        }
+    }
+    free(seen);
+    hyfi_hindex_free(&ids);
 }

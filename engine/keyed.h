@@ -73,12 +73,13 @@ void hyfi_handle_set_redux(hyfi_graph *g, starpu_data_handle_t h);
 int hyfi_handles_resolve(hyfi_graph *g);
 void hyfi_defer_free(hyfi_compiled *cc);
 /* Under StarPU-MPI's fake size (ctx->fake_ranks: one process stands for one
- * rank of a larger run), before each program runs: give every handle another
- * rank owns a zeroed copy here, since the receives that would fill it are not
- * made (and a release drops the copies at each step's end). Lets one rank of a plan far larger than the host run its own
- * share of the steps (its submission time, bench/submit_cost.sh --fake), on
- * values that mean nothing. */
-void hyfi_fake_fill(hyfi_graph *g);
+ * rank of a larger run), before program p runs: give the handles its tasks on
+ * this rank read, which another rank would have sent, a zeroed copy here,
+ * since StarPU-MPI makes no transfer in that mode (and a release drops the
+ * copies at each step's end). Lets one rank of a plan far larger than the
+ * host run its own share of the steps (its submission time,
+ * bench/submit_cost.sh --fake), on values that mean nothing. */
+void hyfi_fake_fill(hyfi_graph *g, const program *p);
 /* localise.c: a scoped rank's tiles read local copies of what every tile
  * reads, and readers of the tiles' partial sums flush them (see there). 0, or
  * -1 when out of memory. */

@@ -38,9 +38,9 @@ static hyfi_status program_run(hyfi_graph *g, program *p)
 {
     const int mpi = g->ctx->mpi, me = g->ctx->rank;
     if (g->ctx->trace_dir) hyfi_trace_mark_program(g->ctx);
-    hyfi_fake_fill(g);
     if (hyfi_skips_ready(g) < 0)
         return hyfi_call_fail(g, HYFI_ERR_NOMEM, "out of memory preparing a program");
+    hyfi_fake_fill(g, p);
     /* The submission's cost on this rank (-v, training steps): the CPU time
      * of this thread in the loop below, and the host's wall clock. Not
      * StarPU's clock: in a simulation that is simulated time, in which
