@@ -17,12 +17,11 @@
 # ranks' values are never sent (StarPU-MPI makes no transfer in that mode), so
 # what the rank receives is zeros (engine/keyed.c, hyfi_fake_fill) and the
 # losses mean nothing, but the tasks, their dependencies and the submission
-# are the real rank's. The tasks hardly depend on the image size (ResNet-56's
-# unit: the same counts at 64², 256² and 1,024², 5,502 on rank 0 of 16;
-# fewer at 128², 4,268, where the CPU layout pass chooses otherwise), so a
-# small --image-size gives a 1,024² plan's submission cost (check the task
-# counts of --compile-only at both sizes). --gems mast: units with GEMS's
-# mirrored copy (the scaling study's unit).
+# are the real rank's. The tasks do not depend on the image size (ResNet-56's
+# unit: the same counts at 64², 128², 256² and 1,024², 4,268 on rank 0 of
+# 16), so a small --image-size gives a 1,024² plan's submission cost (check
+# the counts of --compile-only at both sizes). --gems mast: units with
+# GEMS's mirrored copy (the scaling study's unit).
 # Each rank: 1 CPU worker (STARPU_NCPU=1), unbound. CPU time (not wall
 # time) is what is compared: with more ranks than cores the ranks wait for a
 # core, which the thread's CPU clock does not count. Per configuration: the
