@@ -173,7 +173,8 @@ static inline int hyfi_use_ring(const hyfi_graph *g, size_t n)
     const hyfi_allreduce a = g->plan_cfg.allreduce;
     if (a == HYFI_ALLREDUCE_RING) return n >= (size_t)g->cc->pl->nrep;
     if (a == HYFI_ALLREDUCE_TREE) return 0;
-    return n * sizeof(float) >= HYFI_RING_MIN_BYTES && n >= (size_t)g->cc->pl->nrep;
+    const size_t R = (size_t)g->cc->pl->nrep;
+    return n >= R && n * sizeof(float) / R >= HYFI_RING_MIN_CHUNK;
 }
 
 /* Chunk c of the ring: [c * n / R, (c+1) * n / R). */

@@ -388,7 +388,7 @@ static void allreduce(const hyfi_graph *g, const hyfi_pmodel *pm, const hyfi_pla
     const double nb = ceil(bytes / (cap > 0 ? cap : 1)), per = bytes / (nb > 0 ? nb : 1);
     const hyfi_allreduce how = g->plan_cfg.allreduce;
     const int ring = how == HYFI_ALLREDUCE_RING ||
-                     (how == HYFI_ALLREDUCE_AUTO && n > 2 && per >= HYFI_RING_MIN_BYTES);
+                     (how == HYFI_ALLREDUCE_AUTO && n > 2 && per / n >= HYFI_RING_MIN_CHUNK);
     const double steps = ring ? 2.0 * (n - 1) : 2.0 * ceil(log2((double)n));
     const double chunk = ring ? per / n : per;
     *bucket = steps * (lat + chunk / bw + pm->a[PM_ACC] + pm->c[PM_ACC] * 2 * chunk);

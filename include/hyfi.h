@@ -500,7 +500,8 @@ typedef enum hyfi_gems {
 } hyfi_gems;
 
 typedef enum hyfi_allreduce {
-    HYFI_ALLREDUCE_AUTO = 0, /* tree for small gradients (and 2 replicas), ring for large */
+    HYFI_ALLREDUCE_AUTO = 0, /* ring where a bucket's chunks (bytes / replicas) reach 1 MiB
+                                (large --bucket-kib), else tree */
     HYFI_ALLREDUCE_RING,     /* reduce-scatter + all-gather over chunks: 2 steps of n/R */
     HYFI_ALLREDUCE_TREE      /* binomial-tree reduce to replica 0, then broadcast back */
 } hyfi_allreduce;
