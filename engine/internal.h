@@ -33,10 +33,8 @@
  * three replicas' buffers. A task that would need more is a compile error
  * (program.overflow), never a silent overwrite. */
 #define HYFI_MAX_TASK_BUFFERS (HYFI_MAX_TILES + 8)
-/* HYFI_ALLREDUCE_AUTO: a bucket whose ring chunks (its bytes / replicas) are at
- * least this goes by ring, others by tree: the ring's 2 (R - 1) steps pay off
- * only where each moves enough to be bandwidth-bound (256 KiB buckets over 4
- * replicas: the tree 11% faster on simulated H100s, 4-6% on this host's CPUs). */
+/* HYFI_ALLREDUCE_AUTO: ring for a bucket whose chunks (bytes / replicas) reach
+ * this, tree otherwise: the ring's 2 (R - 1) steps pay only when bandwidth-bound. */
 #define HYFI_RING_MIN_CHUNK (1024 * 1024)
 /* Default all-reduce bucket (hyfi_plan_config.bucket_kib 0). */
 #define HYFI_BUCKET_KIB 256
