@@ -75,7 +75,6 @@ void hyfi_handles_free(hyfi_graph *g)
         hyfi_slots_free(sg->val);
         hyfi_slots_free(sg->save);
         free(sg->t);
-        free(sg->off);
     }
     free(g->cc->sgroups);
     g->cc->sgroups = NULL;

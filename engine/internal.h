@@ -95,8 +95,8 @@ typedef struct hyfi_sgroup {
     int stage;
     double a;          /* 1 - momentum */
     int n;             /* state tensors */
-    struct hyfi_tensor **t; /* in node order: a batch norm's mean, then its variance */
-    size_t *off;       /* their offsets in the packed buffers */
+    struct hyfi_tensor **t; /* in node order: a batch norm's mean, then its variance,
+                               side by side in the packed buffers */
     size_t numel;
     hyfi_slots *val;   /* nrep packed values */
     hyfi_slots *save;  /* nrep packed values at the step's start */

@@ -416,12 +416,13 @@ void hyfi_pstruct_free(hyfi_pstruct *ps)
  * place of each stage runs, as reduce.c emits them (the busiest replica's:
  * replica 0 merges at every level of a tree): each bucket of a stage's
  * gradients (parameters from the last, up to the bucket size) packed and
- * unpacked a parameter at a time (on CPUs 32 at a time), then split into R chunks, R - 1 reduce and
- * R - 1 gather steps and joined (ring), or one add per level (tree); each
- * running statistic saved (and, packed in groups of 16 beyond 4 replicas or
- * on CPUs, packed and unpacked: on CPUs a task per group), merged per level and group or statistic. Each is a
- * small task: on GPUs their fixed costs, thousands a step at 32 replicas,
- * are what a replica's device spends beyond its kernels. */
+ * unpacked a parameter at a time (on CPUs 32 at a time), then split into R
+ * chunks, R - 1 reduce and R - 1 gather steps and joined (ring), or one add
+ * per level (tree); each running statistic saved (and, packed in groups of 16
+ * beyond 4 replicas or on CPUs, packed and unpacked: on CPUs a task per
+ * group), merged per level and group or statistic. Each is a small task: on
+ * GPUs their fixed costs, thousands a step at 32 replicas, are what a
+ * replica's device spends beyond its kernels. */
 static void reduce_tasks(const hyfi_graph *g, const hyfi_pmodel *pm, const hyfi_plan *pl,
                          hyfi_pstruct *ps)
 {

@@ -71,12 +71,10 @@ int hyfi_stats_register(hyfi_graph *g)
             sg->stage = nd->stage;
             sg->a = a;
             sg->t = calloc(2 * (size_t)g->nnodes, sizeof *sg->t);
-            sg->off = calloc(2 * (size_t)g->nnodes, sizeof *sg->off);
-            if (!sg->t || !sg->off) return -1;
+            if (!sg->t) return -1;
         }
         for (int j = 2; j < 4; j++) {
-            sg->t[sg->n] = nd->p[j];
-            sg->off[sg->n++] = sg->numel;
+            sg->t[sg->n++] = nd->p[j];
             sg->numel += nd->p[j]->numel;
         }
     }
@@ -156,7 +154,6 @@ static int stats_copy(hyfi_graph *g, program *P, const hyfi_sgroup *sg, int k,
     for (int j = 0; j < sg->n; j++) {
         const hyfi_tensor *t = sg->t[j];
         h[j] = hyfi_slot(t->h, k), count[j] = t->numel, name[j] = t->name;
-        if (sg->off[j] != (j ? sg->off[j - 1] + sg->t[j - 1]->numel : 0)) return -1;
     }
     return emit_slices(g, P, buf, sg->n, h, count, name, unpack, what, k,
                        HYFI_PLACE(pl, k, pl->stage_place0[sg->stage]));
@@ -401,15 +398,23 @@ int hyfi_emit_allreduce(hyfi_graph *g, program *P)
         b->params[b->nparams++] = p;
         b->numel += p->numel;
     }
-    for (int bi = 0; bi < g->cc->nbuckets; bi++) {
+    /* a bucket's parts: their handles (of one replica), counts and names */
+    starpu_data_handle_t *ph = malloc((size_t)g->nparams * sizeof *ph);
+    size_t *pc = malloc((size_t)g->nparams * sizeof *pc);
+    const char **pn = malloc((size_t)g->nparams * sizeof *pn);
+    int bad = !ph || !pc || !pn;
+    for (int bi = 0; bi < g->cc->nbuckets && !bad; bi++) {
         hyfi_bucket *b = &g->cc->buckets[bi];
         const int ring = hyfi_use_ring(g, b->numel);
         char bname[HYFI_NAME_MAX];
         if (b->nparams == 1) snprintf(bname, sizeof bname, "%s", b->params[0]->name);
         else snprintf(bname, sizeof bname, "bucket%d", bi);
         b->h = hyfi_slots_new((size_t)R, &g->cc->htab_oom);
-        if (!b->h || (ring && !(b->arc = hyfi_slots_new((size_t)R * R, &g->cc->htab_oom)))) return -1;
-        for (int k = 0; k < R; k++) {
+        if (!b->h || (ring && !(b->arc = hyfi_slots_new((size_t)R * R, &g->cc->htab_oom)))) {
+            bad = 1;
+            break;
+        }
+        for (int k = 0; k < R && !bad; k++) {
             if (b->nparams == 1) {
                 /* all-reduced in place: the partners' gradients too, which the
                  * tensors' registration leaves to this (handles.c) */
@@ -417,8 +422,8 @@ int hyfi_emit_allreduce(hyfi_graph *g, program *P)
                 if (!hyfi_slot(p->gh, k) && want[k]) hyfi_handle_need(g, p, 1, 0, k);
                 if (hyfi_slot(p->gh, k)) {
                     starpu_data_handle_t *c = hyfi_slot_at(b->h, k);
-                    if (!c) return -1;
-                    *c = hyfi_slot(p->gh, k);
+                    if (c) *c = hyfi_slot(p->gh, k);
+                    else bad = 1;
                 }
                 continue;
             }
@@ -435,25 +440,10 @@ int hyfi_emit_allreduce(hyfi_graph *g, program *P)
                          bname, sfx, 0, 1);
             }
         /* pack (and, after the all-reduce, unpack) */
-        starpu_data_handle_t *ph = NULL;
-        size_t *pc = NULL;
-        const char **pn = NULL;
-        if (b->nparams > 1) {
-            ph = malloc((size_t)b->nparams * sizeof *ph);
-            pc = malloc((size_t)b->nparams * sizeof *pc);
-            pn = malloc((size_t)b->nparams * sizeof *pn);
-            if (!ph || !pc || !pn) {
-                free(ph), free(pc), free(pn);
-                return -1;
-            }
-        }
-        int bad = 0;
+        for (int j = 0; j < b->nparams; j++) pc[j] = b->params[j]->numel, pn[j] = b->params[j]->name;
         for (int k = 0; b->nparams > 1 && k < R && !bad; k++) {
             if (!want[k]) continue;
-            for (int j = 0; j < b->nparams; j++) {
-                ph[j] = hyfi_slot(b->params[j]->gh, k);
-                pc[j] = b->params[j]->numel, pn[j] = b->params[j]->name;
-            }
+            for (int j = 0; j < b->nparams; j++) ph[j] = hyfi_slot(b->params[j]->gh, k);
             bad = emit_slices(g, P, hyfi_slot(b->h, k), b->nparams, ph, pc, pn, 0,
                               ".allreduce.pack", k, HYFI_PLACE(pl, k, pl->stage_place0[b->stage]));
         }
@@ -465,10 +455,9 @@ int hyfi_emit_allreduce(hyfi_graph *g, program *P)
                               ".allreduce.unpack", k,
                               HYFI_PLACE(pl, k, pl->stage_place0[b->stage]));
         }
-        free(ph), free(pc), free(pn);
-        if (bad) return -1;
     }
-    return 0;
+    free(ph), free(pc), free(pn);
+    return bad ? -1 : 0;
 }
 
 /* Sources of one health task at most: a task per HEALTH_CHUNK parameters
