@@ -11,9 +11,10 @@
  * The infer program is the forward with batch norm on running statistics;
  * fwd_train is the train program's forward alone.
  *
- * Handles are registered through keyed.c by handles.c and spatial_reg.c,
- * by this file (re-materialisation's fences and statistics), by reduce.c
- * (buckets, ring chunks) and by localise.c (local copies); a scoped rank's
+ * Handles are registered through keyed.c, before the lowerings, by handles.c
+ * and spatial_reg.c, by this file (re-materialisation's fences and
+ * statistics) and by buckets.c (statistics groups, all-reduce buckets, ring
+ * chunks), and after them by localise.c (local copies); a scoped rank's
  * tile-family ones are deferred until its programs are cut to its share
  * (localise.c rewrites their tiles' reads first); the step's collectives (replicas'
  * all-reduce and running statistics, health sums) are emitted by reduce.c.
@@ -28,10 +29,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-/* Parameters per SGD task without CUDA workers (4 buffers each, within
- * HYFI_MAX_TASK_BUFFERS) */
-#define SGD_GROUP 16
 
 /* Handles of micro-batch m. */
 #define HV(t) TH((t), e->m)
@@ -495,38 +492,7 @@ static int build_train(hyfi_graph *g, const int *first)
     program *P = ec.P;
     if (hyfi_spatial_param_sums(e)) return -1;
     if (hyfi_emit_state_combine(g, P) || hyfi_emit_allreduce(g, P)) return -1;
-    /* Without CUDA workers, consecutive parameters of a stage share a task
-     * (hyfi_cl_sgd_update_n, SGD_GROUP at most): the same updates, fewer tasks.
-     * Not in a simulation, whose sampled performance models know sgd_update. */
-    const int group = g->ctx->ncuda > 0 || HYFI_SIMULATION ? 1 : SGD_GROUP;
-    for (int k = 0; k < pl->nrep; k++)
-        for (int i = 0; i < g->nparams && g->cc->rep_mine[k];) {
-            hyfi_tensor *p = g->params[i];
-            if (!p->gwritten) { /* not on the loss's path: left alone, as PyTorch does */
-                i++;
-                continue;
-            }
-            int n = 1, end = i + 1;
-            while (n < group && end < g->nparams &&
-                   (!g->params[end]->gwritten || g->params[end]->stage == p->stage)) {
-                n += g->params[end]->gwritten;
-                end++;
-            }
-            hyfi_task_args a = {.u.sgd = {.count = p->numel, .lr = g->train.lr,
-                                          .momentum = g->train.momentum,
-                                          .weight_decay = g->train.weight_decay}};
-            char nm[128];
-            const char *sfx = n > 1 ? "sgd_n" : "sgd";
-            if (pl->nrep > 1) snprintf(nm, sizeof nm, "%.40s.%s.r%d", p->name, sfx, k);
-            else snprintf(nm, sizeof nm, "%.50s.%s", p->name, sfx);
-            TASK(n > 1 ? &hyfi_cl_sgd_update_n : &hyfi_cl_sgd_update, nm, &a);
-            for (int j = i; j < end; j++) {
-                hyfi_tensor *q = g->params[j];
-                if (q->gwritten) RW(hyfi_slot(q->h, k)), RW(hyfi_slot(q->mh, k)), W(hyfi_slot(q->nmh, k)), R(hyfi_slot(q->gh, k));
-            }
-            hyfi_on_place(g, P, HYFI_PLACE(pl, k, pl->stage_place0[p->stage]), 0);
-            i = end;
-        }
+    if (hyfi_emit_sgd(g, P)) return -1;
     if (hyfi_emit_health(g, P)) return -1;
     return 0;
 }
@@ -732,7 +698,7 @@ hyfi_status hyfi_graph_compile(hyfi_graph *g, hyfi_tensor *loss, const hyfi_trai
     s = hyfi_register_tensors(g);
     if (s == HYFI_OK && (g->cc->htab_oom || hyfi_spatial_register(g) || g->cc->htab_oom ||
                          register_recompute(g) || hyfi_stats_register(g) ||
-                         hyfi_release_index(g)))
+                         hyfi_buckets_register(g) || hyfi_release_index(g)))
         s = key_failure(g);
     if (s != HYFI_OK) {
         hyfi_compiled_free(g);
@@ -773,6 +739,11 @@ hyfi_status hyfi_graph_compile(hyfi_graph *g, hyfi_tensor *loss, const hyfi_trai
                                "use a smaller batch or fewer tiles, micro-batches or replicas");
         else
             s = hyfi_graph_fail(g, HYFI_ERR_NOMEM, "out of memory building the task programs");
+    } else if (hyfi_buckets_check(g)) {
+        s = hyfi_graph_fail(g, HYFI_ERR_RUNTIME,
+                           "internal error: the parameters whose gradients the backward wrote are "
+                           "not the all-reduce's (buckets.c); please report it with the command "
+                           "line");
     } else if (hyfi_programs_localise(g)) {
         s = hyfi_graph_fail(g, HYFI_ERR_NOMEM, "out of memory localising the tiles' reads");
     } else {

@@ -96,9 +96,16 @@ static inline int hyfi_stats_packed(const hyfi_graph *g)
 {
     return hyfi_stats_packed_on(g, hyfi_slices_grouped(g));
 }
-/* reduce.c: the packed running statistics' groups and their handles (none
- * unless hyfi_stats_packed). 0, or -1 out of memory. */
+/* buckets.c, before the lowerings: the packed running statistics' groups and
+ * their handles (none unless hyfi_stats_packed); which tensors receive a
+ * gradient (flow[t->id], a pure function of the graph); the all-reduce's
+ * buckets and their handles (replicas). 0, or -1 out of memory. After the
+ * lowerings, hyfi_buckets_check: -1 if the parameters whose gradients the
+ * tasks wrote are not the buckets' (a fault of the engine). */
 int hyfi_stats_register(hyfi_graph *g);
+int hyfi_grad_flow(const hyfi_graph *g, unsigned char *flow);
+int hyfi_buckets_register(hyfi_graph *g);
+int hyfi_buckets_check(const hyfi_graph *g);
 /* Scoped compile (share.c; hyfi_key_wanted: keyed.c). */
 int hyfi_scope_init(hyfi_graph *g);
 void hyfi_scope_free(hyfi_compiled *cc);
@@ -195,6 +202,7 @@ int hyfi_add_grad_alias(const emit_ctx *e, const node *nd, int i, const hyfi_ten
 int hyfi_emit_state_save(hyfi_graph *g, program *P);
 int hyfi_emit_state_combine(hyfi_graph *g, program *P);
 int hyfi_emit_allreduce(hyfi_graph *g, program *P);
+int hyfi_emit_sgd(hyfi_graph *g, program *P);
 int hyfi_emit_health(hyfi_graph *g, program *P);
 
 #endif

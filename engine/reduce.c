@@ -1,6 +1,7 @@
 /* The end of a train step, across replicas and ranks: saving and combining
  * batch norm's running statistics over replicas, all-reducing the gradients
- * (ring or tree, in buckets), and adding up the step's health sums. */
+ * (ring or tree, in the buckets buckets.c formed), the SGD updates, and adding
+ * up the step's health sums. */
 #include "emit.h"
 
 #include <starpu_mpi.h>
@@ -41,64 +42,6 @@
  * merges per group of 16 instead of 6 per statistic), for 3 copies per statistic
  * and replica (the save, as before, the pack, the unpack). Every float is
  * merged as before, in the same order: the same results. */
-/* Statistics per packed group: a group's merges start once its last batch
- * norm's forward is done, so a stage's statistics go in groups of batch norms
- * in forward order, the first merging while the later layers still run (one
- * group per stage kept ResNet-56's 64-replica tree, 6 levels, from starting
- * before the stage's whole forward, and made its steps slower than merging
- * each statistic) */
-
-int hyfi_stats_register(hyfi_graph *g)
-{
-    if (!hyfi_stats_packed(g)) return 0;
-    hyfi_compiled *cc = g->cc;
-    const hyfi_plan *pl = cc->pl;
-    const int R = pl->nrep;
-    if (!(cc->sgroups = calloc((size_t)g->nnodes + 1, sizeof *cc->sgroups))) return -1;
-    for (int i = 0; i < g->nnodes; i++) {
-        const node *nd = &g->nodes[i];
-        if (!hyfi_op_batch_statistics(nd)) continue;
-        const double a = 1.0 - (double)nd->a.bn.momentum;
-        /* the stage's open group of this momentum, while it has fewer than
-         * HYFI_STATS_GROUP statistics (the batch norms in forward order) */
-        hyfi_sgroup *sg = NULL;
-        for (int j = 0; j < cc->nsgroups && !sg; j++)
-            if (cc->sgroups[j].stage == nd->stage && cc->sgroups[j].a == a &&
-                cc->sgroups[j].n < HYFI_STATS_GROUP)
-                sg = &cc->sgroups[j];
-        if (!sg) {
-            sg = &cc->sgroups[cc->nsgroups++];
-            sg->stage = nd->stage;
-            sg->a = a;
-            sg->t = calloc(2 * (size_t)g->nnodes, sizeof *sg->t);
-            if (!sg->t) return -1;
-        }
-        for (int j = 2; j < 4; j++) {
-            sg->t[sg->n++] = nd->p[j];
-            sg->numel += nd->p[j]->numel;
-        }
-    }
-    for (int gi = 0; gi < cc->nsgroups; gi++) {
-        hyfi_sgroup *sg = &cc->sgroups[gi];
-        sg->val = hyfi_slots_new((size_t)R, &cc->htab_oom);
-        sg->save = hyfi_slots_new((size_t)R, &cc->htab_oom);
-        if (!sg->val || !sg->save) return -1;
-        char sfx[48];
-        for (int k = 0; k < R; k++) {
-            const int owner = hyfi_stage_rank(pl, k, sg->stage);
-            snprintf(sfx, sizeof sfx, ".stage%d.group%d", sg->stage, gi);
-            hyfi_reg_at(g, sg->val, k, HYFI_KEY_R(HK_SVAL, gi, k, k), NULL, sg->numel,
-                        sizeof(float), owner, HC_ALLREDUCE, HYFI_KEEP, "running_stats", sfx, k,
-                        R);
-            snprintf(sfx, sizeof sfx, ".stage%d.group%d.start", sg->stage, gi);
-            hyfi_reg_at(g, sg->save, k, HYFI_KEY_R(HK_SSAVE, gi, k, k), NULL, sg->numel,
-                        sizeof(float), owner, HC_ALLREDUCE, HYFI_KEEP, "running_stats", sfx, k,
-                        R);
-        }
-    }
-    return cc->htab_oom ? -1 : 0;
-}
-
 /* Copies between replica k's packed buffer buf and n consecutive parts of it
  * (part j: handle h[j], count[j] floats, named name[j]), into it (pack: the
  * first copy writes it whole, W, then RW) or out of it (unpack), on place
@@ -381,23 +324,6 @@ int hyfi_emit_allreduce(hyfi_graph *g, program *P)
     const int R = pl->nrep;
     if (R < 2) return 0;
     const unsigned char *want = g->cc->rep_want; /* share.c */
-    const int kib = g->plan_cfg.bucket_kib;
-    const size_t cap = kib < 0 ? 0 : (size_t)(kib ? kib : HYFI_BUCKET_KIB) * 1024;
-    g->cc->buckets = calloc((size_t)g->nparams, sizeof *g->cc->buckets);
-    if (!g->cc->buckets) return -1;
-    for (int i = g->nparams - 1; i >= 0; i--) {
-        hyfi_tensor *p = g->params[i];
-        if (!p->gwritten) continue;
-        hyfi_bucket *b = g->cc->nbuckets ? &g->cc->buckets[g->cc->nbuckets - 1] : NULL;
-        if (!b || b->stage != p->stage || (b->numel + p->numel) * sizeof(float) > cap) {
-            b = &g->cc->buckets[g->cc->nbuckets++];
-            b->stage = p->stage;
-            b->params = calloc((size_t)g->nparams, sizeof *b->params);
-            if (!b->params) return -1;
-        }
-        b->params[b->nparams++] = p;
-        b->numel += p->numel;
-    }
     /* a bucket's parts: their handles (of one replica), counts and names */
     starpu_data_handle_t *ph = malloc((size_t)g->nparams * sizeof *ph);
     size_t *pc = malloc((size_t)g->nparams * sizeof *pc);
@@ -405,40 +331,9 @@ int hyfi_emit_allreduce(hyfi_graph *g, program *P)
     int bad = !ph || !pc || !pn;
     for (int bi = 0; bi < g->cc->nbuckets && !bad; bi++) {
         hyfi_bucket *b = &g->cc->buckets[bi];
-        const int ring = hyfi_use_ring(g, b->numel);
         char bname[HYFI_NAME_MAX];
         if (b->nparams == 1) snprintf(bname, sizeof bname, "%s", b->params[0]->name);
         else snprintf(bname, sizeof bname, "bucket%d", bi);
-        b->h = hyfi_slots_new((size_t)R, &g->cc->htab_oom);
-        if (!b->h || (ring && !(b->arc = hyfi_slots_new((size_t)R * R, &g->cc->htab_oom)))) {
-            bad = 1;
-            break;
-        }
-        for (int k = 0; k < R && !bad; k++) {
-            if (b->nparams == 1) {
-                /* all-reduced in place: the partners' gradients too, which the
-                 * tensors' registration leaves to this (handles.c) */
-                hyfi_tensor *p = b->params[0];
-                if (!hyfi_slot(p->gh, k) && want[k]) hyfi_handle_need(g, p, 1, 0, k);
-                if (hyfi_slot(p->gh, k)) {
-                    starpu_data_handle_t *c = hyfi_slot_at(b->h, k);
-                    if (c) *c = hyfi_slot(p->gh, k);
-                    else bad = 1;
-                }
-                continue;
-            }
-            hyfi_reg_at(g, b->h, k, HYFI_KEY_R(HK_BUCKET, bi, k, k), NULL, b->numel, sizeof(float), hyfi_stage_rank(pl, k, b->stage),
-                     HC_ALLREDUCE, HYFI_KEEP, bname, ".grad", k, R);
-        }
-        for (int k = 0; ring && k < R; k++)
-            for (int c = 0; c < R; c++) {
-                char sfx[48];
-                snprintf(sfx, sizeof sfx, ".grad.r%d.chunk%d", k, c);
-                hyfi_reg_at(g, b->arc, k * R + c, HYFI_KEY_R(HK_ARC, bi, (size_t)k * R + c, k), NULL,
-                         hyfi_chunk_lo(b->numel, R, c + 1) - hyfi_chunk_lo(b->numel, R, c),
-                         sizeof(float), hyfi_stage_rank(pl, k, b->stage), HC_ALLREDUCE, HYFI_KEEP,
-                         bname, sfx, 0, 1);
-            }
         /* pack (and, after the all-reduce, unpack) */
         for (int j = 0; j < b->nparams; j++) pc[j] = b->params[j]->numel, pn[j] = b->params[j]->name;
         for (int k = 0; b->nparams > 1 && k < R && !bad; k++) {
@@ -458,6 +353,52 @@ int hyfi_emit_allreduce(hyfi_graph *g, program *P)
     }
     free(ph), free(pc), free(pn);
     return bad ? -1 : 0;
+}
+
+/* Parameters per SGD task without CUDA workers (4 buffers each, within
+ * HYFI_MAX_TASK_BUFFERS) */
+#define SGD_GROUP 16
+
+/* The SGD update of every parameter that received a gradient, per replica on
+ * its stage's place. */
+int hyfi_emit_sgd(hyfi_graph *g, program *P)
+{
+    const hyfi_plan *pl = g->cc->pl;
+    /* Without CUDA workers, consecutive parameters of a stage share a task
+     * (hyfi_cl_sgd_update_n, SGD_GROUP at most): the same updates, fewer tasks.
+     * Not in a simulation, whose sampled performance models know sgd_update. */
+    const int group = g->ctx->ncuda > 0 || HYFI_SIMULATION ? 1 : SGD_GROUP;
+    for (int k = 0; k < pl->nrep; k++)
+        for (int i = 0; i < g->nparams && g->cc->rep_mine[k];) {
+            hyfi_tensor *p = g->params[i];
+            if (!p->gwritten) { /* not on the loss's path: left alone, as PyTorch does */
+                i++;
+                continue;
+            }
+            int n = 1, end = i + 1;
+            while (n < group && end < g->nparams &&
+                   (!g->params[end]->gwritten || g->params[end]->stage == p->stage)) {
+                n += g->params[end]->gwritten;
+                end++;
+            }
+            hyfi_task_args a = {.u.sgd = {.count = p->numel, .lr = g->train.lr,
+                                          .momentum = g->train.momentum,
+                                          .weight_decay = g->train.weight_decay}};
+            char nm[128];
+            const char *sfx = n > 1 ? "sgd_n" : "sgd";
+            if (pl->nrep > 1) snprintf(nm, sizeof nm, "%.40s.%s.r%d", p->name, sfx, k);
+            else snprintf(nm, sizeof nm, "%.50s.%s", p->name, sfx);
+            TASK(n > 1 ? &hyfi_cl_sgd_update_n : &hyfi_cl_sgd_update, nm, &a);
+            for (int j = i; j < end; j++) {
+                hyfi_tensor *q = g->params[j];
+                if (!q->gwritten) continue;
+                RW(hyfi_slot(q->h, k)), RW(hyfi_slot(q->mh, k));
+                W(hyfi_slot(q->nmh, k)), R(hyfi_slot(q->gh, k));
+            }
+            hyfi_on_place(g, P, HYFI_PLACE(pl, k, pl->stage_place0[p->stage]), 0);
+            i = end;
+        }
+    return 0;
 }
 
 /* Sources of one health task at most: a task per HEALTH_CHUNK parameters

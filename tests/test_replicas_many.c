@@ -250,6 +250,56 @@ static int check_plans(hyfi_ctx *ctx, const run_result *want)
     return failed;
 }
 
+/* A branch off the loss's path (a convolution and a batch norm whose output
+ * the loss does not read) under replicas: its parameters receive no gradient,
+ * so no bucket holds them (engine/buckets.c decides it from the graph before
+ * the lowerings, and the compile checks it against the gradients the
+ * backward wrote), and SGD leaves them alone, as PyTorch does; the trained
+ * parameters move. */
+static void check_dead_branch(hyfi_ctx *ctx, const hyfi_plan_config *plan, const char *what)
+{
+    hyfi_graph *g;
+    hyfi_graph_create(ctx, 7, &g);
+    hyfi_tensor *x = hyfi_input(g, "image", 8, 3, IMAGE, IMAGE);
+    hyfi_tensor *y = hyfi_labels(g, "label", 8);
+    const hyfi_conv2d_params cp = {.out_channels = 4, .kernel_h = 3, .kernel_w = 3,
+                                   .pad_h = 1, .pad_w = 1, .bias = true};
+    hyfi_tensor *dead = hyfi_conv2d(g, "dead", x, cp);
+    hyfi_batchnorm(g, "dead_bn", dead, (hyfi_batchnorm_params){0});
+    hyfi_tensor *h = hyfi_relu(g, "relu", hyfi_conv2d(g, "conv", x, cp));
+    h = hyfi_fc(g, "fc", hyfi_global_avgpool(g, "gap", h),
+                (hyfi_fc_params){.out_features = 10, .bias = true});
+    hyfi_tensor *loss = hyfi_softmax_cross_entropy(g, "loss", h, y);
+    hyfi_train_config tc = {.lr = 0.05f, .momentum = 0.9f, .weight_decay = 5e-4f};
+    int bad = hyfi_graph_status(g) != HYFI_OK || hyfi_graph_set_plan(g, plan) != HYFI_OK ||
+              hyfi_graph_compile(g, loss, &tc) != HYFI_OK;
+    if (bad) printf("%s: %s\n", what, hyfi_graph_error(g));
+    float before[2][108], after[2][108], xb[8 * 3 * IMAGE * IMAGE], l = 0;
+    int32_t yb[8];
+    uint64_t st = 99;
+    tu_fill(xb, sizeof xb / sizeof *xb, &st, -1.f, 1.f);
+    for (int i = 0; i < 8; i++) yb[i] = tu_randint(&st, 0, 9);
+    hyfi_tensor *w[2] = {NULL, NULL};
+    for (int i = 0; i < hyfi_param_count(g) && !bad; i++) {
+        const char *n = hyfi_tensor_name(hyfi_param(g, i));
+        if (!strcmp(n, "dead.weight")) w[0] = hyfi_param(g, i);
+        if (!strcmp(n, "conv.weight")) w[1] = hyfi_param(g, i);
+    }
+    bad = bad || !w[0] || !w[1];
+    for (int k = 0; k < 2 && !bad; k++) bad = hyfi_tensor_read(g, w[k], before[k], 108) != HYFI_OK;
+    bad = bad || hyfi_set_input(g, x, xb, sizeof xb / sizeof *xb) != HYFI_OK ||
+          hyfi_set_labels(g, y, yb, 8) != HYFI_OK || hyfi_train_step(g, &l) != HYFI_OK;
+    for (int k = 0; k < 2 && !bad; k++) bad = hyfi_tensor_read(g, w[k], after[k], 108) != HYFI_OK;
+    const int dead_same = !bad && !memcmp(before[0], after[0], sizeof before[0]);
+    const int live_moved = !bad && memcmp(before[1], after[1], sizeof before[1]) != 0;
+    if (hyfi_ctx_rank(ctx) == 0)
+        printf("%s, a branch off the loss's path: %s; its weights %s, the trained ones %s\n",
+               what, bad ? hyfi_last_error() : "compiled and trained",
+               dead_same ? "unchanged" : "CHANGED", live_moved ? "moved" : "DID NOT MOVE");
+    tu_check(bad || !dead_same || !live_moved, what);
+    hyfi_graph_destroy(g);
+}
+
 /* Too many replicas: refused at hyfi_graph_set_plan with the fix. */
 static void check_refused(hyfi_ctx *ctx)
 {
@@ -298,6 +348,10 @@ int main(int argc, char **argv)
     if (!rc && strcmp(mode, "ref")) {
         check_plans(ctx, &ref);
         if (hyfi_ctx_rank(ctx) == 0 && !mpi) check_refused(ctx);
+        check_dead_branch(ctx, &(hyfi_plan_config){.data_parallel = 4}, "4 replicas");
+        check_dead_branch(ctx, &(hyfi_plan_config){.stages = 2, .gems = HYFI_GEMS_MAST,
+                                                   .data_parallel = 2},
+                          "GEMS x 2 replicas, 2 stages");
     }
     if (!rc) free_result(&ref);
     hyfi_ctx_destroy(ctx);
