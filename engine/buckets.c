@@ -5,7 +5,7 @@
  * step end's tasks over them.
  *
  * Which parameters receive a gradient is a pure function of the graph
- * (hyfi_grad_flow): the loss's reach backwards through the ops, by the rule the
+ * (grad_flow): the loss's reach backwards through the ops, by the rule the
  * lowerings follow (compile.c, build_train: an op's backward runs when its
  * output, or its fused ReLU's, received a gradient; it writes the gradients of
  * its parameters and of the inputs that need one). After the lowerings,
@@ -73,11 +73,11 @@ int hyfi_stats_register(hyfi_graph *g)
     return cc->htab_oom ? -1 : 0;
 }
 
-int hyfi_grad_flow(const hyfi_graph *g, unsigned char *flow)
+/* flow[t->id]: tensor t receives a gradient in the backward. The nodes are in
+ * the order they were built (every input before its readers), so walking them
+ * backwards sees every reader of a tensor before its maker. */
+static void grad_flow(const hyfi_graph *g, unsigned char *flow)
 {
-    /* flow[t->id]: tensor t receives a gradient in the backward. The nodes
-     * are in the order they were built (every input before its readers), so
-     * walking them backwards sees every reader of a tensor before its maker. */
     for (int i = 0; i < g->ntensors; i++) flow[i] = 0;
     flow[g->loss->id] = 1;
     for (int i = g->nnodes - 1; i >= 0; i--) {
@@ -89,7 +89,6 @@ int hyfi_grad_flow(const hyfi_graph *g, unsigned char *flow)
         for (int k = 0; k < 2 && hyfi_op_param_grads(nd); k++)
             if (nd->p[k]) flow[nd->p[k]->id] = 1;
     }
-    return 0;
 }
 
 /* Gradients travel in buckets: the parameters of one stage, in the order the
@@ -104,7 +103,8 @@ int hyfi_buckets_register(hyfi_graph *g)
     if (R < 2) return 0;
     const unsigned char *want = g->cc->rep_want; /* share.c */
     unsigned char *flow = malloc((size_t)g->ntensors);
-    if (!flow || hyfi_grad_flow(g, flow)) goto fail;
+    if (!flow) return -1;
+    grad_flow(g, flow);
     const int kib = g->plan_cfg.bucket_kib;
     const size_t cap = kib < 0 ? 0 : (size_t)(kib ? kib : HYFI_BUCKET_KIB) * 1024;
     g->cc->buckets = calloc((size_t)g->nparams, sizeof *g->cc->buckets);
@@ -128,8 +128,7 @@ int hyfi_buckets_register(hyfi_graph *g)
         hyfi_bucket *b = &g->cc->buckets[bi];
         const int ring = hyfi_use_ring(g, b->numel);
         char bname[HYFI_NAME_MAX];
-        if (b->nparams == 1) snprintf(bname, sizeof bname, "%s", b->params[0]->name);
-        else snprintf(bname, sizeof bname, "bucket%d", bi);
+        hyfi_bucket_name(b, bi, bname, sizeof bname);
         b->h = hyfi_slots_new((size_t)R, &g->cc->htab_oom);
         if (!b->h || (ring && !(b->arc = hyfi_slots_new((size_t)R * R, &g->cc->htab_oom))))
             return -1;
@@ -167,12 +166,13 @@ fail:
 
 int hyfi_buckets_check(const hyfi_graph *g)
 {
+    if (g->cc->pl->nrep < 2) return 0;
     int n = 0;
     for (int bi = 0; bi < g->cc->nbuckets; bi++)
         for (int j = 0; j < g->cc->buckets[bi].nparams; j++) {
             if (!g->cc->buckets[bi].params[j]->gwritten) return -1;
             n++;
         }
-    for (int i = 0; i < g->nparams && g->cc->pl->nrep > 1; i++) n -= g->params[i]->gwritten;
+    for (int i = 0; i < g->nparams; i++) n -= g->params[i]->gwritten;
     return n ? -1 : 0;
 }

@@ -1,13 +1,15 @@
 /* Emitting tasks into programs and registering their data: shared by the
  * lowerings (through opdef.h and spatial_impl.h), the compile driver, the
  * registrar and the files that register or rewrite handles (handles.c,
- * keyed.c, reduce.c, localise.c, share.c, program.c, traffic.c,
+ * keyed.c, reduce.c, buckets.c, localise.c, share.c, program.c, traffic.c,
  * grad_forward.c). */
 #ifndef HYFI_ENGINE_EMIT_H
 #define HYFI_ENGINE_EMIT_H
 
 #include "keys.h"
 #include "internal.h"
+
+#include <stdio.h>
 
 /* Where and how the tasks being emitted run: micro-batch m of a stage event. */
 typedef struct emit_ctx_s {
@@ -97,15 +99,20 @@ static inline int hyfi_stats_packed(const hyfi_graph *g)
     return hyfi_stats_packed_on(g, hyfi_slices_grouped(g));
 }
 /* buckets.c, before the lowerings: the packed running statistics' groups and
- * their handles (none unless hyfi_stats_packed); which tensors receive a
- * gradient (flow[t->id], a pure function of the graph); the all-reduce's
- * buckets and their handles (replicas). 0, or -1 out of memory. After the
- * lowerings, hyfi_buckets_check: -1 if the parameters whose gradients the
- * tasks wrote are not the buckets' (a fault of the engine). */
+ * their handles (none unless hyfi_stats_packed); the all-reduce's buckets of
+ * the parameters that receive a gradient (a pure function of the graph) and
+ * their handles (replicas). 0, or -1 out of memory. After the lowerings,
+ * hyfi_buckets_check: -1 if the parameters whose gradients the tasks wrote
+ * are not the buckets' (a fault of the engine). */
 int hyfi_stats_register(hyfi_graph *g);
-int hyfi_grad_flow(const hyfi_graph *g, unsigned char *flow);
 int hyfi_buckets_register(hyfi_graph *g);
 int hyfi_buckets_check(const hyfi_graph *g);
+/* Bucket bi's handle name: its parameter's, or "bucketN" for several. */
+static inline void hyfi_bucket_name(const hyfi_bucket *b, int bi, char *out, size_t len)
+{
+    if (b->nparams == 1) snprintf(out, len, "%s", b->params[0]->name);
+    else snprintf(out, len, "bucket%d", bi);
+}
 /* Scoped compile (share.c; hyfi_key_wanted: keyed.c). */
 int hyfi_scope_init(hyfi_graph *g);
 void hyfi_scope_free(hyfi_compiled *cc);

@@ -332,8 +332,7 @@ int hyfi_emit_allreduce(hyfi_graph *g, program *P)
     for (int bi = 0; bi < g->cc->nbuckets && !bad; bi++) {
         hyfi_bucket *b = &g->cc->buckets[bi];
         char bname[HYFI_NAME_MAX];
-        if (b->nparams == 1) snprintf(bname, sizeof bname, "%s", b->params[0]->name);
-        else snprintf(bname, sizeof bname, "bucket%d", bi);
+        hyfi_bucket_name(b, bi, bname, sizeof bname);
         /* pack (and, after the all-reduce, unpack) */
         for (int j = 0; j < b->nparams; j++) pc[j] = b->params[j]->numel, pn[j] = b->params[j]->name;
         for (int k = 0; b->nparams > 1 && k < R && !bad; k++) {
