@@ -54,20 +54,15 @@ int hyfi_stats_register(hyfi_graph *g)
     }
     for (int gi = 0; gi < cc->nsgroups; gi++) {
         hyfi_sgroup *sg = &cc->sgroups[gi];
-        sg->val = hyfi_slots_new((size_t)R, &cc->htab_oom);
-        sg->save = hyfi_slots_new((size_t)R, &cc->htab_oom);
-        if (!sg->val || !sg->save) return -1;
         char sfx[48];
         for (int k = 0; k < R; k++) {
             const int owner = hyfi_stage_rank(pl, k, sg->stage);
             snprintf(sfx, sizeof sfx, ".stage%d.group%d", sg->stage, gi);
-            hyfi_reg_at(g, sg->val, k, HYFI_KEY_R(HK_SVAL, gi, k, k), NULL, sg->numel,
-                        sizeof(float), owner, HC_ALLREDUCE, HYFI_KEEP, "running_stats", sfx, k,
-                        R);
+            hyfi_reg(g, HYFI_KEY_R(HK_SVAL, gi, k, k), NULL, sg->numel, sizeof(float), owner,
+                     HC_ALLREDUCE, HYFI_KEEP, "running_stats", sfx, k, R);
             snprintf(sfx, sizeof sfx, ".stage%d.group%d.start", sg->stage, gi);
-            hyfi_reg_at(g, sg->save, k, HYFI_KEY_R(HK_SSAVE, gi, k, k), NULL, sg->numel,
-                        sizeof(float), owner, HC_ALLREDUCE, HYFI_KEEP, "running_stats", sfx, k,
-                        R);
+            hyfi_reg(g, HYFI_KEY_R(HK_SSAVE, gi, k, k), NULL, sg->numel, sizeof(float), owner,
+                     HC_ALLREDUCE, HYFI_KEEP, "running_stats", sfx, k, R);
         }
     }
     return cc->htab_oom ? -1 : 0;
@@ -126,36 +121,29 @@ int hyfi_buckets_register(hyfi_graph *g)
     flow = NULL;
     for (int bi = 0; bi < g->cc->nbuckets; bi++) {
         hyfi_bucket *b = &g->cc->buckets[bi];
-        const int ring = hyfi_use_ring(g, b->numel);
+        const int ring = b->ring = hyfi_use_ring(g, b->numel);
         char bname[HYFI_NAME_MAX];
         hyfi_bucket_name(b, bi, bname, sizeof bname);
-        b->h = hyfi_slots_new((size_t)R, &g->cc->htab_oom);
-        if (!b->h || (ring && !(b->arc = hyfi_slots_new((size_t)R * R, &g->cc->htab_oom))))
-            return -1;
         for (int k = 0; k < R; k++) {
             if (b->nparams > 1) {
-                hyfi_reg_at(g, b->h, k, HYFI_KEY_R(HK_BUCKET, bi, k, k), NULL, b->numel,
-                            sizeof(float), hyfi_stage_rank(pl, k, b->stage), HC_ALLREDUCE,
-                            HYFI_KEEP, bname, ".grad", k, R);
+                hyfi_reg(g, HYFI_KEY_R(HK_BUCKET, bi, k, k), NULL, b->numel, sizeof(float),
+                         hyfi_stage_rank(pl, k, b->stage), HC_ALLREDUCE, HYFI_KEEP, bname, ".grad",
+                         k, R);
                 continue;
             }
+            /* one parameter: its own gradient (hyfi_bucket_h), registered
+             * also where a partner reads it */
             hyfi_tensor *p = b->params[0];
-            if (!hyfi_slot(p->gh, k) && want[k]) hyfi_handle_need(g, p, 1, 0, k);
-            if (hyfi_slot(p->gh, k)) {
-                starpu_data_handle_t *c = hyfi_slot_at(b->h, k);
-                if (!c) return -1;
-                *c = hyfi_slot(p->gh, k);
-            }
+            if (!TGH(p, k) && want[k]) hyfi_handle_need(g, p, 1, 0, k);
         }
         for (int k = 0; ring && k < R; k++)
             for (int c = 0; c < R; c++) {
                 char sfx[48];
                 snprintf(sfx, sizeof sfx, ".grad.r%d.chunk%d", k, c);
-                hyfi_reg_at(g, b->arc, (size_t)k * R + c,
-                            HYFI_KEY_R(HK_ARC, bi, (size_t)k * R + c, k), NULL,
-                            hyfi_chunk_lo(b->numel, R, c + 1) - hyfi_chunk_lo(b->numel, R, c),
-                            sizeof(float), hyfi_stage_rank(pl, k, b->stage), HC_ALLREDUCE,
-                            HYFI_KEEP, bname, sfx, 0, 1);
+                hyfi_reg(g, HYFI_KEY_R(HK_ARC, bi, (size_t)k * R + c, k), NULL,
+                         hyfi_chunk_lo(b->numel, R, c + 1) - hyfi_chunk_lo(b->numel, R, c),
+                         sizeof(float), hyfi_stage_rank(pl, k, b->stage), HC_ALLREDUCE, HYFI_KEEP,
+                         bname, sfx, 0, 1);
             }
     }
     return g->cc->htab_oom ? -1 : 0;

@@ -335,9 +335,9 @@ static hyfi_status save(hyfi_graph *g, const char *who, const char *path,
         hyfi_tensor *t = g->tensors[i];
         if (!hyfi_tensor_saved(t)) continue;
         const size_t b = t->numel * sizeof(float);
-        hyfi_io_gather(g, batch, hyfi_slot(t->h, 0), root && !oom ? vals[i] : NULL, b);
+        hyfi_io_gather(g, batch, TH(t, 0), root && !oom ? vals[i] : NULL, b);
         if (checkpoint && t->kind == T_PARAM)
-            hyfi_io_gather(g, batch, hyfi_slot(t->mh, 0), root && !oom ? mvals[i] : NULL, b);
+            hyfi_io_gather(g, batch, TK(t, HK_MOMENTUM, 0), root && !oom ? mvals[i] : NULL, b);
     }
     hyfi_io_gather_wait(g, batch);
     for (int i = 0; root && !oom && i < g->ntensors; i++) /* OIHW in the file (layout.c) */
@@ -544,14 +544,15 @@ static hyfi_status load(hyfi_graph *g, const char *who, const char *path,
         st_to_f32(src[i], flat);
         hyfi_layout_copy(t, scratch, flat, 0);
         for (int k = 0; k < t->nh; k++)
-            hyfi_handle_write(g, hyfi_slot(t->h, k), hyfi_trank(g, t, k), scratch, b);
-        if (t->kind != T_PARAM || !t->mh) continue;
+            hyfi_handle_write(g, TH(t, k), hyfi_trank(g, t, k), scratch, b);
+        if (!hyfi_tensor_has_momentum(t)) continue;
         if (msrc[i]) {
             st_to_f32(msrc[i], flat);
             hyfi_layout_copy(t, scratch, flat, 0);
         }
         for (int k = 0; k < t->nh; k++)
-            hyfi_handle_write(g, hyfi_slot(t->mh, k), hyfi_trank(g, t, k), msrc[i] ? scratch : zeros, b);
+            hyfi_handle_write(g, TK(t, HK_MOMENTUM, k), hyfi_trank(g, t, k),
+                              msrc[i] ? scratch : zeros, b);
     }
     if (st == HYFI_OK && checkpoint) st = hyfi_set_lr(g, lr);
     if (parsed) st_free(&f);

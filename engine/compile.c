@@ -37,13 +37,13 @@
  * where the stage owns t, else the stage's partial of it; with its flag. */
 static starpu_data_handle_t gtarget(const emit_ctx *e, hyfi_tensor *t, unsigned char **flag)
 {
-    if (t->stage == e->stage || !t->gpart) {
-        *flag = TGWP(t, e->m); /* (NULL: out of memory) */
+    if (t->stage == e->stage || !t->gparts) {
+        *flag = TGWP(t, e->m);
         return TGH(hyfi_grad_source(t), e->m); /* a forwarded one: its add's (below) */
     }
     const size_t k = (size_t)e->stage * t->nh + e->m;
-    *flag = hyfi_flag_at(t->gpw, k);
-    return hyfi_slot(t->gpart, k);
+    *flag = hyfi_kflag_at(t->g->cc, HK_PARTIAL, (uint64_t)t->id, k);
+    return TK(t, HK_PARTIAL, k);
 }
 
 static int gacc(const emit_ctx *e, hyfi_tensor *t)
@@ -106,11 +106,10 @@ static int emit_forward(emit_ctx *e, const node *nd, int training)
     if (e->recompute && hyfi_op_batch_statistics(nd)) {
         /* batch norm re-run: the training kernel on the same x gives the same y
          * bit for bit; its statistics go to scratch handles */
-        const hyfi_plan *pl = e->g->cc->pl;
-        const size_t k = ((size_t)(nd - e->g->nodes) * pl->nrep + (size_t)e->rep) * 4;
-        const hyfi_slots *sc = e->g->cc->rc_bn;
-        v.s[0] = hyfi_slot(sc, k), v.s[1] = hyfi_slot(sc, k + 1);
-        v.p[2] = hyfi_slot(sc, k + 2), v.p[3] = hyfi_slot(sc, k + 3);
+        const hyfi_compiled *cc = e->g->cc;
+        const uint64_t i = (uint64_t)(nd - e->g->nodes), k = (uint64_t)e->rep * 4;
+        v.s[0] = hyfi_kh(cc, HK_RC_BN, i, k), v.s[1] = hyfi_kh(cc, HK_RC_BN, i, k + 1);
+        v.p[2] = hyfi_kh(cc, HK_RC_BN, i, k + 2), v.p[3] = hyfi_kh(cc, HK_RC_BN, i, k + 3);
         v.scratch_stats = 1;
     }
     return hyfi_op_forward(e, &v);
@@ -187,7 +186,7 @@ static int drop_node(emit_ctx *e, int i, int grads)
     const node *nd = &g->nodes[i];
     if (hyfi_spatial_tiled(g, nd)) return hyfi_spatial_drop(e, nd, grads);
     if (hyfi_emit_drop(e, HV(nd->out))) return -1;
-    return grads && nd->out->gh ? hyfi_emit_drop(e, HG(nd->out)) : 0;
+    return grads && hyfi_tensor_has_grad(nd->out) ? hyfi_emit_drop(e, HG(nd->out)) : 0;
 }
 
 /* Nodes [a, b) of a segment: release the values they made and only the
@@ -289,10 +288,12 @@ static void finish_tasks(emit_ctx *e, int from)
         t->rank = pl->place_rank[t->place];
         t->worker = pl->place_worker[t->place];
         t->prio = e->prio;
-        if (e->g->cc->tokens) {
+        if (e->g->cc->ntokens) {
             const int slot = (e->m % pl->mbr) % pl->inflight[pl->place_stage[t->place]];
-            hyfi_prog_task_buf(e->P, t, e->g->cc->tokens[token_base(pl, t->place) + slot],
-                               e->token_mode);
+            hyfi_prog_task_buf(
+                e->P, t,
+                hyfi_kh(e->g->cc, HK_TOKEN, 0, (uint64_t)token_base(pl, t->place) + (uint64_t)slot),
+                e->token_mode);
         }
     }
 }
@@ -309,7 +310,7 @@ static void add_fences(emit_ctx *e, int from, const int *at, int n)
         while (j < n && k >= at[2 * j + 1]) j++;
         if (t->kind != PT_TASK) continue;
         const int rerun = j < n && k >= at[2 * j];
-        hyfi_prog_task_buf(e->P, t, e->g->cc->rc_fence[t->place],
+        hyfi_prog_task_buf(e->P, t, hyfi_kh(e->g->cc, HK_RC_FENCE, 0, (uint64_t)t->place),
                            rerun ? STARPU_R : (STARPU_RW | STARPU_COMMUTE));
     }
 }
@@ -394,16 +395,14 @@ static int build_train(hyfi_graph *g, const int *first)
     emit_ctx ec = {.g = g, .P = &g->cc->train_prog, .M = M};
     emit_ctx *e = &ec;
     if (hyfi_emit_state_save(g, ec.P)) return -1;
+    hyfi_kmap_zero_flags(&g->cc->kmap, 1ull << HK_GRAD | 1ull << HK_PARTIAL | 1ull << HK_TILE_GRAD);
     for (int i = 0; i < g->ntensors; i++) {
         hyfi_tensor *t = g->tensors[i];
-        hyfi_slots_zero(t->gw);
-        hyfi_slots_zero(t->gpw);
-        if (t->tl) hyfi_slots_zero(t->tl->gw);
         t->gwritten = 0;
         t->galias = NULL;
         t->gclob = 0;
     }
-    for (int m = 0; m < g->loss->nh; m++) *hyfi_flag_at(g->loss->gw, m) = 1;
+    for (int m = 0; m < g->loss->nh; m++) *TGWP(g->loss, m) = 1;
     int rc = 0, rerun_cap = 0, *rerun_at = NULL; /* recompute: [from, to) of the re-runs */
     for (int k = 0; k < pl->nevents && !rc; k++) {
         const hyfi_pipe_event *ev = &pl->events[k];
@@ -429,13 +428,14 @@ static int build_train(hyfi_graph *g, const int *first)
          * have had without partials). */
         for (int i = 0; i < g->ntensors && !rc; i++) {
             hyfi_tensor *t = g->tensors[i];
-            if (!t->gpart || t->stage != s) continue;
+            if (!t->gparts || t->stage != s) continue;
             for (int c = pl->nstages - 1; c > s && !rc; c--) {
                 const size_t k = (size_t)c * t->nh + ev->mb;
-                if (!hyfi_slot(t->gpart, k) || !hyfi_flag(t->gpw, k)) continue;
+                if (!TK(t, HK_PARTIAL, k) || !hyfi_kflag(t->g->cc, HK_PARTIAL, (uint64_t)t->id, k))
+                    continue;
                 char nm[64];
                 snprintf(nm, sizeof nm, "%.40s.grad_from_stage%d", t->name, c & 0xffff);
-                rc = emit_accumulate(e, t, hyfi_slot(t->gpart, k), nm);
+                rc = emit_accumulate(e, t, TK(t, HK_PARTIAL, k), nm);
             }
         }
         int nre = 0;
@@ -446,7 +446,7 @@ static int build_train(hyfi_graph *g, const int *first)
             if (pl->recompute && segment_end(g, first, i) == i + 1) {
                 const int r0 = ec.P->n;
                 rc = rerun_segment(e, segment_begin(g, first, i), i + 1);
-                if (!rc && ec.P->n > r0 && g->cc->rc_fence) {
+                if (!rc && ec.P->n > r0 && g->cc->rc_fence_host) {
                     if (nre == rerun_cap) {
                         rerun_cap = rerun_cap ? 2 * rerun_cap : 16;
                         int *nr = realloc(rerun_at, (size_t)rerun_cap * 2 * sizeof *nr);
@@ -460,7 +460,8 @@ static int build_train(hyfi_graph *g, const int *first)
              * norm with its ReLU fused: the ReLU's output). */
             const hyfi_tensor *go = nd->relu_out ? nd->relu_out : nd->out;
             if (!rc && go->requires_grad &&
-                (tiled ? hyfi_flag(go->tl->gw, ev->mb * pl->P) : TGW(go, ev->mb)))
+                (tiled ? hyfi_kflag(g->cc, HK_TILE_GRAD, (uint64_t)go->id, (uint64_t)ev->mb * pl->P)
+                       : TGW(go, ev->mb)))
                 rc = tiled ? hyfi_spatial_backward(e, nd) : emit_backward(e, nd);
             /* layer segments: what only the segment used, dropped after its backward */
             if (!rc && pl->recompute == HYFI_RECOMPUTE_LAYER && segment_begin(g, first, i) == i)
@@ -472,7 +473,7 @@ static int build_train(hyfi_graph *g, const int *first)
             if (t->tl && t->tl->full && t->stage == s) rc = hyfi_spatial_gather_back(e, t);
         }
         finish_tasks(e, from);
-        if (!rc && g->cc->rc_fence) add_fences(e, from, rerun_at, nre);
+        if (!rc && g->cc->rc_fence_host) add_fences(e, from, rerun_at, nre);
         hyfi_trim_far(e, from);
         if (rc || pl->trivial) continue;
         /* Micro-batch m is done on stage s: release what the stage made for it. */
@@ -535,23 +536,19 @@ static int build_programs(hyfi_graph *g)
 
 /* Re-materialisation: the places' fences (without 1F1B tokens) and the
  * scratch statistics of the untiled batch norms that are re-run
- * (hyfi_compiled.rc_bn), one set per replica on its place. */
+ * (key HK_RC_BN), one set per replica on its place. */
 static int register_recompute(hyfi_graph *g)
 {
     const hyfi_plan *pl = g->cc->pl;
     if (!pl->recompute) return 0;
-    g->cc->rc_bn = hyfi_slots_new((size_t)g->nnodes * pl->nrep * 4, &g->cc->htab_oom);
-    if (!g->cc->rc_bn) return -1;
-    if (!g->cc->tokens) {
-        g->cc->rc_fence = calloc((size_t)pl->nplaces, sizeof *g->cc->rc_fence);
-        if (!g->cc->rc_fence || hyfi_host_alloc(&g->cc->rc_fence_host, (size_t)pl->nplaces))
-            return -1;
+    if (!g->cc->ntokens) {
+        if (hyfi_host_alloc(&g->cc->rc_fence_host, (size_t)pl->nplaces)) return -1;
         memset(g->cc->rc_fence_host, 0, (size_t)pl->nplaces * sizeof(float));
         for (int q = 0; q < pl->nplaces; q++) {
             char nm[48];
             snprintf(nm, sizeof nm, "place%d.recompute_fence", q);
-            hyfi_reg(g, &g->cc->rc_fence[q], HYFI_KEY_R(HK_RC_FENCE, 0, q, q / pl->nplaces1), g->cc->rc_fence_host + q, 1, sizeof(float),
-                     pl->place_rank[q], HC_PIPELINE, HYFI_KEEP, nm, "", 0, 1);
+            hyfi_reg(g, HYFI_KEY_R(HK_RC_FENCE, 0, q, q / pl->nplaces1), g->cc->rc_fence_host + q,
+                     1, sizeof(float), pl->place_rank[q], HC_PIPELINE, HYFI_KEEP, nm, "", 0, 1);
         }
     }
     static const char *const sfx[4] = {".rerun_mean", ".rerun_var", ".rerun_rmean",
@@ -562,8 +559,7 @@ static int register_recompute(hyfi_graph *g)
             continue;
         for (int r = 0; r < pl->nrep; r++)
             for (int k = 0; k < 4; k++) {
-                hyfi_reg_at(g, g->cc->rc_bn, ((size_t)i * pl->nrep + r) * 4 + k,
-                         HYFI_KEY_R(HK_RC_BN, i, (size_t)r * 4 + k, r), NULL,
+                hyfi_reg(g, HYFI_KEY_R(HK_RC_BN, i, (size_t)r * 4 + k, r), NULL,
                          (size_t)nd->out->dims[1], sizeof(float), hyfi_stage_rank(pl, r, nd->stage),
                          HC_BNSTATS, HYFI_KEEP, nd->name, sfx[k], r, pl->nrep);
             }
@@ -628,10 +624,6 @@ void hyfi_compiled_free(hyfi_graph *g)
     if (!g->cc) return;
     hyfi_programs_free(g);
     hyfi_handles_unregister(g);
-    hyfi_slots_free(g->cc->rc_bn);
-    g->cc->rc_bn = NULL;
-    free(g->cc->rc_fence);
-    g->cc->rc_fence = NULL;
     if (g->cc->rc_fence_host) hyfi_host_free(g->cc->rc_fence_host, (size_t)g->cc->pl->nplaces);
     g->cc->rc_fence_host = NULL;
     hyfi_spatial_handles_free(g);

@@ -37,9 +37,9 @@ typedef struct emit_ctx_s {
         if (hyfi_prog_push(P, PT_TASK, (cl), (nm), (args))) return -1;                     \
     } while (0)
 /* Replica e->rep's copy of a parameter or state tensor, its gradient and flag. */
-#define PH(t) hyfi_slot((t)->h, e->rep)
-#define PGH(t) hyfi_slot((t)->gh, e->rep)
-#define PGW(t) hyfi_flag_at((t)->gw, e->rep) /* (NULL: out of memory) */
+#define PH(t) TH(t, e->rep)
+#define PGH(t) TGH(t, e->rep)
+#define PGW(t) TGWP(t, e->rep)
 #define R(h) hyfi_prog_buf(P, (h), STARPU_R)
 #define W(h) hyfi_prog_buf(P, (h), STARPU_W)
 #define RW(h) hyfi_prog_buf(P, (h), STARPU_RW)
@@ -65,15 +65,12 @@ void hyfi_host_free(float *p, size_t n);
  * the backward of micro-batch m on stage rstage, or HYFI_KEEP). Named
  * name+suffix, with "[m]" when nm > 1. cat: a hyfi_hcat, with HYFI_HCAT_BF16
  * for a handle of bf16 values (hyfi_tensor_hflags). key: what it is (keys.h),
- * which gives its StarPU-MPI tag. */
-void hyfi_reg(hyfi_graph *g, starpu_data_handle_t *h, hyfi_key key, float *ptr, size_t n,
-              size_t elem, int owner, int cat, int rstage, const char *name, const char *suffix,
-              int m, int nm);
-/* hyfi_reg into slot i of s (slots.h), whose cell is made only where this
- * rank registers the handle. */
-void hyfi_reg_at(hyfi_graph *g, hyfi_slots *s, size_t i, hyfi_key key, float *ptr, size_t n,
-                 size_t elem, int owner, int cat, int rstage, const char *name,
-                 const char *suffix, int m, int nm);
+ * which gives its StarPU-MPI tag, and under which the lowerings find it
+ * (hyfi_kh). Returns the handle: NULL where this rank does not register the
+ * key (hyfi_key_wanted) or on failure (cc->htab_oom set). */
+starpu_data_handle_t hyfi_reg(hyfi_graph *g, hyfi_key key, float *ptr, size_t n, size_t elem,
+                              int owner, int cat, int rstage, const char *name, const char *suffix,
+                              int m, int nm);
 /* Whether the replicas' running statistics are combined packed per stage
  * (reduce.c; hyfi_plan_config.pack_stats): with more than 4 replicas unless
  * the configuration says. */
@@ -113,6 +110,21 @@ static inline void hyfi_bucket_name(const hyfi_bucket *b, int bi, char *out, siz
     if (b->nparams == 1) snprintf(out, len, "%s", b->params[0]->name);
     else snprintf(out, len, "bucket%d", bi);
 }
+/* Bucket bi's packed gradient of replica k: for a bucket of one parameter,
+ * that parameter's own gradient. */
+static inline starpu_data_handle_t hyfi_bucket_h(const hyfi_graph *g, int bi, int k)
+{
+    const hyfi_bucket *b = &g->cc->buckets[bi];
+    return b->nparams == 1 ? TGH(b->params[0], k)
+                           : hyfi_kh(g->cc, HK_BUCKET, (uint64_t)bi, (uint64_t)k);
+}
+/* A family of keys: one role of one object, indexed by replica (the
+ * collectives' operands). */
+typedef struct {
+    hyfi_role role;
+    uint64_t obj;
+} hyfi_kfam;
+#define KFH(g, f, k) hyfi_kh((g)->cc, (f).role, (f).obj, (uint64_t)(k))
 /* Scoped compile (share.c; hyfi_key_wanted: keyed.c). */
 int hyfi_scope_init(hyfi_graph *g);
 void hyfi_scope_free(hyfi_compiled *cc);
@@ -120,7 +132,7 @@ void hyfi_scope_free(hyfi_compiled *cc);
  * of no replica (rep -1); for replica k's, where k is mine (its tasks run
  * here), or wanted (also a collective's partner: running statistics,
  * buckets), or, for a parameter's value, gradient, momentum and norms, mine
- * or replica 0. Elsewhere hyfi_reg leaves the slot NULL. */
+ * or replica 0. Elsewhere hyfi_reg registers nothing (its key has no handle). */
 int hyfi_key_wanted(const hyfi_graph *g, hyfi_key key);
 /* After a collective's task: drop it where it does not concern this rank;
  * where it does, flush what it reads from another rank (PT_FLUSH). */

@@ -74,12 +74,13 @@ int hyfi_add_grad_alias(const emit_ctx *e, const node *nd, int i, const hyfi_ten
     if (!grad_alias_on(g) || t->producer < 0 || !t->requires_grad) return 0;
     if (t->tl || y->tl || hyfi_spatial_tiled(g, &g->nodes[t->producer])) return 0;
     if (t->stage != e->stage || y->stage != e->stage || t == y) return 0;
-    if (t->blk != y->blk || t->nh != y->nh || t->mb_numel != y->mb_numel || !t->gh || !y->gh)
+    if (t->blk != y->blk || t->nh != y->nh || t->mb_numel != y->mb_numel ||
+        !hyfi_tensor_has_grad(t) || !hyfi_tensor_has_grad(y))
         return 0;
     if (g->cc->pl->recompute == HYFI_RECOMPUTE_LAYER || TGW(t, e->m)) return 0;
     const int nc = hyfi_tensor_consumers(g, t);
     if (nc == 1) return 1;
-    if (t->gpart || nd->in[0] == nd->in[1] || !add_grad_alias_shared(e, nd, t, y)) return 0;
+    if (t->gparts || nd->in[0] == nd->in[1] || !add_grad_alias_shared(e, nd, t, y)) return 0;
     /* what B held before t's other consumers add to it is no longer readable */
     for (int k = 0; k < g->ntensors; k++) {
         hyfi_tensor *s = g->tensors[k];

@@ -36,60 +36,30 @@ void hyfi_handles_free(hyfi_graph *g)
     hyfi_handles_unregister(g);
     for (int i = 0; i < g->ntensors; i++) {
         hyfi_tensor *t = g->tensors[i];
-        if (t->gpart) {
-            hyfi_slots_free(t->gpart);
-            hyfi_slots_free(t->gpw);
-            t->gpart = NULL;
-            t->gpw = NULL;
-        }
-        hyfi_slots_free(t->h);
-        if (t != g->loss) hyfi_slots_free(t->gh);
-        hyfi_slots_free(t->gw);
-        t->h = t->gh = NULL;
-        t->gw = NULL;
-        t->nh = 0;
         const int per_rep = t->kind == T_PARAM || t->kind == T_STATE;
         const size_t hosts = (size_t)t->nhost * (per_rep ? t->numel : t->mb_numel);
-        hyfi_slots_free(t->nmh);
-        t->nmh = NULL;
-        hyfi_slots_free(t->rsave);
-        t->rsave = NULL;
-        hyfi_slots_free(t->mh);
-        t->mh = NULL;
+        t->nh = 0;
+        t->gparts = 0;
         hyfi_host_free(t->host, hosts);
         hyfi_host_free(t->ghost, hosts);
         hyfi_host_free(t->mhost, hosts);
         t->host = t->ghost = t->mhost = NULL;
     }
-    for (int b = 0; b < g->cc->nbuckets; b++) {
-        hyfi_bucket *bk = &g->cc->buckets[b];
-        hyfi_slots_free(bk->h);
-        hyfi_slots_free(bk->arc);
-        free(bk->params);
-    }
+    for (int b = 0; b < g->cc->nbuckets; b++) free(g->cc->buckets[b].params);
     free(g->cc->buckets);
     g->cc->buckets = NULL;
     g->cc->nbuckets = 0;
     for (int i = 0; i < g->cc->nsgroups; i++) {
-        hyfi_sgroup *sg = &g->cc->sgroups[i];
-        hyfi_slots_free(sg->val);
-        hyfi_slots_free(sg->save);
-        free(sg->t);
+        free(g->cc->sgroups[i].t);
     }
     free(g->cc->sgroups);
     g->cc->sgroups = NULL;
     g->cc->nsgroups = 0;
-    hyfi_slots_free(g->cc->dloss);
-    g->cc->dloss = NULL;
     hyfi_host_free(g->cc->dloss_host, (size_t)M);
     g->cc->dloss_host = NULL;
     free(g->cc->loss_sum);
     g->cc->loss_sum = NULL;
-    hyfi_slots_free(g->cc->health);
-    g->cc->health = NULL;
     g->cc->nhealth = 0;
-    free(g->cc->tokens);
-    g->cc->tokens = NULL;
     hyfi_host_free(g->cc->token_host, (size_t)g->cc->ntokens);
     g->cc->token_host = NULL;
     g->cc->ntokens = 0;
@@ -161,19 +131,13 @@ int hyfi_handle_bf16(starpu_data_handle_t h)
 void hyfi_handles_unregister(hyfi_graph *g)
 {
     for (int i = g->cc->nhtab - 1; i >= 0; i--) {
-        starpu_data_handle_t *slot = g->cc->htab[i].slot;
-        if (HYFI_HDEFERRED(*slot)) *slot = NULL; /* never registered (keyed.c) */
-        else hyfi_unreg(slot);
+        starpu_data_handle_t *h = &g->cc->htab[i].h;
+        if (HYFI_HDEFERRED(*h)) *h = NULL; /* never registered (keyed.c) */
+        else hyfi_unreg(h);
     }
-    for (int b = 0; b * HYFI_LCOPY_BLOCK < g->cc->nlcopy; b++) free(g->cc->lcopy[b]);
-    free(g->cc->lcopy);
-    g->cc->lcopy = NULL;
-    g->cc->nlcopy = 0;
     free(g->cc->htab);
-    free(g->cc->tagset);
+    hyfi_kmap_free(&g->cc->kmap);
     hyfi_defer_free(g->cc);
-    g->cc->tagset = NULL;
-    g->cc->tagcap = g->cc->ntags = 0;
     free(g->cc->rel_first);
     free(g->cc->rel_idx);
     g->cc->htab = NULL;
@@ -203,7 +167,7 @@ int hyfi_release_index(hyfi_graph *g)
     int n = 0;
     for (int i = 0; i < g->cc->nhtab; i++) {
         const hyfi_hentry *e = &g->cc->htab[i];
-        if (e->rstage < 0 || !*e->slot) continue;
+        if (e->rstage < 0 || !e->h) continue;
         g->cc->rel_first[e->rstage * M + e->rmb + 1]++;
         n++;
     }
@@ -217,7 +181,7 @@ int hyfi_release_index(hyfi_graph *g)
     memcpy(fill, g->cc->rel_first, (size_t)keys * sizeof *fill);
     for (int i = 0; i < g->cc->nhtab; i++) {
         const hyfi_hentry *e = &g->cc->htab[i];
-        if (e->rstage >= 0 && *e->slot) g->cc->rel_idx[fill[e->rstage * M + e->rmb]++] = i;
+        if (e->rstage >= 0 && e->h) g->cc->rel_idx[fill[e->rstage * M + e->rmb]++] = i;
     }
     free(fill);
     return 0;
@@ -228,7 +192,7 @@ int hyfi_emit_releases(hyfi_graph *g, program *P, int s, int m)
     const int k = s * g->cc->pl->nmb + m;
     for (int j = g->cc->rel_first[k]; j < g->cc->rel_first[k + 1]; j++) {
         const hyfi_hentry *e = &g->cc->htab[g->cc->rel_idx[j]];
-        if (hyfi_emit_release(P, *e->slot, e->owner)) return -1;
+        if (hyfi_emit_release(P, e->h, e->owner)) return -1;
     }
     return 0;
 }
@@ -248,7 +212,6 @@ int hyfi_handle_owner(const hyfi_graph *g, const hyfi_tensor *t, int k)
  * would have, with the same key. */
 starpu_data_handle_t hyfi_handle_need(hyfi_graph *g, hyfi_tensor *t, int grad, int tile, int k)
 {
-    starpu_data_handle_t *slot;
     hyfi_key key;
     size_t n;
     int owner;
@@ -257,25 +220,23 @@ starpu_data_handle_t hyfi_handle_need(hyfi_graph *g, hyfi_tensor *t, int grad, i
     const hyfi_plan *pl = g->cc->pl;
     if (tile) {
         const int P = pl->P, q = k % P;
-        slot = grad ? hyfi_slot_at(t->tl->gh, k) : hyfi_slot_at(t->tl->h, k);
         key = HYFI_KEY(grad ? HK_TILE_GRAD : HK_TILE, t->id, k);
         n = hyfi_tile_numel(t, q);
         owner = hyfi_tile_rank(g, t->tl, q, HYFI_REP(pl, k / P));
         snprintf(sfx, sizeof sfx, ".tile%d%s", q, grad ? ".grad" : "");
     } else {
-        slot = grad ? hyfi_slot_at(t->gh, k) : hyfi_slot_at(t->h, k);
         key = HYFI_KEY(grad ? HK_GRAD : HK_VALUE, t->id, k);
         n = t->mb_numel;
         owner = hyfi_handle_owner(g, t, k);
         snprintf(sfx, sizeof sfx, "%s", grad ? ".grad" : "");
     }
-    if (!slot) return NULL; /* out of memory (slots.c) */
-    if (*slot || !g->ctx->mpi) return *slot;
-    hyfi_reg(g, slot, key, NULL, n, t->is_int ? sizeof(int32_t) : sizeof(float), owner, cat,
-             HYFI_KEEP, t->name, sfx, tile ? k / pl->P : k, pl->nmb);
+    starpu_data_handle_t h = hyfi_kh(g->cc, key.role, key.obj, key.idx);
+    if (h || !g->ctx->mpi) return h;
+    h = hyfi_reg(g, key, NULL, n, t->is_int ? sizeof(int32_t) : sizeof(float), owner, cat,
+                 HYFI_KEEP, t->name, sfx, tile ? k / pl->P : k, pl->nmb);
     free(g->cc->howner); /* rebuilt with the new entry when next needed */
     g->cc->howner = NULL;
-    return *slot;
+    return h;
 }
 
 /* Register every tensor; allocate and initialise what lives in host memory. */
@@ -300,14 +261,12 @@ hyfi_status hyfi_register_tensors(hyfi_graph *g)
         for (int q = 0; no_whole && q < pl->P; q++)
             if (hyfi_tile_numel(t, q) > too_big) too_big = hyfi_tile_numel(t, q);
         if (too_big > UINT32_MAX)
-            return hyfi_graph_fail(g, HYFI_ERR_SHAPE, "tensor \"%s\" has %zu elements per "
-                                                      "micro-batch%s; at most 2^32-1 per tensor "
-                                                      "(use more --parts, spatial parallelism or "
-                                                      "a smaller batch)", t->name, too_big,
-                                   no_whole ? " in a tile" : "");
-        t->h = hyfi_slots_new((size_t)t->nh, &g->cc->htab_oom);
-        t->gw = hyfi_slots_new((size_t)t->nh, &g->cc->htab_oom);
-        if (!t->h || !t->gw) goto oom;
+            return hyfi_graph_fail(g, HYFI_ERR_SHAPE,
+                                   "tensor \"%s\" has %zu elements per "
+                                   "micro-batch%s; at most 2^32-1 per tensor "
+                                   "(use more --parts, spatial parallelism or "
+                                   "a smaller batch)",
+                                   t->name, too_big, no_whole ? " in a tile" : "");
         /* this rank owns some handle of t; of a parameter or state, nown replicas' */
         int nown = 0;
         for (int k = 0; k < NR; k++) nown += hyfi_trank(g, t, k) == me;
@@ -331,27 +290,21 @@ hyfi_status hyfi_register_tensors(hyfi_graph *g)
             }
             for (int m = 0, j = 0; m < M && !no_whole; m++) {
                 const int r = hyfi_handle_owner(g, t, m), mine = t->nhost && r == me;
-                hyfi_reg_at(g, t->h, m, HYFI_KEY_R(HK_VALUE, t->id, m, HYFI_REP(pl, m)), mine ? t->host + (size_t)j * t->mb_numel : NULL,
-                         t->mb_numel, elem, r, hyfi_tensor_hflags(g, t, -1), HYFI_KEEP, t->name,
-                         "", m, M);
+                hyfi_reg(g, HYFI_KEY_R(HK_VALUE, t->id, m, HYFI_REP(pl, m)),
+                         mine ? t->host + (size_t)j * t->mb_numel : NULL, t->mb_numel, elem, r,
+                         hyfi_tensor_hflags(g, t, -1), HYFI_KEEP, t->name, "", m, M);
                 j += mine;
             }
             if (!t->is_int) {
-                t->gh = hyfi_slots_new((size_t)M, &g->cc->htab_oom);
-                if (!t->gh) goto oom;
                 for (int m = 0; m < M && !no_whole; m++) {
-                    hyfi_reg_at(g, t->gh, m, HYFI_KEY_R(HK_GRAD, t->id, m, HYFI_REP(pl, m)), NULL, t->mb_numel, elem,
-                             hyfi_handle_owner(g, t, m), hyfi_tensor_hflags(g, t, -1), HYFI_KEEP,
-                             t->name, ".grad", m, M);
+                    hyfi_reg(g, HYFI_KEY_R(HK_GRAD, t->id, m, HYFI_REP(pl, m)), NULL, t->mb_numel,
+                             elem, hyfi_handle_owner(g, t, m), hyfi_tensor_hflags(g, t, -1),
+                             HYFI_KEEP, t->name, ".grad", m, M);
                 }
             }
             break;
         case T_PARAM:
             /* one copy per replica, all initialised alike */
-            t->gh = hyfi_slots_new((size_t)NR, &g->cc->htab_oom);
-            t->mh = hyfi_slots_new((size_t)NR, &g->cc->htab_oom);
-            t->nmh = hyfi_slots_new((size_t)NR, &g->cc->htab_oom);
-            if (!t->gh || !t->mh || !t->nmh) goto oom;
             /* host memory for the replicas this rank owns only (the others' copies
              * come from their ranks): memory and initialisation per rank do not
              * grow with the data-parallel groups */
@@ -378,17 +331,18 @@ hyfi_status hyfi_register_tensors(hyfi_graph *g)
                  * (hyfi_tensor_read, checkpoints, health) touch these; the
                  * all-reduce's partners read a gradient where it is a bucket
                  * of its own, registered there (reduce.c) */
-                hyfi_reg_at(g, t->gh, k, HYFI_KEY_R(HK_GRAD, t->id, k, k), mine ? t->ghost + o : NULL, t->numel, elem, r, HC_ALLREDUCE,
-                         HYFI_KEEP, t->name, ".grad", k, NR);
-                hyfi_reg_at(g, t->h, k, HYFI_KEY_R(HK_VALUE, t->id, k, k), mine ? t->host + o : NULL, t->numel, elem, r, HC_ALLREDUCE,
-                         HYFI_KEEP, t->name, "", k, NR);
-                hyfi_reg_at(g, t->mh, k, HYFI_KEY_R(HK_MOMENTUM, t->id, k, k), mine ? t->mhost + o : NULL, t->numel, elem, r, HC_ALLREDUCE,
-                         HYFI_KEEP, t->name, ".momentum", k, NR);
-                hyfi_reg_at(g, t->nmh, k, HYFI_KEY_R(HK_NORMS, t->id, k, k), NULL, 2, sizeof(float), r, HC_ALLREDUCE, HYFI_KEEP, t->name,
-                         ".norms", k, NR);
+                starpu_data_handle_t gh =
+                    hyfi_reg(g, HYFI_KEY_R(HK_GRAD, t->id, k, k), mine ? t->ghost + o : NULL,
+                             t->numel, elem, r, HC_ALLREDUCE, HYFI_KEEP, t->name, ".grad", k, NR);
+                hyfi_reg(g, HYFI_KEY_R(HK_VALUE, t->id, k, k), mine ? t->host + o : NULL, t->numel,
+                         elem, r, HC_ALLREDUCE, HYFI_KEEP, t->name, "", k, NR);
+                hyfi_reg(g, HYFI_KEY_R(HK_MOMENTUM, t->id, k, k), mine ? t->mhost + o : NULL,
+                         t->numel, elem, r, HC_ALLREDUCE, HYFI_KEEP, t->name, ".momentum", k, NR);
+                hyfi_reg(g, HYFI_KEY_R(HK_NORMS, t->id, k, k), NULL, 2, sizeof(float), r,
+                         HC_ALLREDUCE, HYFI_KEEP, t->name, ".norms", k, NR);
                 /* Summed over micro-batches by a StarPU reduction. */
-                if (pl->mbr > 1 && !g->plan_cfg.deterministic && hyfi_slot(t->gh, k))
-                    starpu_data_set_reduction_methods(hyfi_slot(t->gh, k), redux_cl(), redux_init_cl());
+                if (pl->mbr > 1 && !g->plan_cfg.deterministic && gh)
+                    starpu_data_set_reduction_methods(gh, redux_cl(), redux_init_cl());
             }
             break;
         case T_STATE:
@@ -400,34 +354,32 @@ hyfi_status hyfi_register_tensors(hyfi_graph *g)
             }
             for (int k = 0, j = 0; k < NR; k++) {
                 const int r = hyfi_trank(g, t, k), mine = r == me;
-                hyfi_reg_at(g, t->h, k, HYFI_KEY_R(HK_VALUE, t->id, k, k),
-                         mine ? t->host + (size_t)j * t->numel : NULL, t->numel, elem,
-                         r, HC_ALLREDUCE, HYFI_KEEP, t->name, "", k, NR);
+                hyfi_reg(g, HYFI_KEY_R(HK_VALUE, t->id, k, k),
+                         mine ? t->host + (size_t)j * t->numel : NULL, t->numel, elem, r,
+                         HC_ALLREDUCE, HYFI_KEEP, t->name, "", k, NR);
                 j += mine;
             }
             break;
         case T_ACT:
             /* the loss too: its owner reads it, the ranks sum (loss_value) */
             for (int m = 0; m < M && !no_whole; m++) {
-                hyfi_reg_at(g, t->h, m, HYFI_KEY_R(HK_VALUE, t->id, m, HYFI_REP(pl, m)), NULL, t->mb_numel, elem,
-                         hyfi_handle_owner(g, t, m), hyfi_tensor_hflags(g, t, -1), rs, t->name,
-                         "", m, M);
+                hyfi_reg(g, HYFI_KEY_R(HK_VALUE, t->id, m, HYFI_REP(pl, m)), NULL, t->mb_numel,
+                         elem, hyfi_handle_owner(g, t, m), hyfi_tensor_hflags(g, t, -1), rs,
+                         t->name, "", m, M);
             }
             if (t != g->loss) {
-                t->gh = hyfi_slots_new((size_t)M, &g->cc->htab_oom);
-                if (!t->gh) goto oom;
                 for (int m = 0; m < M && !no_whole; m++) {
-                    hyfi_reg_at(g, t->gh, m, HYFI_KEY_R(HK_GRAD, t->id, m, HYFI_REP(pl, m)), NULL, t->mb_numel, elem,
-                             hyfi_handle_owner(g, t, m), hyfi_tensor_hflags(g, t, -1), rs,
+                    hyfi_reg(g, HYFI_KEY_R(HK_GRAD, t->id, m, HYFI_REP(pl, m)), NULL, t->mb_numel,
+                             elem, hyfi_handle_owner(g, t, m), hyfi_tensor_hflags(g, t, -1), rs,
                              t->name, ".grad", m, M);
                 }
             }
             break;
         case T_SAVED:
             for (int m = 0; m < M && !no_whole; m++) {
-                hyfi_reg_at(g, t->h, m, HYFI_KEY_R(HK_VALUE, t->id, m, HYFI_REP(pl, m)), NULL, t->mb_numel, elem,
-                         hyfi_handle_owner(g, t, m), hyfi_tensor_hcat(g, t), rs, t->name, "", m,
-                         M);
+                hyfi_reg(g, HYFI_KEY_R(HK_VALUE, t->id, m, HYFI_REP(pl, m)), NULL, t->mb_numel,
+                         elem, hyfi_handle_owner(g, t, m), hyfi_tensor_hcat(g, t), rs, t->name, "",
+                         m, M);
             }
             break;
         }
@@ -438,24 +390,20 @@ hyfi_status hyfi_register_tensors(hyfi_graph *g)
         for (int k = 0; k < nd->nin; k++) {
             hyfi_tensor *t = nd->in[k];
             if (t->kind != T_ACT || !t->requires_grad || nd->stage == t->stage) continue;
-            const int S = g->cc->pl->nstages;
-            if (!t->gpart) {
-                t->gpart = hyfi_slots_new((size_t)S * M, &g->cc->htab_oom);
-                t->gpw = hyfi_slots_new((size_t)S * M, &g->cc->htab_oom);
-                if (!t->gpart || !t->gpw) goto oom;
-            }
+            t->gparts = 1;
             int done = 0; /* by an earlier consumer on this stage (scoped: some m is) */
-            for (int m = 0; m < M && !done; m++) done = hyfi_slot(t->gpart, (size_t)nd->stage * M + m) != NULL;
+            for (int m = 0; m < M && !done; m++)
+                done =
+                    hyfi_kent(g->cc, HK_PARTIAL, (uint64_t)t->id, (uint64_t)nd->stage * M + m) >= 0;
             if (done) continue;
             char sfx[32];
             snprintf(sfx, sizeof sfx, ".grad.stage%d", nd->stage);
             for (int m = 0; m < M; m++) {
-                hyfi_reg_at(g, t->gpart, (size_t)nd->stage * M + m,
-                         HYFI_KEY_R(HK_PARTIAL, t->id, (size_t)nd->stage * M + m, HYFI_REP(pl, m)), NULL, t->mb_numel,
-                         sizeof(float),
-                         hyfi_stage_rank(pl, HYFI_REP(pl, m), nd->stage),
-                         hyfi_tensor_hflags(g, t, -1), hyfi_release_stage(g, t), t->name, sfx, m,
-                         M);
+                hyfi_reg(
+                    g, HYFI_KEY_R(HK_PARTIAL, t->id, (size_t)nd->stage * M + m, HYFI_REP(pl, m)),
+                    NULL, t->mb_numel, sizeof(float),
+                    hyfi_stage_rank(pl, HYFI_REP(pl, m), nd->stage), hyfi_tensor_hflags(g, t, -1),
+                    hyfi_release_stage(g, t), t->name, sfx, m, M);
             }
         }
     }
@@ -464,10 +412,9 @@ hyfi_status hyfi_register_tensors(hyfi_graph *g)
     for (int i = 0; NR > 1 && !hyfi_stats_packed(g) && i < g->ntensors; i++) {
         hyfi_tensor *t = g->tensors[i];
         if (t->kind != T_STATE) continue;
-        if (!(t->rsave = hyfi_slots_new((size_t)NR, &g->cc->htab_oom))) goto oom;
         for (int k = 0; k < NR; k++) {
-            hyfi_reg_at(g, t->rsave, k, HYFI_KEY_R(HK_RSAVE, t->id, k, k), NULL, t->numel, sizeof(float), hyfi_trank(g, t, k),
-                     HC_ALLREDUCE, HYFI_KEEP, t->name, ".start", k, NR);
+            hyfi_reg(g, HYFI_KEY_R(HK_RSAVE, t->id, k, k), NULL, t->numel, sizeof(float),
+                     hyfi_trank(g, t, k), HC_ALLREDUCE, HYFI_KEEP, t->name, ".start", k, NR);
         }
     }
     /* The health sums of a step: one per rank that holds a parameter of
@@ -475,45 +422,38 @@ hyfi_status hyfi_register_tensors(hyfi_graph *g)
      * first one's is broadcast); none for the other ranks, so that their
      * number does not grow with the replicas. */
     g->cc->nhealth = g->ctx->nranks;
-    g->cc->health = hyfi_slots_new((size_t)g->cc->nhealth, &g->cc->htab_oom);
     unsigned char *hrank = calloc((size_t)g->cc->nhealth, 1);
-    if (!g->cc->health || !hrank) {
-        free(hrank);
-        goto oom;
-    }
+    if (!hrank) goto oom;
     for (int i = 0; i < g->nparams; i++) {
         const int r = hyfi_trank(g, g->params[i], 0);
         if (r >= 0 && r < g->cc->nhealth) hrank[r] = 1;
     }
     for (int r = 0; r < g->cc->nhealth; r++)
         if (hrank[r])
-            hyfi_reg_at(g, g->cc->health, r, HYFI_KEY(HK_HEALTH, 0, r), NULL, 2, sizeof(float), r,
-                     HC_PIPELINE, HYFI_KEEP, "health", "", r, g->cc->nhealth);
+            hyfi_reg(g, HYFI_KEY(HK_HEALTH, 0, r), NULL, 2, sizeof(float), r, HC_PIPELINE,
+                     HYFI_KEEP, "health", "", r, g->cc->nhealth);
     free(hrank);
     /* The seed of the backward: d(mean over the batch)/d(micro-batch loss) = 1/M. */
     if (hyfi_host_alloc(&g->cc->dloss_host, (size_t)M)) goto oom;
-    g->cc->dloss = hyfi_slots_new((size_t)M, &g->cc->htab_oom);
     g->cc->loss_sum = malloc(2 * (size_t)M * sizeof *g->cc->loss_sum);
-    if (!g->cc->dloss || !g->cc->loss_sum) goto oom;
+    if (!g->cc->loss_sum) goto oom;
     for (int m = 0; m < M; m++) {
         g->cc->dloss_host[m] = 1.0f / (float)M;
-        hyfi_reg_at(g, g->cc->dloss, m, HYFI_KEY_R(HK_DLOSS, 0, m, HYFI_REP(pl, m)), g->cc->dloss_host + m, 1, sizeof(float),
-                 hyfi_handle_owner(g, g->loss, m), HC_LOSS, HYFI_KEEP, g->loss->name, ".grad", m,
-                 M);
+        hyfi_reg(g, HYFI_KEY_R(HK_DLOSS, 0, m, HYFI_REP(pl, m)), g->cc->dloss_host + m, 1,
+                 sizeof(float), hyfi_handle_owner(g, g->loss, m), HC_LOSS, HYFI_KEEP, g->loss->name,
+                 ".grad", m, M);
     }
-    g->loss->gh = g->cc->dloss;
     /* 1F1B: per stage, one token per activation slot (compile.c: the event loop of build_train and its token buffers). */
     if (pl->schedule == HYFI_SCHEDULE_1F1B && pl->mbr > 1) {
         for (int q = 0; q < pl->nplaces; q++) g->cc->ntokens += pl->inflight[pl->place_stage[q]];
-        g->cc->tokens = calloc((size_t)g->cc->ntokens, sizeof *g->cc->tokens);
-        if (!g->cc->tokens || hyfi_host_alloc(&g->cc->token_host, (size_t)g->cc->ntokens)) goto oom;
+        if (hyfi_host_alloc(&g->cc->token_host, (size_t)g->cc->ntokens)) goto oom;
         memset(g->cc->token_host, 0, (size_t)g->cc->ntokens * sizeof(float));
         for (int q = 0, k = 0; q < pl->nplaces; q++)
             for (int j = 0; j < pl->inflight[pl->place_stage[q]]; j++, k++) {
                 char nm[48];
                 snprintf(nm, sizeof nm, "place%d.token", q);
-                hyfi_reg(g, &g->cc->tokens[k], HYFI_KEY_R(HK_TOKEN, 0, k, q / pl->nplaces1), g->cc->token_host + k, 1, sizeof(float),
-                         pl->place_rank[q], HC_PIPELINE, HYFI_KEEP, nm, "", j, 2);
+                hyfi_reg(g, HYFI_KEY_R(HK_TOKEN, 0, k, q / pl->nplaces1), g->cc->token_host + k, 1,
+                         sizeof(float), pl->place_rank[q], HC_PIPELINE, HYFI_KEEP, nm, "", j, 2);
             }
     }
     return HYFI_OK;

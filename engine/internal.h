@@ -14,7 +14,7 @@
 #include "hyfi.h"
 #include "codelet_common.h"
 #include "errors.h"
-#include "slots.h"
+#include "kmap.h"
 
 #include <starpu.h>
 #include <starpu_mpi.h>
@@ -63,11 +63,16 @@ extern const char *const hyfi_hcat_names[HC_COUNT];
 /* What a handle's StarPU user data points to (ops/codelet_common.h's
  * hyfi_handle_info): [category][bf16]. */
 extern const hyfi_handle_info hyfi_handle_infos[HC_COUNT][2];
-/* The handle table: every handle a compiled graph registered (hyfi_reg), with
- * its lifetime, so that releasing and unregistering are loops over it. */
+/* The handle table: every piece of data a compiled graph names on this rank
+ * (hyfi_reg), under its key (keyed.c's key map), with its handle, owner,
+ * category and lifetime, so that looking up, releasing and unregistering are
+ * loops over it or lookups in it. */
 #define HYFI_KEEP (-1) /* rstage of a handle kept as long as the graph is compiled */
 typedef struct {
-    starpu_data_handle_t *slot;  /* where the handle is kept (NULL after unregistering) */
+    /* the StarPU handle: NULL when not registered on this rank (dropped by
+     * hyfi_handles_resolve, or unregistered), a placeholder while deferred
+     * (keyed.h) */
+    starpu_data_handle_t h;
     int owner;
     hyfi_hcat cat;
     /* Lifetime: dropped (invalidated, and flushed from StarPU-MPI's cache)
@@ -85,8 +90,9 @@ typedef struct hyfi_bucket {
     int nparams;
     hyfi_tensor **params;        /* in packing order (the backward's) */
     size_t numel;
-    hyfi_slots *h;     /* nrep packed gradients (one parameter: its own gh) */
-    hyfi_slots *arc;   /* ring: nrep x nrep chunks [k * nrep + c]; NULL: tree */
+    int ring; /* its all-reduce is the ring: chunk keys HK_ARC [k * nrep + c] */
+    /* its packed gradient per replica: key HK_BUCKET (hyfi_bucket_h; one
+     * parameter: that parameter's own gradient) */
 } hyfi_bucket;
 /* Replicas' running statistics combined packed (reduce.c): a stage's
  * batch norms of one momentum, their running means and variances side by
@@ -97,9 +103,7 @@ typedef struct hyfi_sgroup {
     int n;             /* state tensors */
     struct hyfi_tensor **t; /* in node order: a batch norm's mean, then its variance,
                                side by side in the packed buffers */
-    size_t numel;
-    hyfi_slots *val;   /* nrep packed values */
-    hyfi_slots *save;  /* nrep packed values at the step's start */
+    size_t numel;           /* packed per replica: keys HK_SVAL, at the step's start HK_SSAVE */
 } hyfi_sgroup;
 #define HYFI_NAME_MAX 128
 
@@ -141,7 +145,9 @@ struct hyfi_tensor {
     int stage;            /* the stage whose place owns the tensor (engine/plan.c) */
     int rank;             /* MPI rank of that place */
 
-    /* after compile. Batch tensors (inputs, labels, activations, saved
+    /* after compile. Its handles are in the handle table under its keys
+     * (TH, TGH: HK_VALUE, HK_GRAD, HK_MOMENTUM, HK_NORMS, HK_PARTIAL,
+     * HK_RSAVE with obj = id). Batch tensors (inputs, labels, activations, saved
      * tensors) have one handle per micro-batch: nh = M; for inputs, labels,
      * activations and probabilities handle m holds batch rows [m N/M, (m+1) N/M)
      * (mb_numel elements); batch-norm statistics are per micro-batch, not
@@ -152,11 +158,9 @@ struct hyfi_tensor {
     size_t mb_numel;
     float *host;          /* host memory for inputs, labels, params, state (StarPU-allocated,
                              on the owning rank only) */
-    hyfi_slots *h;        /* nh value handles (NULL: not registered on this rank, share.c) */
     float *ghost;         /* gradient host memory (params) */
-    hyfi_slots *gh;       /* nh gradient handles (NULL when none) */
-    hyfi_slots *gw;       /* flags, compile-time, per handle: a backward task already wrote the
-                             gradient (the next one accumulates) */
+    /* compile-time, per gradient handle: a backward task already wrote the
+     * gradient, the next one accumulates (TGW: the key map's flag) */
     int gwritten;         /* some gradient of the tensor was written (readable after a step) */
     int released;         /* activation handles are invalidated after their backward */
     /* compile-time: the gradient is exactly that of galias (an add's output,
@@ -169,22 +173,19 @@ struct hyfi_tensor {
                              convolution's whose add is (layout.c): never made;
                              hyfi_tensor_read / hyfi_grad_read refuse it */
     /* Partial gradients: a stage other than the tensor's own that consumes it
-     * sums its contributions into its own handle gpart[stage * nh + m] (NULL
-     * where none), which the owning stage adds into gh[m] at the start of its
-     * backward: one transfer per consuming stage instead of a round trip per
-     * contribution. */
-    hyfi_slots *gpart;
-    hyfi_slots *gpw;      /* compile-time flags of gpart, as gw */
+     * sums its contributions into its own handle (HK_PARTIAL, index
+     * stage * nh + m), which the owning stage adds into its gradient m at the
+     * start of its backward: one transfer per consuming stage instead of a
+     * round trip per contribution. */
+    int gparts;            /* some stage other than its own consumes it (partial gradients) */
     struct hyfi_tiles *tl; /* spatial tiles, NULL for untiled tensors */
-    float *mhost;         /* momentum (params) */
-    hyfi_slots *mh;       /* nh momentum handles (params) */
-    /* params: nh health sums of the SGD step (2 floats: sum of g^2, sum of the
-     * new w^2), added up over the parameters into hyfi_graph.health */
-    hyfi_slots *nmh;
-    /* Replicas: the running statistic at the start of the step (state), one
-     * copy per replica on the replica's place (the replicas start a step
-     * equal, so each combine reads its own: no rank reads another's). */
-    hyfi_slots *rsave;
+    float *mhost;          /* momentum (params): handles HK_MOMENTUM */
+    /* params: nh health sums of the SGD step (HK_NORMS, 2 floats: sum of g^2,
+     * sum of the new w^2), added up over the parameters into the health sums.
+     * Replicas: the running statistic at the start of the step (state,
+     * HK_RSAVE unless packed), one copy per replica on the replica's place
+     * (the replicas start a step equal, so each combine reads its own: no
+     * rank reads another's). */
 };
 
 /* Spatial tiles of a tensor (geometry: engine/spatial_plan.c; handles: spatial_reg.c). */
@@ -192,17 +193,10 @@ typedef struct hyfi_tiles {
     int stage;            /* the tiled stage whose places hold the tiles */
     int rows, cols;       /* grid */
     int rcut[HYFI_MAX_TILES + 1], ccut[HYFI_MAX_TILES + 1]; /* cut points (H, W) */
-    hyfi_slots *h, *gh;   /* [m * P + t], t = r * cols + c */
-    hyfi_slots *gw;       /* compile-time gradient flags per handle */
+    /* handles HK_TILE, HK_TILE_GRAD [m * P + t], t = r * cols + c */
     int full;             /* untiled ops read it too: t->h / t->gh are the whole-tensor view,
                              gathered from the tiles on the place of t->stage */
 } hyfi_tiles;
-
-/* Handle of micro-batch m (shared tensors have one). */
-#define TH(t, m) hyfi_slot((t)->h, (t)->nh > 1 ? (m) : 0)
-#define TGH(t, m) hyfi_slot((t)->gh, (t)->nh > 1 ? (m) : 0)
-#define TGW(t, m) hyfi_flag((t)->gw, (t)->nh > 1 ? (m) : 0)
-#define TGWP(t, m) hyfi_flag_at((t)->gw, (t)->nh > 1 ? (m) : 0)
 
 typedef enum {
     OP_CONV2D,
@@ -452,32 +446,30 @@ typedef struct hyfi_compiled {
     program train_prog, infer_prog, fwd_train_prog;
     hyfi_hentry *htab;     /* the handle table (filled by keyed.c's hyfi_reg; handles.c releases, unregisters) */
     int nhtab, caphtab, htab_oom;
-    int64_t *tagset;       /* the tags registered (open addressing, 0: free): none twice */
-    size_t tagcap, ntags;
+    /* The key map (keyed.c): key -> handle-table entry, and a compile-time
+     * flag per key (a gradient already written); open addressing. */
+    hyfi_kmap kmap;
+    unsigned char kspare;  /* hyfi_kflag_at's byte when out of memory */
     int64_t key_err;       /* a key that did not fit a tag (-1) or came twice (its tag) */
     struct hyfi_hdefer *dtab; /* deferred registrations (keyed.h), until the compile resolves them */
     int ndtab, capdtab;
     int defer_on;          /* hyfi_reg defers what keyed.c may (a scoped rank's compile) */
     long nreg;             /* handles registered with StarPU */
-    starpu_data_handle_t **lcopy; /* copies on tiles' ranks (localise.c): blocks of slots */
-    int nlcopy;
     int *rel_first, *rel_idx; /* released entries by (stage, micro-batch): hyfi_release_index */
     struct hyfi_howner *howner; /* re-materialisation: handles and owners, sorted (program.c) */
     /* re-materialisation: per untiled batch norm re-run and replica, 4 scratch
-     * handles (C floats) for the statistics its re-run computes again:
-     * [(node * nrep + rep) * 4 + k] (compile.c) */
-    hyfi_slots *rc_bn;
-    /* re-materialisation without 1F1B tokens: per place a one-float fence that
+     * handles (C floats) for the statistics its re-run computes again (key
+     * HK_RC_BN, obj the node, index rep * 4 + k; compile.c).
+     * Without 1F1B tokens: per place a one-float fence (HK_RC_FENCE) that
      * the backward tasks write (RW|COMMUTE) and the re-runs read (R), so that a
      * segment is re-run only once the backward emitted before it is done there
      * (compile.c) */
-    starpu_data_handle_t *rc_fence;
-    float *rc_fence_host;
+    float *rc_fence_host; /* NULL: no fences */
     int nhowner;
     float *dloss_host;     /* constant 1/M per micro-batch: the seed of the backward pass */
     float *loss_sum;       /* 2 M: loss_value's slots and hyfi_ctx_sum_floats' receive buffer */
-    hyfi_slots *dloss;     /* M handles */
-    starpu_data_handle_t *tokens; /* 1F1B: per stage, inflight slots (1 float each) */
+    /* the seed's handles: HK_DLOSS, per micro-batch (the loss's gradient, TGH) */
+    /* 1F1B: per place, inflight slots (HK_TOKEN, 1 float each) */
     float *token_host;
     int ntokens;
     hyfi_bucket *buckets;  /* replicas: the all-reduce buckets */
@@ -485,9 +477,8 @@ typedef struct hyfi_compiled {
     int nsgroups;
     int nbuckets;
     /* The health of a train step: per rank, the sums of its parameters'
-     * (replica 0) SGD norms; health[health_root] ends with the total and is
-     * sent to every rank. */
-    hyfi_slots *health;
+     * (replica 0) SGD norms (HK_HEALTH, index the rank); health_root's ends
+     * with the total and is sent to every rank. */
     int nhealth, health_root;
     /* Scoped compile (share.c): in an MPI run, a rank builds the per-replica
      * part of the programs, and registers the handles, only for the replicas

@@ -396,7 +396,7 @@ hyfi_status hyfi_save_params(hyfi_graph *g, const char *path)
     for (int i = 0; i < g->ntensors; i++) {
         hyfi_tensor *t = g->tensors[i];
         if (hyfi_tensor_saved(t))
-            hyfi_io_gather(g, batch, hyfi_slot(t->h, 0), root && !oom ? vals[i] : NULL,
+            hyfi_io_gather(g, batch, TH(t, 0), root && !oom ? vals[i] : NULL,
                            t->numel * sizeof(float));
     }
     hyfi_io_gather_wait(g, batch);
@@ -560,7 +560,8 @@ hyfi_status hyfi_load_params(hyfi_graph *g, const char *path)
     if (st == HYFI_OK) st = check_file(g, path, buf, n, vals);
     if (st == HYFI_OK) { /* a loaded model starts with fresh momentum */
         for (int i = 0; i < g->ntensors; i++)
-            if (g->tensors[i]->mh && g->tensors[i]->numel > zeros_n) zeros_n = g->tensors[i]->numel;
+            if (hyfi_tensor_has_momentum(g->tensors[i]) && g->tensors[i]->numel > zeros_n)
+                zeros_n = g->tensors[i]->numel;
         size_t blk_n = 0; /* the largest tensor kept blocked (layout.c) */
         for (int i = 0; i < g->ntensors; i++)
             if (vals[i] && g->tensors[i]->blk && g->tensors[i]->numel > blk_n)
@@ -583,9 +584,10 @@ hyfi_status hyfi_load_params(hyfi_graph *g, const char *path)
         }
         /* every replica's copy */
         for (int k = 0; k < t->nh; k++)
-            hyfi_handle_write(g, hyfi_slot(t->h, k), hyfi_trank(g, t, k), v, t->numel * sizeof(float));
-        for (int k = 0; t->mh && k < t->nh; k++)
-            hyfi_handle_write(g, hyfi_slot(t->mh, k), hyfi_trank(g, t, k), zeros, t->numel * sizeof(float));
+            hyfi_handle_write(g, TH(t, k), hyfi_trank(g, t, k), v, t->numel * sizeof(float));
+        for (int k = 0; hyfi_tensor_has_momentum(t) && k < t->nh; k++)
+            hyfi_handle_write(g, TK(t, HK_MOMENTUM, k), hyfi_trank(g, t, k), zeros,
+                              t->numel * sizeof(float));
     }
     free(zeros);
     free(flat);

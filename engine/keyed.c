@@ -1,6 +1,9 @@
-/* The registrar: hyfi_reg enters a handle in the graph's handle table under
- * its key's tag (none twice) and registers it with StarPU (and StarPU-MPI),
- * at once or, for a scoped rank's tile-family handles, deferred.
+/* The registrar and the key map: every piece of data a compiled graph names
+ * is found by its key (keys.h: role, object, index). hyfi_reg enters it in
+ * the graph's handle table and the key map (none twice) and registers it
+ * with StarPU (and StarPU-MPI), at once or, for a scoped rank's tile-family
+ * handles, deferred; the lowerings find it again by its key (hyfi_kh, TH,
+ * TGH, ...). The graph's structs hold no handles.
  *
  * Deferred registration: a scoped rank registers the handles of tiles, halo
  * strips, assembled buffers, per-tile partial sums and fused regions only
@@ -15,17 +18,18 @@
  * (124,109 handles on each of 4 ranks for AmoebaNet-D at 8,192² in 64
  * tiles). So hyfi_reg, while compiling such a rank, enters these handles in
  * the handle table with everything their registration needs (the key's tag,
- * the owner, the size, the name) and gives the slot an odd placeholder value
- * (internal.h: HYFI_HDEFER_VALUE, the table index), which the lowerings store
- * in the programs like any handle. What the compile asks of a handle before
+ * the owner, the size, the name) and gives the entry an odd placeholder
+ * handle (keyed.h: HYFI_HDEFER_VALUE, the table index), which the lowerings
+ * store in the programs like any handle. What the compile asks of a handle before
  * the programs are final (its owner, its bytes, its category: the traffic
  * prediction, the memory check, the skip marks) is answered from the table
  * here. hyfi_handles_resolve then registers, as the owner (home node) or as
  * a reader (-1), the handles named by the tasks the rank kept and the ones
  * it owns, with the tags they would have had, and forgets the others: their
- * slots become NULL, as for a registration the rank skips (hyfi_key_wanted), and a later read
- * of one (hyfi_tensor_read of another rank's tile) registers it then
- * (hyfi_handle_need). No StarPU call is needed to decide any of it. */
+ * entries' handles become NULL, as for a key the rank does not register
+ * (hyfi_key_wanted), and a later read of one (hyfi_tensor_read of another
+ * rank's tile) registers it then into its entry (hyfi_handle_need). No
+ * StarPU call is needed to decide any of it. */
 #include "emit.h"
 
 #include <starpu_mpi.h>
@@ -65,32 +69,28 @@ static int defer_add(hyfi_compiled *cc, float *ptr, size_t n, size_t elem, int b
     return cc->ndtab++;
 }
 
-/* Enter tag in the graph's set of registered tags: 0, or -1 when it was
- * there already (two keys alike) or memory ran out. */
-static int tag_enter(hyfi_compiled *cc, int64_t tag)
+/* ------------------------------------------------------------ the key map */
+
+int hyfi_kent(const hyfi_compiled *cc, hyfi_role role, uint64_t obj, uint64_t idx)
 {
-    if (2 * (cc->ntags + 1) > cc->tagcap) {
-        const size_t nc = cc->tagcap ? 2 * cc->tagcap : 4096;
-        int64_t *t = calloc(nc, sizeof *t);
-        if (!t) return -1;
-        for (size_t i = 0; i < cc->tagcap; i++) {
-            if (!cc->tagset[i]) continue;
-            size_t j = ((uint64_t)cc->tagset[i] * 0x9E3779B97F4A7C15ull) & (nc - 1);
-            while (t[j]) j = (j + 1) & (nc - 1);
-            t[j] = cc->tagset[i];
-        }
-        free(cc->tagset);
-        cc->tagset = t;
-        cc->tagcap = nc;
+    const hyfi_kcell *c = hyfi_kmap_find(&cc->kmap, role, obj, idx);
+    return c ? c->ent : -1;
+}
+
+unsigned char hyfi_kflag(const hyfi_compiled *cc, hyfi_role role, uint64_t obj, uint64_t idx)
+{
+    const hyfi_kcell *c = hyfi_kmap_find(&cc->kmap, role, obj, idx);
+    return c ? c->flag : 0;
+}
+
+unsigned char *hyfi_kflag_at(hyfi_compiled *cc, hyfi_role role, uint64_t obj, uint64_t idx)
+{
+    hyfi_kcell *c = hyfi_kmap_cell(&cc->kmap, role, obj, idx);
+    if (!c) { /* the compile fails (htab_oom) */
+        cc->htab_oom = 1;
+        return &cc->kspare;
     }
-    size_t j = ((uint64_t)tag * 0x9E3779B97F4A7C15ull) & (cc->tagcap - 1);
-    while (cc->tagset[j]) {
-        if (cc->tagset[j] == tag) return -1;
-        j = (j + 1) & (cc->tagcap - 1);
-    }
-    cc->tagset[j] = tag;
-    cc->ntags++;
-    return 0;
+    return &c->flag;
 }
 
 /* Who registers replica k's pieces of a role: the ranks where k is mine
@@ -158,70 +158,58 @@ static void reg_starpu(hyfi_graph *g, starpu_data_handle_t *h, int64_t tag, floa
 }
 
 /* Register one vector handle (reg_starpu), or, on a scoped rank's compile,
- * defer it, and enter it in the graph's handle table (its
- * slot, owner, category, lifetime and tag). */
-void hyfi_reg(hyfi_graph *g, starpu_data_handle_t *h, hyfi_key key, float *ptr, size_t n,
-              size_t elem, int owner, int flags, int rstage, const char *name, const char *suffix,
-              int m, int nm)
+ * defer it, and enter it in the graph's handle table (its owner, category,
+ * lifetime and tag) under its key. A key whose entry was dropped (not
+ * registered here: hyfi_handles_resolve) is registered into that entry. */
+starpu_data_handle_t hyfi_reg(hyfi_graph *g, hyfi_key key, float *ptr, size_t n, size_t elem,
+                              int owner, int flags, int rstage, const char *name,
+                              const char *suffix, int m, int nm)
 {
+    hyfi_compiled *cc = g->cc;
     const hyfi_hcat cat = (hyfi_hcat)(flags & ~(HYFI_HCAT_BF16 | HYFI_HCAT_BF16S));
     const int bf16 = (flags & HYFI_HCAT_BF16) && elem == sizeof(float);
     if (bf16 && (flags & HYFI_HCAT_BF16S) && !ptr) elem = sizeof(uint16_t);
-    if (!h) { /* (hyfi_reg_at: no cell) */
-        g->cc->htab_oom = 1;
-        return;
-    }
-    if (!hyfi_key_wanted(g, key)) { /* scoped compile: not on this rank */
-        *h = NULL;
-        return;
-    }
+    if (!hyfi_key_wanted(g, key)) return NULL; /* scoped compile: not on this rank */
     /* the tag, a function of the key alone; no key twice in a graph */
     const int64_t tag = hyfi_key_tag(g->serial, (int)cat, key);
-    if (tag < 0 || tag_enter(g->cc, tag)) {
-        if (!g->cc->key_err) g->cc->key_err = tag < 0 ? -1 : tag;
-        g->cc->htab_oom = 1;
-        *h = NULL;
-        return;
+    hyfi_kcell *c = tag < 0 ? NULL : hyfi_kmap_cell(&cc->kmap, key.role, key.obj, key.idx);
+    if (tag < 0 || (c && c->ent >= 0 && cc->htab[c->ent].h)) {
+        if (!cc->key_err) cc->key_err = tag < 0 ? -1 : tag;
+        cc->htab_oom = 1;
+        return NULL;
     }
-    if (g->cc->nhtab == g->cc->caphtab) {
-        const int nc = g->cc->caphtab ? 2 * g->cc->caphtab : 1024;
-        hyfi_hentry *t = realloc(g->cc->htab, (size_t)nc * sizeof *t);
-        if (!t) { /* hyfi_graph_compile fails with HYFI_ERR_NOMEM */
-            g->cc->htab_oom = 1;
-            *h = NULL;
-            return;
+    if (!c) {
+        cc->htab_oom = 1;
+        return NULL;
+    }
+    int ei = c->ent;
+    if (ei < 0) {
+        if (cc->nhtab == cc->caphtab) {
+            const int nc = cc->caphtab ? 2 * cc->caphtab : 1024;
+            hyfi_hentry *t = realloc(cc->htab, (size_t)nc * sizeof *t);
+            if (!t) { /* hyfi_graph_compile fails with HYFI_ERR_NOMEM */
+                cc->htab_oom = 1;
+                return NULL;
+            }
+            cc->htab = t;
+            cc->caphtab = nc;
         }
-        g->cc->htab = t;
-        g->cc->caphtab = nc;
+        ei = c->ent = cc->nhtab++;
     }
-    hyfi_hentry *e = &g->cc->htab[g->cc->nhtab];
-    *e = (hyfi_hentry){.slot = h, .owner = owner, .cat = cat, .rstage = rstage, .rmb = m,
-                       .tag = tag, .defer = -1};
-    if (g->cc->defer_on && key_deferred(key.role)) {
-        const int d = defer_add(g->cc, ptr, n, elem, bf16, name, suffix, m, nm);
+    hyfi_hentry *e = &cc->htab[ei];
+    *e = (hyfi_hentry){
+        .owner = owner, .cat = cat, .rstage = rstage, .rmb = m, .tag = tag, .defer = -1};
+    if (cc->defer_on && key_deferred(key.role)) {
+        const int d = defer_add(cc, ptr, n, elem, bf16, name, suffix, m, nm);
         if (d < 0) {
-            g->cc->htab_oom = 1;
-            *h = NULL;
-            return;
+            cc->htab_oom = 1;
+            return NULL;
         }
         e->defer = d;
-        *h = HYFI_HDEFER_VALUE(g->cc->nhtab++);
-        return;
+        return e->h = HYFI_HDEFER_VALUE(ei);
     }
-    g->cc->nhtab++;
-    reg_starpu(g, h, tag, ptr, n, elem, owner, cat, bf16, name, suffix, m, nm);
-}
-
-void hyfi_reg_at(hyfi_graph *g, hyfi_slots *s, size_t i, hyfi_key key, float *ptr, size_t n,
-                 size_t elem, int owner, int flags, int rstage, const char *name,
-                 const char *suffix, int m, int nm)
-{
-    /* a registration this rank skips makes no cell (slots.h) */
-    if (!hyfi_key_wanted(g, key)) {
-        if (hyfi_slot(s, i)) *hyfi_slot_at(s, i) = NULL; /* (an existing cell) */
-        return;
-    }
-    hyfi_reg(g, hyfi_slot_at(s, i), key, ptr, n, elem, owner, flags, rstage, name, suffix, m, nm);
+    reg_starpu(g, &e->h, tag, ptr, n, elem, owner, cat, bf16, name, suffix, m, nm);
+    return e->h;
 }
 
 void hyfi_defer_free(hyfi_compiled *cc)
@@ -257,7 +245,7 @@ int hyfi_hindex_build(hyfi_hindex *x, const hyfi_compiled *cc)
         return -1;
     }
     for (int i = 0; i < cc->nhtab; i++) {
-        starpu_data_handle_t h = *cc->htab[i].slot;
+        starpu_data_handle_t h = cc->htab[i].h;
         if (!h || HYFI_HDEFERRED(h)) continue;
         const size_t k = hindex_slot(x, h);
         x->h[k] = h;
@@ -286,13 +274,13 @@ void hyfi_hindex_free(hyfi_hindex *x)
 static starpu_data_handle_t resolve(hyfi_graph *g, int i)
 {
     hyfi_hentry *e = &g->cc->htab[i];
-    if (HYFI_HDEFERRED(*e->slot)) {
+    if (HYFI_HDEFERRED(e->h)) {
         const hyfi_hdefer *d = &g->cc->dtab[e->defer];
-        reg_starpu(g, e->slot, e->tag, d->ptr, d->n, d->elem, e->owner, e->cat, d->bf16,
-                   d->name, d->sfx, d->m, d->nm);
-        if (d->redux) hyfi_handle_set_redux(g, *e->slot);
+        reg_starpu(g, &e->h, e->tag, d->ptr, d->n, d->elem, e->owner, e->cat, d->bf16, d->name,
+                   d->sfx, d->m, d->nm);
+        if (d->redux) hyfi_handle_set_redux(g, e->h);
     }
-    return *e->slot;
+    return e->h;
 }
 
 int hyfi_handles_resolve(hyfi_graph *g)
@@ -324,7 +312,7 @@ int hyfi_handles_resolve(hyfi_graph *g)
             int gone = 0;
             for (int j = 0; j < t->nbuf; j++)
                 if (HYFI_HDEFERRED(b[j].handle)) {
-                    b[j].handle = *cc->htab[HYFI_HDEFER_INDEX(b[j].handle)].slot;
+                    b[j].handle = cc->htab[HYFI_HDEFER_INDEX(b[j].handle)].h;
                     gone |= HYFI_HDEFERRED(b[j].handle);
                 }
             if (gone) {
@@ -338,16 +326,10 @@ int hyfi_handles_resolve(hyfi_graph *g)
         prog_task *shrunk = realloc(p->t, (size_t)(n ? n : 1) * sizeof *p->t);
         if (shrunk) p->t = shrunk, p->cap = n ? n : 1;
     }
-    /* the others: not registered here (a later read registers one), and their
-     * tags free again */
-    free(cc->tagset);
-    cc->tagset = NULL;
-    cc->tagcap = cc->ntags = 0;
-    for (int i = 0; i < cc->nhtab; i++) {
-        hyfi_hentry *e = &cc->htab[i];
-        if (HYFI_HDEFERRED(*e->slot)) *e->slot = NULL;
-        if (*e->slot && tag_enter(cc, e->tag)) return -1;
-    }
+    /* the others: not registered here (a later read registers one into its
+     * entry: hyfi_handle_need) */
+    for (int i = 0; i < cc->nhtab; i++)
+        if (HYFI_HDEFERRED(cc->htab[i].h)) cc->htab[i].h = NULL;
     hyfi_defer_free(cc);
     free(cc->howner); /* (program.c: made from placeholders) */
     cc->howner = NULL;

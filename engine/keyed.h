@@ -6,6 +6,60 @@
 
 #include <stdint.h>
 
+#include "keys.h"
+
+/* The key map (kmap.h): a compiled graph's keys on this rank, each with its
+ * handle-table entry (-1: none here: a key this rank does not register, or
+ * one that only carries a flag) and a compile-time flag. Every piece of data
+ * is found by its key: the graph's structs hold no handles. */
+/* Key (role, obj, idx)'s handle-table entry, -1 when none. */
+int hyfi_kent(const hyfi_compiled *cc, hyfi_role role, uint64_t obj, uint64_t idx);
+/* Its handle on this rank: NULL when this rank does not register it (a
+ * deferred placeholder until the compile resolves it). */
+static inline starpu_data_handle_t hyfi_kh(const hyfi_compiled *cc, hyfi_role role, uint64_t obj,
+                                           uint64_t idx)
+{
+    const int e = hyfi_kent(cc, role, obj, idx);
+    return e >= 0 ? cc->htab[e].h : NULL;
+}
+/* The key's flag (0 when never set), and its byte, made if needed (out of
+ * memory: a byte of the map's own, with cc->htab_oom set, so that the
+ * compile fails). */
+unsigned char hyfi_kflag(const hyfi_compiled *cc, hyfi_role role, uint64_t obj, uint64_t idx);
+unsigned char *hyfi_kflag_at(hyfi_compiled *cc, hyfi_role role, uint64_t obj, uint64_t idx);
+
+/* After compile: t has gradient handles (HK_GRAD; the loss's: the seed's),
+ * and a momentum (HK_MOMENTUM). */
+static inline int hyfi_tensor_has_grad(const hyfi_tensor *t)
+{
+    return t->nh > 0 &&
+           ((t->kind == T_INPUT && !t->is_int) || t->kind == T_PARAM || t->kind == T_ACT);
+}
+static inline int hyfi_tensor_has_momentum(const hyfi_tensor *t)
+{
+    return t->nh > 0 && t->kind == T_PARAM;
+}
+/* A tensor's handles by key: value k (a micro-batch of batch tensors, a
+ * replica of the others; shared tensors have one), its gradient (the loss's:
+ * the backward's seed) and the gradient's flag. */
+static inline starpu_data_handle_t hyfi_tgrad(const hyfi_tensor *t, int k)
+{
+    const hyfi_compiled *cc = t->g->cc;
+    return t == t->g->loss ? hyfi_kh(cc, HK_DLOSS, 0, (uint64_t)k)
+                           : hyfi_kh(cc, HK_GRAD, (uint64_t)t->id, (uint64_t)k);
+}
+#define HYFI_TK(t, m) ((uint64_t)((t)->nh > 1 ? (m) : 0))
+#define TH(t, m) hyfi_kh((t)->g->cc, HK_VALUE, (uint64_t)(t)->id, HYFI_TK(t, m))
+#define TGH(t, m) hyfi_tgrad((t), (int)HYFI_TK(t, m))
+#define TGW(t, m) hyfi_kflag((t)->g->cc, HK_GRAD, (uint64_t)(t)->id, HYFI_TK(t, m))
+#define TGWP(t, m) hyfi_kflag_at((t)->g->cc, HK_GRAD, (uint64_t)(t)->id, HYFI_TK(t, m))
+/* The same by role: a parameter's momentum or norms, a state's saved copy
+ * (replica k), an activation's partial gradient (stage * nh + m). */
+#define TK(t, role, k) hyfi_kh((t)->g->cc, (role), (uint64_t)(t)->id, (uint64_t)(k))
+/* A tensor's tile (k = m P + q) and its gradient. */
+#define TTILE(t, k) TK(t, HK_TILE, k)
+#define TTGRAD(t, k) TK(t, HK_TILE_GRAD, k)
+
 /* A deferred registration (keyed.c): until a kept task names it, a handle of
  * a tile, halo strip, assembled buffer, partial sum or fused region of a
  * scoped rank is the odd value (its handle-table index << 4 | 1), and this is
@@ -62,8 +116,6 @@ typedef struct {
 int hyfi_hindex_build(hyfi_hindex *x, const hyfi_compiled *cc); /* 0, -1: out of memory */
 int hyfi_hindex_of(const hyfi_hindex *x, starpu_data_handle_t h);
 void hyfi_hindex_free(hyfi_hindex *x);
-/* localise.c keeps its copies' slots in blocks of this many (cc->lcopy). */
-#define HYFI_LCOPY_BLOCK 1024
 /* StarPU's reduction (hyfi_cl_redux_add/zero) on h, now or when registered. */
 void hyfi_handle_set_redux(hyfi_graph *g, starpu_data_handle_t h);
 /* After the programs hold only this rank's tasks: register the deferred

@@ -35,7 +35,7 @@
 /* (source entry, rank) -> its copy */
 typedef struct {
     int src, rank;
-    int slot;          /* index in the copy slots */
+    starpu_data_handle_t h; /* the copy (NULL: none, the task reads the original) */
     unsigned version;  /* the source's version it holds (UINT32_MAX: none) */
 } copy_rec;
 
@@ -78,25 +78,6 @@ static int source_kind(const hyfi_graph *g, int i)
     }
 }
 
-/* The copy slots: blocks that never move (the handle table points into them). */
-#define LBLOCK HYFI_LCOPY_BLOCK
-static starpu_data_handle_t *copy_slot(hyfi_compiled *cc, int s)
-{
-    return &cc->lcopy[s / LBLOCK][s % LBLOCK];
-}
-
-static int new_slot(hyfi_compiled *cc)
-{
-    if (cc->nlcopy % LBLOCK == 0) {
-        const int nb = cc->nlcopy / LBLOCK;
-        starpu_data_handle_t **b = realloc(cc->lcopy, (size_t)(nb + 1) * sizeof *b);
-        if (!b) return -1;
-        cc->lcopy = b;
-        if (!(b[nb] = calloc(LBLOCK, sizeof **b))) return -1;
-    }
-    return cc->nlcopy++;
-}
-
 /* The copy of entry src on rank r, registered at its first use; NULL when
  * its key does not fit a tag (the task then reads the original) or out of
  * memory (*oom). */
@@ -107,7 +88,7 @@ static copy_rec *copy_of(lstate *s, int src, int r, int *oom)
                s->cmask;
     while (s->c[i].src >= 0 && (s->c[i].src != src || s->c[i].rank != r))
         i = (i + 1) & s->cmask;
-    if (s->c[i].src >= 0) return s->c[i].slot >= 0 ? &s->c[i] : NULL;
+    if (s->c[i].src >= 0) return s->c[i].h ? &s->c[i] : NULL;
     if (2 * (s->nc + 1) > s->cmask + 1) { /* grow, then look again */
         const size_t cap = 2 * (s->cmask + 1);
         copy_rec *n = malloc(cap * sizeof *n);
@@ -126,7 +107,7 @@ static copy_rec *copy_of(lstate *s, int src, int r, int *oom)
         return copy_of(s, src, r, oom);
     }
     copy_rec *c = &s->c[i];
-    *c = (copy_rec){.src = src, .rank = r, .slot = -1, .version = UINT32_MAX};
+    *c = (copy_rec){.src = src, .rank = r, .h = NULL, .version = UINT32_MAX};
     s->nc++;
     /* the key: the original's, with the rank folded into the index */
     unsigned gs;
@@ -137,18 +118,15 @@ static copy_rec *copy_of(lstate *s, int src, int r, int *oom)
     const uint64_t idx = ((k.idx * (uint64_t)s->g->ctx->nranks + (uint64_t)r) << 2) | (uint64_t)kind;
     const hyfi_key key = HYFI_KEY(HK_LCOPY, k.obj, idx);
     if (hyfi_key_tag(s->g->serial, (int)cc->htab[src].cat, key) < 0) return NULL;
-    const int slot = new_slot(cc);
-    if (slot < 0) return *oom = 1, NULL;
-    starpu_data_handle_t h = *cc->htab[src].slot;
+    starpu_data_handle_t h = cc->htab[src].h;
     const size_t bytes = hyfi_handle_bytes(s->g, h);
     const char *name = k.role == HK_VALUE ? s->g->tensors[k.obj]->name : s->g->nodes[k.obj].name;
     char sfx[32];
     if (k.role == HK_VALUE) snprintf(sfx, sizeof sfx, "[%u].on_rank%d", (unsigned)k.idx, r);
     else snprintf(sfx, sizeof sfx, ".tot[%u].on_rank%d", (unsigned)k.idx, r);
-    hyfi_reg(s->g, copy_slot(cc, slot), key, NULL, bytes / sizeof(float), sizeof(float), r,
-             (int)cc->htab[src].cat, HYFI_KEEP, name, sfx, 0, 1);
-    if (cc->htab_oom || !*copy_slot(cc, slot)) return *oom = 1, NULL;
-    c->slot = slot;
+    c->h = hyfi_reg(s->g, key, NULL, bytes / sizeof(float), sizeof(float), r,
+                    (int)cc->htab[src].cat, HYFI_KEEP, name, sfx, 0, 1);
+    if (cc->htab_oom || !c->h) return *oom = 1, NULL;
     return c;
 }
 
@@ -215,7 +193,7 @@ static int localise(lstate *s, program *p)
                     continue;
                 copy_rec *c = copy_of(s, src, t->rank, &oom);
                 if (!c) continue;
-                starpu_data_handle_t ch = *copy_slot(cc, c->slot);
+                starpu_data_handle_t ch = c->h;
                 if (c->version != s->version[src]) {
                     prog_task *k = tpush(&add, 2 * i);
                     if (!k) {

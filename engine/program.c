@@ -260,9 +260,8 @@ int hyfi_emit_drop(emit_ctx *e, starpu_data_handle_t h)
         if (!cc->howner) return -1;
         cc->nhowner = 0;
         for (int i = 0; i < cc->nhtab; i++)
-            if (*cc->htab[i].slot)
-                cc->howner[cc->nhowner++] =
-                    (struct hyfi_howner){*cc->htab[i].slot, cc->htab[i].owner};
+            if (cc->htab[i].h)
+                cc->howner[cc->nhowner++] = (struct hyfi_howner){cc->htab[i].h, cc->htab[i].owner};
         qsort(cc->howner, (size_t)cc->nhowner, sizeof *cc->howner, howner_cmp);
     }
     const struct hyfi_howner key = {h, 0};

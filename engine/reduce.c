@@ -96,7 +96,7 @@ static int stats_copy(hyfi_graph *g, program *P, const hyfi_sgroup *sg, int k,
     if (sg->n > 2 * HYFI_STATS_GROUP) return -1;
     for (int j = 0; j < sg->n; j++) {
         const hyfi_tensor *t = sg->t[j];
-        h[j] = hyfi_slot(t->h, k), count[j] = t->numel, name[j] = t->name;
+        h[j] = TH(t, k), count[j] = t->numel, name[j] = t->name;
     }
     return emit_slices(g, P, buf, sg->n, h, count, name, unpack, what, k,
                        HYFI_PLACE(pl, k, pl->stage_place0[sg->stage]));
@@ -108,8 +108,8 @@ static int stats_copy(hyfi_graph *g, program *P, const hyfi_sgroup *sg, int k,
  * of each replica; tasks named name.combine.rA.rB and name.copy.rB.rA. Up:
  * replica k merges block [k + d, k + 2d) into its own; down: the value copied
  * back along the same tree. */
-static int emit_stats_tree(hyfi_graph *g, program *P, const char *name, const hyfi_slots *val,
-                           const hyfi_slots *save, size_t n, double a, int stage)
+static int emit_stats_tree(hyfi_graph *g, program *P, const char *name, hyfi_kfam val,
+                           hyfi_kfam save, size_t n, double a, int stage)
 {
     const hyfi_plan *pl = g->cc->pl;
     const unsigned char *want = g->cc->rep_want;
@@ -125,7 +125,7 @@ static int emit_stats_tree(hyfi_graph *g, program *P, const char *name, const hy
                                             .decay = pow(a, (double)pl->mbr * len)}};
             snprintf(nm, sizeof nm, "%.40s.combine.r%d.r%d", name, k, k + d);
             TASK(&hyfi_cl_running_combine, nm, &c);
-            RW(hyfi_slot(val, k)), R(hyfi_slot(save, k)), R(hyfi_slot(val, k + d));
+            RW(KFH(g, val, k)), R(KFH(g, save, k)), R(KFH(g, val, k + d));
             hyfi_on_place(g, P, HYFI_PLACE(pl, k, pl->stage_place0[stage]), prio);
             if (hyfi_collective_done(g, P)) return -1;
         }
@@ -135,7 +135,7 @@ static int emit_stats_tree(hyfi_graph *g, program *P, const char *name, const hy
             hyfi_task_args c = {.acc = 0, .u.elt.count = n};
             snprintf(nm, sizeof nm, "%.40s.copy.r%d.r%d", name, k + d, k);
             TASK(&hyfi_cl_accumulate, nm, &c);
-            W(hyfi_slot(val, k + d)), R(hyfi_slot(val, k));
+            W(KFH(g, val, k + d)), R(KFH(g, val, k));
             hyfi_on_place(g, P, HYFI_PLACE(pl, k + d, pl->stage_place0[stage]), prio);
             if (hyfi_collective_done(g, P)) return -1;
         }
@@ -148,7 +148,9 @@ static int emit_stats_save_packed(hyfi_graph *g, program *P)
     for (int gi = 0; gi < g->cc->nsgroups; gi++) {
         const hyfi_sgroup *sg = &g->cc->sgroups[gi];
         for (int k = 0; k < R; k++)
-            if (g->cc->rep_want[k] && stats_copy(g, P, sg, k, hyfi_slot(sg->save, k), 0, ".save"))
+            if (g->cc->rep_want[k] &&
+                stats_copy(g, P, sg, k, hyfi_kh(g->cc, HK_SSAVE, (uint64_t)gi, (uint64_t)k), 0,
+                           ".save"))
                 return -1;
     }
     return 0;
@@ -162,12 +164,14 @@ static int emit_stats_combine_packed(hyfi_graph *g, program *P)
         const hyfi_sgroup *sg = &g->cc->sgroups[gi];
         char name[48];
         snprintf(name, sizeof name, "running_stats.stage%d", sg->stage);
+        const hyfi_kfam val = {HK_SVAL, (uint64_t)gi};
         for (int k = 0; k < R; k++)
-            if (want[k] && stats_copy(g, P, sg, k, hyfi_slot(sg->val, k), 0, ".pack")) return -1;
-        if (emit_stats_tree(g, P, name, sg->val, sg->save, sg->numel, sg->a, sg->stage))
+            if (want[k] && stats_copy(g, P, sg, k, KFH(g, val, k), 0, ".pack")) return -1;
+        if (emit_stats_tree(g, P, name, val, (hyfi_kfam){HK_SSAVE, (uint64_t)gi}, sg->numel, sg->a,
+                            sg->stage))
             return -1;
         for (int k = 0; k < R; k++)
-            if (want[k] && stats_copy(g, P, sg, k, hyfi_slot(sg->val, k), 1, ".unpack")) return -1;
+            if (want[k] && stats_copy(g, P, sg, k, KFH(g, val, k), 1, ".unpack")) return -1;
     }
     return 0;
 }
@@ -179,14 +183,14 @@ int hyfi_emit_state_save(hyfi_graph *g, program *P)
     if (g->cc->sgroups) return emit_stats_save_packed(g, P);
     for (int i = 0; i < g->ntensors; i++) {
         hyfi_tensor *t = g->tensors[i];
-        if (t->kind != T_STATE || !t->rsave) continue;
+        if (t->kind != T_STATE) continue; /* (saved copies: not packed, below) */
         for (int k = 0; k < pl->nrep; k++) {
             if (!g->cc->rep_want[k]) continue;
             hyfi_task_args a = {.acc = 0, .u.elt.count = t->numel};
             char nm[64];
             snprintf(nm, sizeof nm, "%.44s.save.r%d", t->name, k);
             TASK(&hyfi_cl_accumulate, nm, &a);
-            W(hyfi_slot(t->rsave, k)), R(hyfi_slot(t->h, k));
+            W(TK(t, HK_RSAVE, k)), R(TH(t, k));
             hyfi_on_place(g, P, HYFI_PLACE(pl, k, pl->stage_place0[t->stage]),
                           hyfi_clamp_prio(pl->nticks + 1));
             if (hyfi_collective_done(g, P)) return -1;
@@ -204,8 +208,9 @@ int hyfi_emit_state_combine(hyfi_graph *g, program *P)
         if (!hyfi_op_batch_statistics(nd)) continue;
         for (int j = 2; j < 4; j++) {
             const hyfi_tensor *t = nd->p[j];
-            if (t->rsave && emit_stats_tree(g, P, t->name, t->h, t->rsave, t->numel,
-                                            1.0 - (double)nd->a.bn.momentum, t->stage))
+            if (emit_stats_tree(g, P, t->name, (hyfi_kfam){HK_VALUE, (uint64_t)t->id},
+                                (hyfi_kfam){HK_RSAVE, (uint64_t)t->id}, t->numel,
+                                1.0 - (double)nd->a.bn.momentum, t->stage))
                 return -1;
         }
     }
@@ -223,11 +228,11 @@ int hyfi_emit_state_combine(hyfi_graph *g, program *P)
  *         replica k copies chunk (k-s) mod R from replica k-1; join.
  *   tree: binomial reduce into replica 0 (replica k adds k+d for d = 1, 2,
  *         4, ...), then the sum copied back down the same tree. */
-/* One all-reduce over h[0 .. R) (n floats each, on stage `stage`'s first
- * place of every replica); arc: the ring's R x R chunk handles, or NULL (tree). */
-static int emit_allreduce_one(hyfi_graph *g, program *P, const char *name,
-                              const hyfi_slots *h, const hyfi_slots *arc, size_t n,
-                              int stage)
+/* One all-reduce of bucket bi over its replicas' packed gradients (n floats
+ * each, on stage `stage`'s first place of every replica); with the ring over
+ * its R x R chunks (HK_ARC), else by the tree. */
+static int emit_allreduce_one(hyfi_graph *g, program *P, const char *name, int bi, int ring,
+                              size_t n, int stage)
 {
     const hyfi_plan *pl = g->cc->pl;
     const int R = pl->nrep, prio = hyfi_clamp_prio(pl->nticks + 1);
@@ -238,7 +243,8 @@ static int emit_allreduce_one(hyfi_graph *g, program *P, const char *name,
         if (hyfi_collective_done(g, P)) return -1;                                         \
     } while (0)
 #define RPLACE(k) HYFI_PLACE(pl, (k), pl->stage_place0[stage])
-    if (!arc) { /* tree */
+#define BH(k) hyfi_bucket_h(g, bi, (k))
+    if (!ring) { /* tree */
         int top = 1;
         while (top * 2 < R) top *= 2;
         for (int d = 1; d < R; d *= 2)
@@ -247,7 +253,7 @@ static int emit_allreduce_one(hyfi_graph *g, program *P, const char *name,
                 hyfi_task_args a = {.acc = 1, .u.elt.count = n};
                 snprintf(nm, sizeof nm, "%.36s.allreduce.add.r%d.r%d", name, k, k + d);
                 TASK(&hyfi_cl_accumulate, nm, &a);
-                RW(hyfi_slot(h, k)), R(hyfi_slot(h, k + d));
+                RW(BH(k)), R(BH(k + d));
                 hyfi_on_place(g, P, RPLACE(k), prio);
                 DONE();
             }
@@ -257,20 +263,20 @@ static int emit_allreduce_one(hyfi_graph *g, program *P, const char *name,
                 hyfi_task_args a = {.acc = 0, .u.elt.count = n};
                 snprintf(nm, sizeof nm, "%.36s.allreduce.copy.r%d.r%d", name, k + d, k);
                 TASK(&hyfi_cl_accumulate, nm, &a);
-                W(hyfi_slot(h, k + d)), R(hyfi_slot(h, k));
+                W(BH(k + d)), R(BH(k));
                 hyfi_on_place(g, P, RPLACE(k + d), prio);
                 DONE();
             }
         return 0;
     }
-#define CH(k, c) hyfi_slot(arc, (size_t)(k) * R + (c))
+#define CH(k, c) hyfi_kh(g->cc, HK_ARC, (uint64_t)bi, (uint64_t)(k)*R + (uint64_t)(c))
 #define CN(c) (hyfi_chunk_lo(n, R, (c) + 1) - hyfi_chunk_lo(n, R, (c)))
     for (int k = 0; k < R; k++)
         for (int c = 0; c < R && want[k]; c++) {
             hyfi_task_args a = {.u.slice = {.count = CN(c), .src_off = hyfi_chunk_lo(n, R, c)}};
             snprintf(nm, sizeof nm, "%.36s.allreduce.split.r%d.c%d", name, k, c);
             TASK(&hyfi_cl_copy_slice, nm, &a);
-            W(CH(k, c)), R(hyfi_slot(h, k));
+            W(CH(k, c)), R(BH(k));
             hyfi_on_place(g, P, RPLACE(k), prio);
             DONE();
         }
@@ -301,12 +307,13 @@ static int emit_allreduce_one(hyfi_graph *g, program *P, const char *name,
             hyfi_task_args a = {.u.slice = {.count = CN(c), .dst_off = hyfi_chunk_lo(n, R, c)}};
             snprintf(nm, sizeof nm, "%.36s.allreduce.join.r%d.c%d", name, k, c);
             TASK(&hyfi_cl_copy_slice, nm, &a);
-            RW(hyfi_slot(h, k)), R(CH(k, c));
+            RW(BH(k)), R(CH(k, c));
             hyfi_on_place(g, P, RPLACE(k), prio);
             DONE();
         }
 #undef CN
 #undef CH
+#undef BH
 #undef RPLACE
 #undef DONE
     return 0;
@@ -337,17 +344,17 @@ int hyfi_emit_allreduce(hyfi_graph *g, program *P)
         for (int j = 0; j < b->nparams; j++) pc[j] = b->params[j]->numel, pn[j] = b->params[j]->name;
         for (int k = 0; b->nparams > 1 && k < R && !bad; k++) {
             if (!want[k]) continue;
-            for (int j = 0; j < b->nparams; j++) ph[j] = hyfi_slot(b->params[j]->gh, k);
-            bad = emit_slices(g, P, hyfi_slot(b->h, k), b->nparams, ph, pc, pn, 0,
+            for (int j = 0; j < b->nparams; j++) ph[j] = TGH(b->params[j], k);
+            bad = emit_slices(g, P, hyfi_bucket_h(g, bi, k), b->nparams, ph, pc, pn, 0,
                               ".allreduce.pack", k, HYFI_PLACE(pl, k, pl->stage_place0[b->stage]));
         }
-        bad = bad || emit_allreduce_one(g, P, bname, b->h, b->arc, b->numel, b->stage);
+        bad = bad || emit_allreduce_one(g, P, bname, bi, b->ring, b->numel, b->stage);
         for (int k = 0; b->nparams > 1 && k < R && !bad; k++) {
             if (!want[k]) continue;
-            for (int j = 0; j < b->nparams; j++) ph[j] = hyfi_slot(b->params[j]->gh, k);
-            bad = emit_slices(g, P, hyfi_slot(b->h, k), b->nparams, ph, pc, pn, 1,
-                              ".allreduce.unpack", k,
-                              HYFI_PLACE(pl, k, pl->stage_place0[b->stage]));
+            for (int j = 0; j < b->nparams; j++) ph[j] = TGH(b->params[j], k);
+            bad =
+                emit_slices(g, P, hyfi_bucket_h(g, bi, k), b->nparams, ph, pc, pn, 1,
+                            ".allreduce.unpack", k, HYFI_PLACE(pl, k, pl->stage_place0[b->stage]));
         }
     }
     free(ph), free(pc), free(pn);
@@ -391,8 +398,8 @@ int hyfi_emit_sgd(hyfi_graph *g, program *P)
             for (int j = i; j < end; j++) {
                 hyfi_tensor *q = g->params[j];
                 if (!q->gwritten) continue;
-                RW(hyfi_slot(q->h, k)), RW(hyfi_slot(q->mh, k));
-                W(hyfi_slot(q->nmh, k)), R(hyfi_slot(q->gh, k));
+                RW(TH(q, k)), RW(TK(q, HK_MOMENTUM, k));
+                W(TK(q, HK_NORMS, k)), R(TGH(q, k));
             }
             hyfi_on_place(g, P, HYFI_PLACE(pl, k, pl->stage_place0[p->stage]), 0);
             i = end;
@@ -411,6 +418,8 @@ int hyfi_emit_sgd(hyfi_graph *g, program *P)
  * rank with parameters adds the other ranks' sums and sends the total to
  * every rank, which reads it after the step (hyfi_train_step): 2 floats per
  * rank cross the network. */
+/* Rank r's health sums (HK_HEALTH). */
+#define HEALTH(r) hyfi_kh(g->cc, HK_HEALTH, 0, (uint64_t)(r))
 int hyfi_emit_health(hyfi_graph *g, program *P)
 {
     const hyfi_plan *pl = g->cc->pl;
@@ -437,8 +446,8 @@ int hyfi_emit_health(hyfi_graph *g, program *P)
             char nm[96];
             snprintf(nm, sizeof nm, "health.%.50s", p->name);
             TASK(&hyfi_cl_accumulate_n, nm, &a);
-            hyfi_prog_buf(P, hyfi_slot(g->cc->health, r), first ? STARPU_W : STARPU_RW);
-            for (int k = 0; k < n; k++) R(hyfi_slot(src[k]->nmh, 0));
+            hyfi_prog_buf(P, HEALTH(r), first ? STARPU_W : STARPU_RW);
+            for (int k = 0; k < n; k++) R(TK(src[k], HK_NORMS, 0));
             hyfi_on_place(g, P, place, 0);
             if (hyfi_collective_done(g, P)) return -1;
             if (first && root < 0) root = r, root_place = place;
@@ -450,7 +459,7 @@ int hyfi_emit_health(hyfi_graph *g, program *P)
         char nm[48];
         snprintf(nm, sizeof nm, "health.rank%d", r);
         TASK(&hyfi_cl_accumulate, nm, &a);
-        RW(hyfi_slot(g->cc->health, root)), R(hyfi_slot(g->cc->health, r));
+        RW(HEALTH(root)), R(HEALTH(r));
         hyfi_on_place(g, P, root_place, 0);
         if (hyfi_collective_done(g, P)) return -1;
     }
@@ -459,7 +468,7 @@ int hyfi_emit_health(hyfi_graph *g, program *P)
     if (g->ctx->nranks > 1) {
         if (hyfi_prog_push(P, PT_BCAST, NULL, "health.bcast", NULL)) return -1;
         P->t[P->n - 1].rank = root;
-        hyfi_prog_buf(P, hyfi_slot(g->cc->health, root), STARPU_R);
+        hyfi_prog_buf(P, HEALTH(root), STARPU_R);
     }
     return 0;
 }

@@ -232,7 +232,7 @@ static hyfi_status write_batch(hyfi_graph *g, hyfi_tensor *t, const void *data, 
 {
     if (!t->tl || t->tl->full)
         for (int m = 0; m < t->nh; m++)
-            hyfi_handle_write(g, hyfi_slot(t->h, m), hyfi_handle_owner(g, t, m),
+            hyfi_handle_write(g, TH(t, m), hyfi_handle_owner(g, t, m),
                               (const char *)data + (size_t)m * t->mb_numel * elem,
                               t->mb_numel * elem);
     if (!t->tl) return HYFI_OK;
@@ -241,16 +241,16 @@ static hyfi_status write_batch(hyfi_graph *g, hyfi_tensor *t, const void *data, 
         for (int q = 0; q < P; q++) {
             const int owner = hyfi_tile_rank(g, t->tl, q, HYFI_REP(g->cc->pl, m));
             /* another rank's tile: only its cache flushed (hyfi_handle_write), no copy */
-            if (!hyfi_slot(t->tl->h, m * P + q)) continue;
+            if (!TTILE(t, (uint64_t)m * P + q)) continue;
             if (g->ctx->mpi && owner != g->ctx->rank) {
-                hyfi_handle_write(g, hyfi_slot(t->tl->h, m * P + q), owner, NULL, 0);
+                hyfi_handle_write(g, TTILE(t, (uint64_t)m * P + q), owner, NULL, 0);
                 continue;
             }
             const size_t n = hyfi_tile_numel(t, q);
             float *tmp = malloc(n * sizeof(float));
             if (!tmp) return hyfi_call_fail(g, HYFI_ERR_NOMEM, "out of memory writing tiles");
             tile_copy(t, q, (float *)data + (size_t)m * t->mb_numel, tmp, 1);
-            hyfi_handle_write(g, hyfi_slot(t->tl->h, m * P + q), owner, tmp, n * sizeof(float));
+            hyfi_handle_write(g, TTILE(t, (uint64_t)m * P + q), owner, tmp, n * sizeof(float));
             free(tmp);
         }
     return HYFI_OK;
@@ -311,7 +311,7 @@ static int input_handles(hyfi_graph *g, const hyfi_tensor *t, int k, hyfi_input_
         r->y0 = r->x0 = 0;
         r->h = t->dims[2];
         r->w = t->dims[3];
-        *h = hyfi_slot(t->h, m);
+        *h = TH(t, m);
         *owner = hyfi_handle_owner(g, t, m);
     } else {
         const hyfi_tiles *tl = t->tl;
@@ -320,7 +320,7 @@ static int input_handles(hyfi_graph *g, const hyfi_tensor *t, int k, hyfi_input_
         r->x0 = tl->ccut[col];
         r->h = tl->rcut[row + 1] - r->y0;
         r->w = tl->ccut[col + 1] - r->x0;
-        *h = hyfi_slot(tl->h, m * P + q);
+        *h = TTILE(t, (uint64_t)m * P + q);
         *owner = hyfi_tile_rank(g, tl, q, HYFI_REP(g->cc->pl, m));
     }
     return t->nh * per_mb;
@@ -403,7 +403,7 @@ static float loss_value(hyfi_graph *g)
     float *l = g->cc->loss_sum;
     memset(l, 0, (size_t)M * sizeof *l);
     for (int m = 0; m < M; m++) {
-        const starpu_data_handle_t h = hyfi_slot(g->loss->h, m);
+        const starpu_data_handle_t h = TH(g->loss, m);
         if (!h || (mpi && starpu_mpi_data_get_rank(h) != g->ctx->rank)) continue;
         hyfi_handle_read(g, h, g->ctx->rank, &l[m], sizeof l[m]);
     }
@@ -430,7 +430,8 @@ static hyfi_status read_loss(hyfi_graph *g, float *loss)
 static hyfi_status read_health(hyfi_graph *g)
 {
     float h[2] = {0, 0};
-    hyfi_handle_read(g, hyfi_slot(g->cc->health, g->cc->health_root), -1, h, sizeof h);
+    hyfi_handle_read(g, hyfi_kh(g->cc, HK_HEALTH, 0, (uint64_t)g->cc->health_root), -1, h,
+                     sizeof h);
     g->cc->grad_norm = sqrt((double)h[0]);
     g->cc->weight_norm = sqrt((double)h[1]);
     if ((isfinite(h[0]) && isfinite(h[1])) || HYFI_SIMULATION) return HYFI_OK;
@@ -439,7 +440,7 @@ static hyfi_status read_health(hyfi_graph *g)
         const hyfi_tensor *p = g->params[i];
         if (!p->gwritten) continue;
         float n[2];
-        hyfi_handle_read(g, hyfi_slot(p->nmh, 0), -1, n, sizeof n);
+        hyfi_handle_read(g, TK(p, HK_NORMS, 0), -1, n, sizeof n);
         if (!isfinite(n[0]) || !isfinite(n[1])) {
             bad = p->name;
             what = isfinite(n[0]) ? "updated weight" : "gradient";
@@ -533,7 +534,7 @@ static hyfi_status read_tensor(hyfi_graph *g, hyfi_tensor *t, int grad, float *o
     }
     if (t->nh == 1 || t->kind == T_PARAM || t->kind == T_STATE) {
         /* parameters and state: replica 0's copy (the replicas hold the same) */
-        hyfi_handle_read(g, hyfi_slot(grad ? t->gh : t->h, 0), -1, out, t->numel * sizeof(float));
+        hyfi_handle_read(g, grad ? TGH(t, 0) : TH(t, 0), -1, out, t->numel * sizeof(float));
     } else if (t->batched) {
         for (int m = 0; m < t->nh; m++)
             hyfi_handle_read(g, hyfi_handle_need(g, t, grad, 0, m), -1,
@@ -617,7 +618,7 @@ hyfi_status hyfi_grad_read(hyfi_graph *g, const hyfi_tensor *t, float *out, size
                               "hyfi_plan_config.no_grad_forwarding (hyfi-train: "
                               "HYFI_GRAD_ALIAS=0) to keep it",
                               t->name);
-    if (!g->cc->stepped || !t->gh || !t->gwritten)
+    if (!g->cc->stepped || !hyfi_tensor_has_grad(t) || !t->gwritten)
         return hyfi_call_fail(g, HYFI_ERR_STATE, "hyfi_grad_read: \"%s\" has no gradient%s",
                               t->name, g->cc->stepped ? " (it is not on the loss's path)"
                                                   : " yet; run hyfi_train_step first");
@@ -650,7 +651,7 @@ hyfi_status hyfi_tensor_write(hyfi_graph *g, hyfi_tensor *t, const float *data, 
         data = tmp;
     }
     for (int k = 0; k < t->nh; k++)
-        hyfi_handle_write(g, hyfi_slot(t->h, k), hyfi_trank(g, t, k), data, count * sizeof(float));
+        hyfi_handle_write(g, TH(t, k), hyfi_trank(g, t, k), data, count * sizeof(float));
     free(tmp);
     return HYFI_OK;
 }

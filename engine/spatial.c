@@ -58,7 +58,8 @@ static void tile_view(emit_ctx *e, const node *nd, int q, starpu_data_handle_t i
     }
     if (in) {
         v->x[0] = in;
-        if (v->dx[0].h && tn->use_buf[q]) v->dx[0] = (hyfi_gout){hyfi_slot(tn->dbuf, e->m * Pt + q), NULL, NULL};
+        if (v->dx[0].h && tn->use_buf[q])
+            v->dx[0] = (hyfi_gout){TNH(tn, HK_TDBUF, e->m * Pt + q), NULL, NULL};
     }
     hyfi_sp_view_params(e, nd, q, training, v);
 }
@@ -75,7 +76,7 @@ static int bn_tiles_forward(emit_ctx *e, const node *nd)
     for (int q = 0; hyfi_sp_tile(e, q, q < Pt && !e->recompute); q++) {
         tile_view(e, nd, q, NULL, 1, &v);
         count[q] = (double)v.a.u.bn.n * v.a.u.bn.h * v.a.u.bn.w;
-        if (hyfi_bn_part_stats(e, &v, hyfi_slot(tn->part, e->m * Pt + q))) return -1;
+        if (hyfi_bn_part_stats(e, &v, TNH(tn, HK_BN_PART, e->m * Pt + q))) return -1;
     }
     if (!e->recompute) {
         starpu_data_handle_t bufs[HYFI_MAX_TILES];
@@ -119,14 +120,15 @@ static int bn_tiles_backward(emit_ctx *e, const node *nd)
         tile_view(e, nd, q, NULL, 1, &v);
         count[q] = (double)v.a.u.bn.n * v.a.u.bn.h * v.a.u.bn.w;
         total += count[q];
-        if (hyfi_bn_part_bwd_stats(e, &v, hyfi_slot(tn->bwpart, e->m * Pt + q))) return -1;
+        if (hyfi_bn_part_bwd_stats(e, &v, TNH(tn, HK_BN_BWPART, e->m * Pt + q))) return -1;
     }
     starpu_data_handle_t bufs[HYFI_MAX_TILES];
     const int nb = hyfi_sp_bn_pack(e, nd, 1, bufs);
-    if (nb < 0 || hyfi_bn_bwd_combine(e, &v, count, Pt, hyfi_slot(tn->tot, e->m), bufs, nb)) return -1;
+    if (nb < 0 || hyfi_bn_bwd_combine(e, &v, count, Pt, TNH(tn, HK_BN_TOT, e->m), bufs, nb))
+        return -1;
     for (int q = 0; hyfi_sp_tile(e, q, q < Pt && nd->in[0]->requires_grad); q++) {
         tile_view(e, nd, q, NULL, 1, &v);
-        if (hyfi_bn_part_bwd_apply(e, &v, total, hyfi_slot(tn->tot, e->m), "bwd")) return -1;
+        if (hyfi_bn_part_bwd_apply(e, &v, total, TNH(tn, HK_BN_TOT, e->m), "bwd")) return -1;
     }
     return 0;
 }
@@ -154,14 +156,14 @@ int hyfi_spatial_backward(emit_ctx *e, const node *nd)
      * the strips added into the neighbours' tiles; the weight gradients */
     const int data = nd->in[0]->requires_grad;
     for (int q = 0; hyfi_sp_tile(e, q, q < Pt && data); q++) {
-        tile_view(e, nd, q, tn->use_buf[q] ? hyfi_slot(tn->buf, e->m * Pt + q) : NULL, 1, &v);
+        tile_view(e, nd, q, tn->use_buf[q] ? TNH(tn, HK_TBUF, e->m * Pt + q) : NULL, 1, &v);
         if (hyfi_op_backward_data(e, &v)) return -1;
         if (tn->use_buf[q] && hyfi_sp_unassemble(e, nd, q)) return -1;
     }
     for (int q = 0; hyfi_sp_tile(e, q, q < Pt && data); q++)
         if (tn->use_buf[q] && hyfi_sp_halo_return(e, nd, q)) return -1;
     for (int q = 0; hyfi_sp_tile(e, q, q < Pt); q++) {
-        tile_view(e, nd, q, tn->use_buf[q] ? hyfi_slot(tn->buf, e->m * Pt + q) : NULL, 1, &v);
+        tile_view(e, nd, q, tn->use_buf[q] ? TNH(tn, HK_TBUF, e->m * Pt + q) : NULL, 1, &v);
         if (hyfi_op_backward_params(e, &v)) return -1;
     }
     return 0;
@@ -183,10 +185,12 @@ static int drop_window(emit_ctx *e, const hyfi_tnode *tn, int grads)
     for (int q = 0; q < Pt; q++) {
         if (!tn->use_buf[q]) continue;
         const size_t k = (size_t)e->m * Pt + q;
-        if (hyfi_emit_drop(e, hyfi_slot(tn->buf, k)) || (grads && hyfi_emit_drop(e, hyfi_slot(tn->dbuf, k)))) return -1;
+        if (hyfi_emit_drop(e, TNH(tn, HK_TBUF, k)) ||
+            (grads && hyfi_emit_drop(e, TNH(tn, HK_TDBUF, k))))
+            return -1;
         for (int j = 1; j < tn->npieces[q]; j++)
-            if (hyfi_emit_drop(e, hyfi_slot(tn->strip, k * NP + j)) ||
-                (grads && hyfi_emit_drop(e, hyfi_slot(tn->dstrip, k * NP + j))))
+            if (hyfi_emit_drop(e, TNH(tn, HK_STRIP, k * NP + j)) ||
+                (grads && hyfi_emit_drop(e, TNH(tn, HK_DSTRIP, k * NP + j))))
                 return -1;
     }
     return 0;
@@ -200,14 +204,14 @@ int hyfi_spatial_drop(emit_ctx *e, const node *nd, int grads)
     /* a fused group: everything with its last op (the group is re-run whole) */
     if (tn->fg_pos != fg->n - 1) return 0;
     if (drop_tiles(e, nd->out, grads) || drop_window(e, fg->op[0]->tn, grads)) return -1;
-    const hyfi_slots *val[] = {fg->val, fg->pbuf, fg->xo},
-                     *grad[] = {fg->grad, fg->dpbuf, fg->dyo, fg->dxo};
+    static const hyfi_role val[] = {HK_F_VAL, HK_F_PBUF, HK_F_XO},
+                           grad[] = {HK_F_GRAD, HK_F_DPBUF, HK_F_DYO, HK_F_DXO};
     for (int j = 0; j < fg->n; j++)
         for (int q = 0; q < e->g->cc->pl->P; q++) {
             for (size_t k = 0; k < sizeof val / sizeof *val; k++)
-                if (hyfi_emit_drop(e, hyfi_slot(val[k], FGK(j, q)))) return -1;
+                if (hyfi_emit_drop(e, FGH(fg, val[k], FGK(j, q)))) return -1;
             for (size_t k = 0; k < sizeof grad / sizeof *grad && grads; k++)
-                if (hyfi_emit_drop(e, hyfi_slot(grad[k], FGK(j, q)))) return -1;
+                if (hyfi_emit_drop(e, FGH(fg, grad[k], FGK(j, q)))) return -1;
         }
     return 0;
 }
@@ -282,7 +286,9 @@ int hyfi_spatial_param_sums(emit_ctx *e)
     for (int r = 0; r < pl->nrep; r++)
     for (int i = 0; i < g->nnodes; i++) {
         const node *nd = &g->nodes[i];
-        if (!nd->tn || !nd->tn->wpart || !hyfi_flag(nd->tn->wpw, r * Pt)) continue;
+        if (!hyfi_tn_wparts(nd) ||
+            !hyfi_kflag(g->cc, HK_WPART, (uint64_t)nd->tn->id, (uint64_t)r * Pt))
+            continue;
         const int s = nd->stage, owner = pl->place_rank[place_of(pl, r, s, 0)];
         for (int q = 0; q < Pt; q++) {
             const int rq = pl->place_rank[place_of(pl, r, s, q)];
@@ -298,7 +304,7 @@ int hyfi_spatial_param_sums(emit_ctx *e)
             if (!p) continue;
             starpu_data_handle_t parts[HYFI_MAX_TILES];
             for (int q = 0; q < Pt; q++)
-                parts[q] = hyfi_slot(k ? nd->tn->bpart : nd->tn->wpart, (size_t)r * Pt + q);
+                parts[q] = TNH(nd->tn, k ? HK_BPART : HK_WPART, (size_t)r * Pt + q);
             /* on the other ranks: each tile into its leader's partial */
             for (int q = 0; q < Pt; q++) {
                 const int place = place_of(pl, r, s, q);
@@ -316,12 +322,12 @@ int hyfi_spatial_param_sums(emit_ctx *e)
                 hyfi_task_args a = {.acc = !first, .u.elt.count = p->numel};
                 snprintf(nm, sizeof nm, "%.50s.tile_sum%d", p->name, q);
                 TASK(&hyfi_cl_accumulate, nm, &a);
-                hyfi_prog_buf(P, hyfi_slot(p->gh, r), first ? STARPU_W : STARPU_RW);
+                hyfi_prog_buf(P, TGH(p, r), first ? STARPU_W : STARPU_RW);
                 R(parts[q]);
                 hyfi_on_place(g, P, place_of(pl, r, s, 0), 0);
                 first = 0;
             }
-            *hyfi_flag_at(p->gw, r) = 1;
+            *TGWP(p, r) = 1;
         }
     }
     return 0;

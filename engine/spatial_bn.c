@@ -53,7 +53,8 @@ int hyfi_sp_bn_pack(emit_ctx *e, const node *nd, int bwd, starpu_data_handle_t *
     int len[HYFI_MAX_TILES];
     const int n = hyfi_sp_bn_packets(e->g, x, e->rep, len);
     starpu_data_handle_t part[HYFI_MAX_TILES];
-    for (int q = 0; q < Pt; q++) part[q] = hyfi_slot(bwd ? tn->bwpart : tn->part, (size_t)e->m * Pt + q);
+    for (int q = 0; q < Pt; q++)
+        part[q] = TNH(tn, bwd ? HK_BN_BWPART : HK_BN_PART, (size_t)e->m * Pt + q);
     for (int q = 0, k = 0; q < Pt; q++) {
         if (!len[q]) continue;
         if (len[q] == 1) {
@@ -70,7 +71,8 @@ int hyfi_sp_bn_pack(emit_ctx *e, const node *nd, int bwd, starpu_data_handle_t *
         char nm[64];
         hyfi_sp_task_name(nm, sizeof nm, nd, bwd ? "dstats_pack" : "stats_pack", q, e);
         /* (packets exist only where cc->bn_pack: spatial_reg.c) */
-        const starpu_data_handle_t pk = hyfi_slot(bwd ? tn->bwpack : tn->pack, (size_t)e->m * Pt + q);
+        const starpu_data_handle_t pk =
+            TNH(tn, bwd ? HK_BN_BWPACK : HK_BN_PACK, (size_t)e->m * Pt + q);
         TASK(&hyfi_cl_tile_assemble, nm, &c);
         W(pk);
         for (int j = 0; j < len[q]; j++) R(part[q + j]);

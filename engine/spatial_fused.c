@@ -13,16 +13,16 @@
 /* Op j's input on tile q (what its kernel reads) and that input's gradient. */
 static starpu_data_handle_t fg_in(emit_ctx *e, const hyfi_fgroup *fg, int j, int q)
 {
-    if (j == 0) return hyfi_slot(fg->op[0]->tn->buf, (size_t)e->m * e->g->cc->pl->P + q);
-    return fg_padded(fg, j, q) ? hyfi_slot(fg->pbuf, FGK(j, q)) : hyfi_slot(fg->val, FGK(j - 1, q));
+    if (j == 0) return TNH(fg->op[0]->tn, HK_TBUF, (size_t)e->m * e->g->cc->pl->P + q);
+    return fg_padded(fg, j, q) ? FGH(fg, HK_F_PBUF, FGK(j, q)) : FGH(fg, HK_F_VAL, FGK(j - 1, q));
 }
 static starpu_data_handle_t fg_out(emit_ctx *e, const hyfi_fgroup *fg, int j, int q)
 {
-    return j == fg->n - 1 ? TILE(fg->op[j]->out, q) : hyfi_slot(fg->val, FGK(j, q));
+    return j == fg->n - 1 ? TILE(fg->op[j]->out, q) : FGH(fg, HK_F_VAL, FGK(j, q));
 }
 static starpu_data_handle_t fg_dout(emit_ctx *e, const hyfi_fgroup *fg, int j, int q)
 {
-    return j == fg->n - 1 ? TGRAD(fg->op[j]->out, q) : hyfi_slot(fg->grad, FGK(j, q));
+    return j == fg->n - 1 ? TGRAD(fg->op[j]->out, q) : FGH(fg, HK_F_GRAD, FGK(j, q));
 }
 
 /* One-piece copy between a region tensor (n, C, rh, rw) and a sub-rectangle. */
@@ -63,9 +63,9 @@ static void fused_view(emit_ctx *e, const hyfi_fgroup *fg, int j, int q, int tra
     v->x[0] = fg_in(e, fg, j, q);
     v->y = fg_out(e, fg, j, q);
     v->dy = fg_dout(e, fg, j, q);
-    v->dx[0].h = j == 0                 ? hyfi_slot(tn->dbuf, e->m * Pt + q)
-                 : fg_padded(fg, j, q) ? hyfi_slot(fg->dpbuf, FGK(j, q))
-                                       : hyfi_slot(fg->grad, FGK(j - 1, q));
+    v->dx[0].h = j == 0                ? TNH(tn, HK_TDBUF, e->m * Pt + q)
+                 : fg_padded(fg, j, q) ? FGH(fg, HK_F_DPBUF, FGK(j, q))
+                                       : FGH(fg, HK_F_GRAD, FGK(j - 1, q));
     hyfi_sp_view_params(e, nd, q, training, v);
 }
 
@@ -106,12 +106,12 @@ static int fused_bn_stats(emit_ctx *e, const hyfi_fgroup *fg, int j)
             hyfi_tile_args t = fg_rect(n, C, oh, ow, fg_rows(fg, j, q), fg_cols(fg, j, q),
                                        tl->rcut[q / tl->cols] - fg->r0[j][q],
                                        tl->ccut[q % tl->cols] - fg->c0[j][q], 0, 0, oh, ow);
-            if (fg_copy(e, nd, q, &hyfi_cl_tile_assemble, "own", t, 0, hyfi_slot(fg->xo, FGK(j, q)),
+            if (fg_copy(e, nd, q, &hyfi_cl_tile_assemble, "own", t, 0, FGH(fg, HK_F_XO, FGK(j, q)),
                         STARPU_W, v.x[0]))
                 return -1;
-            v.x[0] = hyfi_slot(fg->xo, FGK(j, q));
+            v.x[0] = FGH(fg, HK_F_XO, FGK(j, q));
         }
-        if (hyfi_bn_part_stats(e, &v, hyfi_slot(tn->part, e->m * Pt + q))) return -1;
+        if (hyfi_bn_part_stats(e, &v, TNH(tn, HK_BN_PART, e->m * Pt + q))) return -1;
     }
     starpu_data_handle_t bufs[HYFI_MAX_TILES];
     const int nb = hyfi_sp_bn_pack(e, nd, 0, bufs);
@@ -138,8 +138,9 @@ int hyfi_sp_fused_forward(emit_ctx *e, const hyfi_fgroup *fg, int training)
                                            rw + fg->pl[j][q] + fg->pr[j][q], rh, rw, 0, 0,
                                            fg->pt[j][q], fg->pl[j][q], rh, rw);
                 t.zero_fill = 1;
-                if (fg_copy(e, nd, q, &hyfi_cl_tile_assemble, "pad", t, 0, hyfi_slot(fg->pbuf, FGK(j, q)),
-                            STARPU_W, hyfi_slot(fg->val, FGK(j - 1, q))))
+                if (fg_copy(e, nd, q, &hyfi_cl_tile_assemble, "pad", t, 0,
+                            FGH(fg, HK_F_PBUF, FGK(j, q)), STARPU_W,
+                            FGH(fg, HK_F_VAL, FGK(j - 1, q))))
                     return -1;
             }
             hyfi_opview v;
@@ -165,15 +166,17 @@ static int fused_bn_backward(emit_ctx *e, const hyfi_fgroup *fg, int j)
         fused_view(e, fg, j, q, 1, &v);
         count[q] = (double)n * tile_h(tl, q) * tile_w(tl, q);
         total += count[q];
-        if (hyfi_bn_part_bwd_stats(e, &v, hyfi_slot(tn->bwpart, e->m * Pt + q))) return -1;
+        if (hyfi_bn_part_bwd_stats(e, &v, TNH(tn, HK_BN_BWPART, e->m * Pt + q))) return -1;
     }
     starpu_data_handle_t bufs[HYFI_MAX_TILES];
     const int nb = hyfi_sp_bn_pack(e, nd, 1, bufs);
-    if (nb < 0 || hyfi_bn_bwd_combine(e, &v, count, Pt, hyfi_slot(tn->tot, e->m), bufs, nb)) return -1;
+    if (nb < 0 || hyfi_bn_bwd_combine(e, &v, count, Pt, TNH(tn, HK_BN_TOT, e->m), bufs, nb))
+        return -1;
     for (int q = 0; hyfi_sp_tile(e, q, q < Pt); q++) {
         const int ext = fg_bn_extended(fg, j, q);
         fused_view(e, fg, j, q, 1, &v);
-        starpu_data_handle_t tot = ext ? hyfi_slot(fg->ztot, j * e->g->cc->pl->nrep + e->rep) : hyfi_slot(tn->tot, e->m);
+        starpu_data_handle_t tot =
+            ext ? FGH(fg, HK_F_ZTOT, j * e->g->cc->pl->nrep + e->rep) : TNH(tn, HK_BN_TOT, e->m);
         if (hyfi_bn_part_bwd_apply(e, &v, total, tot, "bwd")) return -1;
         if (!ext) continue;
         const int oh = tile_h(tl, q), ow = tile_w(tl, q), rh = fg_rows(fg, j, q),
@@ -181,18 +184,18 @@ static int fused_bn_backward(emit_ctx *e, const hyfi_fgroup *fg, int j)
         const int oy = tl->rcut[q / tl->cols] - fg->r0[j][q],
                   ox = tl->ccut[q % tl->cols] - fg->c0[j][q];
         const hyfi_tile_args cp = fg_rect(n, C, oh, ow, rh, rw, oy, ox, 0, 0, oh, ow);
-        if (fg_copy(e, nd, q, &hyfi_cl_tile_assemble, "own_dy", cp, 0, hyfi_slot(fg->dyo, FGK(j, q)),
+        if (fg_copy(e, nd, q, &hyfi_cl_tile_assemble, "own_dy", cp, 0, FGH(fg, HK_F_DYO, FGK(j, q)),
                     STARPU_W, v.dy) ||
-            fg_copy(e, nd, q, &hyfi_cl_tile_assemble, "own_x", cp, 0, hyfi_slot(fg->xo, FGK(j, q)),
+            fg_copy(e, nd, q, &hyfi_cl_tile_assemble, "own_x", cp, 0, FGH(fg, HK_F_XO, FGK(j, q)),
                     STARPU_W, v.x[0]))
             return -1;
         hyfi_opview o = v;
         hyfi_op_view_args(&o, e->M, oh, ow, oh, ow, 0, 0);
-        o.x[0] = hyfi_slot(fg->xo, FGK(j, q)), o.dy = hyfi_slot(fg->dyo, FGK(j, q));
-        o.dx[0] = (hyfi_gout){hyfi_slot(fg->dxo, FGK(j, q)), NULL, NULL};
-        if (hyfi_bn_part_bwd_apply(e, &o, total, hyfi_slot(tn->tot, e->m), "bwd_own") ||
-            fg_copy(e, nd, q, &hyfi_cl_tile_scatter, "own_dx", cp, 0, hyfi_slot(fg->grad, FGK(j - 1, q)),
-                    STARPU_RW, hyfi_slot(fg->dxo, FGK(j, q))))
+        o.x[0] = FGH(fg, HK_F_XO, FGK(j, q)), o.dy = FGH(fg, HK_F_DYO, FGK(j, q));
+        o.dx[0] = (hyfi_gout){FGH(fg, HK_F_DXO, FGK(j, q)), NULL, NULL};
+        if (hyfi_bn_part_bwd_apply(e, &o, total, TNH(tn, HK_BN_TOT, e->m), "bwd_own") ||
+            fg_copy(e, nd, q, &hyfi_cl_tile_scatter, "own_dx", cp, 0,
+                    FGH(fg, HK_F_GRAD, FGK(j - 1, q)), STARPU_RW, FGH(fg, HK_F_DXO, FGK(j, q))))
             return -1;
     }
     return 0;
@@ -220,7 +223,8 @@ int hyfi_sp_fused_backward(emit_ctx *e, const hyfi_fgroup *fg)
                                            rw + fg->pl[j][q] + fg->pr[j][q], rh, rw, 0, 0,
                                            fg->pt[j][q], fg->pl[j][q], rh, rw);
                 if (fg_copy(e, nd, q, &hyfi_cl_tile_scatter, "unpad", t, 0,
-                            hyfi_slot(fg->grad, FGK(j - 1, q)), STARPU_W, hyfi_slot(fg->dpbuf, FGK(j, q))))
+                            FGH(fg, HK_F_GRAD, FGK(j - 1, q)), STARPU_W,
+                            FGH(fg, HK_F_DPBUF, FGK(j, q))))
                     return -1;
             }
             if (j == 0 && hyfi_sp_unassemble(e, nd, q)) return -1;

@@ -109,7 +109,7 @@ int hyfi_sp_assemble(emit_ctx *e, const node *nd, int q, starpu_data_handle_t *i
                                      .w = p->w};
         snprintf(nm, sizeof nm, "%.30s.halo%d_%d", nd->name, u, q);
         TASK(&hyfi_cl_tile_assemble, nm, &a);
-        W(hyfi_slot(tn->strip, ((size_t)e->m * Pt + q) * NP + k)), R(TILE(x, u));
+        W(TNH(tn, HK_STRIP, ((size_t)e->m * Pt + q) * NP + k)), R(TILE(x, u));
         ON_PLACE(hyfi_sp_place(e, x, u));
     }
     hyfi_task_args a = {.u.tile = {.n = n, .c = C, .dst_h = tn->buf_h[q], .dst_w = tn->buf_w[q],
@@ -124,10 +124,10 @@ int hyfi_sp_assemble(emit_ctx *e, const node *nd, int q, starpu_data_handle_t *i
     }
     hyfi_sp_task_name(nm, sizeof nm, nd, "assemble", q, e);
     TASK(&hyfi_cl_tile_assemble, nm, &a);
-    W(hyfi_slot(tn->buf, e->m * Pt + q)), R(TILE(x, q));
-    for (int k = 1; k < tn->npieces[q]; k++) R(hyfi_slot(tn->strip, ((size_t)e->m * Pt + q) * NP + k));
+    W(TNH(tn, HK_TBUF, e->m * Pt + q)), R(TILE(x, q));
+    for (int k = 1; k < tn->npieces[q]; k++) R(TNH(tn, HK_STRIP, ((size_t)e->m * Pt + q) * NP + k));
     ON_PLACE(hyfi_sp_place(e, x, q));
-    *in = hyfi_slot(tn->buf, e->m * Pt + q);
+    *in = TNH(tn, HK_TBUF, e->m * Pt + q);
     return 0;
 }
 
@@ -155,8 +155,9 @@ int hyfi_sp_unassemble(emit_ctx *e, const node *nd, int q)
     hyfi_sp_task_name(nm, sizeof nm, nd, "unassemble", q, e);
     TASK(&hyfi_cl_tile_scatter, nm, &a);
     hyfi_sp_grad_out(e, x, q);
-    for (int k = 1; k < tn->npieces[q]; k++) W(hyfi_slot(tn->dstrip, ((size_t)e->m * Pt + q) * NP + k));
-    R(hyfi_slot(tn->dbuf, e->m * Pt + q));
+    for (int k = 1; k < tn->npieces[q]; k++)
+        W(TNH(tn, HK_DSTRIP, ((size_t)e->m * Pt + q) * NP + k));
+    R(TNH(tn, HK_TDBUF, e->m * Pt + q));
     ON_PLACE(hyfi_sp_place(e, x, q));
     hyfi_sp_grad_done(e, x, q);
     return 0;
@@ -180,7 +181,7 @@ int hyfi_sp_halo_return(emit_ctx *e, const node *nd, int q)
                                      .w = p->w};
         snprintf(nm, sizeof nm, "%.30s.halo%d_%d.back", nd->name, q, u);
         TASK(&hyfi_cl_tile_scatter, nm, &a);
-        RW(TGRAD(x, u)), R(hyfi_slot(tn->dstrip, ((size_t)e->m * Pt + q) * NP + k));
+        RW(TGRAD(x, u)), R(TNH(tn, HK_DSTRIP, ((size_t)e->m * Pt + q) * NP + k));
         ON_PLACE(hyfi_sp_place(e, x, u));
     }
     return 0;
@@ -204,8 +205,11 @@ void hyfi_sp_view_params(emit_ctx *e, const node *nd, int q, int training, hyfi_
     for (int k = 0; k < 2; k++) {
         hyfi_tensor *p = nd->p[k];
         if (!p || p->kind != T_PARAM) continue;
-        v->dp[k] = tn->wpart ? (hyfi_gsum){k ? hyfi_slot(tn->bpart, j) : hyfi_slot(tn->wpart, j),
-                                           k ? hyfi_flag_at(tn->bpw, j) : hyfi_flag_at(tn->wpw, j), p}
-                             : (hyfi_gsum){PGH(p), PGW(p), p};
+        const hyfi_role role = k ? HK_BPART : HK_WPART;
+        v->dp[k] =
+            hyfi_tn_wparts(nd)
+                ? (hyfi_gsum){TNH(tn, role, j),
+                              hyfi_kflag_at(e->g->cc, role, (uint64_t)tn->id, (uint64_t)j), p}
+                : (hyfi_gsum){PGH(p), PGW(p), p};
     }
 }

@@ -46,7 +46,15 @@
 
 struct hyfi_fgroup;
 
+/* A tiled node's handles are found by key (keyed.h), obj = its node index
+ * (id): HK_TBUF / HK_TDBUF [m * P + t] (assembled input and its gradient),
+ * HK_STRIP / HK_DSTRIP [(m * P + t) * NP + k], k >= 1 (halo strips), conv:
+ * HK_WPART / HK_BPART [rep * P + t] (per-tile weight / bias gradients, with a
+ * compile-time written flag each), bn: HK_BN_PART / HK_BN_BWPART [m * P + t]
+ * (per-tile statistics), HK_BN_PACK / HK_BN_BWPACK [m * P + first t] (their
+ * packets, spatial_bn.c), HK_BN_TOT [m] (backward totals). */
 typedef struct hyfi_tnode {
+    int id;                 /* its node's index */
     struct hyfi_fgroup *fg; /* fused-halo group of the op (fused.c part below), or NULL */
     int fg_pos;             /* the op's position in it */
     int windowed;      /* conv, pools: halos and an assembled input */
@@ -56,16 +64,6 @@ typedef struct hyfi_tnode {
     int npieces[HYFI_MAX_TILES];
     int from[HYFI_MAX_TILES][NP];          /* the tile each piece comes from (0: own) */
     hyfi_piece piece[HYFI_MAX_TILES][NP];  /* src_*: coordinates in that tile */
-    hyfi_slots *buf, *dbuf;                /* [m * P + t] */
-    hyfi_slots *strip, *dstrip;            /* [(m * P + t) * NP + k], k >= 1 */
-    hyfi_slots *wpart, *bpart;             /* conv: per-tile weight / bias gradients
-                                              [rep * P + t] */
-    hyfi_slots *wpw, *bpw;                 /* compile-time flags of wpart, bpart
-                                              [rep * P + t] (allocated with them) */
-    hyfi_slots *part, *bwpart;             /* bn: per-tile statistics [m * P + t] */
-    hyfi_slots *pack, *bwpack;             /* bn: their packets [m * P + first t]
-                                              (spatial_bn.c) */
-    hyfi_slots *tot;                       /* bn: backward totals [m] */
 } hyfi_tnode;
 
 /* A fused-halo group: ops op[0..n) of one tiled stage, a chain (each reads the
@@ -80,8 +78,13 @@ typedef struct hyfi_tnode {
  * tile's share), which every sum over positions takes as they are (they are
  * linear), and the terms of batch norm's backward that use the whole batch's
  * sums are added on the own tile only. So the group computes the step of the
- * unfused ops. */
+ * unfused ops. Its handles are found by key, obj = its first op's node
+ * index (id): HK_F_VAL / HK_F_GRAD (op j < n-1: output on its region
+ * [(j*M + m)*P + q]), HK_F_PBUF / HK_F_DPBUF (op j >= 1 with zero padding:
+ * padded input), HK_F_XO / HK_F_DYO / HK_F_DXO (batch norm: own-tile
+ * copies), HK_F_ZTOT (batch norm: zero totals [j * replicas + rep]). */
 typedef struct hyfi_fgroup {
+    int id;
     int n;
     const node *op[FG_MAX];
     int r0[FG_MAX][HYFI_MAX_TILES], r1[FG_MAX][HYFI_MAX_TILES];
@@ -89,13 +92,15 @@ typedef struct hyfi_fgroup {
     /* padding op j's window needs beyond its input tensor (top, bottom, left, right) */
     int pt[FG_MAX][HYFI_MAX_TILES], pb[FG_MAX][HYFI_MAX_TILES];
     int pl[FG_MAX][HYFI_MAX_TILES], pr[FG_MAX][HYFI_MAX_TILES];
-    hyfi_slots *val, *grad;             /* op j < n-1: output on its region [(j*M + m)*P + q] */
-    hyfi_slots *pbuf, *dpbuf;           /* op j >= 1 with zero padding: padded input */
-    hyfi_slots *xo, *dyo, *dxo;         /* batch norm: own-tile copies */
-    hyfi_slots *ztot;                   /* batch norm: zero totals [j * replicas + rep] */
     float *ztot_host[FG_MAX];           /* their memory: 2 * channels per replica */
     size_t ztot_n[FG_MAX];              /* floats in ztot_host[j] */
 } hyfi_fgroup;
+
+/* The conv's per-tile weight and bias gradients (HK_WPART, HK_BPART) exist. */
+static inline int hyfi_tn_wparts(const node *nd)
+{
+    return nd->tn && nd->tn->windowed && hyfi_op_sums_weights_over_tiles(nd);
+}
 
 static inline int place_of(const hyfi_plan *pl, int rep, int stage, int t)
 {
@@ -124,10 +129,14 @@ static inline int fg_bn_extended(const hyfi_fgroup *fg, int j, int q)
 }
 
 /* Handles of micro-batch e->m: tile q of x, its gradient and its flag. */
-#define TILE(x, q) hyfi_slot((x)->tl->h, (size_t)e->m * e->g->cc->pl->P + (q))
-#define TGRAD(x, q) hyfi_slot((x)->tl->gh, (size_t)e->m * e->g->cc->pl->P + (q))
-#define TGWF(x, q) hyfi_flag((x)->tl->gw, (size_t)e->m * e->g->cc->pl->P + (q))
-#define TGWFP(x, q) hyfi_flag_at((x)->tl->gw, (size_t)e->m * e->g->cc->pl->P + (q))
+#define TQ(q) ((uint64_t)e->m * (uint64_t)e->g->cc->pl->P + (uint64_t)(q))
+#define TILE(x, q) TTILE(x, TQ(q))
+#define TGRAD(x, q) TTGRAD(x, TQ(q))
+#define TGWF(x, q) hyfi_kflag(e->g->cc, HK_TILE_GRAD, (uint64_t)(x)->id, TQ(q))
+#define TGWFP(x, q) hyfi_kflag_at(e->g->cc, HK_TILE_GRAD, (uint64_t)(x)->id, TQ(q))
+/* A tiled node's or fused group's handle of a role, index k (above). */
+#define TNH(tn, role, k) hyfi_kh(e->g->cc, (role), (uint64_t)(tn)->id, (uint64_t)(k))
+#define FGH(fg, role, k) hyfi_kh(e->g->cc, (role), (uint64_t)(fg)->id, (uint64_t)(k))
 /* Op j of a fused group, tile q, micro-batch e->m. */
 #define FGK(j, q) (((size_t)(j) * e->M + e->m) * e->g->cc->pl->P + (q))
 

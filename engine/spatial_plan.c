@@ -229,6 +229,7 @@ static hyfi_status fused_plan(hyfi_graph *g)
         if (halos < 2 || j == i) continue;
         hyfi_fgroup *fg = calloc(1, sizeof *fg);
         if (!fg) return hyfi_call_fail(g, HYFI_ERR_NOMEM, "out of memory fusing halos");
+        fg->id = i;
         fg->n = j - i + 1;
         for (int k = 0; k < fg->n; k++) {
             fg->op[k] = &g->nodes[i + k];
@@ -277,6 +278,7 @@ hyfi_status hyfi_spatial_plan(hyfi_graph *g)
         hyfi_tiles *out = nd->out->tl = new_tiles(g, nd->stage);
         hyfi_tnode *tn = nd->tn = calloc(1, sizeof *tn);
         if (!out || !tn) return hyfi_call_fail(g, HYFI_ERR_NOMEM, "out of memory tiling");
+        tn->id = (int)(nd - g->nodes);
         if (hyfi_op_windowed(nd)) {
             tn->windowed = 1;
             tn->explicit_pad = hyfi_op_zero_padded(nd);

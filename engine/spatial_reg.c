@@ -6,31 +6,15 @@
 #include <stdlib.h>
 #include <string.h>
 
-
-#define FREE(p) (hyfi_slots_free(p), (p) = NULL)
-
-/* The handle arrays and host memory of the tiles, buffers, strips and partial
- * sums (their handles: unregistered with the handle table before). */
+/* The host memory of the fused groups' zero totals (their handles:
+ * unregistered with the handle table before). */
 void hyfi_spatial_handles_free(hyfi_graph *g)
 {
-    for (int i = 0; i < g->ntensors; i++) {
-        hyfi_tiles *tl = g->tensors[i]->tl;
-        if (!tl) continue;
-        FREE(tl->h);
-        FREE(tl->gh);
-        FREE(tl->gw);
-    }
     for (int i = 0; i < g->nnodes; i++) {
         hyfi_tnode *tn = g->nodes[i].tn;
         if (!tn) continue;
-        FREE(tn->buf), FREE(tn->dbuf), FREE(tn->part), FREE(tn->bwpart);
-        FREE(tn->pack), FREE(tn->bwpack);
-        FREE(tn->strip), FREE(tn->dstrip), FREE(tn->wpart), FREE(tn->bpart), FREE(tn->tot);
-        FREE(tn->wpw), FREE(tn->bpw);
         hyfi_fgroup *fg = tn->fg;
         if (!fg || tn->fg_pos != 0) continue;
-        FREE(fg->val), FREE(fg->grad), FREE(fg->pbuf), FREE(fg->dpbuf);
-        FREE(fg->xo), FREE(fg->dyo), FREE(fg->dxo), FREE(fg->ztot);
         for (int j = 0; j < fg->n; j++) {
             hyfi_host_free(fg->ztot_host[j], fg->ztot_n[j]);
             fg->ztot_host[j] = NULL;
@@ -51,13 +35,6 @@ static int fused_register(hyfi_graph *g)
         const hyfi_tnode *tn0 = g->nodes[i].tn;
         if (!tn0 || !tn0->fg || tn0->fg_pos != 0) continue;
         hyfi_fgroup *fg = tn0->fg;
-        const size_t cnt = (size_t)fg->n * M * P;
-        fg->val = hyfi_slots_new(cnt, &g->cc->htab_oom), fg->grad = hyfi_slots_new(cnt, &g->cc->htab_oom), fg->pbuf = hyfi_slots_new(cnt, &g->cc->htab_oom);
-        fg->dpbuf = hyfi_slots_new(cnt, &g->cc->htab_oom), fg->xo = hyfi_slots_new(cnt, &g->cc->htab_oom), fg->dyo = hyfi_slots_new(cnt, &g->cc->htab_oom);
-        fg->dxo = hyfi_slots_new(cnt, &g->cc->htab_oom), fg->ztot = hyfi_slots_new((size_t)fg->n * R, &g->cc->htab_oom);
-        if (!fg->val || !fg->grad || !fg->pbuf || !fg->dpbuf || !fg->xo || !fg->dyo ||
-            !fg->dxo || !fg->ztot)
-            return -1;
         for (int j = 0; j < fg->n; j++) {
             const node *nd = fg->op[j];
             const int n = nd->out->dims[0] / M, Co = nd->out->dims[1], Ci = nd->in[0]->dims[1];
@@ -67,10 +44,10 @@ static int fused_register(hyfi_graph *g)
                 if (hyfi_host_alloc(&fg->ztot_host[j], fg->ztot_n[j])) return -1;
                 memset(fg->ztot_host[j], 0, fg->ztot_n[j] * sizeof(float));
                 for (int r = 0; r < R; r++) {
-                    hyfi_reg_at(g, fg->ztot, j * R + r, HYFI_KEY_R(HK_F_ZTOT, i, (size_t)j * R + r, r),
-                             fg->ztot_host[j] + 2 * (size_t)Co * r,
-                             2 * (size_t)Co, sizeof(float), hyfi_stage_rank(pl, r, nd->stage),
-                             HC_BNSTATS, HYFI_KEEP, nd->name, ".zero_dstats", r, R);
+                    hyfi_reg(g, HYFI_KEY_R(HK_F_ZTOT, i, (size_t)j * R + r, r),
+                             fg->ztot_host[j] + 2 * (size_t)Co * r, 2 * (size_t)Co, sizeof(float),
+                             hyfi_stage_rank(pl, r, nd->stage), HC_BNSTATS, HYFI_KEEP, nd->name,
+                             ".zero_dstats", r, R);
                 }
             }
             for (int m = 0; m < M; m++)
@@ -80,10 +57,12 @@ static int fused_register(hyfi_graph *g)
                     const size_t on = (size_t)n * Co * fg_rows(fg, j, q) * fg_cols(fg, j, q);
                     if (j < fg->n - 1) {
                         snprintf(sfx, sizeof sfx, ".ext.tile%d", q);
-                        hyfi_reg_at(g, fg->val, k, HYFI_KEY_R(HK_F_VAL, i, k, HYFI_REP(pl, m)), NULL, on, sizeof(float), rq, hyfi_tensor_hflags(g, nd->out, HC_PIPELINE),
+                        hyfi_reg(g, HYFI_KEY_R(HK_F_VAL, i, k, HYFI_REP(pl, m)), NULL, on,
+                                 sizeof(float), rq, hyfi_tensor_hflags(g, nd->out, HC_PIPELINE),
                                  fg->op[0]->stage, nd->name, sfx, m, M);
                         snprintf(sfx, sizeof sfx, ".ext.tile%d.grad", q);
-                        hyfi_reg_at(g, fg->grad, k, HYFI_KEY_R(HK_F_GRAD, i, k, HYFI_REP(pl, m)), NULL, on, sizeof(float), rq, hyfi_tensor_hflags(g, nd->out, HC_PIPELINE),
+                        hyfi_reg(g, HYFI_KEY_R(HK_F_GRAD, i, k, HYFI_REP(pl, m)), NULL, on,
+                                 sizeof(float), rq, hyfi_tensor_hflags(g, nd->out, HC_PIPELINE),
                                  fg->op[0]->stage, nd->name, sfx, m, M);
                     }
                     if (fg_padded(fg, j, q)) {
@@ -91,22 +70,27 @@ static int fused_register(hyfi_graph *g)
                                           (fg_rows(fg, j - 1, q) + fg->pt[j][q] + fg->pb[j][q]) *
                                           (fg_cols(fg, j - 1, q) + fg->pl[j][q] + fg->pr[j][q]);
                         snprintf(sfx, sizeof sfx, ".in.tile%d", q);
-                        hyfi_reg_at(g, fg->pbuf, k, HYFI_KEY_R(HK_F_PBUF, i, k, HYFI_REP(pl, m)), NULL, pn, sizeof(float), rq, hyfi_tensor_hflags(g, nd->in[0], HC_PIPELINE),
+                        hyfi_reg(g, HYFI_KEY_R(HK_F_PBUF, i, k, HYFI_REP(pl, m)), NULL, pn,
+                                 sizeof(float), rq, hyfi_tensor_hflags(g, nd->in[0], HC_PIPELINE),
                                  fg->op[0]->stage, nd->name, sfx, m, M);
                         snprintf(sfx, sizeof sfx, ".in.tile%d.grad", q);
-                        hyfi_reg_at(g, fg->dpbuf, k, HYFI_KEY_R(HK_F_DPBUF, i, k, HYFI_REP(pl, m)), NULL, pn, sizeof(float), rq, hyfi_tensor_hflags(g, nd->in[0], HC_PIPELINE),
+                        hyfi_reg(g, HYFI_KEY_R(HK_F_DPBUF, i, k, HYFI_REP(pl, m)), NULL, pn,
+                                 sizeof(float), rq, hyfi_tensor_hflags(g, nd->in[0], HC_PIPELINE),
                                  fg->op[0]->stage, nd->name, sfx, m, M);
                     }
                     if (hyfi_op_batch_statistics(nd) && fg_bn_extended(fg, j, q)) {
                         const size_t own = hyfi_tile_numel(nd->out, q);
                         snprintf(sfx, sizeof sfx, ".own_x.tile%d", q);
-                        hyfi_reg_at(g, fg->xo, k, HYFI_KEY_R(HK_F_XO, i, k, HYFI_REP(pl, m)), NULL, own, sizeof(float), rq, hyfi_tensor_hflags(g, nd->out, HC_PIPELINE),
+                        hyfi_reg(g, HYFI_KEY_R(HK_F_XO, i, k, HYFI_REP(pl, m)), NULL, own,
+                                 sizeof(float), rq, hyfi_tensor_hflags(g, nd->out, HC_PIPELINE),
                                  fg->op[0]->stage, nd->name, sfx, m, M);
                         snprintf(sfx, sizeof sfx, ".own_dy.tile%d", q);
-                        hyfi_reg_at(g, fg->dyo, k, HYFI_KEY_R(HK_F_DYO, i, k, HYFI_REP(pl, m)), NULL, own, sizeof(float), rq, hyfi_tensor_hflags(g, nd->out, HC_PIPELINE),
+                        hyfi_reg(g, HYFI_KEY_R(HK_F_DYO, i, k, HYFI_REP(pl, m)), NULL, own,
+                                 sizeof(float), rq, hyfi_tensor_hflags(g, nd->out, HC_PIPELINE),
                                  fg->op[0]->stage, nd->name, sfx, m, M);
                         snprintf(sfx, sizeof sfx, ".own_dx.tile%d", q);
-                        hyfi_reg_at(g, fg->dxo, k, HYFI_KEY_R(HK_F_DXO, i, k, HYFI_REP(pl, m)), NULL, own, sizeof(float), rq, hyfi_tensor_hflags(g, nd->out, HC_PIPELINE),
+                        hyfi_reg(g, HYFI_KEY_R(HK_F_DXO, i, k, HYFI_REP(pl, m)), NULL, own,
+                                 sizeof(float), rq, hyfi_tensor_hflags(g, nd->out, HC_PIPELINE),
                                  fg->op[0]->stage, nd->name, sfx, m, M);
                     }
                 }
@@ -127,23 +111,19 @@ int hyfi_spatial_register(hyfi_graph *g)
         hyfi_tensor *t = g->tensors[i];
         hyfi_tiles *tl = t->tl;
         if (!tl) continue;
-        tl->h = hyfi_slots_new((size_t)M * P, &g->cc->htab_oom);
-        tl->gh = hyfi_slots_new((size_t)M * P, &g->cc->htab_oom);
-        tl->gw = hyfi_slots_new((size_t)M * P, &g->cc->htab_oom);
-        if (!tl->h || !tl->gh || !tl->gw) return -1;
         const int trs = hyfi_tiles_release_stage(t);
         for (int m = 0; m < M; m++)
             for (int q = 0; q < P; q++) {
                 const size_t n = hyfi_tile_numel(t, q);
                 snprintf(sfx, sizeof sfx, ".tile%d", q);
-                hyfi_reg_at(g, tl->h, m * P + q, HYFI_KEY_R(HK_TILE, t->id, m * P + q, HYFI_REP(pl, m)), NULL, n, sizeof(float),
-                         hyfi_tile_rank(g, tl, q, HYFI_REP(pl, m)), hyfi_tensor_hflags(g, t, -1),
-                         trs, t->name, sfx, m, M);
+                hyfi_reg(g, HYFI_KEY_R(HK_TILE, t->id, m * P + q, HYFI_REP(pl, m)), NULL, n,
+                         sizeof(float), hyfi_tile_rank(g, tl, q, HYFI_REP(pl, m)),
+                         hyfi_tensor_hflags(g, t, -1), trs, t->name, sfx, m, M);
                 if (t->kind == T_ACT && t->requires_grad) {
                     snprintf(sfx, sizeof sfx, ".tile%d.grad", q);
-                    hyfi_reg_at(g, tl->gh, m * P + q, HYFI_KEY_R(HK_TILE_GRAD, t->id, m * P + q, HYFI_REP(pl, m)), NULL, n, sizeof(float),
-                             hyfi_tile_rank(g, tl, q, HYFI_REP(pl, m)), hyfi_tensor_hflags(g, t, -1),
-                             trs, t->name, sfx, m, M);
+                    hyfi_reg(g, HYFI_KEY_R(HK_TILE_GRAD, t->id, m * P + q, HYFI_REP(pl, m)), NULL,
+                             n, sizeof(float), hyfi_tile_rank(g, tl, q, HYFI_REP(pl, m)),
+                             hyfi_tensor_hflags(g, t, -1), trs, t->name, sfx, m, M);
                 }
             }
     }
@@ -154,22 +134,19 @@ int hyfi_spatial_register(hyfi_graph *g)
         const hyfi_tensor *x = nd->in[0];
         const int n = x->dims[0] / M, C = x->dims[1];
         if (tn->windowed) {
-            tn->buf = hyfi_slots_new((size_t)M * P, &g->cc->htab_oom);
-            tn->dbuf = hyfi_slots_new((size_t)M * P, &g->cc->htab_oom);
-            tn->strip = hyfi_slots_new((size_t)M * P * NP, &g->cc->htab_oom);
-            tn->dstrip = hyfi_slots_new((size_t)M * P * NP, &g->cc->htab_oom);
-            if (!tn->buf || !tn->dbuf || !tn->strip || !tn->dstrip) return -1;
             for (int m = 0; m < M; m++)
                 for (int q = 0; q < P; q++) {
                     const int rq = hyfi_tile_rank(g, x->tl, q, HYFI_REP(pl, m));
                     if (!tn->use_buf[q]) continue;
                     const size_t bn = (size_t)n * C * tn->buf_h[q] * tn->buf_w[q];
                     snprintf(sfx, sizeof sfx, ".in.tile%d", q);
-                    hyfi_reg_at(g, tn->buf, m * P + q, HYFI_KEY_R(HK_TBUF, i, m * P + q, HYFI_REP(pl, m)), NULL, bn, sizeof(float), rq, hyfi_tensor_hflags(g, x, HC_PIPELINE),
-                             nd->stage, nd->name, sfx, m, M);
+                    hyfi_reg(g, HYFI_KEY_R(HK_TBUF, i, m * P + q, HYFI_REP(pl, m)), NULL, bn,
+                             sizeof(float), rq, hyfi_tensor_hflags(g, x, HC_PIPELINE), nd->stage,
+                             nd->name, sfx, m, M);
                     if (x->requires_grad) {
                         snprintf(sfx, sizeof sfx, ".in.tile%d.grad", q);
-                        hyfi_reg_at(g, tn->dbuf, m * P + q, HYFI_KEY_R(HK_TDBUF, i, m * P + q, HYFI_REP(pl, m)), NULL, bn, sizeof(float), rq, hyfi_tensor_hflags(g, x, HC_PIPELINE),
+                        hyfi_reg(g, HYFI_KEY_R(HK_TDBUF, i, m * P + q, HYFI_REP(pl, m)), NULL, bn,
+                                 sizeof(float), rq, hyfi_tensor_hflags(g, x, HC_PIPELINE),
                                  nd->stage, nd->name, sfx, m, M);
                     }
                     for (int k = 1; k < tn->npieces[q]; k++) {
@@ -178,47 +155,39 @@ int hyfi_spatial_register(hyfi_graph *g)
                         const size_t sn = (size_t)n * C * p->h * p->w;
                         const size_t j = ((size_t)m * P + q) * NP + k;
                         snprintf(sfx, sizeof sfx, ".halo%d_%d", tn->from[q][k], q);
-                        hyfi_reg_at(g, tn->strip, j, HYFI_KEY_R(HK_STRIP, i, j, HYFI_REP(pl, m)), NULL, sn, sizeof(float), ru, hyfi_tensor_hflags(g, x, HC_HALO), nd->stage,
+                        hyfi_reg(g, HYFI_KEY_R(HK_STRIP, i, j, HYFI_REP(pl, m)), NULL, sn,
+                                 sizeof(float), ru, hyfi_tensor_hflags(g, x, HC_HALO), nd->stage,
                                  nd->name, sfx, m, M);
                         if (x->requires_grad) {
                             snprintf(sfx, sizeof sfx, ".halo%d_%d.grad", tn->from[q][k], q);
-                            hyfi_reg_at(g, tn->dstrip, j, HYFI_KEY_R(HK_DSTRIP, i, j, HYFI_REP(pl, m)), NULL, sn, sizeof(float), rq, hyfi_tensor_hflags(g, x, HC_HALO),
+                            hyfi_reg(g, HYFI_KEY_R(HK_DSTRIP, i, j, HYFI_REP(pl, m)), NULL, sn,
+                                     sizeof(float), rq, hyfi_tensor_hflags(g, x, HC_HALO),
                                      nd->stage, nd->name, sfx, m, M);
                         }
                     }
                 }
             if (hyfi_op_sums_weights_over_tiles(nd)) {
                 const int NR = pl->nrep;
-                tn->wpart = hyfi_slots_new((size_t)P * NR, &g->cc->htab_oom);
-                if (nd->p[1]) tn->bpart = hyfi_slots_new((size_t)P * NR, &g->cc->htab_oom);
-                tn->wpw = hyfi_slots_new((size_t)P * NR, &g->cc->htab_oom);
-                tn->bpw = hyfi_slots_new((size_t)P * NR, &g->cc->htab_oom);
-                if (!tn->wpart || (nd->p[1] && !tn->bpart) || !tn->wpw || !tn->bpw) return -1;
                 for (int k = 0; k < P * NR; k++) {
                     const int q = k % P, rq = hyfi_tile_rank(g, nd->out->tl, q, k / P);
                     if (NR > 1) snprintf(sfx, sizeof sfx, ".grad.r%d.tile%d", k / P, q);
                     else snprintf(sfx, sizeof sfx, ".grad.tile%d", q);
-                    hyfi_reg_at(g, tn->wpart, k, HYFI_KEY_R(HK_WPART, i, k, k / P), NULL, nd->p[0]->numel, sizeof(float), rq,
-                             HC_ALLREDUCE, HYFI_KEEP, nd->p[0]->name, sfx, 0, 1);
+                    starpu_data_handle_t wp = hyfi_reg(g, HYFI_KEY_R(HK_WPART, i, k, k / P), NULL,
+                                                       nd->p[0]->numel, sizeof(float), rq,
+                                                       HC_ALLREDUCE, HYFI_KEEP, nd->p[0]->name, sfx,
+                                                       0, 1),
+                                         bp = NULL;
                     if (nd->p[1])
-                        hyfi_reg_at(g, tn->bpart, k, HYFI_KEY_R(HK_BPART, i, k, k / P), NULL, nd->p[1]->numel, sizeof(float), rq,
-                                 HC_ALLREDUCE, HYFI_KEEP, nd->p[1]->name, sfx, 0, 1);
-                    if (pl->mbr > 1 && !g->plan_cfg.deterministic && hyfi_slot(tn->wpart, k)) {
-                        hyfi_handle_set_redux(g, hyfi_slot(tn->wpart, k));
-                        if (nd->p[1]) hyfi_handle_set_redux(g, hyfi_slot(tn->bpart, k));
+                        bp = hyfi_reg(g, HYFI_KEY_R(HK_BPART, i, k, k / P), NULL, nd->p[1]->numel,
+                                      sizeof(float), rq, HC_ALLREDUCE, HYFI_KEEP, nd->p[1]->name,
+                                      sfx, 0, 1);
+                    if (pl->mbr > 1 && !g->plan_cfg.deterministic && wp) {
+                        hyfi_handle_set_redux(g, wp);
+                        if (nd->p[1]) hyfi_handle_set_redux(g, bp);
                     }
                 }
             }
         } else if (hyfi_op_batch_statistics(nd)) {
-            tn->part = hyfi_slots_new((size_t)M * P, &g->cc->htab_oom);
-            tn->bwpart = hyfi_slots_new((size_t)M * P, &g->cc->htab_oom);
-            if (g->cc->bn_pack) { /* (spatial_bn.c) */
-                tn->pack = hyfi_slots_new((size_t)M * P, &g->cc->htab_oom);
-                tn->bwpack = hyfi_slots_new((size_t)M * P, &g->cc->htab_oom);
-                if (!tn->pack || !tn->bwpack) return -1;
-            }
-            tn->tot = hyfi_slots_new((size_t)M, &g->cc->htab_oom);
-            if (!tn->part || !tn->bwpart || !tn->tot) return -1;
             for (int m = 0; m < M; m++) {
                 int len[HYFI_MAX_TILES];
                 hyfi_sp_bn_packets(g, x, HYFI_REP(pl, m), len);
@@ -227,26 +196,26 @@ int hyfi_spatial_register(hyfi_graph *g)
                         const int rq = hyfi_tile_rank(g, x->tl, q, HYFI_REP(pl, m));
                         const size_t pn = 4 * (size_t)C * (size_t)len[q];
                         snprintf(sfx, sizeof sfx, ".stats.pack%d", q);
-                        hyfi_reg_at(g, tn->pack, m * P + q, HYFI_KEY_R(HK_BN_PACK, i, m * P + q, HYFI_REP(pl, m)),
-                                 NULL, pn, sizeof(float), rq, HC_BNSTATS, nd->stage, nd->name,
-                                 sfx, m, M);
+                        hyfi_reg(g, HYFI_KEY_R(HK_BN_PACK, i, m * P + q, HYFI_REP(pl, m)), NULL, pn,
+                                 sizeof(float), rq, HC_BNSTATS, nd->stage, nd->name, sfx, m, M);
                         snprintf(sfx, sizeof sfx, ".dstats.pack%d", q);
-                        hyfi_reg_at(g, tn->bwpack, m * P + q, HYFI_KEY_R(HK_BN_BWPACK, i, m * P + q, HYFI_REP(pl, m)),
-                                 NULL, pn, sizeof(float), rq, HC_BNSTATS, nd->stage, nd->name,
-                                 sfx, m, M);
+                        hyfi_reg(g, HYFI_KEY_R(HK_BN_BWPACK, i, m * P + q, HYFI_REP(pl, m)), NULL,
+                                 pn, sizeof(float), rq, HC_BNSTATS, nd->stage, nd->name, sfx, m, M);
                     }
                     const int rq = hyfi_tile_rank(g, x->tl, q, HYFI_REP(pl, m));
                     snprintf(sfx, sizeof sfx, ".stats.tile%d", q);
                     /* 2C doubles */
-                    hyfi_reg_at(g, tn->part, m * P + q, HYFI_KEY_R(HK_BN_PART, i, m * P + q, HYFI_REP(pl, m)), NULL, 4 * (size_t)C, sizeof(float), rq,
-                             HC_BNSTATS, nd->stage, nd->name, sfx, m, M);
+                    hyfi_reg(g, HYFI_KEY_R(HK_BN_PART, i, m * P + q, HYFI_REP(pl, m)), NULL,
+                             4 * (size_t)C, sizeof(float), rq, HC_BNSTATS, nd->stage, nd->name, sfx,
+                             m, M);
                     snprintf(sfx, sizeof sfx, ".dstats.tile%d", q);
-                    hyfi_reg_at(g, tn->bwpart, m * P + q, HYFI_KEY_R(HK_BN_BWPART, i, m * P + q, HYFI_REP(pl, m)), NULL, 4 * (size_t)C, sizeof(float), rq,
-                             HC_BNSTATS, nd->stage, nd->name, sfx, m, M);
+                    hyfi_reg(g, HYFI_KEY_R(HK_BN_BWPART, i, m * P + q, HYFI_REP(pl, m)), NULL,
+                             4 * (size_t)C, sizeof(float), rq, HC_BNSTATS, nd->stage, nd->name, sfx,
+                             m, M);
                 }
-                hyfi_reg_at(g, tn->tot, m, HYFI_KEY_R(HK_BN_TOT, i, m, HYFI_REP(pl, m)), NULL, 2 * (size_t)C, sizeof(float),
-                         hyfi_stage_rank(pl, HYFI_REP(pl, m), nd->stage), HC_BNSTATS, nd->stage,
-                         nd->name, ".dstats", m, M);
+                hyfi_reg(g, HYFI_KEY_R(HK_BN_TOT, i, m, HYFI_REP(pl, m)), NULL, 2 * (size_t)C,
+                         sizeof(float), hyfi_stage_rank(pl, HYFI_REP(pl, m), nd->stage), HC_BNSTATS,
+                         nd->stage, nd->name, ".dstats", m, M);
             }
         }
     }
