@@ -11,10 +11,11 @@
  * The infer program is the forward with batch norm on running statistics;
  * fwd_train is the train program's forward alone.
  *
- * Handles are registered through keyed.c, before the lowerings, by handles.c
- * and spatial_reg.c, by this file (re-materialisation's fences and
- * statistics) and by buckets.c (statistics groups, all-reduce buckets, ring
- * chunks), and after them by localise.c (local copies); a scoped rank's
+ * Every key of the plan is registered through keyed.c before the lowerings,
+ * by register.c (tensors, tiles, tiled nodes' buffers, fused groups,
+ * re-materialisation's fences and statistics; buckets.c: statistics groups,
+ * all-reduce buckets, ring chunks), and after them by localise.c (local
+ * copies); a scoped rank's
  * tile-family ones are deferred until its programs are cut to its share
  * (localise.c rewrites their tiles' reads first); the step's collectives (replicas'
  * all-reduce and running statistics, health sums) are emitted by reduce.c.
@@ -35,7 +36,7 @@
 #define HG(t) TGH((t), e->m)
 /* The gradient of t that the emitting stage writes for micro-batch m: t's own
  * where the stage owns t, else the stage's partial of it; with its flag. */
-static starpu_data_handle_t gtarget(const emit_ctx *e, hyfi_tensor *t, unsigned char **flag)
+static hyfi_ref gtarget(const emit_ctx *e, hyfi_tensor *t, unsigned char **flag)
 {
     if (t->stage == e->stage || !t->gparts) {
         *flag = TGWP(t, e->m);
@@ -56,7 +57,7 @@ static int gacc(const emit_ctx *e, hyfi_tensor *t)
 static void grad_out(const emit_ctx *e, program *P, hyfi_tensor *t)
 {
     unsigned char *f;
-    starpu_data_handle_t h = gtarget(e, t, &f);
+    hyfi_ref h = gtarget(e, t, &f);
     hyfi_prog_buf(P, h, *f ? STARPU_RW : STARPU_W);
 }
 
@@ -108,16 +109,15 @@ static int emit_forward(emit_ctx *e, const node *nd, int training)
          * bit for bit; its statistics go to scratch handles */
         const hyfi_compiled *cc = e->g->cc;
         const uint64_t i = (uint64_t)(nd - e->g->nodes), k = (uint64_t)e->rep * 4;
-        v.s[0] = hyfi_kh(cc, HK_RC_BN, i, k), v.s[1] = hyfi_kh(cc, HK_RC_BN, i, k + 1);
-        v.p[2] = hyfi_kh(cc, HK_RC_BN, i, k + 2), v.p[3] = hyfi_kh(cc, HK_RC_BN, i, k + 3);
+        v.s[0] = hyfi_kref(cc, HK_RC_BN, i, k), v.s[1] = hyfi_kref(cc, HK_RC_BN, i, k + 1);
+        v.p[2] = hyfi_kref(cc, HK_RC_BN, i, k + 2), v.p[3] = hyfi_kref(cc, HK_RC_BN, i, k + 3);
         v.scratch_stats = 1;
     }
     return hyfi_op_forward(e, &v);
 }
 
 /* dst += src (or dst = src for the first writer) */
-static int emit_accumulate(emit_ctx *e, hyfi_tensor *dst, starpu_data_handle_t src,
-                           const char *name)
+static int emit_accumulate(emit_ctx *e, hyfi_tensor *dst, hyfi_ref src, const char *name)
 {
     program *P = e->P;
     hyfi_task_args a = {.acc = GACC(dst), .u.elt.count = dst->mb_numel};
@@ -290,10 +290,10 @@ static void finish_tasks(emit_ctx *e, int from)
         t->prio = e->prio;
         if (e->g->cc->ntokens) {
             const int slot = (e->m % pl->mbr) % pl->inflight[pl->place_stage[t->place]];
-            hyfi_prog_task_buf(
-                e->P, t,
-                hyfi_kh(e->g->cc, HK_TOKEN, 0, (uint64_t)token_base(pl, t->place) + (uint64_t)slot),
-                e->token_mode);
+            hyfi_prog_task_buf(e->P, t,
+                               hyfi_kref(e->g->cc, HK_TOKEN, 0,
+                                         (uint64_t)token_base(pl, t->place) + (uint64_t)slot),
+                               e->token_mode);
         }
     }
 }
@@ -310,7 +310,7 @@ static void add_fences(emit_ctx *e, int from, const int *at, int n)
         while (j < n && k >= at[2 * j + 1]) j++;
         if (t->kind != PT_TASK) continue;
         const int rerun = j < n && k >= at[2 * j];
-        hyfi_prog_task_buf(e->P, t, hyfi_kh(e->g->cc, HK_RC_FENCE, 0, (uint64_t)t->place),
+        hyfi_prog_task_buf(e->P, t, hyfi_kref(e->g->cc, HK_RC_FENCE, 0, (uint64_t)t->place),
                            rerun ? STARPU_R : (STARPU_RW | STARPU_COMMUTE));
     }
 }
@@ -332,19 +332,18 @@ static int far_kept(const hyfi_graph *g, const prog_task *t)
 {
     const int me = g->ctx->rank;
     for (int b = 0; b < t->nbuf; b++) {
-        const struct starpu_data_descr *d = &prog_cbufs(t)[b];
-        if (!d->handle || hyfi_handle_rank(g, d->handle) == me) return 1;
+        const prog_buf *d = &prog_cbufs(t)[b];
+        if (!d->ref || hyfi_ref_rank(g, d->ref) == me) return 1;
         /* (written in commuting mode: its place's 1F1B token or recompute fence) */
         const int writes = (d->mode & STARPU_W) && !(d->mode & STARPU_COMMUTE);
-        if (!HYFI_HDEFERRED(d->handle)) {
+        if (!hyfi_ref_deferred(g, d->ref)) {
             if (writes) return 1;
             continue;
         }
         unsigned gs;
         int cat;
         hyfi_key k;
-        if (hyfi_key_of_tag(g->cc->htab[HYFI_HDEFER_INDEX(d->handle)].tag, &gs, &cat, &k))
-            return 1;
+        if (hyfi_key_of_tag(g->cc->htab[d->ref - 1].tag, &gs, &cat, &k)) return 1;
         if (writes && (k.role == HK_BN_TOT || k.role == HK_LCOPY || k.role == HK_BN_PACK ||
                        k.role == HK_BN_BWPACK))
             return 1;
@@ -534,39 +533,6 @@ static int build_programs(hyfi_graph *g)
     return rc;
 }
 
-/* Re-materialisation: the places' fences (without 1F1B tokens) and the
- * scratch statistics of the untiled batch norms that are re-run
- * (key HK_RC_BN), one set per replica on its place. */
-static int register_recompute(hyfi_graph *g)
-{
-    const hyfi_plan *pl = g->cc->pl;
-    if (!pl->recompute) return 0;
-    if (!g->cc->ntokens) {
-        if (hyfi_host_alloc(&g->cc->rc_fence_host, (size_t)pl->nplaces)) return -1;
-        memset(g->cc->rc_fence_host, 0, (size_t)pl->nplaces * sizeof(float));
-        for (int q = 0; q < pl->nplaces; q++) {
-            char nm[48];
-            snprintf(nm, sizeof nm, "place%d.recompute_fence", q);
-            hyfi_reg(g, HYFI_KEY_R(HK_RC_FENCE, 0, q, q / pl->nplaces1), g->cc->rc_fence_host + q,
-                     1, sizeof(float), pl->place_rank[q], HC_PIPELINE, HYFI_KEEP, nm, "", 0, 1);
-        }
-    }
-    static const char *const sfx[4] = {".rerun_mean", ".rerun_var", ".rerun_rmean",
-                                       ".rerun_rvar"};
-    for (int i = 0; i < g->nnodes; i++) {
-        const node *nd = &g->nodes[i];
-        if (!pl->rc_rerun[i] || !hyfi_op_batch_statistics(nd) || hyfi_spatial_tiled(g, nd))
-            continue;
-        for (int r = 0; r < pl->nrep; r++)
-            for (int k = 0; k < 4; k++) {
-                hyfi_reg(g, HYFI_KEY_R(HK_RC_BN, i, (size_t)r * 4 + k, r), NULL,
-                         (size_t)nd->out->dims[1], sizeof(float), hyfi_stage_rank(pl, r, nd->stage),
-                         HC_BNSTATS, HYFI_KEEP, nd->name, sfx[k], r, pl->nrep);
-            }
-    }
-    return g->cc->htab_oom ? -1 : 0;
-}
-
 /* Under a memory limit, a task whose buffers together do not fit could never
  * run: StarPU would evict and wait forever, with or without disk swap. Every
  * rank checks every rank's tasks of every program (the same decision). */
@@ -687,11 +653,9 @@ hyfi_status hyfi_graph_compile(hyfi_graph *g, hyfi_tensor *loss, const hyfi_trai
         return hyfi_graph_fail(g, HYFI_ERR_NOMEM, "out of memory compiling the graph");
     }
     g->cc->defer_on = g->cc->scoped; /* keyed.c */
-    s = hyfi_register_tensors(g);
-    if (s == HYFI_OK && (g->cc->htab_oom || hyfi_spatial_register(g) || g->cc->htab_oom ||
-                         register_recompute(g) || hyfi_stats_register(g) ||
-                         hyfi_buckets_register(g) || hyfi_release_index(g)))
-        s = key_failure(g);
+    int key_failed = 0;
+    s = hyfi_register_plan(g, &key_failed);
+    if (key_failed) s = key_failure(g);
     if (s != HYFI_OK) {
         hyfi_compiled_free(g);
         return s;

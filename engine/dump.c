@@ -26,7 +26,7 @@ static const char *mode_name(enum starpu_data_access_mode m)
     }
 }
 
-static void dump_program(FILE *f, const char *title, const program *p, const hyfi_hindex *ids)
+static void dump_program(FILE *f, const char *title, const program *p)
 {
     static const char *const kinds[] = {
         [PT_TASK] = "task", [PT_RELEASE] = "release", [PT_BCAST] = "bcast", [PT_FLUSH] = "flush"};
@@ -39,9 +39,9 @@ static void dump_program(FILE *f, const char *title, const program *p, const hyf
         fprintf(f, "%s %s %s place %d rank %d worker %d prio %d args %016llx |",
                 kinds[t->kind], t->cl ? t->cl->name : "-", t->name, t->place, t->rank,
                 t->worker, t->prio, (unsigned long long)ah);
-        const struct starpu_data_descr *bufs = prog_cbufs(t);
+        const prog_buf *bufs = prog_cbufs(t);
         for (int b = 0; b < t->nbuf; b++)
-            fprintf(f, " %s:%d", mode_name(bufs[b].mode), hyfi_hindex_of(ids, bufs[b].handle));
+            fprintf(f, " %s:%d", mode_name(bufs[b].mode), (int)bufs[b].ref - 1);
         fputc('\n', f);
     }
 }
@@ -56,12 +56,8 @@ void hyfi_programs_dump(const hyfi_graph *g)
     FILE *f = fopen(file, "a");
     if (!f) return;
     fprintf(f, "graph %d nodes, rank %d of %d\n", g->nnodes, g->ctx->rank, g->ctx->nranks);
-    hyfi_hindex ids = {0};
-    if (hyfi_hindex_build(&ids, g->cc) == 0) {
-        dump_program(f, "train", &g->cc->train_prog, &ids);
-        dump_program(f, "infer", &g->cc->infer_prog, &ids);
-        dump_program(f, "fwd_train", &g->cc->fwd_train_prog, &ids);
-    }
-    hyfi_hindex_free(&ids);
+    dump_program(f, "train", &g->cc->train_prog);
+    dump_program(f, "infer", &g->cc->infer_prog);
+    dump_program(f, "fwd_train", &g->cc->fwd_train_prog);
     fclose(f);
 }

@@ -48,14 +48,13 @@ typedef struct emit_ctx_s {
 
 int hyfi_prog_push(program *p, prog_kind kind, struct starpu_codelet *cl, const char *name,
                    const hyfi_task_args *args);
-void hyfi_prog_buf(program *p, starpu_data_handle_t h, enum starpu_data_access_mode mode);
+void hyfi_prog_buf(program *p, hyfi_ref h, enum starpu_data_access_mode mode);
 /* a's bytes for a task of codelet cl in p's pool (NULL a: zeros); NULL when
  * out of memory */
 hyfi_task_args *hyfi_args_intern(program *p, const struct starpu_codelet *cl,
                                  const hyfi_task_args *a);
-void hyfi_prog_task_buf(program *p, prog_task *t, starpu_data_handle_t h,
-                        enum starpu_data_access_mode mode);
-void hyfi_unreg(starpu_data_handle_t *h);
+void hyfi_prog_task_buf(program *p, prog_task *t, hyfi_ref h, enum starpu_data_access_mode mode);
+void hyfi_unreg(starpu_data_handle_t *h); /* (a StarPU handle) */
 int hyfi_host_alloc(float **p, size_t n);
 /* Free what hyfi_host_alloc gave (the same n). NULL is fine. */
 void hyfi_host_free(float *p, size_t n);
@@ -66,11 +65,10 @@ void hyfi_host_free(float *p, size_t n);
  * name+suffix, with "[m]" when nm > 1. cat: a hyfi_hcat, with HYFI_HCAT_BF16
  * for a handle of bf16 values (hyfi_tensor_hflags). key: what it is (keys.h),
  * which gives its StarPU-MPI tag, and under which the lowerings find it
- * (hyfi_kh). Returns the handle: NULL where this rank does not register the
- * key (hyfi_key_wanted) or on failure (cc->htab_oom set). */
-starpu_data_handle_t hyfi_reg(hyfi_graph *g, hyfi_key key, float *ptr, size_t n, size_t elem,
-                              int owner, int cat, int rstage, const char *name, const char *suffix,
-                              int m, int nm);
+ * (hyfi_kref). Returns its reference (its entry + 1): 0 where this rank does
+ * not register the key (hyfi_key_wanted) or on failure (cc->htab_oom set). */
+hyfi_ref hyfi_reg(hyfi_graph *g, hyfi_key key, float *ptr, size_t n, size_t elem, int owner,
+                  int cat, int rstage, const char *name, const char *suffix, int m, int nm);
 /* Whether the replicas' running statistics are combined packed per stage
  * (reduce.c; hyfi_plan_config.pack_stats): with more than 4 replicas unless
  * the configuration says. */
@@ -112,11 +110,11 @@ static inline void hyfi_bucket_name(const hyfi_bucket *b, int bi, char *out, siz
 }
 /* Bucket bi's packed gradient of replica k: for a bucket of one parameter,
  * that parameter's own gradient. */
-static inline starpu_data_handle_t hyfi_bucket_h(const hyfi_graph *g, int bi, int k)
+static inline hyfi_ref hyfi_bucket_h(const hyfi_graph *g, int bi, int k)
 {
     const hyfi_bucket *b = &g->cc->buckets[bi];
     return b->nparams == 1 ? TGH(b->params[0], k)
-                           : hyfi_kh(g->cc, HK_BUCKET, (uint64_t)bi, (uint64_t)k);
+                           : hyfi_kref(g->cc, HK_BUCKET, (uint64_t)bi, (uint64_t)k);
 }
 /* A family of keys: one role of one object, indexed by replica (the
  * collectives' operands). */
@@ -124,7 +122,7 @@ typedef struct {
     hyfi_role role;
     uint64_t obj;
 } hyfi_kfam;
-#define KFH(g, f, k) hyfi_kh((g)->cc, (f).role, (f).obj, (uint64_t)(k))
+#define KFH(g, f, k) hyfi_kref((g)->cc, (f).role, (f).obj, (uint64_t)(k))
 /* Scoped compile (share.c; hyfi_key_wanted: keyed.c). */
 int hyfi_scope_init(hyfi_graph *g);
 void hyfi_scope_free(hyfi_compiled *cc);
@@ -152,7 +150,7 @@ int hyfi_release_index(hyfi_graph *g);
 /* Micro-batch m is done on stage s: release its handles there (each by its
  * owner), in registration order. */
 int hyfi_emit_releases(hyfi_graph *g, program *P, int s, int m);
-/* The category of a tensor's own handles (of any handle: hyfi_handle_cat). */
+/* The category of a tensor's own handles (of any piece of data: hyfi_ref_cat). */
 hyfi_hcat hyfi_tensor_hcat(const hyfi_graph *g, const hyfi_tensor *t);
 /* hyfi_reg's category of t's own handles: hyfi_tensor_hcat, | HYFI_HCAT_BF16
  * where hyfi_tensor_bf16. base: another category (the halo's), or -1. */
@@ -163,12 +161,12 @@ void hyfi_handles_unregister(hyfi_graph *g);
 void hyfi_task_name(char *out, size_t len, const node *nd, const char *pass, const emit_ctx *e);
 /* Mode and acc flag of a gradient summed over micro-batches (written: the
  * compile-time flag of the handle); may emit a zero fill first. */
-int hyfi_grad_sum_mode(emit_ctx *e, starpu_data_handle_t h, unsigned char *written, size_t numel,
+int hyfi_grad_sum_mode(emit_ctx *e, hyfi_ref h, unsigned char *written, size_t numel,
                        const char *name, enum starpu_data_access_mode *mode, int *acc);
-int hyfi_emit_release(program *P, starpu_data_handle_t h, int owner);
+int hyfi_emit_release(program *P, hyfi_ref h, int owner);
 /* Re-materialisation: drop the contents of registered handle h (NULL: none)
  * now, a release by its owner (found in the handle table). */
-int hyfi_emit_drop(emit_ctx *e, starpu_data_handle_t h);
+int hyfi_emit_drop(emit_ctx *e, hyfi_ref h);
 /* spatial.c: drop what tiled node nd made in micro-batch e->m's forward (its
  * output's tiles, its assembled buffers and halo strips; a fused-halo group's
  * buffers with its last op), with their gradients when `grads`. */
@@ -206,8 +204,11 @@ static inline int hyfi_use_ring(const hyfi_graph *g, size_t n)
 /* Chunk c of the ring: [c * n / R, (c+1) * n / R). */
 static inline size_t hyfi_chunk_lo(size_t n, int R, int c) { return n * (size_t)c / (size_t)R; }
 
-/* handles.c */
-hyfi_status hyfi_register_tensors(hyfi_graph *g);
+/* register.c: every key of the plan registered (see there), then the
+ * release index. HYFI_OK; a tensor's failure (its message set); or, with
+ * *key_failed set, a key that failed (out of memory, a key twice, a field
+ * out of a tag's range: the caller names it). */
+hyfi_status hyfi_register_plan(hyfi_graph *g, int *key_failed);
 /* compile.c: the last task pushed runs on `place` with priority prio
  * (clamped to the scheduler's range by hyfi_clamp_prio). */
 int hyfi_clamp_prio(int p);

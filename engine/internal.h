@@ -68,11 +68,15 @@ extern const hyfi_handle_info hyfi_handle_infos[HC_COUNT][2];
  * category and lifetime, so that looking up, releasing and unregistering are
  * loops over it or lookups in it. */
 #define HYFI_KEEP (-1) /* rstage of a handle kept as long as the graph is compiled */
+/* A piece of data as the compile and the programs name it: its entry in the
+ * handle table + 1 (0: none on this rank). keyed.h: hyfi_kref (from its
+ * key), hyfi_ref_h (its StarPU handle), hyfi_ref_rank, _bytes, _cat. */
+typedef uint32_t hyfi_ref;
 typedef struct {
-    /* the StarPU handle: NULL when not registered on this rank (dropped by
-     * hyfi_handles_resolve, or unregistered), a placeholder while deferred
-     * (keyed.h) */
+    /* the StarPU handle: NULL while not registered on this rank (deferred,
+     * dropped by hyfi_handles_resolve, or unregistered) */
     starpu_data_handle_t h;
+    size_t bytes;
     int owner;
     hyfi_hcat cat;
     /* Lifetime: dropped (invalidated, and flushed from StarPU-MPI's cache)
@@ -188,7 +192,7 @@ struct hyfi_tensor {
      * rank reads another's). */
 };
 
-/* Spatial tiles of a tensor (geometry: engine/spatial_plan.c; handles: spatial_reg.c). */
+/* Spatial tiles of a tensor (geometry: engine/spatial_plan.c; keys: register.c). */
 typedef struct hyfi_tiles {
     int stage;            /* the tiled stage whose places hold the tiles */
     int rows, cols;       /* grid */
@@ -302,15 +306,22 @@ typedef enum {
 
 /* A task's buffers: up to HYFI_TASK_INLINE_BUFFERS in the task itself (96% of
  * tasks), the wider ones (a tiled batch-norm combine: a partial sum per tile)
- * in an array of their own, xbuf, grown by doubling. Read them with prog_bufs(). */
+ * in an array of their own, xbuf, grown by doubling. Read them with prog_bufs().
+ * A buffer names its data by reference (the handle-table entry), not by StarPU
+ * handle: owners, sizes and categories are the table's; the submission takes
+ * the handles from there (run.c). */
 #define HYFI_TASK_INLINE_BUFFERS 8
+typedef struct {
+    hyfi_ref ref;
+    enum starpu_data_access_mode mode;
+} prog_buf;
 typedef struct {
     prog_kind kind;
     struct starpu_codelet *cl;
     int nbuf;
     unsigned char far; /* emitted for a tile far from this rank's own (compile.c trims it) */
-    struct starpu_data_descr ibuf[HYFI_TASK_INLINE_BUFFERS];
-    struct starpu_data_descr *xbuf; /* all nbuf buffers once they outgrow ibuf, else NULL */
+    prog_buf ibuf[HYFI_TASK_INLINE_BUFFERS];
+    prog_buf *xbuf;       /* all nbuf buffers once they outgrow ibuf, else NULL */
     hyfi_task_args *args; /* PT_TASK: its arguments, shared with every task of the same codelet
                              and bytes (the program's pool owns them), else NULL */
     int place;            /* the place that runs it (-1: the event's) */
@@ -321,14 +332,8 @@ typedef struct {
     char name[64];
 } prog_task;
 
-static inline struct starpu_data_descr *prog_bufs(prog_task *t)
-{
-    return t->xbuf ? t->xbuf : t->ibuf;
-}
-static inline const struct starpu_data_descr *prog_cbufs(const prog_task *t)
-{
-    return t->xbuf ? t->xbuf : t->ibuf;
-}
+static inline prog_buf *prog_bufs(prog_task *t) { return t->xbuf ? t->xbuf : t->ibuf; }
+static inline const prog_buf *prog_cbufs(const prog_task *t) { return t->xbuf ? t->xbuf : t->ibuf; }
 
 typedef struct {
     prog_task *t;
@@ -456,7 +461,6 @@ typedef struct hyfi_compiled {
     int defer_on;          /* hyfi_reg defers what keyed.c may (a scoped rank's compile) */
     long nreg;             /* handles registered with StarPU */
     int *rel_first, *rel_idx; /* released entries by (stage, micro-batch): hyfi_release_index */
-    struct hyfi_howner *howner; /* re-materialisation: handles and owners, sorted (program.c) */
     /* re-materialisation: per untiled batch norm re-run and replica, 4 scratch
      * handles (C floats) for the statistics its re-run computes again (key
      * HK_RC_BN, obj the node, index rep * 4 + k; compile.c).
@@ -464,8 +468,7 @@ typedef struct hyfi_compiled {
      * the backward tasks write (RW|COMMUTE) and the re-runs read (R), so that a
      * segment is re-run only once the backward emitted before it is done there
      * (compile.c) */
-    float *rc_fence_host; /* NULL: no fences */
-    int nhowner;
+    float *rc_fence_host;  /* NULL: no fences */
     float *dloss_host;     /* constant 1/M per micro-batch: the seed of the backward pass */
     float *loss_sum;       /* 2 M: loss_value's slots and hyfi_ctx_sum_floats' receive buffer */
     /* the seed's handles: HK_DLOSS, per micro-batch (the loss's gradient, TGH) */
@@ -583,8 +586,7 @@ hyfi_status hyfi_io_read_whole(hyfi_graph *g, const char *who, const char *path,
  * save are in flight at once (one blocking acquire each cost ~3 ms). */
 typedef struct hyfi_io_batch hyfi_io_batch;
 hyfi_io_batch *hyfi_io_batch_new(void); /* NULL: out of memory (gathers then block) */
-void hyfi_io_gather(hyfi_graph *g, hyfi_io_batch *b, starpu_data_handle_t h, void *host,
-                    size_t bytes);
+void hyfi_io_gather(hyfi_graph *g, hyfi_io_batch *b, hyfi_ref h, void *host, size_t bytes);
 void hyfi_io_gather_wait(hyfi_graph *g, hyfi_io_batch *b); /* and frees b */
 /* agree.c: the status of a collective call made common to every rank (hyfi_agree);
  * root_only: only rank 0's counts (saving). */
@@ -728,15 +730,14 @@ hyfi_status hyfi_program_run(hyfi_graph *g, program *p);
 /* handles.c: a batch tensor's handle k (grad: of its gradient; tile: of its tiles,
  * k = m * P + q), registered now if it was not (a scoped rank's skipped ones,
  * share.c). */
-starpu_data_handle_t hyfi_handle_need(hyfi_graph *g, hyfi_tensor *t, int grad, int tile, int k);
+hyfi_ref hyfi_handle_need(hyfi_graph *g, hyfi_tensor *t, int grad, int tile, int k);
 
 /* run.c, collective in MPI runs (every rank calls them). read: copy a handle
  * out to host memory on rank `root` (-1: on every rank; host is only touched
  * there); write: copy host memory into a handle on its owner (other ranks drop
  * the copies they had received). */
-void hyfi_handle_read(hyfi_graph *g, starpu_data_handle_t h, int root, void *host, size_t bytes);
-void hyfi_handle_write(hyfi_graph *g, starpu_data_handle_t h, int owner, const void *host,
-                       size_t bytes);
+void hyfi_handle_read(hyfi_graph *g, hyfi_ref h, int root, void *host, size_t bytes);
+void hyfi_handle_write(hyfi_graph *g, hyfi_ref h, int owner, const void *host, size_t bytes);
 
 #include "plan.h"
 #include "keyed.h"
@@ -744,12 +745,11 @@ void hyfi_handle_write(hyfi_graph *g, starpu_data_handle_t h, int owner, const v
 /* Owner of handle k of t (a micro-batch of batch tensors, a replica of the others). */
 int hyfi_handle_owner(const hyfi_graph *g, const hyfi_tensor *t, int k);
 
-/* Spatial parallelism: spatial_plan.c (the plan) and spatial_reg.c (the handles). */
+/* Spatial parallelism: spatial_plan.c (the plan) and register.c (the keys). */
 struct emit_ctx_s;
 hyfi_status hyfi_spatial_plan_grid(hyfi_graph *g);   /* spatial_plan.c: K, P, grid */
 hyfi_status hyfi_spatial_plan(hyfi_graph *g);        /* spatial_plan.c: geometry, owners */
-int hyfi_spatial_register(hyfi_graph *g);            /* spatial_reg.c: tile handles */
-void hyfi_spatial_handles_free(hyfi_graph *g); /* spatial_reg.c */
+void hyfi_spatial_handles_free(hyfi_graph *g);       /* register.c: the fused groups' host memory */
 void hyfi_spatial_plan_free(hyfi_graph *g);    /* spatial_plan.c */
 /* spatial_plan.c: halo bytes per step between tiles on different ranks; fused groups,
  * their ops and the strips exchanged per micro-batch (from the geometry). */

@@ -334,14 +334,14 @@ static void gather_done(void *arg)
     free(it);
 }
 
-void hyfi_io_gather(hyfi_graph *g, hyfi_io_batch *b, starpu_data_handle_t h, void *host,
-                    size_t bytes)
+void hyfi_io_gather(hyfi_graph *g, hyfi_io_batch *b, hyfi_ref r, void *host, size_t bytes)
 {
+    starpu_data_handle_t h = hyfi_ref_h(g->cc, r);
     if (!h) return; /* not registered here (share.c): neither the owner nor rank 0 */
     gather_item *it = b && host && g->ctx->rank == 0 ? malloc(sizeof *it) : NULL;
     if (!it) { /* another rank's part, rank 0 out of memory, or no batch: one at a time */
         if (host || g->ctx->rank != 0) {
-            hyfi_handle_read(g, h, 0, host, bytes);
+            hyfi_handle_read(g, r, 0, host, bytes);
         } else if (g->ctx->mpi) {
             starpu_mpi_get_data_on_node_detached(MPI_COMM_WORLD, h, 0, NULL, NULL);
             starpu_mpi_cache_flush(MPI_COMM_WORLD, h);

@@ -2,8 +2,10 @@
  * is found by its key (keys.h: role, object, index). hyfi_reg enters it in
  * the graph's handle table and the key map (none twice) and registers it
  * with StarPU (and StarPU-MPI), at once or, for a scoped rank's tile-family
- * handles, deferred; the lowerings find it again by its key (hyfi_kh, TH,
- * TGH, ...). The graph's structs hold no handles.
+ * handles, deferred. The lowerings find it again by its key (hyfi_kref, TH,
+ * TGH, ...) as a reference to its entry (hyfi_ref), which is what the
+ * programs' tasks hold; its owner, size and category are the entry's, and its
+ * StarPU handle too once registered. The graph's structs hold no handles.
  *
  * Deferred registration: a scoped rank registers the handles of tiles, halo
  * strips, assembled buffers, per-tile partial sums and fused regions only
@@ -16,20 +18,18 @@
  * rank cost about 7 KB per handle (StarPU built with 16 memory nodes; 3 KB
  * with the 8 of scripts/setup.sh) whether the rank ever used them or not
  * (124,109 handles on each of 4 ranks for AmoebaNet-D at 8,192² in 64
- * tiles). So hyfi_reg, while compiling such a rank, enters these handles in
+ * tiles). So hyfi_reg, while compiling such a rank, enters these pieces in
  * the handle table with everything their registration needs (the key's tag,
- * the owner, the size, the name) and gives the entry an odd placeholder
- * handle (keyed.h: HYFI_HDEFER_VALUE, the table index), which the lowerings
- * store in the programs like any handle. What the compile asks of a handle before
- * the programs are final (its owner, its bytes, its category: the traffic
- * prediction, the memory check, the skip marks) is answered from the table
- * here. hyfi_handles_resolve then registers, as the owner (home node) or as
- * a reader (-1), the handles named by the tasks the rank kept and the ones
- * it owns, with the tags they would have had, and forgets the others: their
- * entries' handles become NULL, as for a key the rank does not register
- * (hyfi_key_wanted), and a later read of one (hyfi_tensor_read of another
- * rank's tile) registers it then into its entry (hyfi_handle_need). No
- * StarPU call is needed to decide any of it. */
+ * the owner, the size, the name) but no StarPU handle. What the compile asks
+ * of a piece of data before the programs are final (its owner, its bytes,
+ * its category: the traffic prediction, the memory check, the skip marks) is
+ * the table's, registered or not. hyfi_handles_resolve then registers, as the
+ * owner (home node) or as a reader (-1), the handles named by the tasks the
+ * rank kept and the ones it owns, with the tags they would have had, and
+ * forgets the others: their entries keep no handle, as for a key the rank
+ * does not register (hyfi_key_wanted), and a later read of one
+ * (hyfi_tensor_read of another rank's tile) registers it then into its entry
+ * (hyfi_handle_need). No StarPU call is needed to decide any of it. */
 #include "emit.h"
 
 #include <starpu_mpi.h>
@@ -158,29 +158,28 @@ static void reg_starpu(hyfi_graph *g, starpu_data_handle_t *h, int64_t tag, floa
 }
 
 /* Register one vector handle (reg_starpu), or, on a scoped rank's compile,
- * defer it, and enter it in the graph's handle table (its owner, category,
- * lifetime and tag) under its key. A key whose entry was dropped (not
- * registered here: hyfi_handles_resolve) is registered into that entry. */
-starpu_data_handle_t hyfi_reg(hyfi_graph *g, hyfi_key key, float *ptr, size_t n, size_t elem,
-                              int owner, int flags, int rstage, const char *name,
-                              const char *suffix, int m, int nm)
+ * defer it, and enter it in the graph's handle table (its owner, size,
+ * category, lifetime and tag) under its key. A key whose entry was dropped
+ * (not registered here: hyfi_handles_resolve) is registered into that entry. */
+hyfi_ref hyfi_reg(hyfi_graph *g, hyfi_key key, float *ptr, size_t n, size_t elem, int owner,
+                  int flags, int rstage, const char *name, const char *suffix, int m, int nm)
 {
     hyfi_compiled *cc = g->cc;
     const hyfi_hcat cat = (hyfi_hcat)(flags & ~(HYFI_HCAT_BF16 | HYFI_HCAT_BF16S));
     const int bf16 = (flags & HYFI_HCAT_BF16) && elem == sizeof(float);
     if (bf16 && (flags & HYFI_HCAT_BF16S) && !ptr) elem = sizeof(uint16_t);
-    if (!hyfi_key_wanted(g, key)) return NULL; /* scoped compile: not on this rank */
+    if (!hyfi_key_wanted(g, key)) return 0; /* scoped compile: not on this rank */
     /* the tag, a function of the key alone; no key twice in a graph */
     const int64_t tag = hyfi_key_tag(g->serial, (int)cat, key);
     hyfi_kcell *c = tag < 0 ? NULL : hyfi_kmap_cell(&cc->kmap, key.role, key.obj, key.idx);
-    if (tag < 0 || (c && c->ent >= 0 && cc->htab[c->ent].h)) {
+    if (tag < 0 || (c && c->ent >= 0 && (cc->htab[c->ent].h || cc->htab[c->ent].defer >= 0))) {
         if (!cc->key_err) cc->key_err = tag < 0 ? -1 : tag;
         cc->htab_oom = 1;
-        return NULL;
+        return 0;
     }
     if (!c) {
         cc->htab_oom = 1;
-        return NULL;
+        return 0;
     }
     int ei = c->ent;
     if (ei < 0) {
@@ -189,7 +188,7 @@ starpu_data_handle_t hyfi_reg(hyfi_graph *g, hyfi_key key, float *ptr, size_t n,
             hyfi_hentry *t = realloc(cc->htab, (size_t)nc * sizeof *t);
             if (!t) { /* hyfi_graph_compile fails with HYFI_ERR_NOMEM */
                 cc->htab_oom = 1;
-                return NULL;
+                return 0;
             }
             cc->htab = t;
             cc->caphtab = nc;
@@ -197,19 +196,24 @@ starpu_data_handle_t hyfi_reg(hyfi_graph *g, hyfi_key key, float *ptr, size_t n,
         ei = c->ent = cc->nhtab++;
     }
     hyfi_hentry *e = &cc->htab[ei];
-    *e = (hyfi_hentry){
-        .owner = owner, .cat = cat, .rstage = rstage, .rmb = m, .tag = tag, .defer = -1};
+    *e = (hyfi_hentry){.bytes = n * elem,
+                       .owner = owner,
+                       .cat = cat,
+                       .rstage = rstage,
+                       .rmb = m,
+                       .tag = tag,
+                       .defer = -1};
     if (cc->defer_on && key_deferred(key.role)) {
         const int d = defer_add(cc, ptr, n, elem, bf16, name, suffix, m, nm);
         if (d < 0) {
             cc->htab_oom = 1;
-            return NULL;
+            return 0;
         }
         e->defer = d;
-        return e->h = HYFI_HDEFER_VALUE(ei);
+        return (hyfi_ref)ei + 1;
     }
     reg_starpu(g, &e->h, tag, ptr, n, elem, owner, cat, bf16, name, suffix, m, nm);
-    return e->h;
+    return (hyfi_ref)ei + 1;
 }
 
 void hyfi_defer_free(hyfi_compiled *cc)
@@ -219,68 +223,23 @@ void hyfi_defer_free(hyfi_compiled *cc)
     cc->ndtab = cc->capdtab = 0;
 }
 
-void hyfi_handle_set_redux(hyfi_graph *g, starpu_data_handle_t h)
+void hyfi_handle_set_redux(hyfi_graph *g, hyfi_ref r)
 {
-    if (!h) return;
-    if (HYFI_HDEFERRED(h)) g->cc->dtab[g->cc->htab[HYFI_HDEFER_INDEX(h)].defer].redux = 1;
-    else starpu_data_set_reduction_methods(h, &hyfi_cl_redux_add, &hyfi_cl_redux_zero);
+    if (!r) return;
+    hyfi_hentry *e = &g->cc->htab[r - 1];
+    if (e->h) starpu_data_set_reduction_methods(e->h, &hyfi_cl_redux_add, &hyfi_cl_redux_zero);
+    else if (e->defer >= 0) g->cc->dtab[e->defer].redux = 1;
 }
 
-static size_t hindex_slot(const hyfi_hindex *x, starpu_data_handle_t h)
-{
-    size_t k = (size_t)(((uintptr_t)h >> 4) * 0x9E3779B97F4A7C15ULL) & x->mask;
-    while (x->h[k] && x->h[k] != h) k = (k + 1) & x->mask;
-    return k;
-}
-
-int hyfi_hindex_build(hyfi_hindex *x, const hyfi_compiled *cc)
-{
-    size_t cap = 64;
-    while (cap < 2 * (size_t)cc->nhtab + 2) cap *= 2;
-    x->h = calloc(cap, sizeof *x->h);
-    x->idx = malloc(cap * sizeof *x->idx);
-    x->mask = cap - 1;
-    if (!x->h || !x->idx) {
-        hyfi_hindex_free(x);
-        return -1;
-    }
-    for (int i = 0; i < cc->nhtab; i++) {
-        starpu_data_handle_t h = cc->htab[i].h;
-        if (!h || HYFI_HDEFERRED(h)) continue;
-        const size_t k = hindex_slot(x, h);
-        x->h[k] = h;
-        x->idx[k] = i;
-    }
-    return 0;
-}
-
-int hyfi_hindex_of(const hyfi_hindex *x, starpu_data_handle_t h)
-{
-    if (!h) return -1;
-    if (HYFI_HDEFERRED(h)) return HYFI_HDEFER_INDEX(h);
-    const size_t k = hindex_slot(x, h);
-    return x->h[k] ? x->idx[k] : -1;
-}
-
-void hyfi_hindex_free(hyfi_hindex *x)
-{
-    free(x->h);
-    free(x->idx);
-    x->h = NULL;
-    x->idx = NULL;
-}
-
-/* Handle-table entry i registered now if it was deferred; its handle. */
-static starpu_data_handle_t resolve(hyfi_graph *g, int i)
+/* Handle-table entry i registered now if it was deferred. */
+static void resolve(hyfi_graph *g, int i)
 {
     hyfi_hentry *e = &g->cc->htab[i];
-    if (HYFI_HDEFERRED(e->h)) {
-        const hyfi_hdefer *d = &g->cc->dtab[e->defer];
-        reg_starpu(g, &e->h, e->tag, d->ptr, d->n, d->elem, e->owner, e->cat, d->bf16, d->name,
-                   d->sfx, d->m, d->nm);
-        if (d->redux) hyfi_handle_set_redux(g, e->h);
-    }
-    return e->h;
+    if (e->h || e->defer < 0) return;
+    const hyfi_hdefer *d = &g->cc->dtab[e->defer];
+    reg_starpu(g, &e->h, e->tag, d->ptr, d->n, d->elem, e->owner, e->cat, d->bf16, d->name, d->sfx,
+               d->m, d->nm);
+    if (d->redux) hyfi_handle_set_redux(g, (hyfi_ref)i + 1);
 }
 
 int hyfi_handles_resolve(hyfi_graph *g)
@@ -290,17 +249,16 @@ int hyfi_handles_resolve(hyfi_graph *g)
     if (!cc->ndtab) return 0;
     /* what this rank owns: its share, whatever reads it later */
     for (int i = 0; i < cc->nhtab; i++)
-        if (cc->htab[i].defer >= 0 && cc->htab[i].owner == g->ctx->rank) resolve(g, i);
+        if (cc->htab[i].owner == g->ctx->rank) resolve(g, i);
     program *ps[3] = {&cc->train_prog, &cc->infer_prog, &cc->fwd_train_prog};
     /* what its tasks name */
     for (int k = 0; k < 3; k++)
         for (int i = 0; i < ps[k]->n; i++) {
             prog_task *t = &ps[k]->t[i];
             if (t->kind != PT_TASK) continue;
-            struct starpu_data_descr *b = prog_bufs(t);
+            const prog_buf *b = prog_cbufs(t);
             for (int j = 0; j < t->nbuf; j++)
-                if (HYFI_HDEFERRED(b[j].handle))
-                    b[j].handle = resolve(g, HYFI_HDEFER_INDEX(b[j].handle));
+                if (b[j].ref) resolve(g, (int)b[j].ref - 1);
         }
     /* releases, flushes and broadcasts of a handle this rank never registers go */
     for (int k = 0; k < 3; k++) {
@@ -308,13 +266,9 @@ int hyfi_handles_resolve(hyfi_graph *g)
         int n = 0;
         for (int i = 0; i < p->n; i++) {
             prog_task *t = &p->t[i];
-            struct starpu_data_descr *b = prog_bufs(t);
+            const prog_buf *b = prog_cbufs(t);
             int gone = 0;
-            for (int j = 0; j < t->nbuf; j++)
-                if (HYFI_HDEFERRED(b[j].handle)) {
-                    b[j].handle = cc->htab[HYFI_HDEFER_INDEX(b[j].handle)].h;
-                    gone |= HYFI_HDEFERRED(b[j].handle);
-                }
+            for (int j = 0; j < t->nbuf; j++) gone |= hyfi_ref_deferred(g, b[j].ref);
             if (gone) {
                 free(t->xbuf);
                 continue;
@@ -328,11 +282,8 @@ int hyfi_handles_resolve(hyfi_graph *g)
     }
     /* the others: not registered here (a later read registers one into its
      * entry: hyfi_handle_need) */
-    for (int i = 0; i < cc->nhtab; i++)
-        if (HYFI_HDEFERRED(cc->htab[i].h)) cc->htab[i].h = NULL;
+    for (int i = 0; i < cc->nhtab; i++) cc->htab[i].defer = -1;
     hyfi_defer_free(cc);
-    free(cc->howner); /* (program.c: made from placeholders) */
-    cc->howner = NULL;
     return 0;
 }
 
@@ -354,23 +305,18 @@ void hyfi_fake_fill(hyfi_graph *g, const program *p)
     hyfi_compiled *cc = g->cc;
     const int me = g->ctx->rank;
     if (!g->ctx->fake_ranks) return;
-    hyfi_hindex ids = {0};
     unsigned char *seen = calloc((size_t)cc->nhtab + 1, 1);
-    if (!seen || hyfi_hindex_build(&ids, cc)) {
-        free(seen);
-        hyfi_hindex_free(&ids);
-        return;
-    }
+    if (!seen) return;
     for (int i = 0; i < p->n; i++) {
         const prog_task *t = &p->t[i];
         if (t->kind != PT_TASK || t->rank != me || (p->skip && p->skip[i])) continue;
-        const struct starpu_data_descr *bufs = prog_cbufs(t);
+        const prog_buf *bufs = prog_cbufs(t);
         for (int b = 0; b < t->nbuf; b++) {
-            starpu_data_handle_t h = bufs[b].handle;
-            const int k = (bufs[b].mode & STARPU_R) ? hyfi_hindex_of(&ids, h) : -1;
-            if (k < 0 || seen[k]) continue;
-            seen[k] = 1;
-            if (cc->htab[k].owner == me && touched(h)) continue;
+            const hyfi_ref r = (bufs[b].mode & STARPU_R) ? bufs[b].ref : 0;
+            if (!r || seen[r - 1]) continue;
+            seen[r - 1] = 1;
+            starpu_data_handle_t h = cc->htab[r - 1].h;
+            if (!h || (cc->htab[r - 1].owner == me && touched(h))) continue;
             if (starpu_data_acquire(h, STARPU_W)) continue;
             void *ptr = starpu_data_get_local_ptr(h);
             if (ptr) memset(ptr, 0, (size_t)starpu_vector_get_nx(h) * starpu_vector_get_elemsize(h));
@@ -378,5 +324,4 @@ void hyfi_fake_fill(hyfi_graph *g, const program *p)
         }
     }
     free(seen);
-    hyfi_hindex_free(&ids);
 }

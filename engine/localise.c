@@ -35,13 +35,12 @@
 /* (source entry, rank) -> its copy */
 typedef struct {
     int src, rank;
-    starpu_data_handle_t h; /* the copy (NULL: none, the task reads the original) */
+    hyfi_ref h;        /* the copy (0: none, the task reads the original) */
     unsigned version;  /* the source's version it holds (UINT32_MAX: none) */
 } copy_rec;
 
 typedef struct {
     hyfi_graph *g;
-    hyfi_hindex m;       /* handle -> table entry */
     unsigned *version;   /* per handle-table entry: writes so far in the program */
     int nversion;        /* the entries before the pass (not the copies) */
     unsigned char *seen; /* per entry, over the programs: 1 read elsewhere and flushed
@@ -107,7 +106,7 @@ static copy_rec *copy_of(lstate *s, int src, int r, int *oom)
         return copy_of(s, src, r, oom);
     }
     copy_rec *c = &s->c[i];
-    *c = (copy_rec){.src = src, .rank = r, .h = NULL, .version = UINT32_MAX};
+    *c = (copy_rec){.src = src, .rank = r, .h = 0, .version = UINT32_MAX};
     s->nc++;
     /* the key: the original's, with the rank folded into the index */
     unsigned gs;
@@ -118,8 +117,7 @@ static copy_rec *copy_of(lstate *s, int src, int r, int *oom)
     const uint64_t idx = ((k.idx * (uint64_t)s->g->ctx->nranks + (uint64_t)r) << 2) | (uint64_t)kind;
     const hyfi_key key = HYFI_KEY(HK_LCOPY, k.obj, idx);
     if (hyfi_key_tag(s->g->serial, (int)cc->htab[src].cat, key) < 0) return NULL;
-    starpu_data_handle_t h = cc->htab[src].h;
-    const size_t bytes = hyfi_handle_bytes(s->g, h);
+    const size_t bytes = cc->htab[src].bytes;
     const char *name = k.role == HK_VALUE ? s->g->tensors[k.obj]->name : s->g->nodes[k.obj].name;
     char sfx[32];
     if (k.role == HK_VALUE) snprintf(sfx, sizeof sfx, "[%u].on_rank%d", (unsigned)k.idx, r);
@@ -155,7 +153,7 @@ static prog_task *tpush(tlist *l, int at)
     return t;
 }
 
-static prog_task *flush_after(tlist *l, int at, starpu_data_handle_t h, int rank)
+static prog_task *flush_after(tlist *l, int at, hyfi_ref h, int rank)
 {
     prog_task *f = tpush(l, at);
     if (!f) return NULL;
@@ -163,7 +161,7 @@ static prog_task *flush_after(tlist *l, int at, starpu_data_handle_t h, int rank
     f->place = f->worker = -1;
     f->rank = rank;
     snprintf(f->name, sizeof f->name, "flush");
-    f->ibuf[0] = (struct starpu_data_descr){.handle = h, .mode = STARPU_R};
+    f->ibuf[0] = (prog_buf){.ref = h, .mode = STARPU_R};
     f->nbuf = 1;
     return f;
 }
@@ -181,19 +179,19 @@ static int localise(lstate *s, program *p)
     int oom = 0;
     for (int i = 0; i < p->n && !oom; i++) {
         prog_task *t = &p->t[i];
-        struct starpu_data_descr *b = prog_bufs(t);
+        prog_buf *b = prog_bufs(t);
         if (t->kind == PT_TASK) {
             int tile = 0;
-            for (int j = 0; j < t->nbuf; j++) tile |= HYFI_HDEFERRED(b[j].handle);
+            for (int j = 0; j < t->nbuf; j++) tile |= hyfi_ref_deferred(s->g, b[j].ref);
             for (int j = 0; tile && j < t->nbuf && !oom; j++) {
                 if (b[j].mode != STARPU_R) continue;
-                const int src = hyfi_hindex_of(&s->m, b[j].handle);
+                const int src = (int)b[j].ref - 1;
                 if (src < 0 || src >= s->nversion || cc->htab[src].owner == t->rank ||
                     source_kind(s->g, src) != SRC_COPY)
                     continue;
                 copy_rec *c = copy_of(s, src, t->rank, &oom);
                 if (!c) continue;
-                starpu_data_handle_t ch = c->h;
+                const hyfi_ref ch = c->h;
                 if (c->version != s->version[src]) {
                     prog_task *k = tpush(&add, 2 * i);
                     if (!k) {
@@ -202,8 +200,7 @@ static int localise(lstate *s, program *p)
                     }
                     k->kind = PT_TASK;
                     k->cl = &hyfi_cl_accumulate;
-                    const hyfi_task_args ca = {
-                        .u.elt.count = hyfi_handle_bytes(s->g, b[j].handle) / sizeof(float)};
+                    const hyfi_task_args ca = {.u.elt.count = cc->htab[src].bytes / sizeof(float)};
                     if (!(k->args = hyfi_args_intern(p, k->cl, &ca))) {
                         oom = 1;
                         break;
@@ -211,22 +208,21 @@ static int localise(lstate *s, program *p)
                     k->place = t->place, k->rank = t->rank, k->worker = t->worker;
                     k->prio = t->prio;
                     snprintf(k->name, sizeof k->name, "copy.rank%d", t->rank);
-                    k->ibuf[0] = (struct starpu_data_descr){.handle = ch, .mode = STARPU_W};
-                    k->ibuf[1] = (struct starpu_data_descr){.handle = b[j].handle,
-                                                            .mode = STARPU_R};
+                    k->ibuf[0] = (prog_buf){.ref = ch, .mode = STARPU_W};
+                    k->ibuf[1] = (prog_buf){.ref = b[j].ref, .mode = STARPU_R};
                     k->nbuf = 2;
                     c->version = s->version[src];
                     s->seen[src] |= 1;
-                    if (!flush_after(&add, 2 * i, b[j].handle, t->rank)) oom = 1;
+                    if (!flush_after(&add, 2 * i, b[j].ref, t->rank)) oom = 1;
                 }
-                b[j].handle = ch;
+                b[j].ref = ch;
             }
         }
-        starpu_data_handle_t fl[HYFI_MAX_TASK_BUFFERS];
+        hyfi_ref fl[HYFI_MAX_TASK_BUFFERS];
         int nfl = 0;
         const int rank = t->rank;
         for (int j = 0; j < t->nbuf; j++) {
-            const int src = hyfi_hindex_of(&s->m, b[j].handle);
+            const int src = (int)b[j].ref - 1;
             if (src < 0 || src >= s->nversion) continue;
             if (t->kind == PT_RELEASE ||
                 (t->kind == PT_TASK && (b[j].mode & (STARPU_W | STARPU_REDUX))))
@@ -234,7 +230,7 @@ static int localise(lstate *s, program *p)
             if (t->kind != PT_TASK || cc->htab[src].owner == rank) continue;
             if (b[j].mode == STARPU_R && source_kind(s->g, src) == SRC_FLUSH) {
                 s->seen[src] |= 1;
-                fl[nfl++] = b[j].handle;
+                fl[nfl++] = b[j].ref;
             } else {
                 s->seen[src] |= 2;
             }
@@ -269,14 +265,13 @@ int hyfi_programs_localise(hyfi_graph *g)
     hyfi_compiled *cc = g->cc;
     if (!cc->scoped || !cc->defer_on) return 0;
     lstate s = {.g = g};
-    const int indexed = hyfi_hindex_build(&s.m, cc) == 0;
     s.nversion = cc->nhtab;
     s.version = calloc((size_t)cc->nhtab + 1, sizeof *s.version);
     s.seen = calloc((size_t)cc->nhtab + 1, 1);
     s.cmask = 255;
     s.c = malloc((s.cmask + 1) * sizeof *s.c);
     int rc = -1;
-    if (indexed && s.version && s.seen && s.c) {
+    if (s.version && s.seen && s.c) {
         for (size_t i = 0; i <= s.cmask; i++) s.c[i].src = -1;
         program *ps[3] = {&cc->train_prog, &cc->infer_prog, &cc->fwd_train_prog};
         rc = 0;
@@ -285,7 +280,6 @@ int hyfi_programs_localise(hyfi_graph *g)
          * writers of these for their readers (share.c) */
         for (int i = 0; i < s.nversion; i++) cc->htab[i].flushread = s.seen[i] == 1;
     }
-    hyfi_hindex_free(&s.m);
     free(s.version);
     free(s.seen);
     free(s.c);

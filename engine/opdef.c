@@ -434,7 +434,7 @@ int hyfi_op_backward_params(emit_ctx *e, const hyfi_opview *v)
 
 /* ------------------------------------------------- batch norm over parts */
 
-int hyfi_bn_part_stats(emit_ctx *e, const hyfi_opview *v, starpu_data_handle_t part)
+int hyfi_bn_part_stats(emit_ctx *e, const hyfi_opview *v, hyfi_ref part)
 {
     program *P = e->P;
     hyfi_task_args s = {.u.bnt = {.bn = v->a.u.bn}};
@@ -454,10 +454,8 @@ static hyfi_bn_combine_args combine_args(const node *nd, const double *count, in
     return ca;
 }
 
-int hyfi_bn_combine(emit_ctx *e, const node *nd, const double *count, int nparts,
-                    starpu_data_handle_t mean, starpu_data_handle_t var,
-                    starpu_data_handle_t rmean, starpu_data_handle_t rvar,
-                    const starpu_data_handle_t *bufs, int nbufs)
+int hyfi_bn_combine(emit_ctx *e, const node *nd, const double *count, int nparts, hyfi_ref mean,
+                    hyfi_ref var, hyfi_ref rmean, hyfi_ref rvar, const hyfi_ref *bufs, int nbufs)
 {
     program *P = e->P;
     char nm[64];
@@ -469,7 +467,7 @@ int hyfi_bn_combine(emit_ctx *e, const node *nd, const double *count, int nparts
     return 0;
 }
 
-int hyfi_bn_part_bwd_stats(emit_ctx *e, const hyfi_opview *v, starpu_data_handle_t part)
+int hyfi_bn_part_bwd_stats(emit_ctx *e, const hyfi_opview *v, hyfi_ref part)
 {
     program *P = e->P;
     hyfi_task_args s = {.u.bnt = {.bn = v->a.u.bn}};
@@ -480,7 +478,7 @@ int hyfi_bn_part_bwd_stats(emit_ctx *e, const hyfi_opview *v, starpu_data_handle
 }
 
 int hyfi_bn_bwd_combine(emit_ctx *e, const hyfi_opview *v, const double *count, int nparts,
-                        starpu_data_handle_t tot, const starpu_data_handle_t *bufs, int nbufs)
+                        hyfi_ref tot, const hyfi_ref *bufs, int nbufs)
 {
     program *P = e->P;
     const node *nd = v->nd;
@@ -501,8 +499,8 @@ int hyfi_bn_bwd_combine(emit_ctx *e, const hyfi_opview *v, const double *count, 
     return 0;
 }
 
-int hyfi_bn_part_bwd_apply(emit_ctx *e, const hyfi_opview *v, double total,
-                           starpu_data_handle_t tot, const char *pass)
+int hyfi_bn_part_bwd_apply(emit_ctx *e, const hyfi_opview *v, double total, hyfi_ref tot,
+                           const char *pass)
 {
     program *P = e->P;
     hyfi_task_args s = {.acc = gout_acc(&v->dx[0]) ? HYFI_BN_ACC_DX : 0,

@@ -23,13 +23,13 @@
 #define HYFI_OP_MAX_IN 32
 
 typedef struct hyfi_gout {
-    starpu_data_handle_t h;  /* NULL: no gradient wanted */
+    hyfi_ref h;              /* NULL: no gradient wanted */
     unsigned char *written;  /* compile-time flag of h, NULL: a fresh buffer (always W) */
     hyfi_tensor *t;          /* whose gradient it is (t->gwritten), or NULL */
 } hyfi_gout;
 
 typedef struct hyfi_gsum {
-    starpu_data_handle_t h;
+    hyfi_ref h;
     unsigned char *written;  /* compile-time flag of h */
     hyfi_tensor *p;          /* the parameter */
 } hyfi_gsum;
@@ -41,10 +41,10 @@ typedef struct hyfi_opview {
     int tile;                /* -1: whole tensors, else the tile (task names: .t<tile>) */
     int place;               /* forward and parameter-gradient tasks; -1: the event's */
     int dplace[HYFI_OP_MAX_IN]; /* the data-gradient task of input i; -1: the event's */
-    starpu_data_handle_t y;
-    starpu_data_handle_t x[HYFI_OP_MAX_IN]; /* xent: logits, labels */
-    starpu_data_handle_t p[4];  /* conv, fc: weight, bias; bn: gamma, beta, running mean, var */
-    starpu_data_handle_t s[2];  /* saved: bn batch mean, var; xent probabilities */
+    hyfi_ref y;
+    hyfi_ref x[HYFI_OP_MAX_IN]; /* xent: logits, labels */
+    hyfi_ref p[4];              /* conv, fc: weight, bias; bn: gamma, beta, running mean, var */
+    hyfi_ref s[2];              /* saved: bn batch mean, var; xent probabilities */
     /* batch norm forward: 1 computes the batch statistics into s[] (and the
      * running ones); 0 normalises with stat[] (running or given statistics) */
     int batch_stats;
@@ -52,8 +52,8 @@ typedef struct hyfi_opview {
      * writes (re-materialisation: the same kernel on the same x gives the same
      * y; the saved and running statistics stay untouched) */
     int scratch_stats;
-    starpu_data_handle_t stat[2];
-    starpu_data_handle_t dy;
+    hyfi_ref stat[2];
+    hyfi_ref dy;
     hyfi_gout dx[HYFI_OP_MAX_IN];
     hyfi_gsum dp[2];         /* conv, fc: weight, bias; bn: gamma, beta */
 } hyfi_opview;
@@ -78,16 +78,14 @@ int hyfi_op_backward_params(emit_ctx *e, const hyfi_opview *v);
  * these around the op. The combines read the nparts tiles' parts from nbufs
  * buffers: one per tile, or packets of the parts of consecutive tiles
  * (spatial_bn.c), in tile order. */
-int hyfi_bn_part_stats(emit_ctx *e, const hyfi_opview *v, starpu_data_handle_t part);
-int hyfi_bn_combine(emit_ctx *e, const node *nd, const double *count, int nparts,
-                    starpu_data_handle_t mean, starpu_data_handle_t var,
-                    starpu_data_handle_t rmean, starpu_data_handle_t rvar,
-                    const starpu_data_handle_t *bufs, int nbufs);
-int hyfi_bn_part_bwd_stats(emit_ctx *e, const hyfi_opview *v, starpu_data_handle_t part);
+int hyfi_bn_part_stats(emit_ctx *e, const hyfi_opview *v, hyfi_ref part);
+int hyfi_bn_combine(emit_ctx *e, const node *nd, const double *count, int nparts, hyfi_ref mean,
+                    hyfi_ref var, hyfi_ref rmean, hyfi_ref rvar, const hyfi_ref *bufs, int nbufs);
+int hyfi_bn_part_bwd_stats(emit_ctx *e, const hyfi_opview *v, hyfi_ref part);
 int hyfi_bn_bwd_combine(emit_ctx *e, const hyfi_opview *v, const double *count, int nparts,
-                        starpu_data_handle_t tot, const starpu_data_handle_t *bufs, int nbufs);
-int hyfi_bn_part_bwd_apply(emit_ctx *e, const hyfi_opview *v, double total,
-                           starpu_data_handle_t tot, const char *pass);
+                        hyfi_ref tot, const hyfi_ref *bufs, int nbufs);
+int hyfi_bn_part_bwd_apply(emit_ctx *e, const hyfi_opview *v, double total, hyfi_ref tot,
+                           const char *pass);
 
 /* Task names: "<op>.<pass>[.t<tile>][.mb<m>]". */
 void hyfi_view_task_name(char *out, size_t len, const hyfi_opview *v, const char *pass,

@@ -144,8 +144,7 @@ int hyfi_prog_push(program *p, prog_kind kind, struct starpu_codelet *cl, const 
 
 /* Append a buffer to task t of p; past HYFI_MAX_TASK_BUFFERS p->overflow is
  * set (the compile fails, naming the limit), out of memory p->nomem. */
-void hyfi_prog_task_buf(program *p, prog_task *t, starpu_data_handle_t h,
-                        enum starpu_data_access_mode mode)
+void hyfi_prog_task_buf(program *p, prog_task *t, hyfi_ref h, enum starpu_data_access_mode mode)
 {
     if (t->nbuf == HYFI_MAX_TASK_BUFFERS) {
         p->overflow = 1;
@@ -155,7 +154,7 @@ void hyfi_prog_task_buf(program *p, prog_task *t, starpu_data_handle_t h,
     const int n = t->nbuf;
     if (n >= HYFI_TASK_INLINE_BUFFERS && !(n & (n - 1))) {
         const int nc = 2 * n < HYFI_MAX_TASK_BUFFERS ? 2 * n : HYFI_MAX_TASK_BUFFERS;
-        struct starpu_data_descr *x = realloc(t->xbuf, (size_t)nc * sizeof *x);
+        prog_buf *x = realloc(t->xbuf, (size_t)nc * sizeof *x);
         if (!x) {
             nomem(p, t->name);
             return;
@@ -163,13 +162,13 @@ void hyfi_prog_task_buf(program *p, prog_task *t, starpu_data_handle_t h,
         if (!t->xbuf) memcpy(x, t->ibuf, sizeof t->ibuf);
         t->xbuf = x;
     }
-    struct starpu_data_descr *b = prog_bufs(t);
-    b[t->nbuf].handle = h;
+    prog_buf *b = prog_bufs(t);
+    b[t->nbuf].ref = h;
     b[t->nbuf].mode = mode;
     t->nbuf++;
 }
 
-void hyfi_prog_buf(program *p, starpu_data_handle_t h, enum starpu_data_access_mode mode)
+void hyfi_prog_buf(program *p, hyfi_ref h, enum starpu_data_access_mode mode)
 {
     hyfi_prog_task_buf(p, &p->t[p->n - 1], h, mode);
 }
@@ -188,9 +187,6 @@ void hyfi_programs_free(hyfi_graph *g)
     program_free(&g->cc->train_prog);
     program_free(&g->cc->infer_prog);
     program_free(&g->cc->fwd_train_prog);
-    free(g->cc->howner);
-    g->cc->howner = NULL;
-    g->cc->nhowner = 0;
 }
 
 void hyfi_task_name(char *out, size_t len, const node *nd, const char *pass, const emit_ctx *e)
@@ -205,7 +201,7 @@ void hyfi_task_name(char *out, size_t len, const node *nd, const char *pass, con
  * per-worker copies that StarPU adds up when the update reads the gradient), or
  * with `deterministic` accumulated in emission order, which is micro-batch
  * order under both schedules. */
-int hyfi_grad_sum_mode(emit_ctx *e, starpu_data_handle_t h, unsigned char *written, size_t numel,
+int hyfi_grad_sum_mode(emit_ctx *e, hyfi_ref h, unsigned char *written, size_t numel,
                        const char *name, enum starpu_data_access_mode *mode, int *acc)
 {
     program *P = e->P;
@@ -231,7 +227,7 @@ int hyfi_grad_sum_mode(emit_ctx *e, starpu_data_handle_t h, unsigned char *writt
     return 0;
 }
 
-int hyfi_emit_release(program *P, starpu_data_handle_t h, int owner)
+int hyfi_emit_release(program *P, hyfi_ref h, int owner)
 {
     if (hyfi_prog_push(P, PT_RELEASE, NULL, "release", NULL)) return -1;
     P->t[P->n - 1].rank = owner;
@@ -239,36 +235,9 @@ int hyfi_emit_release(program *P, starpu_data_handle_t h, int owner)
     return 0;
 }
 
-struct hyfi_howner {
-    starpu_data_handle_t h;
-    int owner;
-};
-
-static int howner_cmp(const void *a, const void *b)
+int hyfi_emit_drop(emit_ctx *e, hyfi_ref h)
 {
-    const uintptr_t x = (uintptr_t)((const struct hyfi_howner *)a)->h,
-                    y = (uintptr_t)((const struct hyfi_howner *)b)->h;
-    return x < y ? -1 : x > y;
-}
-
-int hyfi_emit_drop(emit_ctx *e, starpu_data_handle_t h)
-{
-    hyfi_compiled *cc = e->g->cc;
-    if (!h) return 0;
-    if (!cc->howner) {
-        cc->howner = malloc((size_t)(cc->nhtab ? cc->nhtab : 1) * sizeof *cc->howner);
-        if (!cc->howner) return -1;
-        cc->nhowner = 0;
-        for (int i = 0; i < cc->nhtab; i++)
-            if (cc->htab[i].h)
-                cc->howner[cc->nhowner++] = (struct hyfi_howner){cc->htab[i].h, cc->htab[i].owner};
-        qsort(cc->howner, (size_t)cc->nhowner, sizeof *cc->howner, howner_cmp);
-    }
-    const struct hyfi_howner key = {h, 0};
-    const struct hyfi_howner *f =
-        bsearch(&key, cc->howner, (size_t)cc->nhowner, sizeof *cc->howner, howner_cmp);
-    if (!f) return -1; /* every handle a program uses is in the table */
-    return hyfi_emit_release(e->P, h, f->owner);
+    return h ? hyfi_emit_release(e->P, h, hyfi_ref_rank(e->g, h)) : 0;
 }
 
 int hyfi_clamp_prio(int p)

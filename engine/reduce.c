@@ -51,9 +51,9 @@
  * them, or in a simulation (whose models know copy_slice), one copy_slice
  * task per part. Task names: the part's (the first of a group's), `what`
  * (".allreduce.pack", ".unpack", ...), the replica. */
-static int emit_slices(hyfi_graph *g, program *P, starpu_data_handle_t buf, int n,
-                       const starpu_data_handle_t *h, const size_t *count,
-                       const char *const *name, int unpack, const char *what, int k, int place)
+static int emit_slices(hyfi_graph *g, program *P, hyfi_ref buf, int n, const hyfi_ref *h,
+                       const size_t *count, const char *const *name, int unpack, const char *what,
+                       int k, int place)
 {
     const int prio = hyfi_clamp_prio(g->cc->pl->nticks + 1);
     const int group = hyfi_slices_grouped(g) ? HYFI_SLICES_GROUP : 1;
@@ -86,11 +86,11 @@ static int emit_slices(hyfi_graph *g, program *P, starpu_data_handle_t buf, int 
 
 /* Copies between each statistic of sg and replica k's packed buffer buf:
  * into it (pack) or out of it (unpack). */
-static int stats_copy(hyfi_graph *g, program *P, const hyfi_sgroup *sg, int k,
-                      starpu_data_handle_t buf, int unpack, const char *what)
+static int stats_copy(hyfi_graph *g, program *P, const hyfi_sgroup *sg, int k, hyfi_ref buf,
+                      int unpack, const char *what)
 {
     const hyfi_plan *pl = g->cc->pl;
-    starpu_data_handle_t h[2 * HYFI_STATS_GROUP];
+    hyfi_ref h[2 * HYFI_STATS_GROUP];
     size_t count[2 * HYFI_STATS_GROUP];
     const char *name[2 * HYFI_STATS_GROUP];
     if (sg->n > 2 * HYFI_STATS_GROUP) return -1;
@@ -149,7 +149,7 @@ static int emit_stats_save_packed(hyfi_graph *g, program *P)
         const hyfi_sgroup *sg = &g->cc->sgroups[gi];
         for (int k = 0; k < R; k++)
             if (g->cc->rep_want[k] &&
-                stats_copy(g, P, sg, k, hyfi_kh(g->cc, HK_SSAVE, (uint64_t)gi, (uint64_t)k), 0,
+                stats_copy(g, P, sg, k, hyfi_kref(g->cc, HK_SSAVE, (uint64_t)gi, (uint64_t)k), 0,
                            ".save"))
                 return -1;
     }
@@ -269,7 +269,7 @@ static int emit_allreduce_one(hyfi_graph *g, program *P, const char *name, int b
             }
         return 0;
     }
-#define CH(k, c) hyfi_kh(g->cc, HK_ARC, (uint64_t)bi, (uint64_t)(k)*R + (uint64_t)(c))
+#define CH(k, c) hyfi_kref(g->cc, HK_ARC, (uint64_t)bi, (uint64_t)(k)*R + (uint64_t)(c))
 #define CN(c) (hyfi_chunk_lo(n, R, (c) + 1) - hyfi_chunk_lo(n, R, (c)))
     for (int k = 0; k < R; k++)
         for (int c = 0; c < R && want[k]; c++) {
@@ -332,7 +332,7 @@ int hyfi_emit_allreduce(hyfi_graph *g, program *P)
     if (R < 2) return 0;
     const unsigned char *want = g->cc->rep_want; /* share.c */
     /* a bucket's parts: their handles (of one replica), counts and names */
-    starpu_data_handle_t *ph = malloc((size_t)g->nparams * sizeof *ph);
+    hyfi_ref *ph = malloc((size_t)g->nparams * sizeof *ph);
     size_t *pc = malloc((size_t)g->nparams * sizeof *pc);
     const char **pn = malloc((size_t)g->nparams * sizeof *pn);
     int bad = !ph || !pc || !pn;
@@ -419,7 +419,7 @@ int hyfi_emit_sgd(hyfi_graph *g, program *P)
  * every rank, which reads it after the step (hyfi_train_step): 2 floats per
  * rank cross the network. */
 /* Rank r's health sums (HK_HEALTH). */
-#define HEALTH(r) hyfi_kh(g->cc, HK_HEALTH, 0, (uint64_t)(r))
+#define HEALTH(r) hyfi_kref(g->cc, HK_HEALTH, 0, (uint64_t)(r))
 int hyfi_emit_health(hyfi_graph *g, program *P)
 {
     const hyfi_plan *pl = g->cc->pl;

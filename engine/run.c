@@ -74,17 +74,17 @@ static hyfi_status program_run(hyfi_graph *g, program *p)
         if (t->kind == PT_BCAST) {
             if (mpi)
                 starpu_mpi_get_data_on_all_nodes_detached(MPI_COMM_WORLD,
-                                                          prog_cbufs(t)[0].handle);
+                                                          hyfi_ref_h(g->cc, prog_cbufs(t)[0].ref));
             continue;
         }
         if (t->kind == PT_FLUSH) {
-            starpu_data_handle_t h = prog_cbufs(t)[0].handle;
+            starpu_data_handle_t h = hyfi_ref_h(g->cc, prog_cbufs(t)[0].ref);
             if (mpi && (t->rank == me || starpu_mpi_data_get_rank(h) == me))
                 starpu_mpi_cache_flush(MPI_COMM_WORLD, h);
             continue;
         }
         if (t->kind == PT_RELEASE) {
-            starpu_data_handle_t h = prog_cbufs(t)[0].handle;
+            starpu_data_handle_t h = hyfi_ref_h(g->cc, prog_cbufs(t)[0].ref);
             if (mpi) starpu_mpi_cache_flush(MPI_COMM_WORLD, h);
             if (!mpi || t->rank == me) starpu_data_invalidate_submit(h);
             continue;
@@ -93,7 +93,12 @@ static hyfi_status program_run(hyfi_graph *g, program *p)
         /* task records: a callback per task (StarPU ignores a NULL one) */
         void (*cb)(void *) = g->ctx->records ? hyfi_record_task : NULL;
         hyfi_ctx *cx = g->ctx;
-        struct starpu_data_descr *bufs = prog_bufs(t);
+        /* the buffers' handles, from the handle table */
+        struct starpu_data_descr bufs[HYFI_MAX_TASK_BUFFERS];
+        const prog_buf *pb = prog_cbufs(t);
+        for (int b = 0; b < t->nbuf; b++)
+            bufs[b] = (struct starpu_data_descr){.handle = hyfi_ref_h(g->cc, pb[b].ref),
+                                                 .mode = pb[b].mode};
         if (mpi && t->worker >= 0 && t->rank == me)
             rc = starpu_mpi_task_insert(
                 MPI_COMM_WORLD, t->cl, STARPU_DATA_MODE_ARRAY, bufs, t->nbuf, STARPU_CL_ARGS_NFREE,
@@ -160,9 +165,10 @@ static hyfi_status check_tensor(hyfi_graph *g, const hyfi_tensor *t, size_t coun
     return HYFI_OK;
 }
 
-void hyfi_handle_read(hyfi_graph *g, starpu_data_handle_t h, int root, void *host, size_t bytes)
+void hyfi_handle_read(hyfi_graph *g, hyfi_ref r, int root, void *host, size_t bytes)
 {
     const int me = g->ctx->rank;
+    starpu_data_handle_t h = hyfi_ref_h(g->cc, r);
     if (!h) return; /* not registered here (share.c): neither its owner nor a reader */
     if (g->ctx->fake_ranks) { /* the other ranks' values were never sent (keyed.h, hyfi_fake_fill) */
         memset(host, 0, bytes);
@@ -188,9 +194,9 @@ void hyfi_handle_read(hyfi_graph *g, starpu_data_handle_t h, int root, void *hos
     if (g->ctx->mpi) starpu_mpi_cache_flush(MPI_COMM_WORLD, h);
 }
 
-void hyfi_handle_write(hyfi_graph *g, starpu_data_handle_t h, int owner, const void *host,
-                       size_t bytes)
+void hyfi_handle_write(hyfi_graph *g, hyfi_ref r, int owner, const void *host, size_t bytes)
 {
+    starpu_data_handle_t h = hyfi_ref_h(g->cc, r);
     if (!h) return; /* not registered here (share.c): another rank's */
     if (g->ctx->mpi) starpu_mpi_cache_flush(MPI_COMM_WORLD, h);
     if (g->ctx->mpi && owner != g->ctx->rank) return;
@@ -311,7 +317,7 @@ static int input_handles(hyfi_graph *g, const hyfi_tensor *t, int k, hyfi_input_
         r->y0 = r->x0 = 0;
         r->h = t->dims[2];
         r->w = t->dims[3];
-        *h = TH(t, m);
+        *h = hyfi_ref_h(g->cc, TH(t, m));
         *owner = hyfi_handle_owner(g, t, m);
     } else {
         const hyfi_tiles *tl = t->tl;
@@ -320,7 +326,7 @@ static int input_handles(hyfi_graph *g, const hyfi_tensor *t, int k, hyfi_input_
         r->x0 = tl->ccut[col];
         r->h = tl->rcut[row + 1] - r->y0;
         r->w = tl->ccut[col + 1] - r->x0;
-        *h = TTILE(t, (uint64_t)m * P + q);
+        *h = hyfi_ref_h(g->cc, TTILE(t, (uint64_t)m * P + q));
         *owner = hyfi_tile_rank(g, tl, q, HYFI_REP(g->cc->pl, m));
     }
     return t->nh * per_mb;
@@ -403,8 +409,8 @@ static float loss_value(hyfi_graph *g)
     float *l = g->cc->loss_sum;
     memset(l, 0, (size_t)M * sizeof *l);
     for (int m = 0; m < M; m++) {
-        const starpu_data_handle_t h = TH(g->loss, m);
-        if (!h || (mpi && starpu_mpi_data_get_rank(h) != g->ctx->rank)) continue;
+        const hyfi_ref h = TH(g->loss, m);
+        if (!hyfi_ref_h(g->cc, h) || (mpi && hyfi_ref_rank(g, h) != g->ctx->rank)) continue;
         hyfi_handle_read(g, h, g->ctx->rank, &l[m], sizeof l[m]);
     }
     if (mpi) hyfi_ctx_sum_floats(g->ctx, l, l + M, M);
@@ -430,7 +436,7 @@ static hyfi_status read_loss(hyfi_graph *g, float *loss)
 static hyfi_status read_health(hyfi_graph *g)
 {
     float h[2] = {0, 0};
-    hyfi_handle_read(g, hyfi_kh(g->cc, HK_HEALTH, 0, (uint64_t)g->cc->health_root), -1, h,
+    hyfi_handle_read(g, hyfi_kref(g->cc, HK_HEALTH, 0, (uint64_t)g->cc->health_root), -1, h,
                      sizeof h);
     g->cc->grad_norm = sqrt((double)h[0]);
     g->cc->weight_norm = sqrt((double)h[1]);

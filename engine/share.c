@@ -96,10 +96,10 @@ void hyfi_scope_free(hyfi_compiled *cc)
     cc->rep_mine = cc->rep_want = NULL;
 }
 
-/* The owner of a registered handle, -1 for none. */
-static int owner_of(const hyfi_graph *g, starpu_data_handle_t h)
+/* The owner of a piece of data, -1 for none. */
+static int owner_of(const hyfi_graph *g, hyfi_ref r)
 {
-    return h && g->ctx->mpi ? hyfi_handle_rank(g, h) : -1;
+    return g->ctx->mpi ? hyfi_ref_rank(g, r) : -1;
 }
 
 int hyfi_collective_done(hyfi_graph *g, program *P)
@@ -108,24 +108,24 @@ int hyfi_collective_done(hyfi_graph *g, program *P)
     prog_task *t = &P->t[P->n - 1];
     const int me = g->ctx->rank;
     int mine = !g->cc->scoped || t->rank == me;
-    for (int b = 0; b < t->nbuf && !mine; b++) mine = owner_of(g, prog_cbufs(t)[b].handle) == me;
+    for (int b = 0; b < t->nbuf && !mine; b++) mine = owner_of(g, prog_cbufs(t)[b].ref) == me;
     if (!mine) {
         free(t->xbuf);
         P->n--;
         return 0;
     }
     const int n = t->nbuf, runner = t->rank;
-    starpu_data_handle_t read[HYFI_MAX_TASK_BUFFERS];
+    hyfi_ref read[HYFI_MAX_TASK_BUFFERS];
     int nr = 0;
     for (int b = 0; b < n; b++) {
-        const struct starpu_data_descr *d = &prog_cbufs(&P->t[P->n - 1])[b];
-        if (!d->handle) { /* the compile's message names it */
+        const prog_buf *d = &prog_cbufs(&P->t[P->n - 1])[b];
+        if (!d->ref) { /* the compile's message names it */
             snprintf(g->cc->missing_task, sizeof g->cc->missing_task, "%s (buffer %d)",
                      t->name, b);
             P->missing = 1;
             return -1;
         }
-        if (d->mode == STARPU_R && owner_of(g, d->handle) != runner) read[nr++] = d->handle;
+        if (d->mode == STARPU_R && owner_of(g, d->ref) != runner) read[nr++] = d->ref;
     }
     for (int i = 0; i < nr; i++) {
         if (hyfi_prog_push(P, PT_FLUSH, NULL, "flush", NULL)) return -1;
@@ -140,26 +140,13 @@ int hyfi_scope_check(hyfi_graph *g, const program *P)
     for (int i = 0; i < P->n; i++) {
         const prog_task *t = &P->t[i];
         for (int b = 0; b < t->nbuf; b++)
-            if (!prog_cbufs(t)[b].handle) { /* the compile's message names it */
+            if (!prog_cbufs(t)[b].ref) { /* the compile's message names it */
                 snprintf(g->cc->missing_task, sizeof g->cc->missing_task, "%s (buffer %d)",
                          t->name, b);
                 return -1;
             }
     }
     return 0;
-}
-
-/* An open-addressing set of handles. */
-typedef struct {
-    starpu_data_handle_t *slot;
-    size_t mask;
-} handle_set;
-
-static size_t hs_at(const handle_set *s, starpu_data_handle_t h)
-{
-    size_t i = (size_t)(((uintptr_t)h >> 4) * UINT64_C(0x9E3779B97F4A7C15)) & s->mask;
-    while (s->slot[i] && s->slot[i] != h) i = (i + 1) & s->mask;
-    return i;
 }
 
 /* Which tasks of the graph's programs this rank need not submit (StarPU-MPI's
@@ -181,30 +168,19 @@ static int mark_skips(hyfi_graph *g)
 {
     const int me = g->ctx->rank;
     program *ps[3] = {&g->cc->train_prog, &g->cc->infer_prog, &g->cc->fwd_train_prog};
-    size_t nb = 0;
-    for (int k = 0; k < 3; k++)
-        for (int i = 0; i < ps[k]->n; i++) nb += (size_t)ps[k]->t[i].nbuf;
-    handle_set s = {0};
-    size_t cap = 16;
-    while (cap < 2 * nb + 2) cap <<= 1;
-    if (!(s.slot = calloc(cap, sizeof *s.slot))) return -1;
-    s.mask = cap - 1;
+    /* used[e]: some task running here touches entry e (none: a task naming
+     * no data here, which the compile refuses, counts as this rank's) */
+    unsigned char *used = calloc((size_t)g->cc->nhtab + 1, 1);
+    if (!used) return -1;
     /* the handles read elsewhere only before a flush (localise.c: flushread):
      * no copy of them stays, so their writers need not be seen by their readers */
-    hyfi_hindex ix = {0};
-    if (hyfi_hindex_build(&ix, g->cc)) {
-        free(s.slot);
-        return -1;
-    }
     for (int k = 0; k < 3; k++)
         for (int i = 0; i < ps[k]->n; i++) {
             const prog_task *t = &ps[k]->t[i];
             if (t->kind != PT_TASK || t->rank != me) continue;
             for (int b = 0; b < t->nbuf; b++) {
-                starpu_data_handle_t h = prog_cbufs(t)[b].handle;
-                const int e = hyfi_hindex_of(&ix, h);
-                if (e >= 0 && g->cc->htab[e].flushread) continue;
-                s.slot[hs_at(&s, h)] = h;
+                const hyfi_ref r = prog_cbufs(t)[b].ref;
+                if (r && !g->cc->htab[r - 1].flushread) used[r - 1] = 1;
             }
         }
     int rc = 0;
@@ -220,14 +196,13 @@ static int mark_skips(hyfi_graph *g)
             if (t->kind != PT_TASK || t->rank == me) continue;
             int mine = 0;
             for (int b = 0; b < t->nbuf && !mine; b++) {
-                starpu_data_handle_t h = prog_cbufs(t)[b].handle;
-                mine = hyfi_handle_rank(g, h) == me || s.slot[hs_at(&s, h)] == h;
+                const hyfi_ref r = prog_cbufs(t)[b].ref;
+                mine = !r || hyfi_ref_rank(g, r) == me || used[r - 1];
             }
             p->skip[i] = (unsigned char)!mine;
         }
     }
-    free(s.slot);
-    hyfi_hindex_free(&ix);
+    free(used);
     if (rc)
         for (int k = 0; k < 3; k++) free(ps[k]->skip), ps[k]->skip = NULL;
     if (!rc && g->ctx->verbose) {

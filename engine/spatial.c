@@ -31,8 +31,7 @@ static int in_w(const node *nd, int q)
  * tensors (a windowed op reads its assembled buffer: in), the replica's
  * parameters, the step's statistics; gradients of the tiles (a windowed op
  * writes its buffer's gradient, scattered by hyfi_sp_unassemble). */
-static void tile_view(emit_ctx *e, const node *nd, int q, starpu_data_handle_t in, int training,
-                      hyfi_opview *v)
+static void tile_view(emit_ctx *e, const node *nd, int q, hyfi_ref in, int training, hyfi_opview *v)
 {
     const hyfi_tnode *tn = nd->tn;
     const hyfi_tiles *yt = nd->out->tl;
@@ -74,18 +73,18 @@ static int bn_tiles_forward(emit_ctx *e, const node *nd)
     hyfi_opview v = {0};
     /* re-materialising: the saved statistics are the step's */
     for (int q = 0; hyfi_sp_tile(e, q, q < Pt && !e->recompute); q++) {
-        tile_view(e, nd, q, NULL, 1, &v);
+        tile_view(e, nd, q, 0, 1, &v);
         count[q] = (double)v.a.u.bn.n * v.a.u.bn.h * v.a.u.bn.w;
         if (hyfi_bn_part_stats(e, &v, TNH(tn, HK_BN_PART, e->m * Pt + q))) return -1;
     }
     if (!e->recompute) {
-        starpu_data_handle_t bufs[HYFI_MAX_TILES];
+        hyfi_ref bufs[HYFI_MAX_TILES];
         const int nb = hyfi_sp_bn_pack(e, nd, 0, bufs);
         if (nb < 0 || hyfi_bn_combine(e, nd, count, Pt, v.s[0], v.s[1], v.p[2], v.p[3], bufs, nb))
             return -1;
     }
     for (int q = 0; hyfi_sp_tile(e, q, q < Pt); q++) {
-        tile_view(e, nd, q, NULL, 1, &v);
+        tile_view(e, nd, q, 0, 1, &v);
         if (hyfi_op_forward(e, &v)) return -1;
     }
     return 0;
@@ -97,7 +96,7 @@ int hyfi_spatial_forward(emit_ctx *e, const node *nd, int training)
         return nd->tn->fg_pos == 0 ? hyfi_sp_fused_forward(e, nd->tn->fg, training) : 0;
     if (hyfi_op_batch_statistics(nd) && training) return bn_tiles_forward(e, nd);
     for (int q = 0; hyfi_sp_tile(e, q, q < e->g->cc->pl->P); q++) {
-        starpu_data_handle_t in = NULL;
+        hyfi_ref in = 0;
         if (hyfi_op_windowed(nd) && hyfi_sp_assemble(e, nd, q, &in)) return -1;
         hyfi_opview v;
         tile_view(e, nd, q, in, training, &v);
@@ -117,17 +116,17 @@ static int bn_tiles_backward(emit_ctx *e, const node *nd)
     double count[HYFI_MAX_TILES] = {0}, total = 0;
     hyfi_opview v = {0};
     for (int q = 0; hyfi_sp_tile(e, q, q < Pt); q++) {
-        tile_view(e, nd, q, NULL, 1, &v);
+        tile_view(e, nd, q, 0, 1, &v);
         count[q] = (double)v.a.u.bn.n * v.a.u.bn.h * v.a.u.bn.w;
         total += count[q];
         if (hyfi_bn_part_bwd_stats(e, &v, TNH(tn, HK_BN_BWPART, e->m * Pt + q))) return -1;
     }
-    starpu_data_handle_t bufs[HYFI_MAX_TILES];
+    hyfi_ref bufs[HYFI_MAX_TILES];
     const int nb = hyfi_sp_bn_pack(e, nd, 1, bufs);
     if (nb < 0 || hyfi_bn_bwd_combine(e, &v, count, Pt, TNH(tn, HK_BN_TOT, e->m), bufs, nb))
         return -1;
     for (int q = 0; hyfi_sp_tile(e, q, q < Pt && nd->in[0]->requires_grad); q++) {
-        tile_view(e, nd, q, NULL, 1, &v);
+        tile_view(e, nd, q, 0, 1, &v);
         if (hyfi_bn_part_bwd_apply(e, &v, total, TNH(tn, HK_BN_TOT, e->m), "bwd")) return -1;
     }
     return 0;
@@ -145,9 +144,9 @@ int hyfi_spatial_backward(emit_ctx *e, const node *nd)
         /* input by input, tile by tile */
         for (int i = 0; i < nd->nin; i++)
             for (int q = 0; hyfi_sp_tile(e, q, q < Pt && nd->in[i]->requires_grad); q++) {
-                tile_view(e, nd, q, NULL, 1, &v);
+                tile_view(e, nd, q, 0, 1, &v);
                 for (int k = 0; k < nd->nin; k++)
-                    if (k != i) v.dx[k].h = NULL;
+                    if (k != i) v.dx[k].h = 0;
                 if (hyfi_op_backward_data(e, &v)) return -1;
             }
         return 0;
@@ -156,14 +155,14 @@ int hyfi_spatial_backward(emit_ctx *e, const node *nd)
      * the strips added into the neighbours' tiles; the weight gradients */
     const int data = nd->in[0]->requires_grad;
     for (int q = 0; hyfi_sp_tile(e, q, q < Pt && data); q++) {
-        tile_view(e, nd, q, tn->use_buf[q] ? TNH(tn, HK_TBUF, e->m * Pt + q) : NULL, 1, &v);
+        tile_view(e, nd, q, tn->use_buf[q] ? TNH(tn, HK_TBUF, e->m * Pt + q) : 0, 1, &v);
         if (hyfi_op_backward_data(e, &v)) return -1;
         if (tn->use_buf[q] && hyfi_sp_unassemble(e, nd, q)) return -1;
     }
     for (int q = 0; hyfi_sp_tile(e, q, q < Pt && data); q++)
         if (tn->use_buf[q] && hyfi_sp_halo_return(e, nd, q)) return -1;
     for (int q = 0; hyfi_sp_tile(e, q, q < Pt); q++) {
-        tile_view(e, nd, q, tn->use_buf[q] ? TNH(tn, HK_TBUF, e->m * Pt + q) : NULL, 1, &v);
+        tile_view(e, nd, q, tn->use_buf[q] ? TNH(tn, HK_TBUF, e->m * Pt + q) : 0, 1, &v);
         if (hyfi_op_backward_params(e, &v)) return -1;
     }
     return 0;
@@ -302,7 +301,7 @@ int hyfi_spatial_param_sums(emit_ctx *e)
         for (int k = 0; k < 2; k++) {
             hyfi_tensor *p = nd->p[k];
             if (!p) continue;
-            starpu_data_handle_t parts[HYFI_MAX_TILES];
+            hyfi_ref parts[HYFI_MAX_TILES];
             for (int q = 0; q < Pt; q++)
                 parts[q] = TNH(nd->tn, k ? HK_BPART : HK_WPART, (size_t)r * Pt + q);
             /* on the other ranks: each tile into its leader's partial */

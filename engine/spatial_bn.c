@@ -44,7 +44,7 @@ int hyfi_sp_bn_packets(const hyfi_graph *g, const hyfi_tensor *x, int rep, int *
     return n;
 }
 
-int hyfi_sp_bn_pack(emit_ctx *e, const node *nd, int bwd, starpu_data_handle_t *bufs)
+int hyfi_sp_bn_pack(emit_ctx *e, const node *nd, int bwd, hyfi_ref *bufs)
 {
     program *P = e->P;
     const hyfi_tnode *tn = nd->tn;
@@ -52,7 +52,7 @@ int hyfi_sp_bn_pack(emit_ctx *e, const node *nd, int bwd, starpu_data_handle_t *
     const int Pt = e->g->cc->pl->P, w = 4 * x->dims[1]; /* a part: 2C doubles */
     int len[HYFI_MAX_TILES];
     const int n = hyfi_sp_bn_packets(e->g, x, e->rep, len);
-    starpu_data_handle_t part[HYFI_MAX_TILES];
+    hyfi_ref part[HYFI_MAX_TILES];
     for (int q = 0; q < Pt; q++)
         part[q] = TNH(tn, bwd ? HK_BN_BWPART : HK_BN_PART, (size_t)e->m * Pt + q);
     for (int q = 0, k = 0; q < Pt; q++) {
@@ -70,9 +70,8 @@ int hyfi_sp_bn_pack(emit_ctx *e, const node *nd, int bwd, starpu_data_handle_t *
             c.u.tile.p[j] = (hyfi_piece){.src_h = 1, .src_w = w, .dst_x = j * w, .h = 1, .w = w};
         char nm[64];
         hyfi_sp_task_name(nm, sizeof nm, nd, bwd ? "dstats_pack" : "stats_pack", q, e);
-        /* (packets exist only where cc->bn_pack: spatial_reg.c) */
-        const starpu_data_handle_t pk =
-            TNH(tn, bwd ? HK_BN_BWPACK : HK_BN_PACK, (size_t)e->m * Pt + q);
+        /* (packets exist only where cc->bn_pack: register.c) */
+        const hyfi_ref pk = TNH(tn, bwd ? HK_BN_BWPACK : HK_BN_PACK, (size_t)e->m * Pt + q);
         TASK(&hyfi_cl_tile_assemble, nm, &c);
         W(pk);
         for (int j = 0; j < len[q]; j++) R(part[q + j]);

@@ -11,16 +11,16 @@
 
 
 /* Op j's input on tile q (what its kernel reads) and that input's gradient. */
-static starpu_data_handle_t fg_in(emit_ctx *e, const hyfi_fgroup *fg, int j, int q)
+static hyfi_ref fg_in(emit_ctx *e, const hyfi_fgroup *fg, int j, int q)
 {
     if (j == 0) return TNH(fg->op[0]->tn, HK_TBUF, (size_t)e->m * e->g->cc->pl->P + q);
     return fg_padded(fg, j, q) ? FGH(fg, HK_F_PBUF, FGK(j, q)) : FGH(fg, HK_F_VAL, FGK(j - 1, q));
 }
-static starpu_data_handle_t fg_out(emit_ctx *e, const hyfi_fgroup *fg, int j, int q)
+static hyfi_ref fg_out(emit_ctx *e, const hyfi_fgroup *fg, int j, int q)
 {
     return j == fg->n - 1 ? TILE(fg->op[j]->out, q) : FGH(fg, HK_F_VAL, FGK(j, q));
 }
-static starpu_data_handle_t fg_dout(emit_ctx *e, const hyfi_fgroup *fg, int j, int q)
+static hyfi_ref fg_dout(emit_ctx *e, const hyfi_fgroup *fg, int j, int q)
 {
     return j == fg->n - 1 ? TGRAD(fg->op[j]->out, q) : FGH(fg, HK_F_GRAD, FGK(j, q));
 }
@@ -70,9 +70,9 @@ static void fused_view(emit_ctx *e, const hyfi_fgroup *fg, int j, int q, int tra
 }
 
 /* A copy task of the group on tile q's place. */
-static int fg_copy(emit_ctx *e, const node *nd, int q, struct starpu_codelet *cl,
-                   const char *pass, hyfi_tile_args t, int acc, starpu_data_handle_t dst,
-                   enum starpu_data_access_mode mode, starpu_data_handle_t src)
+static int fg_copy(emit_ctx *e, const node *nd, int q, struct starpu_codelet *cl, const char *pass,
+                   hyfi_tile_args t, int acc, hyfi_ref dst, enum starpu_data_access_mode mode,
+                   hyfi_ref src)
 {
     program *P = e->P;
     char nm[64];
@@ -113,7 +113,7 @@ static int fused_bn_stats(emit_ctx *e, const hyfi_fgroup *fg, int j)
         }
         if (hyfi_bn_part_stats(e, &v, TNH(tn, HK_BN_PART, e->m * Pt + q))) return -1;
     }
-    starpu_data_handle_t bufs[HYFI_MAX_TILES];
+    hyfi_ref bufs[HYFI_MAX_TILES];
     const int nb = hyfi_sp_bn_pack(e, nd, 0, bufs);
     return nb < 0 ? -1
                   : hyfi_bn_combine(e, nd, count, Pt, v.s[0], v.s[1], v.p[2], v.p[3], bufs, nb);
@@ -130,7 +130,7 @@ int hyfi_sp_fused_forward(emit_ctx *e, const hyfi_fgroup *fg, int training)
             return -1;
         for (int q = 0; hyfi_sp_tile(e, q, q < Pt); q++) {
             if (j == 0) {
-                starpu_data_handle_t in;
+                hyfi_ref in;
                 if (hyfi_sp_assemble(e, nd, q, &in)) return -1;
             } else if (fg_padded(fg, j, q)) {
                 const int rh = fg_rows(fg, j - 1, q), rw = fg_cols(fg, j - 1, q);
@@ -168,14 +168,14 @@ static int fused_bn_backward(emit_ctx *e, const hyfi_fgroup *fg, int j)
         total += count[q];
         if (hyfi_bn_part_bwd_stats(e, &v, TNH(tn, HK_BN_BWPART, e->m * Pt + q))) return -1;
     }
-    starpu_data_handle_t bufs[HYFI_MAX_TILES];
+    hyfi_ref bufs[HYFI_MAX_TILES];
     const int nb = hyfi_sp_bn_pack(e, nd, 1, bufs);
     if (nb < 0 || hyfi_bn_bwd_combine(e, &v, count, Pt, TNH(tn, HK_BN_TOT, e->m), bufs, nb))
         return -1;
     for (int q = 0; hyfi_sp_tile(e, q, q < Pt); q++) {
         const int ext = fg_bn_extended(fg, j, q);
         fused_view(e, fg, j, q, 1, &v);
-        starpu_data_handle_t tot =
+        hyfi_ref tot =
             ext ? FGH(fg, HK_F_ZTOT, j * e->g->cc->pl->nrep + e->rep) : TNH(tn, HK_BN_TOT, e->m);
         if (hyfi_bn_part_bwd_apply(e, &v, total, tot, "bwd")) return -1;
         if (!ext) continue;

@@ -88,7 +88,7 @@ void hyfi_sp_task_name(char *out, size_t len, const node *nd, const char *pass, 
 
 /* A tile's op input: its assembled buffer (after packing and assembling) or
  * the tile itself. */
-int hyfi_sp_assemble(emit_ctx *e, const node *nd, int q, starpu_data_handle_t *in)
+int hyfi_sp_assemble(emit_ctx *e, const node *nd, int q, hyfi_ref *in)
 {
     program *P = e->P;
     const hyfi_tnode *tn = nd->tn;

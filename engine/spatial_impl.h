@@ -29,8 +29,8 @@
  * the first untiled consumer's place (its gradient scattered back), which is
  * then an ordinary tensor of that stage.
  *
- * Files: spatial_plan.c (geometry, fused groups: pure data), spatial_reg.c
- * (handles of tiles, halos and partial sums), spatial_halo.c (the halo
+ * Files: spatial_plan.c (geometry, fused groups: pure data), register.c
+ * (the keys of tiles, halos and partial sums), spatial_halo.c (the halo
  * adapters), spatial.c (the tiles lowering: views of ops on tiles, batch-norm
  * statistics adapters, gathers, releases), spatial_fused.c (the fused-region
  * lowering).
@@ -135,8 +135,8 @@ static inline int fg_bn_extended(const hyfi_fgroup *fg, int j, int q)
 #define TGWF(x, q) hyfi_kflag(e->g->cc, HK_TILE_GRAD, (uint64_t)(x)->id, TQ(q))
 #define TGWFP(x, q) hyfi_kflag_at(e->g->cc, HK_TILE_GRAD, (uint64_t)(x)->id, TQ(q))
 /* A tiled node's or fused group's handle of a role, index k (above). */
-#define TNH(tn, role, k) hyfi_kh(e->g->cc, (role), (uint64_t)(tn)->id, (uint64_t)(k))
-#define FGH(fg, role, k) hyfi_kh(e->g->cc, (role), (uint64_t)(fg)->id, (uint64_t)(k))
+#define TNH(tn, role, k) hyfi_kref(e->g->cc, (role), (uint64_t)(tn)->id, (uint64_t)(k))
+#define FGH(fg, role, k) hyfi_kref(e->g->cc, (role), (uint64_t)(fg)->id, (uint64_t)(k))
 /* Op j of a fused group, tile q, micro-batch e->m. */
 #define FGK(j, q) (((size_t)(j) * e->M + e->m) * e->g->cc->pl->P + (q))
 
@@ -146,7 +146,7 @@ void hyfi_sp_grad_out(emit_ctx *e, hyfi_tensor *x, int q);
 void hyfi_sp_grad_done(emit_ctx *e, hyfi_tensor *x, int q);
 /* A view's parameters, saved tensors, statistics and parameter gradients. */
 void hyfi_sp_view_params(emit_ctx *e, const node *nd, int q, int training, hyfi_opview *v);
-int hyfi_sp_assemble(emit_ctx *e, const node *nd, int q, starpu_data_handle_t *in);
+int hyfi_sp_assemble(emit_ctx *e, const node *nd, int q, hyfi_ref *in);
 int hyfi_sp_unassemble(emit_ctx *e, const node *nd, int q);
 int hyfi_sp_halo_return(emit_ctx *e, const node *nd, int q);
 int hyfi_sp_place(const emit_ctx *e, const hyfi_tensor *x, int q);
@@ -161,7 +161,7 @@ int hyfi_sp_bn_packets(const hyfi_graph *g, const hyfi_tensor *x, int rep, int *
  * backward's) of node nd; bufs[] gets what the combine reads, one per packet
  * (a packet of one tile is the tile's part itself); returns their number, -1
  * when out of memory. */
-int hyfi_sp_bn_pack(emit_ctx *e, const node *nd, int bwd, starpu_data_handle_t *bufs);
+int hyfi_sp_bn_pack(emit_ctx *e, const node *nd, int bwd, hyfi_ref *bufs);
 /* spatial_fused.c */
 int hyfi_sp_fused_forward(emit_ctx *e, const hyfi_fgroup *fg, int training);
 int hyfi_sp_fused_backward(emit_ctx *e, const hyfi_fgroup *fg);

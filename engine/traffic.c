@@ -60,21 +60,19 @@ void hyfi_plan_predict_comm(hyfi_graph *g)
         if ((a) == me) pl->pred_out[b] += (n), pl->pred_halo_out[b] += (hl) ? (n) : 0;      \
         if ((b) == me) pl->pred_in[a] += (n), pl->pred_halo_in[a] += (hl) ? (n) : 0;        \
     } while (0)
-    /* Which ranks hold a copy of each handle, by handle pointer through a small
-     * open-addressing table. Only the pairs this rank is one of are kept, so
+    /* Which ranks hold a copy of each piece of data, by its reference (slot 0:
+     * none). Only the pairs this rank is one of are kept, so
      * only two things matter: for a handle it owns, every rank's bit (a row of
      * R bits, allocated for its own handles only), and for another's, whether
      * this rank holds a copy (one byte per slot). A bit per rank for every
      * slot had been 8 MB per rank of a 2,048-rank plan (a byte, 134 MB). */
-    size_t cap = 1024;
-    while (cap < (size_t)g->cc->train_prog.n * 4) cap *= 2;
+    const size_t cap = (size_t)g->cc->nhtab + 1;
     const size_t RB = ((size_t)R + 7) / 8;
-    starpu_data_handle_t *keys = calloc(cap, sizeof *keys);
     int *rowof = malloc(cap * sizeof *rowof);
     unsigned char *mine_c = calloc(cap, 1), *rows = NULL;
     size_t nrows = 0, caprows = 0;
-    if (!keys || !rowof || !mine_c) {
-        free(keys), free(rowof), free(mine_c);
+    if (!rowof || !mine_c) {
+        free(rowof), free(mine_c);
         share_totals(g); /* the others wait for this rank's totals (zeros) */
         return;
     }
@@ -87,18 +85,11 @@ void hyfi_plan_predict_comm(hyfi_graph *g)
         if (rowof[sl] >= 0) ROW(sl)[(size_t)(r) / 8] |= (unsigned char)(1u << ((r) % 8)); \
         else if ((r) == me) mine_c[sl] = 1;                                                \
     } while (0)
-#define CLEAR_CACHED(sl)                                                                   \
-    do {                                                                                   \
-        mine_c[sl] = 0;                                                                    \
-        if (rowof[sl] >= 0) memset(ROW(sl), 0, RB);                                        \
+#define CLEAR_CACHED(sl)                                                                           \
+    do {                                                                                           \
+        mine_c[sl] = 0;                                                                            \
+        if (rowof[sl] >= 0) memset(ROW(sl), 0, RB);                                                \
     } while (0)
-#define SLOT(hh)                                                                           \
-    ({                                                                                     \
-        size_t i_ = ((uintptr_t)(hh) >> 4) * 0x9E3779B97F4A7C15ull & (cap - 1);            \
-        while (keys[i_] && keys[i_] != (hh)) i_ = (i_ + 1) & (cap - 1);                    \
-        keys[i_] = (hh);                                                                   \
-        i_;                                                                                \
-    })
     int oom = 0;
     for (int step = 0; step < 2 && !oom; step++) {
         if (step == 1) {
@@ -108,9 +99,9 @@ void hyfi_plan_predict_comm(hyfi_graph *g)
         for (int i = 0; i < g->cc->train_prog.n && !oom; i++) {
             const prog_task *t = &g->cc->train_prog.t[i];
             for (int b = 0; b < t->nbuf; b++) {
-                starpu_data_handle_t h = prog_cbufs(t)[b].handle;
-                const int o = hyfi_handle_rank(g, h), e = t->rank;
-                const size_t sl = SLOT(h), bytes = hyfi_handle_bytes(g, h);
+                const hyfi_ref h = prog_cbufs(t)[b].ref;
+                const int o = hyfi_ref_rank(g, h), e = t->rank;
+                const size_t sl = h, bytes = hyfi_ref_bytes(g, h);
                 const enum starpu_data_access_mode m = prog_cbufs(t)[b].mode;
                 if (o == me && rowof[sl] < 0) { /* a handle of this rank's: its row */
                     if (nrows == caprows) {
@@ -137,7 +128,7 @@ void hyfi_plan_predict_comm(hyfi_graph *g)
                         }
                     continue;
                 }
-                const int halo = hyfi_handle_cat(g, h) == HC_HALO;
+                const int halo = hyfi_ref_cat(g, h) == HC_HALO;
                 if ((m & STARPU_R) && e != o && !CACHED(sl, e)) {
                     SEND(o, e, bytes, halo);
                     SET_CACHED(sl, e);
@@ -150,14 +141,12 @@ void hyfi_plan_predict_comm(hyfi_graph *g)
                 }
             }
         }
-
     }
-#undef SLOT
 #undef CACHED
 #undef SET_CACHED
 #undef CLEAR_CACHED
 #undef ROW
-    free(keys), free(rowof), free(mine_c), free(rows);
+    free(rowof), free(mine_c), free(rows);
     if (oom) { /* no prediction rather than a wrong one */
         memset(pl->pred_out, 0, row), memset(pl->pred_in, 0, row);
         memset(pl->pred_halo_out, 0, row), memset(pl->pred_halo_in, 0, row);
