@@ -297,44 +297,32 @@ static int fused_register(hyfi_graph *g)
                     const size_t k = ((size_t)j * M + m) * P + q;
                     const int rq = hyfi_tile_rank(g, nd->out->tl, q, HYFI_REP(pl, m));
                     const size_t on = (size_t)n * Co * fg_rows(fg, j, q) * fg_cols(fg, j, q);
+                    /* a region of op j's, of tile q and micro-batch m (FGREG) */
+#define FGREG(role, n_, t_, fmt)                                                           \
+    do {                                                                                   \
+        snprintf(sfx, sizeof sfx, fmt, q);                                                 \
+        hyfi_reg(g, HYFI_KEY_R(role, i, k, HYFI_REP(pl, m)), NULL, (n_), sizeof(float), rq,  \
+                 hyfi_tensor_hflags(g, (t_), HC_PIPELINE), fg->op[0]->stage, nd->name, sfx,  \
+                 m, M);                                                                    \
+    } while (0)
                     if (j < fg->n - 1) {
-                        snprintf(sfx, sizeof sfx, ".ext.tile%d", q);
-                        hyfi_reg(g, HYFI_KEY_R(HK_F_VAL, i, k, HYFI_REP(pl, m)), NULL, on,
-                                 sizeof(float), rq, hyfi_tensor_hflags(g, nd->out, HC_PIPELINE),
-                                 fg->op[0]->stage, nd->name, sfx, m, M);
-                        snprintf(sfx, sizeof sfx, ".ext.tile%d.grad", q);
-                        hyfi_reg(g, HYFI_KEY_R(HK_F_GRAD, i, k, HYFI_REP(pl, m)), NULL, on,
-                                 sizeof(float), rq, hyfi_tensor_hflags(g, nd->out, HC_PIPELINE),
-                                 fg->op[0]->stage, nd->name, sfx, m, M);
+                        FGREG(HK_F_VAL, on, nd->out, ".ext.tile%d");
+                        FGREG(HK_F_GRAD, on, nd->out, ".ext.tile%d.grad");
                     }
                     if (fg_padded(fg, j, q)) {
                         const size_t pn = (size_t)n * Ci *
                                           (fg_rows(fg, j - 1, q) + fg->pt[j][q] + fg->pb[j][q]) *
                                           (fg_cols(fg, j - 1, q) + fg->pl[j][q] + fg->pr[j][q]);
-                        snprintf(sfx, sizeof sfx, ".in.tile%d", q);
-                        hyfi_reg(g, HYFI_KEY_R(HK_F_PBUF, i, k, HYFI_REP(pl, m)), NULL, pn,
-                                 sizeof(float), rq, hyfi_tensor_hflags(g, nd->in[0], HC_PIPELINE),
-                                 fg->op[0]->stage, nd->name, sfx, m, M);
-                        snprintf(sfx, sizeof sfx, ".in.tile%d.grad", q);
-                        hyfi_reg(g, HYFI_KEY_R(HK_F_DPBUF, i, k, HYFI_REP(pl, m)), NULL, pn,
-                                 sizeof(float), rq, hyfi_tensor_hflags(g, nd->in[0], HC_PIPELINE),
-                                 fg->op[0]->stage, nd->name, sfx, m, M);
+                        FGREG(HK_F_PBUF, pn, nd->in[0], ".in.tile%d");
+                        FGREG(HK_F_DPBUF, pn, nd->in[0], ".in.tile%d.grad");
                     }
                     if (hyfi_op_batch_statistics(nd) && fg_bn_extended(fg, j, q)) {
                         const size_t own = hyfi_tile_numel(nd->out, q);
-                        snprintf(sfx, sizeof sfx, ".own_x.tile%d", q);
-                        hyfi_reg(g, HYFI_KEY_R(HK_F_XO, i, k, HYFI_REP(pl, m)), NULL, own,
-                                 sizeof(float), rq, hyfi_tensor_hflags(g, nd->out, HC_PIPELINE),
-                                 fg->op[0]->stage, nd->name, sfx, m, M);
-                        snprintf(sfx, sizeof sfx, ".own_dy.tile%d", q);
-                        hyfi_reg(g, HYFI_KEY_R(HK_F_DYO, i, k, HYFI_REP(pl, m)), NULL, own,
-                                 sizeof(float), rq, hyfi_tensor_hflags(g, nd->out, HC_PIPELINE),
-                                 fg->op[0]->stage, nd->name, sfx, m, M);
-                        snprintf(sfx, sizeof sfx, ".own_dx.tile%d", q);
-                        hyfi_reg(g, HYFI_KEY_R(HK_F_DXO, i, k, HYFI_REP(pl, m)), NULL, own,
-                                 sizeof(float), rq, hyfi_tensor_hflags(g, nd->out, HC_PIPELINE),
-                                 fg->op[0]->stage, nd->name, sfx, m, M);
+                        FGREG(HK_F_XO, own, nd->out, ".own_x.tile%d");
+                        FGREG(HK_F_DYO, own, nd->out, ".own_dy.tile%d");
+                        FGREG(HK_F_DXO, own, nd->out, ".own_dx.tile%d");
                     }
+#undef FGREG
                 }
         }
     }
