@@ -24,10 +24,6 @@ static inline hyfi_ref hyfi_kref(const hyfi_compiled *cc, hyfi_role role, uint64
 }
 /* What a reference's entry says: its StarPU handle (NULL: not registered
  * here, or not yet: deferred), owning rank (-1 for none), bytes, category. */
-static inline const hyfi_hentry *hyfi_ref_entry(const hyfi_compiled *cc, hyfi_ref r)
-{
-    return r ? &cc->htab[r - 1] : NULL;
-}
 static inline starpu_data_handle_t hyfi_ref_h(const hyfi_compiled *cc, hyfi_ref r)
 {
     return r ? cc->htab[r - 1].h : NULL;

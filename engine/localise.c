@@ -35,7 +35,7 @@
 /* (source entry, rank) -> its copy */
 typedef struct {
     int src, rank;
-    hyfi_ref h;        /* the copy (0: none, the task reads the original) */
+    hyfi_ref copy;     /* the copy (0: none, the task reads the original) */
     unsigned version;  /* the source's version it holds (UINT32_MAX: none) */
 } copy_rec;
 
@@ -87,7 +87,7 @@ static copy_rec *copy_of(lstate *s, int src, int r, int *oom)
                s->cmask;
     while (s->c[i].src >= 0 && (s->c[i].src != src || s->c[i].rank != r))
         i = (i + 1) & s->cmask;
-    if (s->c[i].src >= 0) return s->c[i].h ? &s->c[i] : NULL;
+    if (s->c[i].src >= 0) return s->c[i].copy ? &s->c[i] : NULL;
     if (2 * (s->nc + 1) > s->cmask + 1) { /* grow, then look again */
         const size_t cap = 2 * (s->cmask + 1);
         copy_rec *n = malloc(cap * sizeof *n);
@@ -106,7 +106,7 @@ static copy_rec *copy_of(lstate *s, int src, int r, int *oom)
         return copy_of(s, src, r, oom);
     }
     copy_rec *c = &s->c[i];
-    *c = (copy_rec){.src = src, .rank = r, .h = 0, .version = UINT32_MAX};
+    *c = (copy_rec){.src = src, .rank = r, .copy = 0, .version = UINT32_MAX};
     s->nc++;
     /* the key: the original's, with the rank folded into the index */
     unsigned gs;
@@ -122,9 +122,9 @@ static copy_rec *copy_of(lstate *s, int src, int r, int *oom)
     char sfx[32];
     if (k.role == HK_VALUE) snprintf(sfx, sizeof sfx, "[%u].on_rank%d", (unsigned)k.idx, r);
     else snprintf(sfx, sizeof sfx, ".tot[%u].on_rank%d", (unsigned)k.idx, r);
-    c->h = hyfi_reg(s->g, key, NULL, bytes / sizeof(float), sizeof(float), r,
+    c->copy = hyfi_reg(s->g, key, NULL, bytes / sizeof(float), sizeof(float), r,
                     (int)cc->htab[src].cat, HYFI_KEEP, name, sfx, 0, 1);
-    if (cc->htab_oom || !c->h) return *oom = 1, NULL;
+    if (cc->htab_oom || !c->copy) return *oom = 1, NULL;
     return c;
 }
 
@@ -191,7 +191,7 @@ static int localise(lstate *s, program *p)
                     continue;
                 copy_rec *c = copy_of(s, src, t->rank, &oom);
                 if (!c) continue;
-                const hyfi_ref ch = c->h;
+                const hyfi_ref ch = c->copy;
                 if (c->version != s->version[src]) {
                     prog_task *k = tpush(&add, 2 * i);
                     if (!k) {
